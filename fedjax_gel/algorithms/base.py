@@ -1,0 +1,61 @@
+"""The algorithm interface: a value made of pure functions; the engine owns vmap, masks, chunks.
+
+Modelled on FedJAX (an algorithm is init + apply, client work split into init / step / final) and
+optax (pure functions, NamedTuple states). An algorithm never loops over clients: the engine vmaps
+``client_init``, ``client_step`` and ``client_final`` over a chunk of clients, masks steps past each
+client's budget, and hands ``server_update`` the weighted mean of the uploads.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+PyTree = Any
+
+
+class ClientContext(NamedTuple):
+  """What a client knows about itself in a round (scalars; vmapped by the engine).
+
+  Attributes:
+    client_id: int32 population id.
+    num_examples: int32 ``n_i``.
+    budget: int32 ``tau_i``, local gradient steps this round.
+    weight: float32 unnormalised aggregation weight.
+    key: PRNG key for the algorithm's own draws (independent of the data shuffle).
+  """
+  client_id: jax.Array
+  num_examples: jax.Array
+  budget: jax.Array
+  weight: jax.Array
+  key: jax.Array
+
+
+class RoundInfo(NamedTuple):
+  """Cohort-level totals the engine passes to ``server_update``."""
+  weight_total: jax.Array   # sum_i w_i over the real clients
+  num_clients: jax.Array    # real clients in the cohort
+
+
+class FederatedAlgorithm(NamedTuple):
+  """A federated algorithm as pure functions.
+
+  Attributes:
+    name: display name.
+    server_init: ``params -> server_state``.
+    broadcast: ``server_state -> what every client receives`` (e.g. the model ``x``).
+    client_init: ``(broadcast, ClientContext) -> client_state``.
+    client_step: ``(client_state, batch, broadcast) -> (client_state, loss)``: one gradient step.
+    client_final: ``(client_state, broadcast, ClientContext) -> upload`` (a pytree).
+    server_update: ``(server_state, mean_upload, RoundInfo) -> server_state``, with
+      ``mean_upload = sum_i w_i upload_i / sum_i w_i``.
+    server_params: ``server_state -> params`` of the global model (for evaluation).
+  """
+  name: str
+  server_init: Callable[[PyTree], PyTree]
+  broadcast: Callable[[PyTree], PyTree]
+  client_init: Callable[[PyTree, ClientContext], PyTree]
+  client_step: Callable[[PyTree, PyTree, PyTree], tuple[PyTree, jax.Array]]
+  client_final: Callable[[PyTree, PyTree, ClientContext], PyTree]
+  server_update: Callable[[PyTree, PyTree, RoundInfo], PyTree]
+  server_params: Callable[[PyTree], PyTree]

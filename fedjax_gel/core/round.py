@@ -1,0 +1,160 @@
+"""One federated round as one jitted function (DESIGN §3).
+
+``round_fn(server_state, cohort, data, root_key, round_idx) -> (server_state, RoundMetrics)``
+
+* Clients are vmapped over a stacked pytree (leading client axis).
+* Local steps are a loop over step ``k``; a client with ``k >= tau_i`` is *masked*: every leaf of
+  its state is ``where(k < tau_i, new, old)`` (as ``optax.MultiSteps`` does), so a masked step is an
+  exact no-op.
+* The cohort is sorted by ``tau_i`` and cut into chunks of ``chunk_size`` clients (static); a scan
+  runs over chunks, each chunk loops only to its own largest ``tau_i`` and adds
+  ``sum_i w_i upload_i`` into running sums. Peak memory is O(chunk_size x model), and the result
+  does not depend on ``chunk_size`` (up to float summation order).
+* Minibatch ``k`` of client ``i`` is gathered inside the step:
+  ``pool[offsets[i] + perm_i[(k B + j) mod n_i]]``; the ``[C, tau, B, ...]`` cohort tensor is never
+  built.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.core import keys
+from fedjax_gel.core.federated_data import FederatedData
+from fedjax_gel.core.sampling import Cohort
+from fedjax_gel.core.shuffle import cycled_permutation
+
+tree_map = jax.tree_util.tree_map
+
+
+class RoundMetrics(NamedTuple):
+  """Per-round totals (scalars)."""
+  train_loss: jax.Array        # sum_i w_i mean_k loss_ik / sum_i w_i (minibatch losses)
+  grad_computations: jax.Array  # sum_i tau_i: minibatch gradients computed
+  examples: jax.Array          # sum_i tau_i B: useful examples processed
+  computed_steps: jax.Array    # client-steps the chunks ran, masked ones included
+
+
+def masked(active, new, old):
+  """``where(active, new, old)`` leaf by leaf; ``active`` is ``[chunk]``, leaves ``[chunk, ...]``."""
+  def pick(n, o):
+    return jnp.where(active.reshape(active.shape + (1,) * (n.ndim - 1)), n, o)
+  return tree_map(pick, new, old)
+
+
+def pad_and_sort(cohort: Cohort, num_chunks: int, chunk_size: int):
+  """Sorts the cohort by budget and pads it to ``num_chunks * chunk_size`` with empty clients.
+
+  Returns ``(cohort, slots, valid)`` reshaped to ``[num_chunks, chunk_size]``; ``slots`` are the
+  clients' positions in the sampled cohort and ``valid`` marks real clients. Padding clients have
+  budget 0 and weight 0 and sit in the last chunk.
+  """
+  size = cohort.budgets.shape[0]
+  pad = num_chunks * chunk_size - size
+  order = jnp.argsort(cohort.budgets, stable=True)
+  sorted_ = tree_map(lambda a: a[order], cohort)
+  fields = [jnp.pad(a, (0, pad)) for a in sorted_]
+  slots = jnp.pad(order.astype(jnp.int32), (0, pad))
+  valid = jnp.arange(num_chunks * chunk_size) < size
+  shape = (num_chunks, chunk_size)
+  return (Cohort(*(a.reshape(shape) for a in fields)), slots.reshape(shape), valid.reshape(shape))
+
+
+def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: int,
+                chunk_size: int, donate: bool = False):
+  """Builds the jitted round function.
+
+  Args:
+    algorithm: the federated algorithm.
+    batch_size: ``B``, examples per local step.
+    max_budget: the largest ``tau_i`` any cohort may hold (static: sizes the data-order buffer).
+    chunk_size: clients processed together (vmapped); the scan over chunks is sequential.
+    donate: donate the server state's buffers to the round (saves a copy of the model).
+
+  Returns:
+    ``round_fn(server_state, cohort, data, root_key, round_idx)``, jitted; it compiles once per
+    cohort size and never again from round to round.
+  """
+  order_len = max_budget * batch_size
+
+  def run_chunk(bcast, data: FederatedData, client_key_root, chunk):
+    cohort, slots, valid = chunk
+    n = data.counts[cohort.client_ids]
+    offsets = data.offsets[cohort.client_ids]
+    ckeys = jax.vmap(lambda i, s: keys.client_key(client_key_root, i, s))(cohort.client_ids, slots)
+    shuffle_keys, algo_keys = jax.vmap(lambda k: tuple(jax.random.split(k)))(ckeys)
+    order = jax.vmap(cycled_permutation, in_axes=(0, 0, None))(shuffle_keys, n, order_len)
+    rows = offsets[:, None] + order                       # [chunk, tau_max * B] pool rows
+    budgets = jnp.where(valid, cohort.budgets, 0)
+    ctx = ClientContext(cohort.client_ids, n, budgets, cohort.weights, algo_keys)
+    state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
+    step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
+
+    def local_step(k, carry):
+      state, loss_sum = carry
+      idx = jax.lax.dynamic_slice_in_dim(rows, k * batch_size, batch_size, axis=1)
+      batch = tree_map(lambda a: a[idx], data.examples)     # [chunk, B, ...]
+      new_state, loss = step(state, batch, bcast)
+      active = k < budgets
+      return masked(active, new_state, state), loss_sum + jnp.where(active, loss, 0.)
+
+    trips = jnp.max(budgets)
+    state, loss_sum = jax.lax.fori_loop(0, trips, local_step, (state, jnp.zeros(n.shape)))
+    upload = jax.vmap(algorithm.client_final, in_axes=(0, None, 0))(state, bcast, ctx)
+    w = jnp.where(valid, cohort.weights, 0.)
+    upload = masked(valid, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
+    sums = tree_map(lambda u: jnp.tensordot(w, u.astype(jnp.float32), axes=1).astype(u.dtype),
+                    upload)
+    mean_loss = loss_sum / jnp.maximum(budgets, 1)
+    totals = (jnp.sum(w), jnp.sum(valid).astype(jnp.float32), jnp.sum(w * mean_loss),
+              jnp.sum(budgets), trips * chunk_size)
+    return sums, totals
+
+  def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
+    size = cohort.budgets.shape[0]
+    chunk = min(chunk_size, size)
+    num_chunks = math.ceil(size / chunk)
+    chunks = pad_and_sort(cohort, num_chunks, chunk)
+    bcast = algorithm.broadcast(server_state)
+    client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
+
+    def body(acc, chunk_inputs):
+      sums, totals = run_chunk(bcast, data, client_key_root, chunk_inputs)
+      return tree_map(jnp.add, acc, (sums, totals)), None
+
+    acc0 = jax.eval_shape(lambda: run_chunk(bcast, data, client_key_root,
+                                            tree_map(lambda a: a[0], chunks)))
+    acc0 = tree_map(lambda s: jnp.zeros(s.shape, s.dtype), acc0)
+    (sums, totals), _ = jax.lax.scan(body, acc0, chunks)
+    weight_total, num_real, loss_wsum, steps, computed = totals
+    mean_upload = tree_map(lambda s: s / weight_total.astype(s.dtype), sums)
+    new_state = algorithm.server_update(server_state, mean_upload,
+                                        RoundInfo(weight_total, num_real))
+    metrics = RoundMetrics(loss_wsum / weight_total, steps, steps * batch_size, computed)
+    return new_state, metrics
+
+  return jax.jit(round_fn, donate_argnums=(0,) if donate else ())
+
+
+def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size: int,
+                       state_copies: int = 8, memory_bytes: int | None = None) -> int:
+  """Clients per chunk so that the chunk's working set fits in a quarter of device memory.
+
+  A client holds about ``state_copies`` model-sized buffers (params, optimiser state, gradient,
+  the masked and unmasked step results, the upload) and one minibatch. ``memory_bytes`` defaults
+  to the device's memory limit where the backend reports it, else 2 GiB (CPU).
+  """
+  if memory_bytes is None:
+    memory_bytes = 2 << 30
+    try:
+      stats = jax.devices()[0].memory_stats() or {}
+      memory_bytes = int(stats.get('bytes_limit', memory_bytes))
+    except Exception:  # pylint: disable=broad-except  # backends without memory stats
+      pass
+  model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
+  per_client = state_copies * model_bytes + 2 * batch_size * example_bytes
+  return max(1, min(cohort_size, (memory_bytes // 4) // max(per_client, 1)))

@@ -1,0 +1,191 @@
+"""The training loop: data, model and algorithm from a Config; metrics, summary and progress.
+
+Outputs in ``workdir``: ``config.json``; ``metrics.jsonl``, one JSON object per evaluation
+(``round, algorithm, seed, test_accuracy, test_loss, train_loss, grad_computations, examples,
+elapsed_s``); ``summary.json`` (``final_accuracy, best_accuracy, rounds_to_target``, ...).
+Everything that can be wrong with the input is checked before anything is written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_gel import algorithms, models
+from fedjax_gel.core import evaluation, federated_data, keys, round as round_lib, sampling
+from fedjax_gel.experiment.config import Config, ConfigError, validate
+from fedjax_gel.experiment.progress import Progress
+
+
+def server_optimizer(c: Config) -> optax.GradientTransformation:
+  """The optax server optimiser applied to ``Delta`` (optax's own Adam/Yogi/Adagrad forms)."""
+  lr = c.server_lr
+  return {
+      'sgd': lambda: optax.sgd(lr),
+      'momentum': lambda: optax.sgd(lr, momentum=c.server_momentum),
+      'adam': lambda: optax.adam(lr, b1=0.9, b2=0.99, eps=1e-3),
+      'yogi': lambda: optax.yogi(lr, b1=0.9, b2=0.99, eps=1e-3),
+      'adagrad': lambda: optax.adagrad(lr, eps=1e-3),
+  }[c.server_optimizer]()
+
+
+def load_split(c: Config) -> federated_data.FederatedSplit:
+  """Loads the train/test pools the config names (host side). Raises DataError on bad files."""
+  if c.dataset == 'leaf_synthetic':
+    from fedjax_gel.data import leaf_synthetic
+    return leaf_synthetic.load(train_fraction=c.train_fraction, split_seed=c.split_seed)
+  from fedjax_gel.data import leaf
+  return leaf.load(c.data_path, train_fraction=c.train_fraction, seed=c.split_seed)
+
+
+def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
+  x = np.asarray(split.train.examples['x'])
+  if not np.issubdtype(x.dtype, np.number):
+    raise ConfigError(f'--model={c.model} needs numeric features; this dataset holds '
+                      f'{x.dtype.kind == "U" and "strings" or x.dtype} (no text model yet)')
+  y = np.concatenate([np.asarray(split.train.examples['y']), np.asarray(split.test.examples['y'])])
+  return models.get_model(c.model, x.shape[1:], int(y.max()) + 1)
+
+
+def make_algorithm(c: Config, model: models.Model) -> algorithms.FederatedAlgorithm:
+  loss = models.cross_entropy_loss(model)
+  server = server_optimizer(c)
+  if c.algorithm == 'fedavg':
+    return algorithms.fedavg(loss, optax.sgd(c.client_lr), server)
+  return algorithms.fedavgcm(loss, c.client_lr, c.client_momentum, server)
+
+
+class Experiment(NamedTuple):
+  """Everything a run needs, built and checked before the first round."""
+  config: Config
+  model: models.Model
+  algorithm: algorithms.FederatedAlgorithm
+  train: federated_data.FederatedData   # on device
+  test_pool: evaluation.EvalPool
+  train_pool: evaluation.EvalPool
+  chunk_size: int
+
+
+def prepare(c: Config) -> Experiment:
+  """Validates the config, loads the data and builds model and algorithm (writes nothing)."""
+  validate(c)
+  split = load_split(c)
+  population = split.train.num_clients
+  if not c.sample_with_replacement and c.clients_per_round > population:
+    raise ConfigError(f'--clients_per_round={c.clients_per_round} exceeds the population of '
+                      f'{population} clients without replacement')
+  model = make_model(c, split)
+  algorithm = make_algorithm(c, model)
+  train = federated_data.to_device(split.train)
+  chunk = c.chunk_size
+  if chunk == 0:
+    params = jax.eval_shape(model.init, jax.random.key(0))
+    example_bytes = sum(np.asarray(v[:1]).nbytes for v in split.train.examples.values())
+    chunk = round_lib.default_chunk_size(c.clients_per_round, params, example_bytes, c.batch_size)
+  return Experiment(c, model, algorithm, train, evaluation.make_eval_pool(split.test),
+                    evaluation.make_eval_pool(split.train), min(chunk, c.clients_per_round))
+
+
+def check_workdir(workdir: str, overwrite: bool):
+  """Refuses to clobber an earlier run's outputs unless asked to."""
+  for name in ('metrics.jsonl', 'summary.json'):
+    if os.path.exists(os.path.join(workdir, name)) and not overwrite:
+      raise ConfigError(f'--workdir={workdir} already holds a run ({name}); choose another '
+                        'directory or pass --overwrite')
+
+
+def write_json(path: str, obj):
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump(obj, f, indent=2)
+    f.write('\n')
+  os.replace(tmp, path)
+
+
+def rounds_to_target(records, target: float) -> Optional[int]:
+  """First evaluated round whose test accuracy reaches ``target``, else None."""
+  return next((r['round'] for r in records if r['test_accuracy'] >= target), None)
+
+
+def train(exp: Experiment, workdir: str,
+          on_round: Callable[[int, sampling.Cohort, round_lib.RoundMetrics], None] | None = None,
+          progress: Progress | None = None) -> dict:
+  """Runs ``num_rounds`` rounds, evaluating every ``eval_every`` and after the last.
+
+  Returns the summary (also written to ``summary.json``).
+  """
+  c = exp.config
+  os.makedirs(workdir, exist_ok=True)
+  write_json(os.path.join(workdir, 'config.json'), c.to_json())
+  metrics_path = os.path.join(workdir, 'metrics.jsonl')
+  open(metrics_path, 'w').close()
+
+  root = keys.root_key(c.seed)
+  state = exp.algorithm.server_init(exp.model.init(keys.init_key(root)))
+  counts = exp.train.counts
+  sample = lambda r: sampling.sample_cohort(
+      root, r, counts, cohort_size=c.clients_per_round, budget_range=tuple(c.budget_range),
+      replace=c.sample_with_replacement, batch_size=c.batch_size,
+      weighting=c.aggregation_weights)
+  round_fn = round_lib.build_round(exp.algorithm, batch_size=c.batch_size,
+                                   max_budget=c.budget_range[1], chunk_size=exp.chunk_size)
+  evaluate = evaluation.build_evaluate(exp.model.apply)
+
+  t0 = time.perf_counter()
+  cohort0 = sample(0)
+  round_fn = round_fn.lower(state, cohort0, exp.train, root, jnp.int32(0)).compile()
+  compile_s = time.perf_counter() - t0
+
+  progress = progress or Progress(c.num_rounds)
+  records, grads, examples = [], 0, 0
+
+  def record(done):
+    params = exp.algorithm.server_params(state)
+    test, tr = evaluate(params, exp.test_pool), evaluate(params, exp.train_pool)
+    rec = {'round': done, 'algorithm': c.algorithm, 'seed': c.seed,
+           'test_accuracy': float(test['accuracy']), 'test_loss': float(test['loss']),
+           'train_loss': float(tr['loss']), 'grad_computations': grads, 'examples': examples,
+           'elapsed_s': round(time.perf_counter() - t0, 3)}
+    records.append(rec)
+    with open(metrics_path, 'a') as f:
+      f.write(json.dumps(rec) + '\n')
+    best = max(r['test_accuracy'] for r in records)
+    progress.update(done, f'test acc {rec["test_accuracy"]:.4f} (best {best:.4f})', force=True)
+
+  record(0)
+  progress.begin(0)
+  t_train = time.perf_counter()
+  for r in range(c.num_rounds):
+    cohort = cohort0 if r == 0 else sample(r)
+    state, m = round_fn(state, cohort, exp.train, root, jnp.int32(r))
+    grads += int(m.grad_computations)
+    examples += int(m.examples)
+    if on_round is not None:
+      on_round(r, cohort, m)
+    done = r + 1
+    if done % c.eval_every == 0 or done == c.num_rounds:
+      record(done)
+    else:
+      progress.update(done)
+  progress.close()
+  train_s = time.perf_counter() - t_train
+
+  summary = {
+      'algorithm': c.algorithm, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
+      'final_accuracy': records[-1]['test_accuracy'],
+      'best_accuracy': max(r['test_accuracy'] for r in records),
+      'target_accuracy': c.target_accuracy,
+      'rounds_to_target': rounds_to_target(records, c.target_accuracy),
+      'grad_computations': grads, 'examples': examples,
+      'compile_s': round(compile_s, 3), 'train_s': round(train_s, 3),
+      'rounds_per_s': round(c.num_rounds / train_s, 3) if train_s > 0 else None,
+      'chunk_size': exp.chunk_size,
+  }
+  write_json(os.path.join(workdir, 'summary.json'), summary)
+  return summary

@@ -1,0 +1,18 @@
+"""Flax models and a registry by name."""
+from __future__ import annotations
+
+from fedjax_gel.models.base import Model, cross_entropy_loss, from_linen, num_params
+from fedjax_gel.models.logistic import LogisticRegression, logistic
+
+MODELS = {'logistic': logistic}
+
+
+def get_model(name: str, input_shape, num_classes: int) -> Model:
+  """Builds the registered model ``name`` for inputs ``[*input_shape]`` and ``num_classes``."""
+  if name not in MODELS:
+    raise ValueError(f'unknown model {name!r}; known: {", ".join(sorted(MODELS))}')
+  return MODELS[name](input_shape, num_classes)
+
+
+__all__ = ['MODELS', 'LogisticRegression', 'Model', 'cross_entropy_loss', 'from_linen',
+           'get_model', 'logistic', 'num_params']

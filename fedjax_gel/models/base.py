@@ -1,0 +1,44 @@
+"""A model as pure functions: ``init(key) -> params``, ``apply(params, x) -> logits``."""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+Params = Any
+
+
+class Model(NamedTuple):
+  """A classifier given as pure functions over a params pytree.
+
+  Attributes:
+    name: registry name.
+    init: ``key -> params``.
+    apply: ``(params, x) -> logits`` for a batch ``x`` of shape ``[B, *input_shape]``.
+    num_classes: output classes.
+  """
+  name: str
+  init: Callable[[jax.Array], Params]
+  apply: Callable[[Params, jax.Array], jax.Array]
+  num_classes: int
+
+
+def from_linen(name: str, module, input_shape, input_dtype, num_classes: int) -> Model:
+  """Wraps a Flax linen module whose ``__call__(x)`` maps ``[B, *input_shape]`` to logits."""
+  dummy = jnp.zeros((1, *input_shape), input_dtype)
+  return Model(name, lambda key: module.init(key, dummy)['params'],
+               lambda params, x: module.apply({'params': params}, x), num_classes)
+
+
+def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
+  """``loss(params, batch)``: mean softmax cross-entropy of ``batch['x']`` against ``batch['y']``."""
+  def loss(params, batch):
+    logits = model.apply(params, batch['x'])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch['y']).mean()
+  return loss
+
+
+def num_params(params: Params) -> int:
+  return sum(int(x.size) for x in jax.tree_util.tree_leaves(params))

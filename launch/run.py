@@ -1,0 +1,92 @@
+"""Runs one federated experiment: ``python launch/run.py --flagfile=launch/configs/X.flags``.
+
+Bad input (flag values, data files, an occupied workdir) prints one line on stderr and exits
+with status 2 before anything is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from fedjax_gel.experiment import config as config_lib  # pylint: disable=g-import-not-at-top
+
+D = config_lib.Config()
+F = flags.FLAGS
+flags.DEFINE_string('workdir', None, 'Output directory (default: runs/<algorithm>_<dataset>_<time>).')
+flags.DEFINE_bool('overwrite', False, 'Replace the outputs of an earlier run in --workdir.')
+flags.DEFINE_string('dataset', D.dataset, f'One of {", ".join(config_lib.DATASETS)}.')
+flags.DEFINE_string('data_path', None, 'LEAF JSON file, or a directory with train/ and test/.')
+flags.DEFINE_float('train_fraction', D.train_fraction, "Per-client train share (LEAF's 0.9).")
+flags.DEFINE_integer('split_seed', D.split_seed, 'Seed of the per-client train/test split.')
+flags.DEFINE_string('model', D.model, 'Model name (see fedjax_gel.models.MODELS).')
+flags.DEFINE_string('algorithm', D.algorithm, f'One of {", ".join(config_lib.ALGORITHMS)}.')
+flags.DEFINE_integer('num_rounds', D.num_rounds, 'Communication rounds.')
+flags.DEFINE_integer('clients_per_round', D.clients_per_round, 'Cohort size C.')
+flags.DEFINE_bool('sample_with_replacement', D.sample_with_replacement,
+                  'Sample the cohort with replacement (the GeL code does).')
+flags.DEFINE_integer('batch_size', D.batch_size, 'Client minibatch size B.')
+flags.DEFINE_string('budget_range', '%d,%d' % D.budget_range,
+                    'a,b: local steps tau_i ~ U{a..b} per client and round.')
+flags.DEFINE_float('client_lr', D.client_lr, 'Client learning rate.')
+flags.DEFINE_float('client_momentum', D.client_momentum, 'Client momentum (fedavgcm).')
+flags.DEFINE_string('server_optimizer', D.server_optimizer,
+                    f'One of {", ".join(config_lib.SERVER_OPTIMIZERS)} (optax), applied to Delta.')
+flags.DEFINE_float('server_lr', D.server_lr, 'Server learning rate.')
+flags.DEFINE_float('server_momentum', D.server_momentum, 'Server momentum (--server_optimizer=momentum).')
+flags.DEFINE_string('aggregation_weights', D.aggregation_weights,
+                    'samples_seen (min(tau_i B, n_i)), num_examples (n_i) or uniform.')
+flags.DEFINE_integer('seed', D.seed, 'Seed of cohorts, budgets, initial model and shuffles.')
+flags.DEFINE_integer('eval_every', D.eval_every, 'Evaluate every this many rounds.')
+flags.DEFINE_float('target_accuracy', D.target_accuracy, 'Accuracy for rounds_to_target.')
+flags.DEFINE_integer('chunk_size', D.chunk_size, 'Clients vmapped together; 0 = automatic.')
+
+
+def config_from_flags() -> config_lib.Config:
+  values = {f.name: getattr(F, f.name) for f in dataclasses.fields(config_lib.Config)
+            if f.name != 'budget_range'}
+  values['budget_range'] = config_lib.parse_budget_range(F.budget_range)
+  return config_lib.Config(**values)
+
+
+def fail(message: str):
+  print(f'error: {message}', file=sys.stderr)
+  sys.exit(2)
+
+
+def main(argv):
+  if len(argv) > 1:
+    fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  from fedjax_gel.data.leaf import DataError
+  from fedjax_gel.experiment import runner
+  try:
+    c = config_lib.validate(config_from_flags())
+    workdir = F.workdir or os.path.join(
+        'runs', f'{c.algorithm}_{c.dataset}_{time.strftime("%Y%m%d-%H%M%S")}')
+    runner.check_workdir(workdir, F.overwrite)
+    exp = runner.prepare(c)
+  except (config_lib.ConfigError, DataError) as e:
+    fail(str(e))
+  summary = runner.train(exp, workdir)
+  target = summary['rounds_to_target']
+  print(f'{c.algorithm} on {c.dataset}: final test accuracy {summary["final_accuracy"]:.4f}, '
+        f'best {summary["best_accuracy"]:.4f}, rounds to {c.target_accuracy:.0%}: '
+        f'{target if target is not None else "not reached"}')
+  print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json)')
+
+
+def parse_flags(argv):
+  """absl parsing, but a bad flag is one line and exit status 2 like every other input error."""
+  try:
+    return F(argv)
+  except flags.Error as e:
+    fail(str(e).splitlines()[0] if str(e) else 'bad flags')
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,83 @@
+"""Data order and samplers: uniformity, cycling, pairing by (seed, round)."""
+import collections
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fedjax_gel.core import keys
+from fedjax_gel.core.sampling import aggregation_weights, sample_cohort
+from fedjax_gel.core.shuffle import cycled_permutation
+
+perms = jax.jit(jax.vmap(cycled_permutation, in_axes=(0, 0, None)), static_argnums=2)
+
+
+def chi2_uniform(counter, categories, draws):
+  expected = draws / len(categories)
+  return sum((counter.get(c, 0) - expected) ** 2 / expected for c in categories)
+
+
+def test_full_permutation_is_uniform():
+  draws = 24_000
+  out = np.asarray(perms(jax.random.split(jax.random.key(0), draws), jnp.full(draws, 4), 4))
+  cats = list(itertools.permutations(range(4)))
+  stat = chi2_uniform(collections.Counter(map(tuple, out)), cats, draws)
+  assert stat < 49.7   # chi2(23) 99.9% quantile
+
+
+def test_partial_permutation_is_uniform_over_ordered_draws():
+  """Length 2 of n = 7 exercises the sparse map (swaps beyond the buffer)."""
+  draws = 21_000
+  out = np.asarray(perms(jax.random.split(jax.random.key(1), draws), jnp.full(draws, 7), 2))
+  assert all(a != b for a, b in out)
+  cats = list(itertools.permutations(range(7), 2))
+  stat = chi2_uniform(collections.Counter(map(tuple, out)), cats, draws)
+  assert stat < 73.4   # chi2(41) 99.9% quantile
+
+
+@pytest.mark.parametrize('n,length', [(1, 5), (3, 10), (7, 7), (50, 12), (1000, 40)])
+def test_cycles_through_a_permutation(n, length):
+  out = np.asarray(cycled_permutation(jax.random.key(n), n, length))
+  head = out[:min(n, length)]
+  assert len(set(head.tolist())) == len(head) and head.min() >= 0 and head.max() < n
+  np.testing.assert_array_equal(out, head[np.arange(length) % n] if n < length else head)
+
+
+def test_cohort_depends_on_seed_and_round_only():
+  counts = jnp.arange(5, 105, dtype=jnp.int32)
+  kw = dict(cohort_size=30, budget_range=(4, 13), replace=False, batch_size=5)
+  a = sample_cohort(keys.root_key(3), 7, counts, **kw)
+  b = sample_cohort(keys.root_key(3), 7, counts, **kw)
+  c = sample_cohort(keys.root_key(3), 8, counts, **kw)
+  d = sample_cohort(keys.root_key(4), 7, counts, **kw)
+  np.testing.assert_array_equal(a.client_ids, b.client_ids)
+  np.testing.assert_array_equal(a.budgets, b.budgets)
+  assert not np.array_equal(a.client_ids, c.client_ids)
+  assert not np.array_equal(a.client_ids, d.client_ids)
+  assert len(set(np.asarray(a.client_ids).tolist())) == 30   # without replacement
+  assert np.all((np.asarray(a.budgets) >= 4) & (np.asarray(a.budgets) <= 13))
+
+
+def test_budgets_cover_the_whole_range():
+  counts = jnp.full((50,), 10, jnp.int32)
+  c = sample_cohort(keys.root_key(0), 0, counts, cohort_size=2000, budget_range=(4, 13),
+                    replace=True, batch_size=5)
+  assert set(np.asarray(c.budgets).tolist()) == set(range(4, 14))
+  assert set(np.asarray(c.client_ids).tolist()) == set(range(50))   # with replacement
+
+
+def test_aggregation_weights_by_hand():
+  budgets, n = jnp.array([4, 13, 2]), jnp.array([100, 30, 7])
+  np.testing.assert_array_equal(aggregation_weights('samples_seen', budgets, n, 5), [20, 30, 7])
+  np.testing.assert_array_equal(aggregation_weights('num_examples', budgets, n, 5), [100, 30, 7])
+  np.testing.assert_array_equal(aggregation_weights('uniform', budgets, n, 5), [1, 1, 1])
+  with pytest.raises(ValueError, match='unknown aggregation'):
+    aggregation_weights('bogus', budgets, n, 5)
+
+
+def test_cohort_larger_than_population_without_replacement():
+  with pytest.raises(ValueError, match='exceeds the population'):
+    sample_cohort(keys.root_key(0), 0, jnp.ones((5,), jnp.int32), cohort_size=6,
+                  budget_range=(1, 2), replace=False, batch_size=1)
