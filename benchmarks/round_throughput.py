@@ -1,0 +1,152 @@
+"""Round throughput of the vectorised engine vs the batched limit, LEAF Synthetic logistic regression.
+
+For each cohort size C (default 20, 200, 2,000, 10,000 clients; sampled with replacement from the
+1,000 LEAF Synthetic clients), every client runs ``tau`` FedAvg SGD steps of batch ``B``. Reported:
+
+* compile time of the round (separately, never inside throughput);
+* round time (median over ``--repeats`` rounds, after one warm-up round, ``block_until_ready``);
+* useful examples/s ``= sum_i tau_i B / round time`` and client-steps/s;
+* the *batched limit*, measured in the same process: the time of one jitted SGD step of a single
+  model on all ``C tau B`` examples gathered from the same pool (one big batch, the most efficient
+  way to push that many examples through the model), and ``ratio = batched time / round time``;
+* peak memory: the process's peak resident set (each cohort size runs in its own process), and
+  the device's peak bytes where the backend reports them (GPU/TPU).
+
+Usage: ``python benchmarks/round_throughput.py [--cohorts 20,200,2000,10000] [--repeats 5]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int) -> dict:
+  """Runs in a fresh process: one cohort size, engine round vs batched limit."""
+  import jax
+  import jax.numpy as jnp
+  import optax
+
+  from fedjax_gel import algorithms, models
+  from fedjax_gel.core import federated_data, keys, round as round_lib, sampling
+  from fedjax_gel.data import leaf_synthetic
+
+  data = federated_data.to_device(leaf_synthetic.load().train)
+  model = models.get_model('logistic', (60,), 5)
+  loss = models.cross_entropy_loss(model)
+  alg = algorithms.fedavg(loss, optax.sgd(0.01))
+  root = keys.root_key(0)
+  params = model.init(keys.init_key(root))
+  state = alg.server_init(params)
+  if chunk_size == 0:
+    chunk_size = round_lib.default_chunk_size(cohort, params, 61 * 4, batch)
+  rf = round_lib.build_round(alg, batch_size=batch, max_budget=tau, chunk_size=chunk_size)
+  cohorts = [sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
+                                    budget_range=(tau, tau), replace=True, batch_size=batch)
+             for r in range(repeats + 1)]
+
+  t = time.perf_counter()
+  compiled = rf.lower(state, cohorts[0], data, root, jnp.int32(0)).compile()
+  compile_s = time.perf_counter() - t
+  mem = compiled.memory_analysis()
+  temp_bytes = getattr(mem, 'temp_size_in_bytes', None) if mem is not None else None
+
+  times, metrics = [], None
+  for r, c in enumerate(cohorts):
+    t = time.perf_counter()
+    out, metrics = compiled(state, c, data, root, jnp.int32(r))
+    jax.block_until_ready(out)
+    if r:   # round 0 is the warm-up
+      times.append(time.perf_counter() - t)
+  round_s = statistics.median(times)
+  useful = int(metrics.examples)
+  computed = int(metrics.computed_steps) * batch
+
+  @jax.jit
+  def batched_step(p, examples, rows):
+    b = {k: v[rows] for k, v in examples.items()}
+    return jax.tree_util.tree_map(lambda w, g: w - 0.01 * g, p, jax.grad(loss)(p, b))
+
+  rows = jax.random.randint(jax.random.key(1), (useful,), 0, data.num_examples)
+  jax.block_until_ready(batched_step(params, data.examples, rows))
+  btimes = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(batched_step(params, data.examples, rows))
+    btimes.append(time.perf_counter() - t)
+  batched_s = statistics.median(btimes)
+
+  device_peak = None
+  stats = jax.devices()[0].memory_stats() or {}
+  if 'peak_bytes_in_use' in stats:
+    device_peak = int(stats['peak_bytes_in_use'])
+  return {
+      'cohort': cohort, 'tau': tau, 'batch': batch, 'chunk_size': chunk_size,
+      'compile_s': compile_s, 'round_s': round_s, 'examples_per_s': useful / round_s,
+      'client_steps_per_s': useful / batch / round_s, 'useful_fraction': useful / computed,
+      'batched_s': batched_s, 'ratio_to_batched': batched_s / round_s,
+      'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+      'xla_temp_bytes': temp_bytes, 'device_peak_bytes': device_peak,
+      'device': f'{jax.devices()[0].platform}: {jax.devices()[0].device_kind}',
+  }
+
+
+def table(rows: list[dict]) -> str:
+  mib = lambda b: '-' if b is None else f'{b / 2**20:,.0f}'
+  out = ['| clients | chunk | compile s | round ms | useful examples/s | client-steps/s | '
+         'batched limit ms | ratio to batched | peak RSS MiB | XLA temp MiB | device peak MiB |',
+         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+  for r in rows:
+    out.append(f'| {r["cohort"]:,} | {r["chunk_size"]:,} | {r["compile_s"]:.2f} | '
+               f'{r["round_s"] * 1e3:.2f} | {r["examples_per_s"]:,.0f} | '
+               f'{r["client_steps_per_s"]:,.0f} | {r["batched_s"] * 1e3:.2f} | '
+               f'{r["ratio_to_batched"]:.2f} | {mib(r["peak_rss_bytes"])} | '
+               f'{mib(r["xla_temp_bytes"])} | {mib(r["device_peak_bytes"])} |')
+  return '\n'.join(out)
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--cohorts', default='20,200,2000,10000')
+  p.add_argument('--tau', type=int, default=13)
+  p.add_argument('--batch_size', type=int, default=5)
+  p.add_argument('--repeats', type=int, default=5)
+  p.add_argument('--chunk_size', type=int, default=0, help='0: automatic')
+  p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--single', type=int, help=argparse.SUPPRESS)
+  a = p.parse_args(argv)
+  try:
+    cohorts = [int(x) for x in a.cohorts.split(',')]
+  except ValueError:
+    p.exit(2, f'error: --cohorts must be comma-separated integers (got {a.cohorts!r})\n')
+  if min(cohorts + [a.tau, a.batch_size, a.repeats]) <= 0 or a.chunk_size < 0:
+    p.exit(2, 'error: --cohorts, --tau, --batch_size and --repeats must be positive\n')
+  if a.single:
+    print(json.dumps(measure(a.single, a.tau, a.batch_size, a.repeats, a.chunk_size)))
+    return
+  rows = []
+  for c in cohorts:   # one process per cohort size: its peak memory is its own
+    cmd = [sys.executable, __file__, '--single', str(c), '--tau', str(a.tau), '--batch_size',
+           str(a.batch_size), '--repeats', str(a.repeats), '--chunk_size', str(a.chunk_size)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rows.append(json.loads(out.strip().splitlines()[-1]))
+    print(f'{c} clients: {rows[-1]["round_s"] * 1e3:.2f} ms/round, ratio to batched '
+          f'{rows[-1]["ratio_to_batched"]:.2f}', file=sys.stderr)
+  print(f'device: {rows[0]["device"]}; host: {platform.processor() or platform.machine()}, '
+        f'{os.cpu_count()} cores\n')
+  print(table(rows))
+  if a.json:
+    with open(a.json, 'w') as f:
+      json.dump(rows, f, indent=2)
+
+
+if __name__ == '__main__':
+  main()

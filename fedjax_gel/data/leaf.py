@@ -1,0 +1,336 @@
+"""LEAF JSON files: reading, writing, LEAF's train/test split, and conversion to pools.
+
+A LEAF file is ``{'users': [...], 'num_samples': [...], 'user_data': {user: {'x': [...],
+'y': [...]}}}``, optionally with ``'hierarchies'``. Here user data is held as numpy arrays:
+numeric features as float64 ``[n, ...]``, string features (Shakespeare) as unicode ``[n]``,
+labels as int64 (integer-valued floats such as FedProx's ``4.0`` included) or unicode ``[n]``.
+
+Split seed: LEAF's ``utils/split_data.py`` defaults to a time-based seed (``int(time.time())``),
+so its splits are not reproducible unless a seed is given; this module defaults to
+``DEFAULT_SPLIT_SEED`` instead.
+"""
+from __future__ import annotations
+
+import json
+import numbers
+import os
+import random
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from fedjax_gel.core.federated_data import FederatedData, FederatedSplit, from_client_arrays
+
+DEFAULT_SPLIT_SEED = 931231
+
+PathLike = str | os.PathLike
+_SEQUENCES = (list, tuple, np.ndarray)
+
+
+class DataError(ValueError):
+  """A LEAF file or dict that cannot be used; the message names the source and the problem."""
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _user_arrays(x: Any, y: Any, source: str, user: str) -> tuple[np.ndarray, np.ndarray]:
+  """Checks one user's samples and returns them as (features, labels) numpy arrays."""
+  where = f'{source}: user {user!r}'
+  if not isinstance(x, _SEQUENCES) or not isinstance(y, _SEQUENCES):
+    raise DataError(f"{where} needs lists for 'x' and 'y', got {type(x).__name__} and "
+                    f'{type(y).__name__}')
+  if len(x) != len(y):
+    raise DataError(f'{where} has {len(x)} samples in x but {len(y)} in y')
+  return _features(x, where), _labels(y, where)
+
+
+def _features(x: Any, where: str) -> np.ndarray:
+  if isinstance(x, np.ndarray) and x.dtype.kind in 'fiuU':
+    return x.astype(np.float64) if x.dtype.kind in 'iu' else x
+  x = list(x)
+  if x and all(isinstance(v, str) for v in x):
+    return np.array(x, dtype=str)
+  try:
+    arr = np.asarray(x, dtype=np.float64)
+  except (ValueError, TypeError):
+    raise DataError(f'{where} has ragged or non-numeric features in x') from None
+  if not np.isfinite(arr).all():
+    raise DataError(f'{where} has null, NaN or infinite feature values in x')
+  return arr
+
+
+def _labels(y: Any, where: str) -> np.ndarray:
+  if isinstance(y, np.ndarray) and y.dtype.kind in 'iuU':
+    return y.astype(np.int64) if y.dtype.kind in 'iu' else y
+  y = list(y)
+  if y and all(isinstance(v, str) for v in y):
+    return np.array(y, dtype=str)
+  if not all(isinstance(v, numbers.Real) for v in y):
+    raise DataError(f'{where} has labels that are neither numbers nor strings')
+  try:
+    arr = np.asarray(y, dtype=np.float64)
+  except (ValueError, TypeError):
+    raise DataError(f'{where} has labels that are neither numbers nor strings') from None
+  if arr.ndim != 1:
+    raise DataError(f'{where} has labels of shape {arr.shape}, expected one label per sample')
+  bad = ~np.isfinite(arr) | (arr != np.round(arr))
+  if bad.any():
+    j = int(np.argmax(bad))
+    raise DataError(f'{where} has a non-integer label {float(arr[j])!r} (sample {j})')
+  return arr.astype(np.int64)
+
+
+def _check_feature_shapes(data: Mapping[str, Any], sources: Mapping[str, str]) -> None:
+  """All users with samples must share one feature shape and kind."""
+  ref = None
+  for u in data['users']:
+    x = data['user_data'][u]['x']
+    if len(x) == 0:
+      continue
+    sig = (x.shape[1:], x.dtype.kind == 'U')
+    if ref is None:
+      ref = (u, sig)
+    elif sig != ref[1]:
+      raise DataError(
+          f'{sources.get(u, "data")}: user {u!r} has features of shape {x.shape[1:]} '
+          f'({"strings" if sig[1] else "numbers"}) but user {ref[0]!r} has {ref[1][0]} '
+          f'({"strings" if ref[1][1] else "numbers"})')
+
+
+def _check_file(raw: Any, path: str) -> dict:
+  """Validates one parsed LEAF file and returns it with numpy user data."""
+  if not isinstance(raw, dict):
+    raise DataError(f'{path}: expected a JSON object, got {type(raw).__name__}')
+  for key in ('users', 'user_data'):
+    if key not in raw:
+      raise DataError(f"{path}: missing key {key!r}")
+  users, user_data = raw['users'], raw['user_data']
+  if not isinstance(users, list) or not isinstance(user_data, dict):
+    raise DataError(f"{path}: 'users' must be a list and 'user_data' an object")
+  num_samples = raw.get('num_samples')
+  if num_samples is not None and len(num_samples) != len(users):
+    raise DataError(f"{path}: 'num_samples' has {len(num_samples)} entries for {len(users)} users")
+  out = {}
+  for i, u in enumerate(users):
+    d = user_data.get(u)
+    if not isinstance(d, dict) or 'x' not in d or 'y' not in d:
+      raise DataError(f"{path}: user {u!r} has no 'x'/'y' entry in 'user_data'")
+    x, y = _user_arrays(d['x'], d['y'], path, u)
+    if num_samples is not None and num_samples[i] != len(y):
+      raise DataError(
+          f"{path}: 'num_samples' says {num_samples[i]} for user {u!r} but it has {len(y)}")
+    out[u] = {'x': x, 'y': y}
+  counts = [len(out[u]['y']) for u in users]
+  result = {'users': list(users), 'num_samples': counts, 'user_data': out}
+  if 'hierarchies' in raw:
+    result['hierarchies'] = list(raw['hierarchies'])
+  return result
+
+
+# --------------------------------------------------------------------------- reading / writing
+
+
+def _json_files(paths: PathLike | Iterable[PathLike]) -> list[str]:
+  """Expands ``paths`` (files and/or directories of ``*.json``) to files sorted by name."""
+  if isinstance(paths, (str, os.PathLike)):
+    paths = [paths]
+  files = []
+  for p in map(os.fspath, paths):
+    if os.path.isdir(p):
+      found = [os.path.join(p, f) for f in os.listdir(p) if f.endswith('.json')]
+      if not found:
+        raise DataError(f'{p}: directory holds no .json files')
+      files.extend(found)
+    else:
+      files.append(p)
+  if not files:
+    raise DataError('no LEAF files given')
+  return sorted(files, key=lambda f: (os.path.basename(f), f))
+
+
+def _read_one(path: str) -> dict:
+  try:
+    with open(path, encoding='utf-8') as f:
+      raw = json.load(f)
+  except FileNotFoundError:
+    raise DataError(f'{path}: no such file') from None
+  except json.JSONDecodeError as e:
+    raise DataError(
+        f'{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})') from None
+  except (OSError, UnicodeDecodeError) as e:
+    raise DataError(f'{path}: cannot be read ({e})') from None
+  return _check_file(raw, path)
+
+
+def read_leaf_json(paths: PathLike | Iterable[PathLike]) -> dict:
+  """Reads and merges LEAF JSON files (or directories of them) into one LEAF dict.
+
+  Files are taken in order of their names and users in file order. ``'hierarchies'`` is kept
+  when every file has it (concatenated as found: LEAF's own split output keeps the entries of
+  dropped users, so it is not checked against ``'users'``). Raises ``DataError`` naming the
+  file on any problem.
+  """
+  merged = {'users': [], 'num_samples': [], 'user_data': {}}
+  hierarchies, sources = [], {}
+  for path in _json_files(paths):
+    part = _read_one(path)
+    for u in part['users']:
+      if u in sources:
+        raise DataError(f'{path}: user {u!r} already appears in {sources[u]}')
+      sources[u] = path
+    merged['users'] += part['users']
+    merged['num_samples'] += part['num_samples']
+    merged['user_data'].update(part['user_data'])
+    hierarchies = None if hierarchies is None or 'hierarchies' not in part else (
+        hierarchies + part['hierarchies'])
+  if hierarchies is not None:
+    merged['hierarchies'] = hierarchies
+  _check_feature_shapes(merged, sources)
+  return merged
+
+
+def _jsonable(v: Any) -> Any:
+  return v.tolist() if isinstance(v, np.ndarray) else v
+
+
+def write_leaf_json(data: Mapping[str, Any], path: PathLike) -> None:
+  """Writes a LEAF dict to ``path`` in LEAF's own format (plain lists, ``json.dump``)."""
+  out = {'users': [str(u) for u in data['users']]}
+  if 'hierarchies' in data:
+    out['hierarchies'] = _jsonable(data['hierarchies'])
+  out['num_samples'] = [int(n) for n in data['num_samples']]
+  out['user_data'] = {
+      u: {'x': _jsonable(data['user_data'][u]['x']), 'y': _jsonable(data['user_data'][u]['y'])}
+      for u in out['users']}
+  parent = os.path.dirname(os.fspath(path))
+  if parent:
+    os.makedirs(parent, exist_ok=True)
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(out, f)
+
+
+# --------------------------------------------------------------------------- splitting
+
+
+def _take(seq: Any, idx: Sequence[int]) -> Any:
+  if isinstance(seq, np.ndarray):
+    return seq[np.asarray(idx, dtype=np.int64)]
+  return [seq[j] for j in idx]
+
+
+def num_train_samples(n: int, train_fraction: float) -> int:
+  """LEAF's train size for a user with ``n >= 2`` samples (test always keeps at least one)."""
+  return 1 if n == 2 else max(1, int(train_fraction * n))
+
+
+def split_by_sample(
+    data: Mapping[str, Any],
+    train_fraction: float = 0.9,
+    seed: int = DEFAULT_SPLIT_SEED,
+    by_position: bool = False,
+) -> tuple[dict, dict]:
+  """Splits each user's samples into train and test with LEAF's by-sample rule.
+
+  As LEAF's ``utils/split_data.py``: users with fewer than 2 samples are dropped; a user with
+  ``n`` samples gets ``max(1, int(train_fraction * n))`` training samples (1 when ``n == 2``),
+  chosen by ``rng.sample(range(n), n_train)`` with one ``random.Random(seed)`` shared by all
+  users in order; train and test both keep the original sample order.
+
+  ``by_position=True`` takes the first ``n_train`` samples as train and the rest as test (LEAF's
+  rule for sequence data such as Shakespeare; no randomness). LEAF additionally discards the
+  79 samples (sequence length 80 minus 1) right after the training part there, so that no test
+  window overlaps a training one; this function keeps them in the test part.
+  """
+  if not 0.0 < train_fraction < 1.0:
+    raise ValueError(f'train_fraction must be in (0, 1), got {train_fraction}')
+  rng = random.Random(seed)
+  train = {'users': [], 'num_samples': [], 'user_data': {}}
+  test = {'users': [], 'num_samples': [], 'user_data': {}}
+  kept = []
+  for i, u in enumerate(data['users']):
+    d = data['user_data'][u]
+    n = len(d['y'])
+    if n < 2:
+      continue
+    kept.append(i)
+    n_train = num_train_samples(n, train_fraction)
+    if by_position:
+      is_train = np.arange(n) < n_train
+    else:
+      is_train = np.zeros(n, dtype=bool)
+      is_train[rng.sample(range(n), n_train)] = True
+    tr, te = np.flatnonzero(is_train), np.flatnonzero(~is_train)
+    for part, idx in ((train, tr), (test, te)):
+      part['users'].append(u)
+      part['num_samples'].append(len(idx))
+      part['user_data'][u] = {'x': _take(d['x'], idx), 'y': _take(d['y'], idx)}
+  if 'hierarchies' in data:
+    h = list(data['hierarchies'])
+    h = [h[i] for i in kept] if len(h) == len(data['users']) else h
+    train['hierarchies'], test['hierarchies'] = h, list(h)
+  return train, test
+
+
+# --------------------------------------------------------------------------- pools
+
+
+def _client(d: Mapping[str, Any], source: str, user: str) -> dict:
+  x, y = _user_arrays(d['x'], d['y'], source, user)
+  x = x if x.dtype.kind == 'U' else x.astype(np.float32)
+  y = y if y.dtype.kind == 'U' else y.astype(np.int32)
+  return {'x': x, 'y': y}
+
+
+def _pool(clients: list[dict], names: list[str], source: str) -> FederatedData:
+  """Builds a pool, giving empty clients the common feature shape."""
+  ref = next((c['x'] for c in clients if len(c['x'])), None)
+  if ref is not None:
+    for c in clients:
+      if not len(c['x']):
+        c['x'] = np.zeros((0,) + ref.shape[1:], ref.dtype)
+  for c, u in zip(clients, names):
+    if ref is not None and len(c['x']) and (c['x'].shape[1:] != ref.shape[1:] or
+                                            (c['x'].dtype.kind == 'U') != (ref.dtype.kind == 'U')):
+      raise DataError(f'{source}: user {u!r} has features of shape {c["x"].shape[1:]}, '
+                      f'others {ref.shape[1:]}')
+  return from_client_arrays(clients, names)
+
+
+def to_federated(train: Mapping[str, Any], test: Mapping[str, Any]) -> FederatedSplit:
+  """Turns LEAF train/test dicts into a ``FederatedSplit`` over the users present in both.
+
+  Users keep the train dict's order. Examples are ``{'x', 'y'}``: numeric features as float32,
+  string features as unicode arrays (left for a model to encode); labels as int32 (integer-valued
+  floats accepted) or unicode arrays for string labels.
+  """
+  in_test = set(test['users'])
+  users = [u for u in train['users'] if u in in_test]
+  if not users:
+    raise DataError('train and test data have no user in common')
+  tr = [_client(train['user_data'][u], 'train data', u) for u in users]
+  te = [_client(test['user_data'][u], 'test data', u) for u in users]
+  return FederatedSplit(_pool(tr, users, 'train data'), _pool(te, users, 'test data'))
+
+
+def load(
+    path: PathLike,
+    train_fraction: float = 0.9,
+    seed: int = DEFAULT_SPLIT_SEED,
+    by_position: bool = False,
+) -> FederatedSplit:
+  """Loads LEAF data as a ``FederatedSplit``.
+
+  ``path`` is either one LEAF JSON file (or a directory of them, such as LEAF's ``all_data/``),
+  split with ``split_by_sample(train_fraction, seed, by_position)``, or a directory with
+  ``train/`` and ``test/`` sub-directories of LEAF JSON files (LEAF's split output), joined by
+  user name; the split arguments are then unused.
+  """
+  path = os.fspath(path)
+  if not os.path.exists(path):
+    raise DataError(f'{path}: no such file or directory')
+  train_dir, test_dir = os.path.join(path, 'train'), os.path.join(path, 'test')
+  if os.path.isdir(train_dir) and os.path.isdir(test_dir):
+    return to_federated(read_leaf_json(train_dir), read_leaf_json(test_dir))
+  data = read_leaf_json(path)
+  return to_federated(*split_by_sample(data, train_fraction, seed, by_position))
