@@ -1,0 +1,15 @@
+"""The engine: federated data pools, samplers, the jitted round, evaluation."""
+from fedjax_gel.core.evaluation import EvalPool, build_evaluate, make_eval_pool
+from fedjax_gel.core.federated_data import (FederatedData, FederatedSplit, client_examples,
+                                            from_client_arrays, to_device)
+from fedjax_gel.core.round import RoundMetrics, build_round, default_chunk_size
+from fedjax_gel.core.sampling import (WEIGHTINGS, Cohort, aggregation_weights, sample_budgets,
+                                      sample_clients, sample_cohort)
+from fedjax_gel.core.shuffle import cycled_permutation
+
+__all__ = [
+    'Cohort', 'EvalPool', 'FederatedData', 'FederatedSplit', 'RoundMetrics', 'WEIGHTINGS',
+    'aggregation_weights', 'build_evaluate', 'build_round', 'client_examples',
+    'cycled_permutation', 'default_chunk_size', 'from_client_arrays', 'make_eval_pool',
+    'sample_budgets', 'sample_clients', 'sample_cohort', 'to_device',
+]
