@@ -21,7 +21,7 @@ def root_key(seed: int) -> jax.Array:
 
 def init_key(root: jax.Array) -> jax.Array:
   """Key of the initial model: depends on the seed only."""
-  return jax.random.fold_in(root, INIT)
+  return round_key(root, 0, INIT)
 
 
 def round_key(root: jax.Array, round_idx, purpose: int) -> jax.Array:

@@ -5,7 +5,9 @@
 * Clients are vmapped over a stacked pytree (leading client axis).
 * Local steps are a loop over step ``k``; a client with ``k >= tau_i`` is *masked*: every leaf of
   its state is ``where(k < tau_i, new, old)`` (as ``optax.MultiSteps`` does), so a masked step is an
-  exact no-op.
+  exact no-op. Clients without examples take no step and carry no weight.
+* ``server_update`` receives ``sum_i w_i upload_i / sum_i w_i`` (summed in float32, cast back to
+  the upload's dtype), or zeros when the cohort's total weight is 0.
 * The cohort is sorted by ``tau_i`` and cut into chunks of ``chunk_size`` clients (static); a scan
   runs over chunks, each chunk loops only to its own largest ``tau_i`` and adds
   ``sum_i w_i upload_i`` into running sums. Peak memory is O(chunk_size x model), and the result
@@ -47,21 +49,20 @@ def masked(active, new, old):
 
 
 def pad_and_sort(cohort: Cohort, num_chunks: int, chunk_size: int):
-  """Sorts the cohort by budget and pads it to ``num_chunks * chunk_size`` with empty clients.
+  """Pads the cohort to ``num_chunks * chunk_size`` with empty clients and sorts it by budget.
 
   Returns ``(cohort, slots, valid)`` reshaped to ``[num_chunks, chunk_size]``; ``slots`` are the
   clients' positions in the sampled cohort and ``valid`` marks real clients. Padding clients have
-  budget 0 and weight 0 and sit in the last chunk.
+  budget 0 and weight 0, so they sort into the first (cheapest) chunk.
   """
   size = cohort.budgets.shape[0]
   pad = num_chunks * chunk_size - size
-  order = jnp.argsort(cohort.budgets, stable=True)
-  sorted_ = tree_map(lambda a: a[order], cohort)
-  fields = [jnp.pad(a, (0, pad)) for a in sorted_]
-  slots = jnp.pad(order.astype(jnp.int32), (0, pad))
-  valid = jnp.arange(num_chunks * chunk_size) < size
+  padded = Cohort(*(jnp.pad(a, (pad, 0)) for a in cohort))
+  slots = jnp.arange(-pad, size, dtype=jnp.int32)
+  order = jnp.argsort(padded.budgets, stable=True)
   shape = (num_chunks, chunk_size)
-  return (Cohort(*(a.reshape(shape) for a in fields)), slots.reshape(shape), valid.reshape(shape))
+  return (Cohort(*(a[order].reshape(shape) for a in padded)),
+          jnp.maximum(slots[order], 0).reshape(shape), (slots[order] >= 0).reshape(shape))
 
 
 def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: int,
@@ -71,7 +72,8 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
   Args:
     algorithm: the federated algorithm.
     batch_size: ``B``, examples per local step.
-    max_budget: the largest ``tau_i`` any cohort may hold (static: sizes the data-order buffer).
+    max_budget: the largest ``tau_i`` (static: sizes the data-order buffer); larger budgets are
+      cut to it.
     chunk_size: clients processed together (vmapped); the scan over chunks is sequential.
     donate: donate the server state's buffers to the round (saves a copy of the model).
 
@@ -80,6 +82,7 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     cohort size and never again from round to round.
   """
   order_len = max_budget * batch_size
+  upload_dtypes = {}   # leaf index -> dtype, recorded while tracing (sums are kept in float32)
 
   def run_chunk(bcast, data: FederatedData, client_key_root, chunk):
     cohort, slots, valid = chunk
@@ -89,7 +92,8 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     shuffle_keys, algo_keys = jax.vmap(lambda k: tuple(jax.random.split(k)))(ckeys)
     order = jax.vmap(cycled_permutation, in_axes=(0, 0, None))(shuffle_keys, n, order_len)
     rows = offsets[:, None] + order                       # [chunk, tau_max * B] pool rows
-    budgets = jnp.where(valid, cohort.budgets, 0)
+    real = valid & (n > 0)                                # clients without data take no step
+    budgets = jnp.where(real, jnp.minimum(cohort.budgets, max_budget), 0)
     ctx = ClientContext(cohort.client_ids, n, budgets, cohort.weights, algo_keys)
     state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
     step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
@@ -105,13 +109,14 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     trips = jnp.max(budgets)
     state, loss_sum = jax.lax.fori_loop(0, trips, local_step, (state, jnp.zeros(n.shape)))
     upload = jax.vmap(algorithm.client_final, in_axes=(0, None, 0))(state, bcast, ctx)
-    w = jnp.where(valid, cohort.weights, 0.)
-    upload = masked(valid, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
-    sums = tree_map(lambda u: jnp.tensordot(w, u.astype(jnp.float32), axes=1).astype(u.dtype),
-                    upload)
+    w = jnp.where(real, cohort.weights, 0.)
+    upload = masked(real, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
+    upload_dtypes.update(enumerate(u.dtype for u in jax.tree_util.tree_leaves(upload)))
+    sums = tree_map(lambda u: jnp.tensordot(w, u.astype(jnp.float32), axes=1), upload)
     mean_loss = loss_sum / jnp.maximum(budgets, 1)
-    totals = (jnp.sum(w), jnp.sum(valid).astype(jnp.float32), jnp.sum(w * mean_loss),
-              jnp.sum(budgets), trips * chunk_size)
+    w_trained = jnp.where(budgets > 0, w, 0.)
+    totals = (jnp.sum(w), jnp.sum(real).astype(jnp.float32), jnp.sum(w_trained * mean_loss),
+              jnp.sum(w_trained), jnp.sum(budgets), trips * chunk_size)
     return sums, totals
 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
@@ -130,11 +135,15 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
                                             tree_map(lambda a: a[0], chunks)))
     acc0 = tree_map(lambda s: jnp.zeros(s.shape, s.dtype), acc0)
     (sums, totals), _ = jax.lax.scan(body, acc0, chunks)
-    weight_total, num_real, loss_wsum, steps, computed = totals
-    mean_upload = tree_map(lambda s: s / weight_total.astype(s.dtype), sums)
+    weight_total, num_real, loss_wsum, loss_w, steps, computed = totals
+    leaves, treedef = jax.tree_util.tree_flatten(sums)
+    scale = jnp.where(weight_total > 0, 1. / jnp.maximum(weight_total, 1e-30), 0.)
+    mean_upload = treedef.unflatten(
+        [(s * scale).astype(upload_dtypes[i]) for i, s in enumerate(leaves)])
     new_state = algorithm.server_update(server_state, mean_upload,
                                         RoundInfo(weight_total, num_real))
-    metrics = RoundMetrics(loss_wsum / weight_total, steps, steps * batch_size, computed)
+    metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), steps, steps * batch_size,
+                           computed)
     return new_state, metrics
 
   return jax.jit(round_fn, donate_argnums=(0,) if donate else ())

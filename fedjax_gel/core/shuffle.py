@@ -2,44 +2,59 @@
 
 ``cycled_permutation(key, n, length)[t] = perm[t mod n]`` for a uniform random permutation
 ``perm`` of ``range(n)`` (the GeL protocol: each client shuffles its data every round and cycles
-through it). Only the first ``length`` positions are ever needed (``length = tau_max * B``), so
-the permutation is drawn with a *partial* Fisher-Yates shuffle whose swaps beyond ``length`` are
-kept in a sparse map: O(length^2) work and O(length) memory per client, independent of ``n``
-(a client with 50,000 examples costs no more than one with 50).
+through it). Only the first ``length = tau_max * B`` positions are needed, so ``perm`` is a
+*partial* Fisher-Yates shuffle: step ``t`` swaps positions ``t`` and ``j_t ~ U{t..n-1}``.
+
+The swaps are resolved in parallel rather than one after another, in O(L log L) work for
+``L = length`` whatever ``n`` (a client with 50,000 examples costs what one with 50 costs):
+position ``t`` is final after step ``t``, and takes the value position ``j_t`` held just before
+it. That value is ``j_t`` itself unless an earlier step ``s`` also drew ``j_s = j_t``, in which
+case (for the last such ``s``) it is ``f(s)``, the value position ``s`` held before step ``s``.
+``f(s)`` is ``s`` unless an earlier step ``r`` swapped into ``s`` (``j_r = s``, ``r < s``), in
+which case it is ``f(r)`` for the last such ``r``: a forest of pointers resolved by pointer
+jumping. ``tests/core`` checks this against the sequential algorithm.
 """
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
 
 
-def cycled_permutation(key: jax.Array, n, length: int) -> jax.Array:
-  """``[length]`` int32 ``perm[t mod n]`` for a uniform permutation of ``range(n)``, ``n >= 1``.
+def fisher_yates_draws(key: jax.Array, n, length: int) -> jax.Array:
+  """``j_t ~ U{t..n-1}`` for the active steps ``t < n - 1``; ``j_t = t`` (no swap) otherwise."""
+  n = jnp.asarray(n, jnp.int32)
+  t = jnp.arange(length, dtype=jnp.int32)
+  r = jax.random.randint(key, (length,), 0, jnp.maximum(n - t, 1), dtype=jnp.int32)
+  return jnp.where(t < n - 1, t + r, t)
 
-  Fisher-Yates step ``t`` swaps positions ``t`` and ``j ~ U{t..n-1}`` for ``t < n - 1``.
-  Positions ``< length`` live in a dense buffer; a swap that reaches ``j >= length`` records
-  ``j -> value`` in slot ``t`` of a sparse map (the newest slot for a key wins).
+
+def partial_fisher_yates(draws: jax.Array) -> jax.Array:
+  """First ``L`` entries of the permutation the swaps ``(t, draws[t])`` produce, in parallel."""
+  length = draws.shape[0]
+  t = jnp.arange(length, dtype=jnp.int32)
+  # prev[t]: the last step s < t with draws[s] == draws[t], else -1 (stable sort by target).
+  order = jnp.argsort(draws, stable=True)
+  sorted_j = draws[order]
+  same = jnp.concatenate([jnp.zeros((1,), bool), sorted_j[1:] == sorted_j[:-1]])
+  prev_sorted = jnp.where(same, jnp.roll(order, 1), -1)
+  prev = jnp.zeros_like(t).at[order].set(prev_sorted)
+  # into[s]: the last step r < s that swapped into position s < L (draws[r] == s, r != s).
+  target = jnp.where(draws != t, draws, length)          # length = out of range, dropped
+  into = jnp.full((length,), -1, jnp.int32).at[target].max(t, mode='drop')
+  # f(s) = f(into[s]) or s: follow the pointers to their roots.
+  f = jnp.where(into >= 0, into, t)
+  for _ in range(max(1, math.ceil(math.log2(length)) + 1)):
+    f = f[f]
+  return jnp.where(prev >= 0, f[jnp.maximum(prev, 0)], draws)
+
+
+def cycled_permutation(key: jax.Array, n, length: int) -> jax.Array:
+  """``[length]`` int32 ``perm[t mod n]`` for a uniform random permutation of ``range(n)``.
+
+  A client with ``n = 0`` examples gets zeros (the engine gives it no steps).
   """
   n = jnp.asarray(n, jnp.int32)
-  steps = jnp.arange(length, dtype=jnp.int32)
-  draws = jax.random.randint(key, (length,), 0, jnp.maximum(n - steps, 1), dtype=jnp.int32)
-
-  def swap(carry, t_r):
-    buf, map_keys, map_vals = carry
-    t, r = t_r
-    j = t + r
-    active = t < n - 1
-    in_buf = j < length
-    newest = jnp.max(jnp.where(map_keys == j, steps, -1))
-    val_j = jnp.where(in_buf, buf[jnp.minimum(j, length - 1)],
-                      jnp.where(newest >= 0, map_vals[jnp.maximum(newest, 0)], j))
-    val_t = buf[t]
-    new_buf = jnp.where(steps == t, val_j, jnp.where((steps == j) & in_buf, val_t, buf))
-    store = active & ~in_buf
-    map_keys = jnp.where((steps == t) & store, j, map_keys)
-    map_vals = jnp.where((steps == t) & store, val_t, map_vals)
-    return (jnp.where(active, new_buf, buf), map_keys, map_vals), None
-
-  init = (steps, jnp.full((length,), -1, jnp.int32), jnp.zeros((length,), jnp.int32))
-  (buf, _, _), _ = jax.lax.scan(swap, init, (steps, draws))
-  return buf[steps % n]
+  head = partial_fisher_yates(fisher_yates_draws(key, n, length))
+  return head[jnp.arange(length, dtype=jnp.int32) % jnp.maximum(n, 1)]

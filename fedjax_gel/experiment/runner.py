@@ -50,6 +50,10 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
     raise ConfigError(f'--model={c.model} needs numeric features; this dataset holds '
                       f'{x.dtype.kind == "U" and "strings" or x.dtype} (no text model yet)')
   y = np.concatenate([np.asarray(split.train.examples['y']), np.asarray(split.test.examples['y'])])
+  if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
+    got = 'string labels' if y.dtype.kind == 'U' else f'label {y.min()}'
+    raise ConfigError(f'--model={c.model} needs labels 0, 1, ...; {c.data_path or c.dataset} '
+                      f'holds {got}')
   return models.get_model(c.model, x.shape[1:], int(y.max()) + 1)
 
 
@@ -93,7 +97,9 @@ def prepare(c: Config) -> Experiment:
 
 
 def check_workdir(workdir: str, overwrite: bool):
-  """Refuses to clobber an earlier run's outputs unless asked to."""
+  """Refuses to clobber an earlier run's outputs unless asked to, or to use a file as a directory."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(f'--workdir={workdir} exists and is not a directory')
   for name in ('metrics.jsonl', 'summary.json'):
     if os.path.exists(os.path.join(workdir, name)) and not overwrite:
       raise ConfigError(f'--workdir={workdir} already holds a run ({name}); choose another '
@@ -143,9 +149,13 @@ def train(exp: Experiment, workdir: str,
   compile_s = time.perf_counter() - t0
 
   progress = progress or Progress(c.num_rounds)
-  records, grads, examples = [], 0, 0
+  records, pending, grads, examples = [], [], 0, 0
 
   def record(done):
+    nonlocal grads, examples
+    grads += sum(int(m.grad_computations) for m in pending)   # host sync only when evaluating
+    examples += sum(int(m.examples) for m in pending)
+    pending.clear()
     params = exp.algorithm.server_params(state)
     test, tr = evaluate(params, exp.test_pool), evaluate(params, exp.train_pool)
     rec = {'round': done, 'algorithm': c.algorithm, 'seed': c.seed,
@@ -164,8 +174,7 @@ def train(exp: Experiment, workdir: str,
   for r in range(c.num_rounds):
     cohort = cohort0 if r == 0 else sample(r)
     state, m = round_fn(state, cohort, exp.train, root, jnp.int32(r))
-    grads += int(m.grad_computations)
-    examples += int(m.examples)
+    pending.append(m)
     if on_round is not None:
       on_round(r, cohort, m)
     done = r + 1

@@ -25,6 +25,7 @@ def data():
   for n in [2, 5, 9, 17, 4, 30, 7, 11, 3, 13, 8, 6]:
     x = (rng.normal(size=(n, 4)) + rng.normal()).astype(np.float32)
     clients.append({'x': x, 'y': np.argmax(x @ w, 1).astype(np.int32)})
+  clients.append({'x': np.zeros((0, 4), np.float32), 'y': np.zeros((0,), np.int32)})  # id 12
   return fd.to_device(fd.from_client_arrays(clients))
 
 
@@ -99,16 +100,64 @@ def test_two_clients_weighted_mean_by_hand(data, model):
                          state.params, expect)
 
 
-def test_masked_steps_are_exact_noops(data, model):
-  """A client's upload is bit-identical whether or not its chunk runs masked steps after it."""
+def test_unsorted_budgets_keep_their_clients(data, model):
+  """Budgets listed largest first: the engine sorts by budget but each client keeps its slot."""
+  loss = models.cross_entropy_loss(model)
+  alg = algorithms.fedavg(loss, optax.sgd(0.2))
+  params = init_params(model)
+  ids, taus, w = [5, 2, 8], [6, 1, 3], [2.0, 1.0, 1.0]
+  state, metrics = run(alg, data, cohort(ids, taus, w), params, chunk_size=2)
+  ys = []
+  for slot, (cid, tau) in enumerate(zip(ids, taus)):
+    y = params
+    for batch in minibatches(data, cid, slot, tau):
+      y = jax.tree_util.tree_map(lambda p, g: p - 0.2 * g, y, jax.grad(loss)(y, batch))
+    ys.append(y)
+  expect = jax.tree_util.tree_map(lambda a, b, c: (2 * a + b + c) / 4, *ys)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+                         state.params, expect)
+  assert int(metrics.grad_computations) == 10
+
+
+def test_client_drawn_twice_gets_two_shuffles(data, model):
+  alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.2))
+  params = init_params(model)
+  first, _ = run(alg, data, cohort([5, 5], [4, 4], [1., 0.]), params, chunk_size=2)
+  second, _ = run(alg, data, cohort([5, 5], [4, 4], [0., 1.]), params, chunk_size=2)
+  assert not np.allclose(first.params['Dense_0']['kernel'], second.params['Dense_0']['kernel'])
+
+
+def test_clients_without_data_and_zero_weight_cohorts_change_nothing(data, model):
   alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.1, 0.9)
   params = init_params(model)
-  alone, _ = run(alg, data, cohort([4], [2]), params, chunk_size=1)
-  # Same client in slot 0, sharing a chunk with a tau=6 client of weight 0: 4 masked steps.
-  shared, m = run(alg, data, cohort([4, 9], [2, 6], [1., 0.]), params, chunk_size=2)
-  assert int(m.computed_steps) == 12   # one chunk of 2 clients looping to 6
-  jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a, b), alone.params,
-                         shared.params)
+  state, m = run(alg, data, cohort([12, 12], [5, 3]), params, chunk_size=2)   # empty client
+  jax.tree_util.tree_map(np.testing.assert_array_equal, state.params, params)
+  assert int(m.grad_computations) == 0
+  state, m = run(alg, data, cohort([3, 4], [5, 3], [0., 0.]), params, chunk_size=2)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, state.params, params)
+  assert int(m.grad_computations) == 8 and np.isfinite(float(m.train_loss))
+
+
+def test_budgets_above_max_budget_are_cut(data, model):
+  alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.2))
+  params = init_params(model)
+  over, m = run(alg, data, cohort([7], [TAU_MAX + 4]), params, chunk_size=1)
+  at, _ = run(alg, data, cohort([7], [TAU_MAX]), params, chunk_size=1)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, over.params, at.params)
+  assert int(m.grad_computations) == TAU_MAX
+
+
+def test_masked_steps_are_exact_noops(data, model):
+  """Client 4 (tau 2) is bit-identical whether its chunk stops at step 2 or runs 4 masked steps."""
+  alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.1, 0.9)
+  params = init_params(model)
+  # Same compiled program (chunk of 2); the weight-0 partner only sets the chunk's trip count.
+  short, m_short = run(alg, data, cohort([4, 9], [2, 2], [1., 0.]), params, chunk_size=2)
+  long, m_long = run(alg, data, cohort([4, 9], [2, 6], [1., 0.]), params, chunk_size=2)
+  assert int(m_short.computed_steps) == 4 and int(m_long.computed_steps) == 12
+  jax.tree_util.tree_map(np.testing.assert_array_equal, short.params, long.params)
+  moved = jax.tree_util.tree_map(lambda a, b: np.abs(a - b).max(), short.params, params)
+  assert max(jax.tree_util.tree_leaves(moved)) > 0
 
 
 def test_zero_budget_client_uploads_nothing(data, model):
@@ -127,14 +176,17 @@ def test_chunk_size_does_not_change_the_result(data, model, algorithm):
   c = sample_cohort(keys.root_key(1), 4, data.counts, cohort_size=19, budget_range=(1, TAU_MAX),
                     replace=True, batch_size=B)
   results = [run(alg, data, c, params, chunk_size=cs) for cs in (1, 7, 19)]
+  has_data = np.asarray(data.counts)[np.asarray(c.client_ids)] > 0
+  assert not has_data.all()   # the empty client 12 is in this cohort: it must take no step
+  useful = int(np.sum(np.asarray(c.budgets)[has_data]))
   for state, metrics in results[1:]:
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6),
                            state.params, results[0][0].params)
     np.testing.assert_allclose(metrics.train_loss, results[0][1].train_loss, rtol=1e-6)
-    assert int(metrics.grad_computations) == int(np.sum(c.budgets))
+    assert int(metrics.grad_computations) == useful
   # Sorting by budget lets chunks stop early: chunked runs compute fewer masked steps.
   assert int(results[1][1].computed_steps) < int(results[2][1].computed_steps)
-  assert int(results[0][1].computed_steps) == int(np.sum(c.budgets))
+  assert int(results[0][1].computed_steps) == useful
 
 
 def test_round_compiles_once(data, model):

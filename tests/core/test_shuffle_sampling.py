@@ -9,7 +9,7 @@ import pytest
 
 from fedjax_gel.core import keys
 from fedjax_gel.core.sampling import aggregation_weights, sample_cohort
-from fedjax_gel.core.shuffle import cycled_permutation
+from fedjax_gel.core.shuffle import cycled_permutation, fisher_yates_draws, partial_fisher_yates
 
 perms = jax.jit(jax.vmap(cycled_permutation, in_axes=(0, 0, None)), static_argnums=2)
 
@@ -17,6 +17,29 @@ perms = jax.jit(jax.vmap(cycled_permutation, in_axes=(0, 0, None)), static_argnu
 def chi2_uniform(counter, categories, draws):
   expected = draws / len(categories)
   return sum((counter.get(c, 0) - expected) ** 2 / expected for c in categories)
+
+
+def sequential_fisher_yates(draws, length):
+  """The textbook algorithm, one swap after another, on a sparse array (the oracle)."""
+  a = {}
+  for t, j in enumerate(draws.tolist()):
+    a[t], a[j] = a.get(j, j), a.get(t, t)
+  return [a.get(t, t) for t in range(length)]
+
+
+@pytest.mark.parametrize('n', [1, 2, 3, 5, 9, 40, 41, 1000, 10**6])
+@pytest.mark.parametrize('length', [1, 2, 7, 40])
+def test_parallel_swaps_equal_sequential_fisher_yates(n, length):
+  for seed in range(5):
+    draws = fisher_yates_draws(jax.random.key(seed * 7919 + n), n, length)
+    assert np.asarray(partial_fisher_yates(draws)).tolist() == sequential_fisher_yates(
+        np.asarray(draws), length)
+
+
+def test_parallel_swaps_resolve_chains_by_hand():
+  # L = 4, n = 6: swaps (0,2) (1,2) (2,5) (3,3): 012345 -> 210345 -> 201345 -> 205341 -> 2053..
+  draws = jnp.array([2, 2, 5, 3], jnp.int32)
+  np.testing.assert_array_equal(partial_fisher_yates(draws), [2, 0, 5, 3])
 
 
 def test_full_permutation_is_uniform():
