@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -45,6 +45,8 @@ flags.DEFINE_integer('seed', D.seed, 'Seed of cohorts, budgets, initial model an
 flags.DEFINE_integer('eval_every', D.eval_every, 'Evaluate every this many rounds.')
 flags.DEFINE_float('target_accuracy', D.target_accuracy, 'Accuracy for rounds_to_target.')
 flags.DEFINE_integer('chunk_size', D.chunk_size, 'Clients vmapped together; 0 = automatic.')
+flags.DEFINE_integer('num_devices', D.num_devices,
+                     'Devices the cohort is split over (mesh axis "clients"); 0 = all.')
 
 
 def config_from_flags() -> config_lib.Config:
@@ -60,6 +62,7 @@ def fail(message: str):
 
 
 def main(argv):
+  logging.set_verbosity(logging.WARNING)   # keep JAX's backend notices off stderr
   if len(argv) > 1:
     fail(f'unexpected arguments: {" ".join(argv[1:])}')
   from fedjax_gel.data.leaf import DataError
@@ -85,7 +88,8 @@ def parse_flags(argv):
   try:
     return F(argv)
   except flags.Error as e:
-    fail(str(e).splitlines()[0] if str(e) else 'bad flags')
+    text = (str(e).splitlines() or ['bad flags'])[0]
+    fail(text.removeprefix('ERROR:: ').removeprefix('ERROR: '))
 
 
 if __name__ == '__main__':

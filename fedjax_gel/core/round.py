@@ -12,6 +12,8 @@
   runs over chunks, each chunk loops only to its own largest ``tau_i`` and adds
   ``sum_i w_i upload_i`` into running sums. Peak memory is O(chunk_size x model), and the result
   does not depend on ``chunk_size`` (up to float summation order).
+* Devices: with a mesh, every chunk is split over the mesh axis ``'clients'`` and the weighted
+  sums are reduced with one ``psum``; one code path for 1 CPU, many GPUs or a TPU slice.
 * Minibatch ``k`` of client ``i`` is gathered inside the step:
   ``pool[offsets[i] + perm_i[(k B + j) mod n_i]]``; the ``[C, tau, B, ...]`` cohort tensor is never
   built.
@@ -23,6 +25,9 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.core import keys
@@ -31,6 +36,21 @@ from fedjax_gel.core.sampling import Cohort
 from fedjax_gel.core.shuffle import cycled_permutation
 
 tree_map = jax.tree_util.tree_map
+CLIENT_AXIS = 'clients'
+
+
+def client_mesh(num_devices: int = 0) -> Mesh | None:
+  """A 1-D mesh named ``'clients'`` over the first ``num_devices`` devices (0: all of them).
+
+  Returns None for a single device (the engine then needs no sharding).
+  """
+  devices = jax.devices()
+  num_devices = num_devices or len(devices)
+  if num_devices > len(devices):
+    raise ValueError(f'{num_devices} devices asked for, {len(devices)} present')
+  if num_devices == 1:
+    return None
+  return Mesh(np.array(devices[:num_devices]), (CLIENT_AXIS,))
 
 
 class RoundMetrics(NamedTuple):
@@ -66,7 +86,7 @@ def pad_and_sort(cohort: Cohort, num_chunks: int, chunk_size: int):
 
 
 def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: int,
-                chunk_size: int, donate: bool = False):
+                chunk_size: int, mesh: Mesh | None = None, donate: bool = False):
   """Builds the jitted round function.
 
   Args:
@@ -75,6 +95,9 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     max_budget: the largest ``tau_i`` (static: sizes the data-order buffer); larger budgets are
       cut to it.
     chunk_size: clients processed together (vmapped); the scan over chunks is sequential.
+    mesh: a device mesh with an axis named ``'clients'``: each chunk's clients are split over it
+      (``shard_map``) and the weighted sums reduced across devices; ``None`` runs on the default
+      device. The chunk size is rounded up to a multiple of the axis size.
     donate: donate the server state's buffers to the round (saves a copy of the model).
 
   Returns:
@@ -119,14 +142,8 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
               jnp.sum(w_trained), jnp.sum(budgets), trips * chunk_size)
     return sums, totals
 
-  def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
-    size = cohort.budgets.shape[0]
-    chunk = min(chunk_size, size)
-    num_chunks = math.ceil(size / chunk)
-    chunks = pad_and_sort(cohort, num_chunks, chunk)
-    bcast = algorithm.broadcast(server_state)
-    client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
-
+  def accumulate(bcast, data, client_key_root, chunks):
+    """Scan over chunks, adding each chunk's weighted sums and totals."""
     def body(acc, chunk_inputs):
       sums, totals = run_chunk(bcast, data, client_key_root, chunk_inputs)
       return tree_map(jnp.add, acc, (sums, totals)), None
@@ -134,7 +151,23 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     acc0 = jax.eval_shape(lambda: run_chunk(bcast, data, client_key_root,
                                             tree_map(lambda a: a[0], chunks)))
     acc0 = tree_map(lambda s: jnp.zeros(s.shape, s.dtype), acc0)
-    (sums, totals), _ = jax.lax.scan(body, acc0, chunks)
+    return jax.lax.scan(body, acc0, chunks)[0]
+
+  def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
+    size = cohort.budgets.shape[0]
+    devices = 1 if mesh is None else mesh.shape[CLIENT_AXIS]
+    chunk = -(-min(chunk_size, size) // devices) * devices   # a multiple of the device count
+    num_chunks = math.ceil(size / chunk)
+    chunks = pad_and_sort(cohort, num_chunks, chunk)
+    bcast = algorithm.broadcast(server_state)
+    client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
+    if mesh is None:
+      sums, totals = accumulate(bcast, data, client_key_root, chunks)
+    else:   # each device takes a slice of every chunk; the weighted sums meet in one psum
+      sharded = jax.shard_map(
+          lambda *a: jax.lax.psum(accumulate(*a), CLIENT_AXIS), mesh=mesh,
+          in_specs=(P(), P(), P(), P(None, CLIENT_AXIS)), out_specs=P(), check_vma=False)
+      sums, totals = sharded(bcast, data, client_key_root, chunks)
     weight_total, num_real, loss_wsum, loss_w, steps, computed = totals
     leaves, treedef = jax.tree_util.tree_flatten(sums)
     scale = jnp.where(weight_total > 0, 1. / jnp.maximum(weight_total, 1e-30), 0.)

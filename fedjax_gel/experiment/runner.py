@@ -74,6 +74,7 @@ class Experiment(NamedTuple):
   test_pool: evaluation.EvalPool
   train_pool: evaluation.EvalPool
   chunk_size: int
+  mesh: object = None   # jax.sharding.Mesh over the 'clients' axis, or None on one device
 
 
 def prepare(c: Config) -> Experiment:
@@ -87,17 +88,21 @@ def prepare(c: Config) -> Experiment:
   model = make_model(c, split)
   algorithm = make_algorithm(c, model)
   train = federated_data.to_device(split.train)
+  if c.num_devices > jax.device_count():
+    raise ConfigError(f'--num_devices={c.num_devices} but only {jax.device_count()} '
+                      f'{jax.default_backend()} devices are present')
+  mesh = round_lib.client_mesh(c.num_devices)
   chunk = c.chunk_size
   if chunk == 0:
     params = jax.eval_shape(model.init, jax.random.key(0))
     example_bytes = sum(np.asarray(v[:1]).nbytes for v in split.train.examples.values())
     chunk = round_lib.default_chunk_size(c.clients_per_round, params, example_bytes, c.batch_size)
   return Experiment(c, model, algorithm, train, evaluation.make_eval_pool(split.test),
-                    evaluation.make_eval_pool(split.train), min(chunk, c.clients_per_round))
+                    evaluation.make_eval_pool(split.train), min(chunk, c.clients_per_round), mesh)
 
 
 def check_workdir(workdir: str, overwrite: bool):
-  """Refuses to clobber an earlier run's outputs unless asked to, or to use a file as a directory."""
+  """Refuses to clobber an earlier run's outputs unless asked to, or to write into a file."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f'--workdir={workdir} exists and is not a directory')
   for name in ('metrics.jsonl', 'summary.json'):
@@ -140,7 +145,8 @@ def train(exp: Experiment, workdir: str,
       replace=c.sample_with_replacement, batch_size=c.batch_size,
       weighting=c.aggregation_weights)
   round_fn = round_lib.build_round(exp.algorithm, batch_size=c.batch_size,
-                                   max_budget=c.budget_range[1], chunk_size=exp.chunk_size)
+                                   max_budget=c.budget_range[1], chunk_size=exp.chunk_size,
+                                   mesh=exp.mesh)
   evaluate = evaluation.build_evaluate(exp.model.apply)
 
   t0 = time.perf_counter()

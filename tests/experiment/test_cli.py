@@ -1,0 +1,155 @@
+"""Tests for launch/run.py as a command: bad input, outputs, and the shipped flag files."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fedjax_gel.experiment import config as config_lib
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def write_leaf(path, num_users=8, n=12, dim=3, classes=3, seed=0):
+  """A small learnable LEAF file: y = argmax(x W)."""
+  rng = np.random.default_rng(seed)
+  w = rng.normal(size=(dim, classes))
+  users = [f'u{i}' for i in range(num_users)]
+  data = {}
+  for u in users:
+    x = rng.normal(size=(n, dim))
+    data[u] = {'x': x.tolist(), 'y': np.argmax(x @ w, axis=1).tolist()}
+  path.write_text(json.dumps({'users': users, 'num_samples': [n] * num_users, 'user_data': data}))
+  return path
+
+
+def start(*args):
+  return subprocess.Popen([sys.executable, 'launch/run.py', *args], cwd=REPO, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def run(*args):
+  return subprocess.run([sys.executable, 'launch/run.py', *args], cwd=REPO, text=True,
+                        capture_output=True, check=False)
+
+
+def assert_one_line_error(proc, *names):
+  output = proc.stdout + proc.stderr
+  assert proc.returncode == 2, output
+  assert 'Traceback' not in output
+  lines = proc.stderr.splitlines()
+  assert len(lines) == 1 and lines[0].strip(), proc.stderr
+  for name in names:
+    assert name in lines[0]
+
+
+@pytest.fixture(scope='module')
+def paths(tmp_path_factory):
+  d = tmp_path_factory.mktemp('cli')
+  malformed = d / 'malformed.json'
+  malformed.write_text('{"users": ["a"], "user_data": {')
+  return {'dir': d, 'data': str(write_leaf(d / 'tiny.json')), 'malformed': str(malformed),
+          'missing': str(d / 'missing.json')}
+
+
+# (arguments, text the error line must contain); {name} is filled from ``paths``.
+BAD_INPUT = [
+    ('--num_rounds=0', '--num_rounds'),
+    ('--num_rounds=-3', '--num_rounds'),
+    ('--budget_range=9,4', '--budget_range'),
+    ('--dataset=nope', '--dataset'),
+    ('--algorithm=nope', '--algorithm'),
+    ('--model=nope', '--model'),
+    ('--dataset=leaf --data_path={missing}', '{missing}'),
+    ('--dataset=leaf --data_path={malformed}', '{malformed}'),
+    ('--dataset=leaf --data_path={data} --sample_with_replacement=false --clients_per_round=9',
+     '--clients_per_round'),
+    ('--no_such_flag=1', 'no_such_flag'),
+    ('--num_rounds=abc', '--num_rounds'),
+    ('--flagfile={missing}', '{missing}'),
+    ('--dataset=leaf --data_path={data} --num_devices=4096', '--num_devices'),
+]
+
+
+@pytest.fixture(scope='module')
+def bad_runs(paths):
+  """All bad-input commands, started together; index -> (finished process, workdir)."""
+  started = []
+  for i, (args, _) in enumerate(BAD_INPUT):
+    workdir = paths['dir'] / f'workdir{i}'
+    started.append((start(*args.format(**paths).split(), f'--workdir={workdir}'), workdir))
+  out = []
+  for proc, workdir in started:
+    stdout, stderr = proc.communicate(timeout=120)
+    out.append((subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), workdir))
+  return out
+
+
+@pytest.mark.parametrize('i', range(len(BAD_INPUT)), ids=[a for a, _ in BAD_INPUT])
+def test_bad_input_is_one_line_and_writes_nothing(bad_runs, paths, i):
+  proc, workdir = bad_runs[i]
+  assert_one_line_error(proc, BAD_INPUT[i][1].format(**paths))
+  assert proc.stdout == ''
+  assert not workdir.exists()
+
+
+def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
+  workdir = tmp_path / 'run'
+  common = ['--flagfile=launch/configs/quickstart.flags', '--dataset=leaf',
+            f'--data_path={paths["data"]}', '--num_rounds=3', '--eval_every=2',
+            '--clients_per_round=3', '--budget_range=1,2', f'--workdir={workdir}']
+  first = run(*common, '--algorithm=fedavg', '--target_accuracy=0.01')
+  assert first.returncode == 0, first.stderr
+  assert 'Traceback' not in first.stderr and str(workdir) in first.stdout
+
+  config = json.loads((workdir / 'config.json').read_text())
+  assert config['algorithm'] == 'fedavg' and config['num_rounds'] == 3
+  assert config['budget_range'] == [1, 2] and config['batch_size'] == 5  # from the flag file
+  records = [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
+  assert [r['round'] for r in records] == [0, 2, 3]
+  assert all(r['algorithm'] == 'fedavg' for r in records)
+  grads = [r['grad_computations'] for r in records]
+  assert grads[0] == 0 and grads == sorted(grads) and 3 * 3 <= grads[-1] <= 3 * 3 * 2
+  summary = json.loads((workdir / 'summary.json').read_text())
+  acc = [r['test_accuracy'] for r in records]
+  assert summary['final_accuracy'] == acc[-1] and summary['best_accuracy'] == max(acc)
+  assert summary['rounds_to_target'] == next(r['round'] for r in records
+                                             if r['test_accuracy'] >= 0.01)
+
+  before = {p.name: p.read_bytes() for p in workdir.iterdir()}
+  again = run(*common, '--algorithm=fedavgcm')
+  assert_one_line_error(again, '--workdir', '--overwrite')
+  assert {p.name: p.read_bytes() for p in workdir.iterdir()} == before
+
+  replaced = run(*common, '--seed=1', '--overwrite')
+  assert replaced.returncode == 0, replaced.stderr
+  assert json.loads((workdir / 'summary.json').read_text())['seed'] == 1
+  assert (workdir / 'metrics.jsonl').read_bytes() != before['metrics.jsonl']
+
+
+@pytest.mark.parametrize('flagfile', sorted((REPO / 'launch' / 'configs').glob('*.flags')),
+                         ids=lambda p: p.name)
+def test_shipped_flag_files_are_valid_configs(flagfile):
+  fields = {f.name: f for f in dataclasses.fields(config_lib.Config)}
+  defaults = config_lib.Config()
+  values = {}
+  for line in flagfile.read_text().splitlines():
+    line = line.strip()
+    if not line or line.startswith('#'):
+      continue
+    name, value = line.removeprefix('--').split('=', 1)
+    assert name in fields, f'{flagfile.name}: unknown flag --{name}'
+    default = getattr(defaults, name)
+    if name == 'budget_range':
+      values[name] = config_lib.parse_budget_range(value)
+    elif isinstance(default, bool):
+      values[name] = value.lower() == 'true'
+    else:
+      values[name] = type(default)(value) if default is not None else value
+  assert values
+  config_lib.validate(config_lib.Config(**values))

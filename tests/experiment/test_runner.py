@@ -1,0 +1,262 @@
+"""Tests for the experiment config, the training loop's outputs and the progress line."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import numpy as np
+import pytest
+
+from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment import progress as progress_lib
+from fedjax_gel.experiment import runner
+from fedjax_gel.experiment.config import Config, ConfigError
+
+METRIC_KEYS = {'round', 'algorithm', 'seed', 'test_accuracy', 'test_loss', 'train_loss',
+               'grad_computations', 'examples', 'elapsed_s'}
+
+
+def write_leaf(path, num_users=8, n=12, dim=3, classes=3, seed=0):
+  """A small learnable LEAF file: y = argmax(x W)."""
+  rng = np.random.default_rng(seed)
+  w = rng.normal(size=(dim, classes))
+  users = [f'u{i}' for i in range(num_users)]
+  data = {}
+  for u in users:
+    x = rng.normal(size=(n, dim))
+    data[u] = {'x': x.tolist(), 'y': np.argmax(x @ w, axis=1).tolist()}
+  path.write_text(json.dumps({'users': users, 'num_samples': [n] * num_users, 'user_data': data}))
+  return path
+
+
+def read_jsonl(path):
+  return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope='module')
+def base_config(tmp_path_factory):
+  path = write_leaf(tmp_path_factory.mktemp('data') / 'tiny.json')
+  return Config(dataset='leaf', data_path=str(path), num_rounds=5, eval_every=2,
+                clients_per_round=3, batch_size=2, budget_range=(1, 3), client_lr=0.1,
+                target_accuracy=0.01)
+
+
+@pytest.fixture(scope='module')
+def runs(base_config, tmp_path_factory):
+  """name -> (config, workdir, summary, cohorts, per-round grad computations) of tiny runs."""
+  variants = {
+      'base': {},
+      'twin': {'target_accuracy': 1.0},  # same training, unreachable target
+      'fedavg': {'algorithm': 'fedavg'},
+      # other cohorts; an aggressive server optimiser whose accuracy peaks before the end
+      'seed1': {'seed': 1, 'server_optimizer': 'adam', 'server_lr': 2.0, 'target_accuracy': 0.7},
+  }
+  out = {}
+  for name, changes in variants.items():
+    c = dataclasses.replace(base_config, **changes)
+    workdir = tmp_path_factory.mktemp(name)
+    cohorts, grads = [], []
+
+    def on_round(r, cohort, m, cohorts=cohorts, grads=grads):
+      cohorts.append((r, np.asarray(cohort.client_ids).tolist(),
+                      np.asarray(cohort.budgets).tolist()))
+      grads.append(int(m.grad_computations))
+
+    summary = runner.train(runner.prepare(c), str(workdir), on_round=on_round,
+                           progress=progress_lib.Progress(c.num_rounds, stream=io.StringIO()))
+    out[name] = (c, workdir, summary, cohorts, grads)
+  return out
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def test_config_json_round_trips(runs):
+  c, workdir, *_ = runs['base']
+  loaded = json.loads((workdir / 'config.json').read_text())
+  assert set(loaded) == {f.name for f in dataclasses.fields(Config)}
+  assert Config(**{**loaded, 'budget_range': tuple(loaded['budget_range'])}) == c
+
+
+def test_metrics_rounds_and_keys(runs):
+  c, workdir, *_ = runs['base']
+  records = read_jsonl(workdir / 'metrics.jsonl')
+  assert [r['round'] for r in records] == [0, 2, 4, 5]
+  for r in records:
+    assert set(r) == METRIC_KEYS
+    assert r['algorithm'] == c.algorithm and r['seed'] == c.seed
+    assert 0 <= r['test_accuracy'] <= 1 and np.isfinite(r['test_loss'])
+
+
+def test_grad_computations_are_cohort_budgets(runs):
+  c, workdir, summary, cohorts, round_grads = runs['base']
+  assert [r for r, *_ in cohorts] == list(range(c.num_rounds))
+  budgets = [sum(b) for _, ids, b in cohorts]
+  for _, ids, b in cohorts:
+    assert len(ids) == len(b) == c.clients_per_round
+    assert all(c.budget_range[0] <= t <= c.budget_range[1] for t in b)
+  assert round_grads == budgets
+  cumulative = np.concatenate([[0], np.cumsum(budgets)])
+  records = read_jsonl(workdir / 'metrics.jsonl')
+  grads = [r['grad_computations'] for r in records]
+  assert grads == sorted(grads)
+  assert grads == [int(cumulative[r['round']]) for r in records]
+  assert summary['grad_computations'] == int(cumulative[-1])
+
+
+@pytest.mark.parametrize('name', ['base', 'twin', 'seed1'])
+def test_summary_consistent_with_metrics(runs, name):
+  c, workdir, summary, *_ = runs[name]
+  assert json.loads((workdir / 'summary.json').read_text()) == summary
+  acc = [r['test_accuracy'] for r in read_jsonl(workdir / 'metrics.jsonl')]
+  rounds = [r['round'] for r in read_jsonl(workdir / 'metrics.jsonl')]
+  assert summary['final_accuracy'] == acc[-1]
+  assert summary['best_accuracy'] == max(acc)
+  reached = [r for r, a in zip(rounds, acc) if a >= c.target_accuracy]
+  assert summary['rounds_to_target'] == (reached[0] if reached else None)
+
+
+def test_target_reachable_and_unreachable(runs):
+  assert runs['base'][2]['rounds_to_target'] == 0     # target 0.01
+  assert runs['twin'][2]['rounds_to_target'] is None  # target 1.0 on tiny data
+  seed1 = runs['seed1'][2]
+  assert seed1['best_accuracy'] > seed1['final_accuracy']  # so best and final are told apart
+
+
+# --------------------------------------------------------------------------- pairing, determinism
+
+
+def test_same_seed_same_cohorts_across_algorithms(runs):
+  assert runs['base'][3] == runs['fedavg'][3]
+
+
+def test_other_seed_other_cohorts(runs):
+  assert runs['base'][3] != runs['seed1'][3]
+
+
+def test_same_initial_model_across_algorithms(runs):
+  first = [read_jsonl(runs[n][1] / 'metrics.jsonl')[0] for n in ('base', 'fedavg')]
+  for key in ('test_accuracy', 'test_loss', 'train_loss'):
+    assert first[0][key] == first[1][key]
+  last = [read_jsonl(runs[n][1] / 'metrics.jsonl')[-1] for n in ('base', 'fedavg')]
+  assert last[0]['test_loss'] != last[1]['test_loss']  # the algorithms do differ
+
+
+def test_deterministic(runs):
+  strip = lambda n: [{k: v for k, v in r.items() if k != 'elapsed_s'}
+                     for r in read_jsonl(runs[n][1] / 'metrics.jsonl')]
+  assert strip('base') == strip('twin')
+
+
+# --------------------------------------------------------------------------- units
+
+
+def test_rounds_to_target():
+  recs = [{'round': 0, 'test_accuracy': 0.1}, {'round': 5, 'test_accuracy': 0.85},
+          {'round': 10, 'test_accuracy': 0.8}, {'round': 15, 'test_accuracy': 0.9}]
+  assert runner.rounds_to_target(recs, 0.85) == 5
+  assert runner.rounds_to_target(recs, 0.05) == 0
+  assert runner.rounds_to_target(recs, 0.86) == 15
+  assert runner.rounds_to_target(recs, 0.95) is None
+  assert runner.rounds_to_target([], 0.5) is None
+
+
+def test_parse_budget_range():
+  assert config_lib.parse_budget_range('4,13') == (4, 13)
+  assert config_lib.parse_budget_range(' 2 , 2 ') == (2, 2)
+
+
+@pytest.mark.parametrize('text', ['4', '4,5,6', 'a,b', '', '4.5,6', '4,'])
+def test_parse_budget_range_errors(text):
+  with pytest.raises(ConfigError, match='--budget_range'):
+    config_lib.parse_budget_range(text)
+
+
+@pytest.mark.parametrize('changes, flag', [
+    ({'dataset': 'nope'}, '--dataset'),
+    ({'algorithm': 'nope'}, '--algorithm'),
+    ({'model': 'nope'}, '--model'),
+    ({'server_optimizer': 'nope'}, '--server_optimizer'),
+    ({'aggregation_weights': 'nope'}, '--aggregation_weights'),
+    ({'dataset': 'leaf'}, '--data_path'),
+    ({'num_rounds': 0}, '--num_rounds'),
+    ({'clients_per_round': -1}, '--clients_per_round'),
+    ({'batch_size': 0}, '--batch_size'),
+    ({'eval_every': 0}, '--eval_every'),
+    ({'budget_range': (0, 3)}, '--budget_range'),
+    ({'budget_range': (5, 4)}, '--budget_range'),
+    ({'chunk_size': -1}, '--chunk_size'),
+    ({'train_fraction': 1.0}, '--train_fraction'),
+    ({'client_lr': 0.0}, '--client_lr'),
+    ({'server_lr': -1.0}, '--server_lr'),
+    ({'client_momentum': 1.0}, '--client_momentum'),
+    ({'server_momentum': -0.1}, '--server_momentum'),
+    ({'target_accuracy': 0.0}, '--target_accuracy'),
+])
+def test_validate_names_the_flag(changes, flag):
+  with pytest.raises(ConfigError) as e:
+    config_lib.validate(Config(**changes))
+  message = str(e.value)
+  assert message.startswith(flag) and '\n' not in message
+
+
+def test_validate_accepts_defaults():
+  assert config_lib.validate(Config()) == Config()
+
+
+def test_prepare_rejects_cohort_above_population(base_config):
+  c = dataclasses.replace(base_config, sample_with_replacement=False, clients_per_round=9)
+  with pytest.raises(ConfigError, match='--clients_per_round'):
+    runner.prepare(c)
+
+
+@pytest.mark.parametrize('labels', [['a', 'b'], [-1, 0]])
+def test_prepare_rejects_labels_a_model_cannot_index(tmp_path, labels):
+  path = tmp_path / 'labels.json'
+  users = ['u0', 'u1']
+  path.write_text(json.dumps({'users': users, 'user_data': {
+      u: {'x': [[0.5, 1.0]] * 4, 'y': labels * 2} for u in users}}))
+  c = Config(dataset='leaf', data_path=str(path), clients_per_round=2)
+  with pytest.raises(ConfigError, match='--model=logistic.*labels.json'):
+    runner.prepare(c)
+
+
+def test_check_workdir(tmp_path):
+  runner.check_workdir(str(tmp_path / 'new'), overwrite=False)
+  assert not (tmp_path / 'new').exists()
+  (tmp_path / 'summary.json').write_text('{}')
+  with pytest.raises(ConfigError, match='--workdir'):
+    runner.check_workdir(str(tmp_path), overwrite=False)
+  runner.check_workdir(str(tmp_path), overwrite=True)
+  with pytest.raises(ConfigError, match='--workdir'):
+    runner.check_workdir(str(tmp_path / 'summary.json'), overwrite=True)
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def test_progress_line_has_rate_and_eta():
+  p = progress_lib.Progress(10, stream=io.StringIO())
+  assert 'ETA ?' in p.line(0)
+  p.begin(0)
+  p.start -= 2.0  # as if 2 s had passed
+  line = p.line(4, 'test acc 0.5')
+  assert line.startswith('round 4/10 | ')
+  assert '2.00 rounds/s' in line and 'ETA 0:00:03' in line and line.endswith('| test acc 0.5')
+
+
+def test_progress_writes_lines_off_terminal():
+  stream = io.StringIO()
+  p = progress_lib.Progress(3, stream=stream)
+  p.begin(0)
+  p.update(1)
+  assert stream.getvalue() == ''
+  p.update(2, force=True)
+  p.close()
+  assert stream.getvalue().count('\n') == 1 and 'round 2/3' in stream.getvalue()
+
+
+def test_format_seconds():
+  assert progress_lib.format_seconds(3725.4) == '1:02:05'
+  assert progress_lib.format_seconds(0) == '0:00:00'
