@@ -4,11 +4,15 @@ For each cohort size C (default 20, 200, 2,000, 10,000 clients; sampled with rep
 1,000 LEAF Synthetic clients), every client runs ``tau`` FedAvg SGD steps of batch ``B``. Reported:
 
 * compile time of the round (separately, never inside throughput);
-* round time (median over ``--repeats`` rounds, after one warm-up round, ``block_until_ready``);
+* round time (median over ``--repeats`` rounds of fresh cohorts, after a warm-up round,
+  ``block_until_ready``);
 * useful examples/s ``= sum_i tau_i B / round time`` and client-steps/s;
 * the *batched limit*, measured in the same process: the time of one jitted SGD step of a single
   model on all ``C tau B`` examples gathered from the same pool (one big batch, the most efficient
-  way to push that many examples through the model), and ``ratio = batched time / round time``;
+  way to push that many examples through the model), timed alternately with the rounds so both
+  see the same machine load, and ``ratio = batched time / round time`` (medians);
+* on CPU each core is presented as a device and cohorts of at least 256 clients per device are
+  split over them (``fedjax_gel.core.devices``); the batched step uses XLA's own threads;
 * peak memory: the process's peak resident set (each cohort size runs in its own process), and
   the device's peak bytes where the backend reports them (GPU/TPU).
 
@@ -29,8 +33,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int) -> dict:
+def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
+            num_devices: int) -> dict:
   """Runs in a fresh process: one cohort size, engine round vs batched limit."""
+  from fedjax_gel.core import devices
+  devices.use_all_cpu_cores()   # on CPU, one device per core (no effect on GPU/TPU)
   import jax
   import jax.numpy as jnp
   import optax
@@ -46,9 +53,12 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int) ->
   root = keys.root_key(0)
   params = model.init(keys.init_key(root))
   state = alg.server_init(params)
+  mesh = devices.client_mesh(num_devices or devices.auto_num_devices(cohort, jax.device_count()))
   if chunk_size == 0:
-    chunk_size = round_lib.default_chunk_size(cohort, params, 61 * 4, batch)
-  rf = round_lib.build_round(alg, batch_size=batch, max_budget=tau, chunk_size=chunk_size)
+    chunk_size = round_lib.default_chunk_size(cohort, params, 61 * 4, batch,
+                                              1 if mesh is None else mesh.size)
+  rf = round_lib.build_round(alg, batch_size=batch, max_budget=tau, chunk_size=chunk_size,
+                             mesh=mesh)
   cohorts = [sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
                                     budget_range=(tau, tau), replace=True, batch_size=batch)
              for r in range(repeats + 1)]
@@ -59,30 +69,26 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int) ->
   mem = compiled.memory_analysis()
   temp_bytes = getattr(mem, 'temp_size_in_bytes', None) if mem is not None else None
 
-  times, metrics = [], None
-  for r, c in enumerate(cohorts):
-    t = time.perf_counter()
-    out, metrics = compiled(state, c, data, root, jnp.int32(r))
-    jax.block_until_ready(out)
-    if r:   # round 0 is the warm-up
-      times.append(time.perf_counter() - t)
-  round_s = statistics.median(times)
-  useful = int(metrics.examples)
-  computed = int(metrics.computed_steps) * batch
-
   @jax.jit
   def batched_step(p, examples, rows):
     b = {k: v[rows] for k, v in examples.items()}
     return jax.tree_util.tree_map(lambda w, g: w - 0.01 * g, p, jax.grad(loss)(p, b))
 
+  out, metrics = compiled(state, cohorts[0], data, root, jnp.int32(0))   # warm-up
+  useful = int(metrics.examples)
   rows = jax.random.randint(jax.random.key(1), (useful,), 0, data.num_examples)
-  jax.block_until_ready(batched_step(params, data.examples, rows))
-  btimes = []
-  for _ in range(repeats):
+  jax.block_until_ready((out, batched_step(params, data.examples, rows)))
+  times, btimes = [], []
+  for r, c in enumerate(cohorts[1:], 1):   # interleaved, so both see the same machine load
+    t = time.perf_counter()
+    out, metrics = compiled(state, c, data, root, jnp.int32(r))
+    jax.block_until_ready(out)
+    times.append(time.perf_counter() - t)
     t = time.perf_counter()
     jax.block_until_ready(batched_step(params, data.examples, rows))
     btimes.append(time.perf_counter() - t)
-  batched_s = statistics.median(btimes)
+  round_s, batched_s = statistics.median(times), statistics.median(btimes)
+  computed = int(metrics.computed_steps) * batch
 
   device_peak = None
   stats = jax.devices()[0].memory_stats() or {}
@@ -90,6 +96,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int) ->
     device_peak = int(stats['peak_bytes_in_use'])
   return {
       'cohort': cohort, 'tau': tau, 'batch': batch, 'chunk_size': chunk_size,
+      'devices': 1 if mesh is None else mesh.size,
       'compile_s': compile_s, 'round_s': round_s, 'examples_per_s': useful / round_s,
       'client_steps_per_s': useful / batch / round_s, 'useful_fraction': useful / computed,
       'batched_s': batched_s, 'ratio_to_batched': batched_s / round_s,
@@ -101,11 +108,11 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int) ->
 
 def table(rows: list[dict]) -> str:
   mib = lambda b: '-' if b is None else f'{b / 2**20:,.0f}'
-  out = ['| clients | chunk | compile s | round ms | useful examples/s | client-steps/s | '
+  out = ['| clients | devices | chunk | compile s | round ms | useful examples/s | client-steps/s | '
          'batched limit ms | ratio to batched | peak RSS MiB | XLA temp MiB | device peak MiB |',
-         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in rows:
-    out.append(f'| {r["cohort"]:,} | {r["chunk_size"]:,} | {r["compile_s"]:.2f} | '
+    out.append(f'| {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | {r["compile_s"]:.2f} | '
                f'{r["round_s"] * 1e3:.2f} | {r["examples_per_s"]:,.0f} | '
                f'{r["client_steps_per_s"]:,.0f} | {r["batched_s"] * 1e3:.2f} | '
                f'{r["ratio_to_batched"]:.2f} | {mib(r["peak_rss_bytes"])} | '
@@ -118,8 +125,10 @@ def main(argv=None):
   p.add_argument('--cohorts', default='20,200,2000,10000')
   p.add_argument('--tau', type=int, default=13)
   p.add_argument('--batch_size', type=int, default=5)
-  p.add_argument('--repeats', type=int, default=5)
+  p.add_argument('--repeats', type=int, default=10)
   p.add_argument('--chunk_size', type=int, default=0, help='0: automatic')
+  p.add_argument('--num_devices', type=int, default=0,
+                 help='devices the cohort is split over; 0: automatic (on CPU, one per core)')
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
@@ -130,12 +139,14 @@ def main(argv=None):
   if min(cohorts + [a.tau, a.batch_size, a.repeats]) <= 0 or a.chunk_size < 0:
     p.exit(2, 'error: --cohorts, --tau, --batch_size and --repeats must be positive\n')
   if a.single:
-    print(json.dumps(measure(a.single, a.tau, a.batch_size, a.repeats, a.chunk_size)))
+    print(json.dumps(measure(a.single, a.tau, a.batch_size, a.repeats, a.chunk_size,
+                             a.num_devices)))
     return
   rows = []
   for c in cohorts:   # one process per cohort size: its peak memory is its own
     cmd = [sys.executable, __file__, '--single', str(c), '--tau', str(a.tau), '--batch_size',
-           str(a.batch_size), '--repeats', str(a.repeats), '--chunk_size', str(a.chunk_size)]
+           str(a.batch_size), '--repeats', str(a.repeats), '--chunk_size', str(a.chunk_size),
+           '--num_devices', str(a.num_devices)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows.append(json.loads(out.strip().splitlines()[-1]))
     print(f'{c} clients: {rows[-1]["round_s"] * 1e3:.2f} ms/round, ratio to batched '

@@ -46,7 +46,9 @@ flags.DEFINE_integer('eval_every', D.eval_every, 'Evaluate every this many round
 flags.DEFINE_float('target_accuracy', D.target_accuracy, 'Accuracy for rounds_to_target.')
 flags.DEFINE_integer('chunk_size', D.chunk_size, 'Clients vmapped together; 0 = automatic.')
 flags.DEFINE_integer('num_devices', D.num_devices,
-                     'Devices the cohort is split over (mesh axis "clients"); 0 = all.')
+                     'Devices the cohort is split over (mesh axis "clients"); 0 = automatic: '
+                     'all when each gets at least 256 clients, else one. On CPU every core is '
+                     'a device.')
 
 
 def config_from_flags() -> config_lib.Config:
@@ -65,6 +67,8 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)   # keep JAX's backend notices off stderr
   if len(argv) > 1:
     fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  from fedjax_gel.core.devices import use_all_cpu_cores
+  use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
   from fedjax_gel.data.leaf import DataError
   from fedjax_gel.experiment import runner
   try:

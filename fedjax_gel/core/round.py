@@ -25,32 +25,17 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.core import keys
+from fedjax_gel.core.devices import CLIENT_AXIS
 from fedjax_gel.core.federated_data import FederatedData
 from fedjax_gel.core.sampling import Cohort
 from fedjax_gel.core.shuffle import cycled_permutation
 
 tree_map = jax.tree_util.tree_map
-CLIENT_AXIS = 'clients'
-
-
-def client_mesh(num_devices: int = 0) -> Mesh | None:
-  """A 1-D mesh named ``'clients'`` over the first ``num_devices`` devices (0: all of them).
-
-  Returns None for a single device (the engine then needs no sharding).
-  """
-  devices = jax.devices()
-  num_devices = num_devices or len(devices)
-  if num_devices > len(devices):
-    raise ValueError(f'{num_devices} devices asked for, {len(devices)} present')
-  if num_devices == 1:
-    return None
-  return Mesh(np.array(devices[:num_devices]), (CLIENT_AXIS,))
 
 
 class RoundMetrics(NamedTuple):
@@ -182,21 +167,27 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
   return jax.jit(round_fn, donate_argnums=(0,) if donate else ())
 
 
+CPU_CHUNK_BYTES = 16 << 20   # per device: chunks about this size run fastest on CPU caches
+
+
 def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size: int,
-                       state_copies: int = 8, memory_bytes: int | None = None) -> int:
-  """Clients per chunk so that the chunk's working set fits in a quarter of device memory.
+                       num_devices: int = 1, state_copies: int = 8,
+                       memory_bytes: int | None = None) -> int:
+  """Clients per chunk from the model size and the memory to hold them.
 
   A client holds about ``state_copies`` model-sized buffers (params, optimiser state, gradient,
-  the masked and unmasked step results, the upload) and one minibatch. ``memory_bytes`` defaults
-  to the device's memory limit where the backend reports it, else 2 GiB (CPU).
+  the masked and unmasked step results, the upload) and one minibatch. The chunk's working set
+  may take a quarter of ``memory_bytes`` when given; otherwise a quarter of each accelerator's
+  memory, or on CPU ``CPU_CHUNK_BYTES`` per device (cache-sized chunks are fastest there; larger
+  ones only add memory traffic).
   """
-  if memory_bytes is None:
-    memory_bytes = 2 << 30
-    try:
-      stats = jax.devices()[0].memory_stats() or {}
-      memory_bytes = int(stats.get('bytes_limit', memory_bytes))
-    except Exception:  # pylint: disable=broad-except  # backends without memory stats
-      pass
+  if memory_bytes is not None:
+    budget = memory_bytes // 4
+  elif jax.default_backend() == 'cpu':
+    budget = CPU_CHUNK_BYTES * num_devices
+  else:
+    stats = jax.devices()[0].memory_stats() or {}
+    budget = int(stats.get('bytes_limit', 4 << 30)) // 4 * num_devices
   model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
   per_client = state_copies * model_bytes + 2 * batch_size * example_bytes
-  return max(1, min(cohort_size, (memory_bytes // 4) // max(per_client, 1)))
+  return max(1, min(cohort_size, budget // max(per_client, 1)))

@@ -5,8 +5,11 @@
 through it). Only the first ``length = tau_max * B`` positions are needed, so ``perm`` is a
 *partial* Fisher-Yates shuffle: step ``t`` swaps positions ``t`` and ``j_t ~ U{t..n-1}``.
 
-The swaps are resolved in parallel rather than one after another, in O(L log L) work for
-``L = length`` whatever ``n`` (a client with 50,000 examples costs what one with 50 costs):
+Two exact implementations of the same swaps, whatever ``n`` (a client with 50,000 examples costs
+what one with 50 costs): for short orders (``L <= 128``) the swaps run one after another over a
+dense buffer of the first ``L`` positions plus a sparse map for swaps beyond it, O(L^2) simple
+vector work per client that vectorises well across clients; for longer orders they are resolved
+in parallel in O(L log L):
 position ``t`` is final after step ``t``, and takes the value position ``j_t`` held just before
 it. That value is ``j_t`` itself unless an earlier step ``s`` also drew ``j_s = j_t``, in which
 case (for the last such ``s``) it is ``f(s)``, the value position ``s`` held before step ``s``.
@@ -30,8 +33,43 @@ def fisher_yates_draws(key: jax.Array, n, length: int) -> jax.Array:
   return jnp.where(t < n - 1, t + r, t)
 
 
+SEQUENTIAL_MAX_LENGTH = 128
+
+
 def partial_fisher_yates(draws: jax.Array) -> jax.Array:
-  """First ``L`` entries of the permutation the swaps ``(t, draws[t])`` produce, in parallel."""
+  """First ``L`` entries of the permutation the swaps ``(t, draws[t])`` produce."""
+  if draws.shape[0] <= SEQUENTIAL_MAX_LENGTH:
+    return swaps_sequential(draws)
+  return swaps_parallel(draws)
+
+
+def swaps_sequential(draws: jax.Array) -> jax.Array:
+  """The swaps one after another: positions ``< L`` in a buffer, later ones in a sparse map.
+
+  Step ``t`` writes map slot ``t`` when ``j_t >= L``; the newest slot holding a key wins.
+  """
+  length = draws.shape[0]
+  pos = jnp.arange(length, dtype=jnp.int32)
+
+  def swap(carry, t):
+    buf, map_keys, map_vals = carry
+    j = draws[t]
+    in_buf = j < length
+    newest = jnp.max(jnp.where(map_keys == j, pos, -1))
+    val_j = jnp.where(in_buf, jnp.sum(jnp.where(pos == j, buf, 0)),
+                      jnp.where(newest >= 0, jnp.sum(jnp.where(pos == newest, map_vals, 0)), j))
+    val_t = buf[t]
+    buf = jnp.where(pos == j, val_t, buf).at[t].set(val_j)
+    map_keys = map_keys.at[t].set(jnp.where(in_buf, -1, j))
+    map_vals = map_vals.at[t].set(val_t)
+    return (buf, map_keys, map_vals), None
+
+  init = (pos, jnp.full((length,), -1, jnp.int32), jnp.zeros((length,), jnp.int32))
+  return jax.lax.scan(swap, init, pos)[0][0]
+
+
+def swaps_parallel(draws: jax.Array) -> jax.Array:
+  """The swaps resolved at once with a stable sort and pointer jumping (see the module doc)."""
   length = draws.shape[0]
   t = jnp.arange(length, dtype=jnp.int32)
   # prev[t]: the last step s < t with draws[s] == draws[t], else -1 (stable sort by target).

@@ -40,7 +40,7 @@ class Config:
   eval_every: int = 5
   target_accuracy: float = 0.85         # GeL paper: 85% on Synthetic (its code uses 81%)
   chunk_size: int = 0                   # 0: from model size and device memory
-  num_devices: int = 0                  # devices the cohort is split over; 0: all
+  num_devices: int = 0                  # devices the cohort is split over; 0: automatic
 
   def to_json(self) -> dict:
     return dataclasses.asdict(self)
@@ -79,7 +79,7 @@ def validate(c: Config) -> Config:
   a, b = c.budget_range
   need(a >= 1, f'--budget_range: the smallest budget must be at least 1 (got {a},{b})')
   need(a <= b, f'--budget_range: a must not exceed b (got {a},{b})')
-  need(c.num_devices >= 0, f'--num_devices must be >= 0, 0 meaning all (got {c.num_devices})')
+  need(c.num_devices >= 0, f'--num_devices must be >= 0, 0 meaning automatic (got {c.num_devices})')
   need(c.chunk_size >= 0, f'--chunk_size must be >= 0, 0 meaning automatic (got {c.chunk_size})')
   need(0. < c.train_fraction < 1., f'--train_fraction must lie in (0, 1) (got {c.train_fraction})')
   need(c.client_lr > 0, f'--client_lr must be positive (got {c.client_lr})')

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 
 from fedjax_gel import algorithms, models
-from fedjax_gel.core import evaluation, federated_data, keys, round as round_lib, sampling
+from fedjax_gel.core import devices, evaluation, federated_data, keys, round as round_lib, sampling
 from fedjax_gel.experiment.config import Config, ConfigError, validate
 from fedjax_gel.experiment.progress import Progress
 
@@ -91,12 +91,14 @@ def prepare(c: Config) -> Experiment:
   if c.num_devices > jax.device_count():
     raise ConfigError(f'--num_devices={c.num_devices} but only {jax.device_count()} '
                       f'{jax.default_backend()} devices are present')
-  mesh = round_lib.client_mesh(c.num_devices)
+  mesh = devices.client_mesh(
+      c.num_devices or devices.auto_num_devices(c.clients_per_round, jax.device_count()))
   chunk = c.chunk_size
   if chunk == 0:
     params = jax.eval_shape(model.init, jax.random.key(0))
     example_bytes = sum(np.asarray(v[:1]).nbytes for v in split.train.examples.values())
-    chunk = round_lib.default_chunk_size(c.clients_per_round, params, example_bytes, c.batch_size)
+    chunk = round_lib.default_chunk_size(c.clients_per_round, params, example_bytes, c.batch_size,
+                                         1 if mesh is None else mesh.size)
   return Experiment(c, model, algorithm, train, evaluation.make_eval_pool(split.test),
                     evaluation.make_eval_pool(split.train), min(chunk, c.clients_per_round), mesh)
 

@@ -10,7 +10,8 @@ SCRIPT = textwrap.dedent('''
     import jax, jax.numpy as jnp, numpy as np
     from fedjax_gel import algorithms, models
     from fedjax_gel.core import federated_data as fd, keys, sampling
-    from fedjax_gel.core.round import build_round, client_mesh
+    from fedjax_gel.core.devices import client_mesh
+    from fedjax_gel.core.round import build_round
     assert jax.device_count() == 8, jax.devices()
     rng = np.random.default_rng(0)
     w = rng.normal(size=(6, 3))

@@ -9,7 +9,8 @@ import pytest
 
 from fedjax_gel.core import keys
 from fedjax_gel.core.sampling import aggregation_weights, sample_cohort
-from fedjax_gel.core.shuffle import cycled_permutation, fisher_yates_draws, partial_fisher_yates
+from fedjax_gel.core.shuffle import (cycled_permutation, fisher_yates_draws, swaps_parallel,
+                                     swaps_sequential)
 
 perms = jax.jit(jax.vmap(cycled_permutation, in_axes=(0, 0, None)), static_argnums=2)
 
@@ -27,19 +28,23 @@ def sequential_fisher_yates(draws, length):
   return [a.get(t, t) for t in range(length)]
 
 
-@pytest.mark.parametrize('n', [1, 2, 3, 5, 9, 40, 41, 1000, 10**6])
-@pytest.mark.parametrize('length', [1, 2, 7, 40])
-def test_parallel_swaps_equal_sequential_fisher_yates(n, length):
-  for seed in range(5):
-    draws = fisher_yates_draws(jax.random.key(seed * 7919 + n), n, length)
-    assert np.asarray(partial_fisher_yates(draws)).tolist() == sequential_fisher_yates(
-        np.asarray(draws), length)
+@pytest.mark.parametrize('swaps', [swaps_sequential, swaps_parallel])
+@pytest.mark.parametrize('length', [1, 2, 7, 40, 150])
+def test_vectorised_swaps_equal_textbook_fisher_yates(swaps, length):
+  fn = jax.jit(jax.vmap(swaps))
+  for n in [1, 2, 3, 5, 9, 40, 41, 149, 1000, 10**6]:
+    keys_ = jax.random.split(jax.random.key(n), 4)
+    draws = np.asarray(jax.vmap(fisher_yates_draws, in_axes=(0, None, None))(keys_, n, length))
+    for row, out in zip(draws, np.asarray(fn(draws))):
+      assert out.tolist() == sequential_fisher_yates(row, length), (n, row)
 
 
-def test_parallel_swaps_resolve_chains_by_hand():
+@pytest.mark.parametrize('swaps', [swaps_sequential, swaps_parallel])
+def test_swaps_resolve_chains_by_hand(swaps):
   # L = 4, n = 6: swaps (0,2) (1,2) (2,5) (3,3): 012345 -> 210345 -> 201345 -> 205341 -> 2053..
-  draws = jnp.array([2, 2, 5, 3], jnp.int32)
-  np.testing.assert_array_equal(partial_fisher_yates(draws), [2, 0, 5, 3])
+  np.testing.assert_array_equal(swaps(jnp.array([2, 2, 5, 3], jnp.int32)), [2, 0, 5, 3])
+  # L = 3, n = 9, every draw beyond the buffer, the last two equal: 0<->7, 1<->8, 2<->8.
+  np.testing.assert_array_equal(swaps(jnp.array([7, 8, 8], jnp.int32)), [7, 8, 1])
 
 
 def test_full_permutation_is_uniform():

@@ -1,0 +1,54 @@
+"""Devices: the ``'clients'`` mesh, and CPU cores presented as devices.
+
+XLA's CPU backend runs a vmapped step of many small per-client models on about one core (a
+batched matmul of tiny matrices is not split across threads). Presented as several CPU devices
+(``--xla_force_host_platform_device_count``), the engine splits each chunk over them with
+``shard_map`` and every core works: on a 2-core machine a 2,000-client LEAF Synthetic round
+runs about 1.5x faster (``benchmarks/RESULTS.md``). The option only concerns the CPU backend;
+GPU and TPU devices are used as they are.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+CLIENT_AXIS = 'clients'
+CPU_DEVICES_FLAG = '--xla_force_host_platform_device_count'
+# Below this many clients per device a round is too small to gain from splitting it.
+MIN_CLIENTS_PER_DEVICE = 256
+
+
+def use_all_cpu_cores(count: int | None = None) -> bool:
+  """Presents ``count`` (default: every core) CPU devices to JAX.
+
+  Must run before JAX initialises its backends (its first computation or ``jax.devices()``).
+  Returns False, changing nothing, when that has happened or ``XLA_FLAGS`` already sets the count.
+  """
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  flags = os.environ.get('XLA_FLAGS', '')
+  if CPU_DEVICES_FLAG in flags or xla_bridge.backends_are_initialized():
+    return False
+  count = count or os.cpu_count() or 1
+  os.environ['XLA_FLAGS'] = f'{flags} {CPU_DEVICES_FLAG}={count}'.strip()
+  return True
+
+
+def auto_num_devices(cohort_size: int, available: int) -> int:
+  """All devices when each gets at least ``MIN_CLIENTS_PER_DEVICE`` clients, else one."""
+  return available if cohort_size >= MIN_CLIENTS_PER_DEVICE * available else 1
+
+
+def client_mesh(num_devices: int = 0):
+  """A 1-D ``jax.sharding.Mesh`` named ``'clients'`` over the first ``num_devices`` devices.
+
+  ``0`` takes all devices. Returns None for a single device (the engine then needs no sharding).
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  devices = jax.devices()
+  num_devices = num_devices or len(devices)
+  if num_devices > len(devices):
+    raise ValueError(f'{num_devices} devices asked for, {len(devices)} present')
+  if num_devices == 1:
+    return None
+  return jax.sharding.Mesh(np.array(devices[:num_devices]), (CLIENT_AXIS,))
