@@ -1,7 +1,7 @@
 """Flax models and a registry by name."""
 from __future__ import annotations
 
-from fedjax_gel.models.base import Model, cross_entropy_loss, from_linen, num_params
+from fedjax_gel.models.base import Model, cross_entropy_loss, from_linen, from_nnx, num_params
 from fedjax_gel.models.logistic import LogisticRegression, logistic
 
 MODELS = {'logistic': logistic}
@@ -14,5 +14,5 @@ def get_model(name: str, input_shape, num_classes: int) -> Model:
   return MODELS[name](input_shape, num_classes)
 
 
-__all__ = ['MODELS', 'LogisticRegression', 'Model', 'cross_entropy_loss', 'from_linen',
+__all__ = ['MODELS', 'LogisticRegression', 'Model', 'cross_entropy_loss', 'from_linen', 'from_nnx',
            'get_model', 'logistic', 'num_params']

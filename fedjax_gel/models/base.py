@@ -32,6 +32,29 @@ def from_linen(name: str, module, input_shape, input_dtype, num_classes: int) ->
                lambda params, x: module.apply({'params': params}, x), num_classes)
 
 
+def from_nnx(name: str, make_module: Callable, num_classes: int) -> Model:
+  """Wraps a Flax ``nnx`` module: ``make_module(rngs) -> module`` mapping ``[B, ...]`` to logits.
+
+  The module is split once into a graph definition and its state; params are the state as a
+  plain dict of arrays, which is all the engine vmaps over clients (``nnx.merge`` rebuilds the
+  module inside ``apply``, at trace time only).
+  """
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  abstract = nnx.eval_shape(lambda: make_module(nnx.Rngs(0)))
+  graphdef = nnx.split(abstract)[0]
+
+  def init(key):
+    return nnx.to_pure_dict(nnx.state(make_module(nnx.Rngs(key))))
+
+  def apply(params, x):
+    state = nnx.split(abstract)[1]
+    nnx.replace_by_pure_dict(state, params)
+    return nnx.merge(graphdef, state)(x)
+
+  return Model(name, init, apply, num_classes)
+
+
 def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
   """``loss(params, batch)``: mean softmax cross-entropy of ``batch['x']`` against ``batch['y']``."""
   def loss(params, batch):
