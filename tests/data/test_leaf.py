@@ -36,7 +36,7 @@ def leaf_split_reference(data, frac, seed):
   rng = random.Random(seed)
   train, test = {}, {}
   for u in data['users']:
-    xs, ys = list(data['user_data'][u]['x']), list(data['user_data'][u]['y'])
+    ys = list(data['user_data'][u]['y'])
     n = len(ys)
     if n < 2:
       continue

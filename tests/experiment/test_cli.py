@@ -7,25 +7,11 @@ import pathlib
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from fedjax_gel.experiment import config as config_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def write_leaf(path, num_users=8, n=12, dim=3, classes=3, seed=0):
-  """A small learnable LEAF file: y = argmax(x W)."""
-  rng = np.random.default_rng(seed)
-  w = rng.normal(size=(dim, classes))
-  users = [f'u{i}' for i in range(num_users)]
-  data = {}
-  for u in users:
-    x = rng.normal(size=(n, dim))
-    data[u] = {'x': x.tolist(), 'y': np.argmax(x @ w, axis=1).tolist()}
-  path.write_text(json.dumps({'users': users, 'num_samples': [n] * num_users, 'user_data': data}))
-  return path
 
 
 def start(*args):
@@ -49,11 +35,11 @@ def assert_one_line_error(proc, *names):
 
 
 @pytest.fixture(scope='module')
-def paths(tmp_path_factory):
+def paths(tmp_path_factory, tiny_leaf_file):
   d = tmp_path_factory.mktemp('cli')
   malformed = d / 'malformed.json'
   malformed.write_text('{"users": ["a"], "user_data": {')
-  return {'dir': d, 'data': str(write_leaf(d / 'tiny.json')), 'malformed': str(malformed),
+  return {'dir': d, 'data': str(tiny_leaf_file), 'malformed': str(malformed),
           'missing': str(d / 'missing.json')}
 
 

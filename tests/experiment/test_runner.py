@@ -17,27 +17,13 @@ METRIC_KEYS = {'round', 'algorithm', 'seed', 'test_accuracy', 'test_loss', 'trai
                'grad_computations', 'examples', 'elapsed_s'}
 
 
-def write_leaf(path, num_users=8, n=12, dim=3, classes=3, seed=0):
-  """A small learnable LEAF file: y = argmax(x W)."""
-  rng = np.random.default_rng(seed)
-  w = rng.normal(size=(dim, classes))
-  users = [f'u{i}' for i in range(num_users)]
-  data = {}
-  for u in users:
-    x = rng.normal(size=(n, dim))
-    data[u] = {'x': x.tolist(), 'y': np.argmax(x @ w, axis=1).tolist()}
-  path.write_text(json.dumps({'users': users, 'num_samples': [n] * num_users, 'user_data': data}))
-  return path
-
-
 def read_jsonl(path):
   return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 @pytest.fixture(scope='module')
-def base_config(tmp_path_factory):
-  path = write_leaf(tmp_path_factory.mktemp('data') / 'tiny.json')
-  return Config(dataset='leaf', data_path=str(path), num_rounds=5, eval_every=2,
+def base_config(tiny_leaf_file):
+  return Config(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=5, eval_every=2,
                 clients_per_round=3, batch_size=2, budget_range=(1, 3), client_lr=0.1,
                 target_accuracy=0.01)
 
