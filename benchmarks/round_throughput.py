@@ -16,7 +16,8 @@ For each cohort size C (default 20, 200, 2,000, 10,000 clients; sampled with rep
 * peak memory: the process's peak resident set (each cohort size runs in its own process), and
   the device's peak bytes where the backend reports them (GPU/TPU).
 
-Usage: ``python benchmarks/round_throughput.py [--cohorts 20,200,2000,10000] [--repeats 5]``.
+Usage: ``python benchmarks/round_throughput.py [--cohorts 20,200,2000,10000] [--repeats 10]``
+(``pip install -e '.[bench]'`` adds psutil, used to name the host's memory).
 """
 from __future__ import annotations
 
@@ -106,6 +107,14 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   }
 
 
+def host_memory() -> str:
+  try:
+    import psutil  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return ''
+  return f', {psutil.virtual_memory().total / 2**30:.0f} GiB memory'
+
+
 def table(rows: list[dict]) -> str:
   mib = lambda b: '-' if b is None else f'{b / 2**20:,.0f}'
   out = ['| clients | devices | chunk | compile s | round ms | useful examples/s | client-steps/s | '
@@ -147,12 +156,14 @@ def main(argv=None):
     cmd = [sys.executable, __file__, '--single', str(c), '--tau', str(a.tau), '--batch_size',
            str(a.batch_size), '--repeats', str(a.repeats), '--chunk_size', str(a.chunk_size),
            '--num_devices', str(a.num_devices)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    rows.append(json.loads(out.strip().splitlines()[-1]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+      sys.exit(f'error: the {c}-client measurement failed:\n{proc.stderr[-3000:]}')
+    rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     print(f'{c} clients: {rows[-1]["round_s"] * 1e3:.2f} ms/round, ratio to batched '
           f'{rows[-1]["ratio_to_batched"]:.2f}', file=sys.stderr)
-  print(f'device: {rows[0]["device"]}; host: {platform.processor() or platform.machine()}, '
-        f'{os.cpu_count()} cores\n')
+  print(f'device: {rows[0]["device"]}; host: {platform.machine()}, {os.cpu_count()} cores'
+        f'{host_memory()}\n')
   print(table(rows))
   if a.json:
     with open(a.json, 'w') as f:

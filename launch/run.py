@@ -77,6 +77,7 @@ def main(argv):
         'runs', f'{c.algorithm}_{c.dataset}_{time.strftime("%Y%m%d-%H%M%S")}')
     runner.check_workdir(workdir, F.overwrite)
     exp = runner.prepare(c)
+    runner.make_workdir(workdir)
   except (config_lib.ConfigError, DataError) as e:
     fail(str(e))
   summary = runner.train(exp, workdir)

@@ -25,10 +25,6 @@ class ClientState(NamedTuple):
   opt_state: Any
 
 
-def tree_sub(a, b):
-  return jax.tree_util.tree_map(lambda u, v: u - v, a, b)
-
-
 def fedavg(loss_fn: Callable, client_optimizer: optax.GradientTransformation,
            server_optimizer: optax.GradientTransformation | None = None,
            name: str = 'fedavg') -> FederatedAlgorithm:
@@ -57,7 +53,7 @@ def fedavg(loss_fn: Callable, client_optimizer: optax.GradientTransformation,
 
   def client_final(state: ClientState, x, ctx: ClientContext):
     del ctx
-    return tree_sub(x, state.params)
+    return optax.tree_utils.tree_sub(x, state.params)
 
   def server_update(state: ServerState, delta, info: RoundInfo):
     del info

@@ -71,7 +71,7 @@ def pad_and_sort(cohort: Cohort, num_chunks: int, chunk_size: int):
 
 
 def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: int,
-                chunk_size: int, mesh: Mesh | None = None, donate: bool = False):
+                chunk_size: int, mesh: Mesh | None = None):
   """Builds the jitted round function.
 
   Args:
@@ -79,20 +79,23 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     batch_size: ``B``, examples per local step.
     max_budget: the largest ``tau_i`` (static: sizes the data-order buffer); larger budgets are
       cut to it.
-    chunk_size: clients processed together (vmapped); the scan over chunks is sequential.
+    chunk_size: the most clients processed together (vmapped); the scan over chunks is
+      sequential. The cohort is cut into equal chunks of at most this size.
     mesh: a device mesh with an axis named ``'clients'``: each chunk's clients are split over it
       (``shard_map``) and the weighted sums reduced across devices; ``None`` runs on the default
       device. The chunk size is rounded up to a multiple of the axis size.
-    donate: donate the server state's buffers to the round (saves a copy of the model).
 
   Returns:
     ``round_fn(server_state, cohort, data, root_key, round_idx)``, jitted; it compiles once per
     cohort size and never again from round to round.
   """
   order_len = max_budget * batch_size
-  upload_dtypes = {}   # leaf index -> dtype, recorded while tracing (sums are kept in float32)
 
-  def run_chunk(bcast, data: FederatedData, client_key_root, chunk):
+  def train_chunk(bcast, data: FederatedData, client_key_root, chunk):
+    """Local work of one chunk: ``(uploads, weights, budgets, mean losses, trip count)``.
+
+    Uploads and weights of padding clients and clients without data are zero.
+    """
     cohort, slots, valid = chunk
     n = data.counts[cohort.client_ids]
     offsets = data.offsets[cohort.client_ids]
@@ -119,29 +122,32 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     upload = jax.vmap(algorithm.client_final, in_axes=(0, None, 0))(state, bcast, ctx)
     w = jnp.where(real, cohort.weights, 0.)
     upload = masked(real, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
-    upload_dtypes.update(enumerate(u.dtype for u in jax.tree_util.tree_leaves(upload)))
+    return upload, w, budgets, loss_sum / jnp.maximum(budgets, 1), real, trips
+
+  def chunk_totals(bcast, data, client_key_root, chunk):
+    """One chunk's ``sum_i w_i upload_i`` (float32) and its scalar totals."""
+    upload, w, budgets, mean_loss, real, trips = train_chunk(bcast, data, client_key_root, chunk)
     sums = tree_map(lambda u: jnp.tensordot(w, u.astype(jnp.float32), axes=1), upload)
-    mean_loss = loss_sum / jnp.maximum(budgets, 1)
     w_trained = jnp.where(budgets > 0, w, 0.)
     totals = (jnp.sum(w), jnp.sum(real).astype(jnp.float32), jnp.sum(w_trained * mean_loss),
-              jnp.sum(w_trained), jnp.sum(budgets), trips * chunk_size)
+              jnp.sum(w_trained), jnp.sum(budgets), trips * budgets.shape[0])
     return sums, totals
 
   def accumulate(bcast, data, client_key_root, chunks):
     """Scan over chunks, adding each chunk's weighted sums and totals."""
     def body(acc, chunk_inputs):
-      sums, totals = run_chunk(bcast, data, client_key_root, chunk_inputs)
-      return tree_map(jnp.add, acc, (sums, totals)), None
+      return tree_map(jnp.add, acc, chunk_totals(bcast, data, client_key_root, chunk_inputs)), None
 
-    acc0 = jax.eval_shape(lambda: run_chunk(bcast, data, client_key_root,
-                                            tree_map(lambda a: a[0], chunks)))
+    acc0 = jax.eval_shape(chunk_totals, bcast, data, client_key_root,
+                          tree_map(lambda a: a[0], chunks))
     acc0 = tree_map(lambda s: jnp.zeros(s.shape, s.dtype), acc0)
     return jax.lax.scan(body, acc0, chunks)[0]
 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
     size = cohort.budgets.shape[0]
     devices = 1 if mesh is None else mesh.shape[CLIENT_AXIS]
-    chunk = -(-min(chunk_size, size) // devices) * devices   # a multiple of the device count
+    chunk = math.ceil(size / math.ceil(size / min(chunk_size, size)))   # equal chunks
+    chunk = math.ceil(chunk / devices) * devices              # a multiple of the device count
     num_chunks = math.ceil(size / chunk)
     chunks = pad_and_sort(cohort, num_chunks, chunk)
     bcast = algorithm.broadcast(server_state)
@@ -154,17 +160,17 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
           in_specs=(P(), P(), P(), P(None, CLIENT_AXIS)), out_specs=P(), check_vma=False)
       sums, totals = sharded(bcast, data, client_key_root, chunks)
     weight_total, num_real, loss_wsum, loss_w, steps, computed = totals
-    leaves, treedef = jax.tree_util.tree_flatten(sums)
+    uploads = jax.eval_shape(train_chunk, bcast, data, client_key_root,
+                             tree_map(lambda a: a[0], chunks))[0]
     scale = jnp.where(weight_total > 0, 1. / jnp.maximum(weight_total, 1e-30), 0.)
-    mean_upload = treedef.unflatten(
-        [(s * scale).astype(upload_dtypes[i]) for i, s in enumerate(leaves)])
+    mean_upload = tree_map(lambda s, u: (s * scale).astype(u.dtype), sums, uploads)
     new_state = algorithm.server_update(server_state, mean_upload,
                                         RoundInfo(weight_total, num_real))
     metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), steps, steps * batch_size,
                            computed)
     return new_state, metrics
 
-  return jax.jit(round_fn, donate_argnums=(0,) if donate else ())
+  return jax.jit(round_fn)
 
 
 CPU_CHUNK_BYTES = 16 << 20   # per device: chunks about this size run fastest on CPU caches

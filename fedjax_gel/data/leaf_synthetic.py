@@ -157,6 +157,16 @@ def _positive_int(s: str) -> int:
   return v
 
 
+def _seed(s: str) -> int:
+  try:
+    v = int(s)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f'{s!r} is not an integer') from None
+  if not 0 <= v < 2**32:
+    raise argparse.ArgumentTypeError(f'{s} is not in [0, 2**32) (numpy seeds are 32-bit)')
+  return v
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   """Command line: writes ``OUT/all_data/data.json`` as LEAF's generator does."""
   p = _Parser(prog='python -m fedjax_gel.data.leaf_synthetic',
@@ -165,14 +175,17 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument('--num_users', type=_positive_int, default=1000)
   p.add_argument('--num_classes', type=_positive_int, default=5)
   p.add_argument('--num_dim', type=_positive_int, default=60)
-  p.add_argument('--seed', type=int, default=DEFAULT_SEED)
+  p.add_argument('--seed', type=_seed, default=DEFAULT_SEED)
   p.add_argument('--legacy_column_softmax', action='store_true',
                  help="label with the earlier LEAF revision's column-normalised softmax")
   args = p.parse_args(argv)
   data = generate(args.num_users, args.num_classes, args.num_dim, args.seed,
                   args.legacy_column_softmax)
   path = os.path.join(args.out, 'all_data', 'data.json')
-  write_leaf_json(data, path)
+  try:
+    write_leaf_json(data, path)
+  except OSError as e:
+    p.error(f'--out={args.out}: cannot write {path}: {e.strerror}')
   print(f'wrote {path}: {len(data["users"])} users, {sum(data["num_samples"])} samples')
   return 0
 

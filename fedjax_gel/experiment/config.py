@@ -74,6 +74,8 @@ def validate(c: Config) -> Config:
   one_of('server_optimizer', c.server_optimizer, SERVER_OPTIMIZERS)
   one_of('aggregation_weights', c.aggregation_weights, WEIGHTINGS)
   need(c.dataset != 'leaf' or c.data_path, '--data_path is required with --dataset=leaf')
+  need(c.dataset == 'leaf' or not c.data_path,
+       f'--data_path is only read with --dataset=leaf (got --dataset={c.dataset})')
   for flag in ('num_rounds', 'clients_per_round', 'batch_size', 'eval_every'):
     need(getattr(c, flag) > 0, f'--{flag} must be a positive integer (got {getattr(c, flag)})')
   a, b = c.budget_range

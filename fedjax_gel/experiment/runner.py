@@ -8,6 +8,7 @@ Everything that can be wrong with the input is checked before anything is writte
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from typing import Callable, NamedTuple, Optional
@@ -93,14 +94,45 @@ def prepare(c: Config) -> Experiment:
                       f'{jax.default_backend()} devices are present')
   mesh = devices.client_mesh(
       c.num_devices or devices.auto_num_devices(c.clients_per_round, jax.device_count()))
-  chunk = c.chunk_size
-  if chunk == 0:
-    params = jax.eval_shape(model.init, jax.random.key(0))
-    example_bytes = sum(np.asarray(v[:1]).nbytes for v in split.train.examples.values())
-    chunk = round_lib.default_chunk_size(c.clients_per_round, params, example_bytes, c.batch_size,
-                                         1 if mesh is None else mesh.size)
+  chunk = c.chunk_size or round_lib.default_chunk_size(
+      c.clients_per_round, jax.eval_shape(model.init, jax.random.key(0)),
+      example_bytes(split.train), c.batch_size, 1 if mesh is None else mesh.size)
+  chunk = min(chunk, c.clients_per_round)
+  check_memory(c, chunk, params_bytes(model), example_bytes(split.train))
   return Experiment(c, model, algorithm, train, evaluation.make_eval_pool(split.test),
-                    evaluation.make_eval_pool(split.train), min(chunk, c.clients_per_round), mesh)
+                    evaluation.make_eval_pool(split.train), chunk, mesh)
+
+
+def params_bytes(model: models.Model) -> int:
+  shapes = jax.eval_shape(model.init, jax.random.key(0))
+  return sum(s.size * s.dtype.itemsize for s in jax.tree_util.tree_leaves(shapes))
+
+
+def example_bytes(data: federated_data.FederatedData) -> int:
+  return sum(np.asarray(v[:1]).nbytes for v in data.examples.values())
+
+
+def memory_limit() -> int:
+  """Bytes one device may use: the accelerator's limit, or the host's physical memory."""
+  stats = jax.devices()[0].memory_stats() or {}
+  if 'bytes_limit' in stats:
+    return int(stats['bytes_limit'])
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
+def check_memory(c: Config, chunk: int, model_bytes: int, ex_bytes: int):
+  """Fails early when one chunk's working set cannot fit (DESIGN §6: impossible memory).
+
+  Per client: the data-order buffers (``~4 x tau_max B`` int32), about eight model-sized buffers
+  and two minibatches.
+  """
+  per_client = 16 * c.budget_range[1] * c.batch_size + 8 * model_bytes + 2 * c.batch_size * ex_bytes
+  need, have = chunk * per_client, memory_limit()
+  if need > have:
+    raise ConfigError(
+        f'--budget_range={c.budget_range[0]},{c.budget_range[1]} with --batch_size={c.batch_size} '
+        f'and {chunk} clients per chunk needs about {need / 2**30:.1f} GiB, more than the '
+        f'{have / 2**30:.1f} GiB available; lower the budgets or --chunk_size')
 
 
 def check_workdir(workdir: str, overwrite: bool):
@@ -113,10 +145,27 @@ def check_workdir(workdir: str, overwrite: bool):
                         'directory or pass --overwrite')
 
 
+def make_workdir(workdir: str):
+  """Creates the work directory; a path that cannot be one is a ConfigError."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise ConfigError(f'--workdir={workdir} cannot be created: {e.strerror}') from None
+
+
+def finite(obj):
+  """Replaces NaN and infinities (a diverged run) by None, so the JSON stays valid."""
+  if isinstance(obj, float) and not math.isfinite(obj):
+    return None
+  if isinstance(obj, dict):
+    return {k: finite(v) for k, v in obj.items()}
+  return obj
+
+
 def write_json(path: str, obj):
   tmp = path + '.tmp'
   with open(tmp, 'w') as f:
-    json.dump(obj, f, indent=2)
+    json.dump(finite(obj), f, indent=2, allow_nan=False)
     f.write('\n')
   os.replace(tmp, path)
 
@@ -134,7 +183,7 @@ def train(exp: Experiment, workdir: str,
   Returns the summary (also written to ``summary.json``).
   """
   c = exp.config
-  os.makedirs(workdir, exist_ok=True)
+  make_workdir(workdir)
   write_json(os.path.join(workdir, 'config.json'), c.to_json())
   metrics_path = os.path.join(workdir, 'metrics.jsonl')
   open(metrics_path, 'w').close()
@@ -172,7 +221,7 @@ def train(exp: Experiment, workdir: str,
            'elapsed_s': round(time.perf_counter() - t0, 3)}
     records.append(rec)
     with open(metrics_path, 'a') as f:
-      f.write(json.dumps(rec) + '\n')
+      f.write(json.dumps(finite(rec), allow_nan=False) + '\n')
     best = max(r['test_accuracy'] for r in records)
     progress.update(done, f'test acc {rec["test_accuracy"]:.4f} (best {best:.4f})', force=True)
 

@@ -166,7 +166,7 @@ def test_chunk_size_does_not_change_the_result(data, model, algorithm):
   params = init_params(model)
   c = sample_cohort(keys.root_key(1), 4, data.counts, cohort_size=19, budget_range=(1, TAU_MAX),
                     replace=True, batch_size=B)
-  results = [run(alg, data, c, params, chunk_size=cs) for cs in (1, 7, 19)]
+  results = [run(alg, data, c, params, chunk_size=cs) for cs in (1, 7, 19, 100)]
   has_data = np.asarray(data.counts)[np.asarray(c.client_ids)] > 0
   assert not has_data.all()   # the empty client 12 is in this cohort: it must take no step
   useful = int(np.sum(np.asarray(c.budgets)[has_data]))
@@ -178,6 +178,9 @@ def test_chunk_size_does_not_change_the_result(data, model, algorithm):
   # Sorting by budget lets chunks stop early: chunked runs compute fewer masked steps.
   assert int(results[1][1].computed_steps) < int(results[2][1].computed_steps)
   assert int(results[0][1].computed_steps) == useful
+  # One chunk (chunk_size >= cohort) loops every client to the largest budget.
+  largest = int(np.max(np.asarray(c.budgets)[has_data]))
+  assert int(results[2][1].computed_steps) == int(results[3][1].computed_steps) == 19 * largest
 
 
 def test_round_compiles_once(data, model):

@@ -38,6 +38,10 @@ SCRIPT = textwrap.dedent('''
           params_d, out[0][0])
       np.testing.assert_allclose(m.train_loss, out[0][1].train_loss, rtol=1e-6)
       assert int(m.grad_computations) == int(out[0][1].grad_computations)
+      assert int(m.examples) == 4 * int(m.grad_computations)
+      # Each device loops its slice of a chunk to the slice's largest budget: never fewer steps
+      # than are useful, never more than every slot running the cohort's largest budget.
+      assert int(m.grad_computations) <= int(m.computed_steps) <= 24 * int(np.max(c.budgets))
     print('SHARDED-OK')
 ''')
 

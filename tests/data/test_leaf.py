@@ -389,6 +389,4 @@ def test_package_exports():
   for name in data.__all__:
     assert getattr(data, name) is not None, name
   assert data.load_leaf is leaf.load
-  assert data.load_leaf_synthetic is leaf_synthetic.load
-  assert data.generate_leaf_synthetic is leaf_synthetic.generate
   assert leaf_synthetic.DEFAULT_SEED == leaf.DEFAULT_SPLIT_SEED == 931231

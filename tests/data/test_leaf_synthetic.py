@@ -104,14 +104,14 @@ def test_load_gives_federated_split():
   assert split.train.client_names[:3] == ('0', '1', '2')
 
 
-def test_default_matches_leaf_reference_first_users(default_data):
-  counts, tasks = leaf_reference(1000, 5, 60, 931231, max_users=20)
+def test_default_matches_leaf_reference_all_users(default_data):
+  counts, tasks = leaf_reference(1000, 5, 60, 931231)
   assert default_data['num_samples'] == counts
   assert_matches_reference(default_data, counts, tasks)
 
 
-def test_default_legacy_matches_leaf_reference_first_users(default_legacy):
-  counts, tasks = leaf_reference(1000, 5, 60, 931231, legacy=True, max_users=20)
+def test_default_legacy_matches_leaf_reference_all_users(default_legacy):
+  counts, tasks = leaf_reference(1000, 5, 60, 931231, legacy=True)
   assert_matches_reference(default_legacy, counts, tasks)
 
 
@@ -217,6 +217,8 @@ def test_cli_legacy_flag(tmp_path):
     ['--num_users', '0'],
     ['--num_classes', '-3'],
     ['--num_dim', 'abc'],
+    ['--seed', '-1'],
+    ['--seed', str(2**32)],
     [],  # no --out
 ])
 def test_cli_bad_arguments_exit_2(tmp_path, capsys, argv):
@@ -228,3 +230,13 @@ def test_cli_bad_arguments_exit_2(tmp_path, capsys, argv):
   err = capsys.readouterr().err
   assert len(err.strip().splitlines()) == 1 and 'error' in err
   assert not (tmp_path / 'all_data').exists()
+
+
+def test_cli_unwritable_out_is_one_line(tmp_path, capsys):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('')
+  with pytest.raises(SystemExit) as e:
+    leaf_synthetic.main(['--out', str(blocker), '--num_users', '2'])
+  assert e.value.code == 2
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and str(blocker) in err

@@ -246,3 +246,9 @@ def test_progress_writes_lines_off_terminal():
 def test_format_seconds():
   assert progress_lib.format_seconds(3725.4) == '1:02:05'
   assert progress_lib.format_seconds(0) == '0:00:00'
+
+
+def test_diverged_values_are_written_as_null(tmp_path):
+  runner.write_json(str(tmp_path / 's.json'), {'loss': float('nan'), 'acc': 0.5,
+                                              'best': float('inf')})
+  assert json.loads((tmp_path / 's.json').read_text()) == {'loss': None, 'acc': 0.5, 'best': None}
