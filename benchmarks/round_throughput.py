@@ -55,9 +55,9 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   params = model.init(keys.init_key(root))
   state = alg.server_init(params)
   mesh = devices.client_mesh(num_devices or devices.auto_num_devices(cohort, jax.device_count()))
+  num_used = 1 if mesh is None else mesh.size
   if chunk_size == 0:
-    chunk_size = round_lib.default_chunk_size(cohort, params, 61 * 4, batch,
-                                              1 if mesh is None else mesh.size)
+    chunk_size = round_lib.default_chunk_size(cohort, params, 61 * 4, batch, num_used)
   rf = round_lib.build_round(alg, batch_size=batch, max_budget=tau, chunk_size=chunk_size,
                              mesh=mesh)
   cohorts = [sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
@@ -96,8 +96,9 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   if 'peak_bytes_in_use' in stats:
     device_peak = int(stats['peak_bytes_in_use'])
   return {
-      'cohort': cohort, 'tau': tau, 'batch': batch, 'chunk_size': chunk_size,
-      'devices': 1 if mesh is None else mesh.size,
+      'cohort': cohort, 'tau': tau, 'batch': batch,
+      'devices': num_used,
+      'chunk_size': round_lib.chunk_layout(cohort, chunk_size, num_used)[0],
       'compile_s': compile_s, 'round_s': round_s, 'examples_per_s': useful / round_s,
       'client_steps_per_s': useful / batch / round_s, 'useful_fraction': useful / computed,
       'batched_s': batched_s, 'ratio_to_batched': batched_s / round_s,
@@ -118,12 +119,14 @@ def host_memory() -> str:
 def table(rows: list[dict]) -> str:
   mib = lambda b: '-' if b is None else f'{b / 2**20:,.0f}'
   out = ['| clients | devices | chunk | compile s | round ms | useful examples/s | client-steps/s | '
-         'batched limit ms | ratio to batched | peak RSS MiB | XLA temp MiB | device peak MiB |',
-         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+         'useful steps | batched limit ms | ratio to batched | peak RSS MiB | XLA temp MiB | '
+         'device peak MiB |',
+         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in rows:
     out.append(f'| {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | {r["compile_s"]:.2f} | '
                f'{r["round_s"] * 1e3:.2f} | {r["examples_per_s"]:,.0f} | '
-               f'{r["client_steps_per_s"]:,.0f} | {r["batched_s"] * 1e3:.2f} | '
+               f'{r["client_steps_per_s"]:,.0f} | {r["useful_fraction"]:.2f} | '
+               f'{r["batched_s"] * 1e3:.2f} | '
                f'{r["ratio_to_batched"]:.2f} | {mib(r["peak_rss_bytes"])} | '
                f'{mib(r["xla_temp_bytes"])} | {mib(r["device_peak_bytes"])} |')
   return '\n'.join(out)

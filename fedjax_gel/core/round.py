@@ -70,6 +70,14 @@ def pad_and_sort(cohort: Cohort, num_chunks: int, chunk_size: int):
           jnp.maximum(slots[order], 0).reshape(shape), (slots[order] >= 0).reshape(shape))
 
 
+def chunk_layout(cohort_size: int, chunk_size: int, num_devices: int = 1) -> tuple[int, int]:
+  """``(clients per chunk, chunks)``: equal chunks of at most ``chunk_size`` clients, rounded up
+  to a multiple of ``num_devices``."""
+  chunk = math.ceil(cohort_size / math.ceil(cohort_size / min(chunk_size, cohort_size)))
+  chunk = math.ceil(chunk / num_devices) * num_devices
+  return chunk, math.ceil(cohort_size / chunk)
+
+
 def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: int,
                 chunk_size: int, mesh: Mesh | None = None):
   """Builds the jitted round function.
@@ -146,9 +154,7 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
     size = cohort.budgets.shape[0]
     devices = 1 if mesh is None else mesh.shape[CLIENT_AXIS]
-    chunk = math.ceil(size / math.ceil(size / min(chunk_size, size)))   # equal chunks
-    chunk = math.ceil(chunk / devices) * devices              # a multiple of the device count
-    num_chunks = math.ceil(size / chunk)
+    chunk, num_chunks = chunk_layout(size, chunk_size, devices)
     chunks = pad_and_sort(cohort, num_chunks, chunk)
     bcast = algorithm.broadcast(server_state)
     client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)

@@ -9,7 +9,7 @@ import pytest
 from fedjax_gel import algorithms, models
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
-from fedjax_gel.core.round import build_round, default_chunk_size
+from fedjax_gel.core.round import build_round, chunk_layout, default_chunk_size
 from fedjax_gel.core.sampling import Cohort, sample_cohort
 from fedjax_gel.core.shuffle import cycled_permutation
 
@@ -213,3 +213,11 @@ def test_default_chunk_size_respects_memory(model):
   per_client = 8 * 60 + 2 * 5 * 16
   assert default_chunk_size(10_000, params, 16, 5, memory_bytes=4 * 100 * per_client) == 100
   assert default_chunk_size(10, params, 16, 5, memory_bytes=1) == 1
+
+
+@pytest.mark.parametrize('size,chunk,devices,expect', [
+    (20, 20, 1, (20, 1)), (20, 100, 1, (20, 1)), (10_000, 2_750, 1, (2_500, 4)),
+    (21, 5, 8, (8, 3)), (19, 7, 1, (7, 3)), (1, 1, 1, (1, 1)), (2_000, 2_000, 2, (2_000, 1)),
+])
+def test_chunk_layout_by_hand(size, chunk, devices, expect):
+  assert chunk_layout(size, chunk, devices) == expect
