@@ -25,7 +25,9 @@ flags.DEFINE_string('data_path', None, 'LEAF JSON file, or a directory with trai
 flags.DEFINE_float('train_fraction', D.train_fraction, "Per-client train share (LEAF's 0.9).")
 flags.DEFINE_integer('split_seed', D.split_seed, 'Seed of the per-client train/test split.')
 flags.DEFINE_string('model', D.model, 'Model name (see fedjax_gel.models.MODELS).')
-flags.DEFINE_string('algorithm', D.algorithm, f'One of {", ".join(config_lib.ALGORITHMS)}.')
+flags.DEFINE_list('algorithm', [D.algorithm],
+                  f'One or more (comma-separated, run one after another with the same seed, '
+                  f'into WORKDIR/<algorithm>/) of {", ".join(config_lib.ALGORITHMS)}.')
 flags.DEFINE_integer('num_rounds', D.num_rounds, 'Communication rounds.')
 flags.DEFINE_integer('clients_per_round', D.clients_per_round, 'Cohort size C.')
 flags.DEFINE_bool('sample_with_replacement', D.sample_with_replacement,
@@ -34,11 +36,27 @@ flags.DEFINE_integer('batch_size', D.batch_size, 'Client minibatch size B.')
 flags.DEFINE_string('budget_range', '%d,%d' % D.budget_range,
                     'a,b: local steps tau_i ~ U{a..b} per client and round.')
 flags.DEFINE_float('client_lr', D.client_lr, 'Client learning rate.')
-flags.DEFINE_float('client_momentum', D.client_momentum, 'Client momentum (fedavgcm).')
+flags.DEFINE_float('client_momentum', D.client_momentum,
+                   'Client momentum of the SGDM clients (fedavgcm, GeL, FedProx, FedNova).')
+flags.DEFINE_float('prox_mu', D.prox_mu, 'FedProx proximal weight mu (fedprox, fedprox_gel).')
+flags.DEFINE_string('guess_policy', D.guess_policy,
+                    'GeL guessed steps tau\'_i: remaining (tau - tau_i), cohort_max '
+                    '(max_j tau_j + k - tau_i), inf, fixed, percent (of tau_i), none.')
+flags.DEFINE_integer('guess_tau', D.guess_tau, 'remaining: the requested steps tau; 0 = b + 5.')
+flags.DEFINE_integer('guess_k', D.guess_k, 'cohort_max: the k in max_j tau_j + k.')
+flags.DEFINE_integer('guess_count', D.guess_count, 'fixed: guessed steps per client.')
+flags.DEFINE_float('guess_percent', D.guess_percent, 'percent: guesses as a percentage of tau_i.')
+flags.DEFINE_string('guess_proxy', D.guess_proxy,
+                    'default, zero (momentum nudge, eq. 5) or last_gradient (re-apply the '
+                    'client optimiser with the last gradient); default: zero, last_gradient '
+                    'for fedavg_gel.')
 flags.DEFINE_string('server_optimizer', D.server_optimizer,
                     f'One of {", ".join(config_lib.SERVER_OPTIMIZERS)} (optax), applied to Delta.')
 flags.DEFINE_float('server_lr', D.server_lr, 'Server learning rate.')
 flags.DEFINE_float('server_momentum', D.server_momentum, 'Server momentum (--server_optimizer=momentum).')
+flags.DEFINE_float('server_beta1', D.server_beta1, 'FedOpt / Adam-type server beta1.')
+flags.DEFINE_float('server_beta2', D.server_beta2, 'FedOpt / Adam-type server beta2.')
+flags.DEFINE_float('server_tau', D.server_tau, 'FedOpt adaptivity tau (eps of optax forms).')
 flags.DEFINE_string('aggregation_weights', D.aggregation_weights,
                     'samples_seen (min(tau_i B, n_i)), num_examples (n_i) or uniform.')
 flags.DEFINE_integer('seed', D.seed, 'Seed of cohorts, budgets, initial model and shuffles.')
@@ -51,11 +69,14 @@ flags.DEFINE_integer('num_devices', D.num_devices,
                      'a device.')
 
 
-def config_from_flags() -> config_lib.Config:
+def configs_from_flags() -> list[config_lib.Config]:
+  """One Config per algorithm named by ``--algorithm``."""
   values = {f.name: getattr(F, f.name) for f in dataclasses.fields(config_lib.Config)
-            if f.name != 'budget_range'}
+            if f.name not in ('budget_range', 'algorithm')}
   values['budget_range'] = config_lib.parse_budget_range(F.budget_range)
-  return config_lib.Config(**values)
+  if not F.algorithm or len(set(F.algorithm)) != len(F.algorithm):
+    raise config_lib.ConfigError(f'--algorithm needs distinct names (got {",".join(F.algorithm)})')
+  return [config_lib.Config(algorithm=a, **values) for a in F.algorithm]
 
 
 def fail(message: str):
@@ -72,20 +93,28 @@ def main(argv):
   from fedjax_gel.data.leaf import DataError
   from fedjax_gel.experiment import runner
   try:
-    c = config_lib.validate(config_from_flags())
+    configs = [config_lib.validate(c) for c in configs_from_flags()]
+    c = configs[0]
+    name = '_'.join(x.algorithm for x in configs)
     workdir = F.workdir or os.path.join(
-        'runs', f'{c.algorithm}_{c.dataset}_{time.strftime("%Y%m%d-%H%M%S")}')
-    runner.check_workdir(workdir, F.overwrite)
-    exp = runner.prepare(c)
-    runner.make_workdir(workdir)
+        'runs', f'{name}_{c.dataset}_{time.strftime("%Y%m%d-%H%M%S")}')
+    workdirs = [workdir] if len(configs) == 1 else [os.path.join(workdir, x.algorithm)
+                                                     for x in configs]
+    for w in workdirs:
+      runner.check_workdir(w, F.overwrite)
+    exps = [runner.prepare(x) for x in configs]
+    for w in workdirs:
+      runner.make_workdir(w)
   except (config_lib.ConfigError, DataError) as e:
     fail(str(e))
-  summary = runner.train(exp, workdir)
-  target = summary['rounds_to_target']
-  print(f'{c.algorithm} on {c.dataset}: final test accuracy {summary["final_accuracy"]:.4f}, '
-        f'best {summary["best_accuracy"]:.4f}, rounds to {c.target_accuracy:.0%}: '
-        f'{target if target is not None else "not reached"}')
-  print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json)')
+  for exp, w in zip(exps, workdirs):
+    summary = runner.train(exp, w)
+    target = summary['rounds_to_target']
+    print(f'{exp.config.algorithm} on {c.dataset}: final test accuracy '
+          f'{summary["final_accuracy"]:.4f}, best {summary["best_accuracy"]:.4f}, rounds to '
+          f'{c.target_accuracy:.0%}: {target if target is not None else "not reached"}')
+  print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json'
+        f'{"" if len(configs) == 1 else " per algorithm"})')
 
 
 def parse_flags(argv):

@@ -21,12 +21,14 @@ class ClientContext(NamedTuple):
     client_id: int32 population id.
     num_examples: int32 ``n_i``.
     budget: int32 ``tau_i``, local gradient steps this round.
+    guesses: float32 ``tau'_i``, guessed steps after the budget (GeL); may be ``inf``.
     weight: float32 unnormalised aggregation weight.
     key: PRNG key for the algorithm's own draws (independent of the data shuffle).
   """
   client_id: jax.Array
   num_examples: jax.Array
   budget: jax.Array
+  guesses: jax.Array
   weight: jax.Array
   key: jax.Array
 

@@ -1,9 +1,13 @@
-"""FedAvg and FedAvgCM: client optax optimiser for ``tau_i`` steps, server optax step on Delta.
+"""FedAvg and FedAvgCM, and the local-SGD builder the other algorithms are made from.
 
 ``Delta_i = x - y_i``; the server applies any optax transformation to the weighted mean
 ``Delta = sum_i p_i Delta_i`` as if it were a gradient, so ``optax.sgd(1.0)`` gives
 ``x <- sum_i p_i y_i`` (FedAvg, McMahan et al. 2017). FedAvgCM is client SGD with momentum
 ``v <- alpha v - lr g; y <- y + v`` (== ``optax.sgd(lr, momentum=alpha)``), reset every round.
+
+``local_sgd`` adds the three ingredients the GeL paper combines (seed 000, Table 3): guessed
+steps after the budget (a client optimiser with a ``guess`` method, ``fedjax_gel.optim``), a
+proximal term (FedProx) and normalised averaging (FedNova).
 """
 from __future__ import annotations
 
@@ -25,18 +29,33 @@ class ClientState(NamedTuple):
   opt_state: Any
 
 
-def fedavg(loss_fn: Callable, client_optimizer: optax.GradientTransformation,
-           server_optimizer: optax.GradientTransformation | None = None,
-           name: str = 'fedavg') -> FederatedAlgorithm:
-  """Federated averaging with an arbitrary client and server optax optimiser.
+class NormalizedUpload(NamedTuple):
+  """FedNova's upload: ``Delta_i / ||a_i||_1`` and ``||a_i||_1``."""
+  delta: Any
+  norm: jax.Array
+
+
+def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
+              prox_mu: float = 0.0,
+              normalizer: Callable[[ClientContext], jax.Array] | None = None,
+              name: str = 'local_sgd') -> FederatedAlgorithm:
+  """Clients run ``client_optimizer`` for ``tau_i`` steps; the server steps on the mean update.
 
   Args:
     loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
-    client_optimizer: e.g. ``optax.sgd(lr)`` (FedAvg) or ``optax.sgd(lr, momentum=0.9)``
-      (FedAvgCM); its state starts from ``init`` every round (stateless clients).
-    server_optimizer: applied to ``Delta``; default ``optax.sgd(1.0)``.
+    client_optimizer: an optax ``GradientTransformation``, restarted every round (stateless
+      clients). If it has a ``guess`` method (``fedjax_gel.optim.GuessingTransformation``), each
+      client then takes ``ctx.guesses`` guessed steps (GeL, seed 000 Alg. 1 lines 19-20).
+    server_optimizer: optax transformation applied to the aggregate; default ``optax.sgd(1.0)``.
+    prox_mu: FedProx (Li et al. 2020): the client gradient is ``g + mu (y - x)``; guessed steps
+      use the optimiser's state only and so ignore the proximal term.
+    normalizer: FedNova (Wang et al. 2020): ``ctx -> ||a_i||_1``; clients upload
+      ``Delta_i / ||a_i||_1`` and the server steps on ``tau_eff * sum_i p_i Delta_i / ||a_i||_1``
+      with ``tau_eff = sum_i p_i ||a_i||_1``.
+    name: display name.
   """
   server_optimizer = server_optimizer or optax.sgd(1.0)
+  guesses = hasattr(client_optimizer, 'guess')
 
   def server_init(params):
     return ServerState(params, server_optimizer.init(params))
@@ -46,17 +65,30 @@ def fedavg(loss_fn: Callable, client_optimizer: optax.GradientTransformation,
     return ClientState(x, client_optimizer.init(x))
 
   def client_step(state: ClientState, batch, x):
-    del x
     loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)
+    if prox_mu:
+      grads = jax.tree_util.tree_map(lambda g, y, x0: g + prox_mu * (y - x0), grads,
+                                     state.params, x)
     updates, opt_state = client_optimizer.update(grads, state.opt_state, state.params)
     return ClientState(optax.apply_updates(state.params, updates), opt_state), loss
 
   def client_final(state: ClientState, x, ctx: ClientContext):
-    del ctx
-    return optax.tree_utils.tree_sub(x, state.params)
+    y = state.params
+    if guesses:
+      updates, _ = client_optimizer.guess(state.opt_state, y, ctx.guesses)
+      y = optax.apply_updates(y, updates)
+    delta = optax.tree_utils.tree_sub(x, y)
+    if normalizer is None:
+      return delta
+    norm = normalizer(ctx)
+    return NormalizedUpload(jax.tree_util.tree_map(lambda d: d / norm, delta), norm)
 
-  def server_update(state: ServerState, delta, info: RoundInfo):
+  def server_update(state: ServerState, upload, info: RoundInfo):
     del info
+    if normalizer is None:
+      delta = upload
+    else:
+      delta = jax.tree_util.tree_map(lambda d: upload.norm * d, upload.delta)
     updates, opt_state = server_optimizer.update(delta, state.opt_state, state.params)
     return ServerState(optax.apply_updates(state.params, updates), opt_state)
 
@@ -64,7 +96,20 @@ def fedavg(loss_fn: Callable, client_optimizer: optax.GradientTransformation,
                             client_final, server_update, lambda s: s.params)
 
 
+def fedavg(loss_fn: Callable, client_optimizer: optax.GradientTransformation,
+           server_optimizer: optax.GradientTransformation | None = None,
+           name: str = 'fedavg') -> FederatedAlgorithm:
+  """Federated averaging with any client and server optax optimiser.
+
+  ``client_optimizer`` e.g. ``optax.sgd(lr)`` (FedAvg) or ``optax.sgd(lr, momentum=0.9)``
+  (FedAvgCM); ``server_optimizer`` default ``optax.sgd(1.0)``.
+  """
+  return local_sgd(loss_fn, client_optimizer, server_optimizer, name=name)
+
+
 def fedavgcm(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
              server_optimizer: optax.GradientTransformation | None = None) -> FederatedAlgorithm:
   """FedAvg with client momentum (GeL's FedAvgCM baseline): client ``optax.sgd(lr, momentum)``."""
   return fedavg(loss_fn, optax.sgd(client_lr, momentum=momentum), server_optimizer, 'fedavgcm')
+
+

@@ -113,7 +113,8 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     rows = offsets[:, None] + order                       # [chunk, tau_max * B] pool rows
     real = valid & (n > 0)                                # clients without data take no step
     budgets = jnp.where(real, jnp.minimum(cohort.budgets, max_budget), 0)
-    ctx = ClientContext(cohort.client_ids, n, budgets, cohort.weights, algo_keys)
+    ctx = ClientContext(cohort.client_ids, n, budgets, jnp.where(real, cohort.guesses, 0.),
+                        cohort.weights, algo_keys)
     state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
     step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
 

@@ -12,6 +12,9 @@ from fedjax_gel.core import keys
 WEIGHTINGS = ('samples_seen', 'num_examples', 'uniform')
 
 
+GUESS_POLICIES = ('none', 'remaining', 'cohort_max', 'inf', 'fixed', 'percent')
+
+
 class Cohort(NamedTuple):
   """The clients of one round; every field has leading axis ``C`` (cohort size).
 
@@ -19,10 +22,50 @@ class Cohort(NamedTuple):
     client_ids: ``[C]`` int32 ids into the population.
     budgets: ``[C]`` int32 local gradient steps ``tau_i``.
     weights: ``[C]`` float32 unnormalised aggregation weights (``p_i`` after normalising).
+    guesses: ``[C]`` float32 guessed steps ``tau'_i`` after the budget (GeL; ``inf`` allowed);
+      zeros for algorithms without guesses.
   """
   client_ids: jax.Array
   budgets: jax.Array
   weights: jax.Array
+  guesses: jax.Array
+
+
+class GuessPolicy(NamedTuple):
+  """How many guessed steps ``tau'_i`` each client takes (GeL, seed 000 §3.1 and App. F).
+
+  ``kind``:
+    ``none``: 0.
+    ``remaining``: ``max(tau - tau_i, 0)``, ``tau`` the steps the server asks for (seed 000:
+      the remaining work; GeL's Synthetic runs use ``tau = b + 5`` for budgets ``U{a..b}``).
+    ``cohort_max``: ``max_j tau_j + k - tau_i`` over the round's cohort (the authors' code).
+    ``inf``: infinitely many (the ``alpha / (1 - alpha)`` nudge; zero proxy only).
+    ``fixed``: ``count`` for every client.
+    ``percent``: ``floor(percent / 100 * tau_i)`` (seed 001's "x% guesses").
+  """
+  kind: str = 'none'
+  tau: int = 0
+  k: int = 0
+  count: int = 0
+  percent: float = 0.0
+
+
+def guess_counts(policy: GuessPolicy, budgets: jax.Array) -> jax.Array:
+  """``tau'_i`` for every client of a cohort, float32 ``[C]``."""
+  b = budgets.astype(jnp.float32)
+  if policy.kind == 'none':
+    return jnp.zeros_like(b)
+  if policy.kind == 'remaining':
+    return jnp.maximum(policy.tau - b, 0.)
+  if policy.kind == 'cohort_max':
+    return jnp.max(b) + policy.k - b
+  if policy.kind == 'inf':
+    return jnp.full_like(b, jnp.inf)
+  if policy.kind == 'fixed':
+    return jnp.full_like(b, policy.count)
+  if policy.kind == 'percent':
+    return jnp.floor(policy.percent / 100. * b)
+  raise ValueError(f'unknown guess policy {policy.kind!r}; known: {", ".join(GUESS_POLICIES)}')
 
 
 def sample_clients(key, num_clients: int, cohort_size: int, replace: bool) -> jax.Array:
@@ -58,13 +101,18 @@ def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) 
 
 
 @functools.partial(jax.jit, static_argnames=(
-    'cohort_size', 'budget_range', 'replace', 'batch_size', 'weighting'))
+    'cohort_size', 'budget_range', 'replace', 'batch_size', 'weighting', 'guess_policy'))
 def sample_cohort(root, round_idx, counts, *, cohort_size: int, budget_range: tuple[int, int],
-                  replace: bool, batch_size: int, weighting: str = 'samples_seen') -> Cohort:
-  """The cohort of round ``round_idx``: depends on (seed, round) only, not on the algorithm."""
+                  replace: bool, batch_size: int, weighting: str = 'samples_seen',
+                  guess_policy: GuessPolicy = GuessPolicy()) -> Cohort:
+  """The cohort of round ``round_idx``.
+
+  Clients and budgets depend on (seed, round) only, never on the algorithm; guess counts are a
+  function of the budgets.
+  """
   ids = sample_clients(keys.round_key(root, round_idx, keys.COHORT), counts.shape[0],
                        cohort_size, replace)
   budgets = sample_budgets(keys.round_key(root, round_idx, keys.BUDGET), cohort_size,
                            *budget_range)
   weights = aggregation_weights(weighting, budgets, counts[ids], batch_size)
-  return Cohort(ids, budgets, weights)
+  return Cohort(ids, budgets, weights, guess_counts(guess_policy, budgets))

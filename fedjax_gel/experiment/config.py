@@ -5,8 +5,15 @@ import dataclasses
 from typing import Optional
 
 DATASETS = ('leaf_synthetic', 'leaf')
-ALGORITHMS = ('fedavg', 'fedavgcm')
-SERVER_OPTIMIZERS = ('sgd', 'momentum', 'adam', 'yogi', 'adagrad')
+ALGORITHMS = ('fedavg', 'fedavgcm', 'gel', 'fedavg_gel', 'fedprox', 'fedprox_gel', 'fednova',
+              'fednova_gel', 'fedadam', 'fedyogi', 'fedadagrad', 'fedyogi_gel')
+GEL_ALGORITHMS = ('gel', 'fedavg_gel', 'fedprox_gel', 'fednova_gel', 'fedyogi_gel')
+# Algorithms that fix the server optimiser (Reddi et al. 2021's forms, fedjax_gel.optim.fedopt).
+FEDOPT_SERVERS = {'fedadam': 'fedadam', 'fedyogi': 'fedyogi', 'fedadagrad': 'fedadagrad',
+                  'fedyogi_gel': 'fedyogi'}
+SERVER_OPTIMIZERS = ('sgd', 'momentum', 'fedadam', 'fedyogi', 'fedadagrad', 'adam', 'yogi',
+                     'adagrad')
+GUESS_PROXIES = ('default', 'zero', 'last_gradient')
 
 
 class ConfigError(ValueError):
@@ -31,10 +38,20 @@ class Config:
   batch_size: int = 5
   budget_range: tuple = (4, 13)         # tau_i ~ U{a..b}
   client_lr: float = 0.01
-  client_momentum: float = 0.9          # fedavgcm only
-  server_optimizer: str = 'sgd'
+  client_momentum: float = 0.9          # SGDM clients: fedavgcm, GeL, FedProx, FedNova
+  prox_mu: float = 0.01                 # fedprox, fedprox_gel (GeL's experiments: 0.01)
+  guess_policy: str = 'remaining'       # GeL algorithms: see core.sampling.GuessPolicy
+  guess_tau: int = 0                    # remaining: tau' = tau - tau_i; 0 means b + 5
+  guess_k: int = 0                      # cohort_max: tau' = max_j tau_j + k - tau_i
+  guess_count: int = 5                  # fixed: tau' = count
+  guess_percent: float = 25.0           # percent: tau' = floor(percent / 100 * tau_i)
+  guess_proxy: str = 'default'          # zero (eq. 5) or last_gradient (seed 001)
+  server_optimizer: str = 'sgd'         # fedadam/fedyogi/fedadagrad algorithms fix their own
   server_lr: float = 1.0
   server_momentum: float = 0.0          # server_optimizer=momentum only
+  server_beta1: float = 0.9             # FedOpt (Reddi et al. 2021)
+  server_beta2: float = 0.99
+  server_tau: float = 1e-3              # FedOpt's adaptivity
   aggregation_weights: str = 'samples_seen'
   seed: int = 0
   eval_every: int = 5
@@ -44,6 +61,25 @@ class Config:
 
   def to_json(self) -> dict:
     return dataclasses.asdict(self)
+
+  @property
+  def guesses(self) -> bool:
+    return self.algorithm in GEL_ALGORITHMS
+
+  @property
+  def proxy(self) -> str:
+    """The guess proxy: the flag, or the algorithm's default (last gradient for plain SGD)."""
+    if self.guess_proxy != 'default':
+      return self.guess_proxy
+    return 'last_gradient' if self.algorithm == 'fedavg_gel' else 'zero'
+
+  def guess_policy_value(self):
+    """The cohort's ``GuessPolicy`` (``none`` for algorithms without guesses)."""
+    from fedjax_gel.core.sampling import GuessPolicy
+    if not self.guesses:
+      return GuessPolicy()
+    return GuessPolicy(self.guess_policy, self.guess_tau or self.budget_range[1] + 5, self.guess_k,
+                       self.guess_count, self.guess_percent)
 
 
 def parse_budget_range(text: str) -> tuple[int, int]:
@@ -58,7 +94,7 @@ def parse_budget_range(text: str) -> tuple[int, int]:
 
 def validate(c: Config) -> Config:
   """Checks every field; raises ConfigError with one line naming the flag and the problem."""
-  from fedjax_gel.core.sampling import WEIGHTINGS
+  from fedjax_gel.core.sampling import GUESS_POLICIES, WEIGHTINGS
   from fedjax_gel.models import MODELS
 
   def need(ok, msg):
@@ -73,6 +109,22 @@ def validate(c: Config) -> Config:
   one_of('model', c.model, tuple(sorted(MODELS)))
   one_of('server_optimizer', c.server_optimizer, SERVER_OPTIMIZERS)
   one_of('aggregation_weights', c.aggregation_weights, WEIGHTINGS)
+  one_of('guess_policy', c.guess_policy, GUESS_POLICIES)
+  one_of('guess_proxy', c.guess_proxy, GUESS_PROXIES)
+  if c.guesses:
+    need(c.guess_policy != 'inf' or c.proxy == 'zero' and c.algorithm != 'fedavg_gel',
+         f'--guess_policy=inf needs momentum clients and the zero proxy (the closed-form '
+         f'alpha/(1-alpha) nudge); --algorithm={c.algorithm} with --guess_proxy={c.proxy} '
+         'would loop forever')
+    need(c.algorithm != 'fednova_gel' or c.proxy == 'zero',
+         '--guess_proxy: fednova_gel needs the zero proxy (its ||a_i||_1 is Lemma 1\'s)')
+  for flag in ('guess_tau', 'guess_k', 'guess_count'):
+    need(getattr(c, flag) >= 0, f'--{flag} must be >= 0 (got {getattr(c, flag)})')
+  need(c.guess_percent >= 0, f'--guess_percent must be >= 0 (got {c.guess_percent})')
+  need(c.prox_mu >= 0, f'--prox_mu must be >= 0 (got {c.prox_mu})')
+  need(0 <= c.server_beta1 < 1, f'--server_beta1 must lie in [0, 1) (got {c.server_beta1})')
+  need(0 <= c.server_beta2 < 1, f'--server_beta2 must lie in [0, 1) (got {c.server_beta2})')
+  need(c.server_tau > 0, f'--server_tau must be positive (got {c.server_tau})')
   need(c.dataset != 'leaf' or c.data_path, '--data_path is required with --dataset=leaf')
   need(c.dataset == 'leaf' or not c.data_path,
        f'--data_path is only read with --dataset=leaf (got --dataset={c.dataset})')

@@ -18,22 +18,32 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_gel import algorithms, models
+from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import devices, evaluation, federated_data, keys, round as round_lib, sampling
+from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment.config import Config, ConfigError, validate
 from fedjax_gel.experiment.progress import Progress
 
 
 def server_optimizer(c: Config) -> optax.GradientTransformation:
-  """The optax server optimiser applied to ``Delta`` (optax's own Adam/Yogi/Adagrad forms)."""
-  lr = c.server_lr
+  """The server optimiser applied to ``Delta``.
+
+  ``fedadam``/``fedyogi``/``fedadagrad`` are Reddi et al. 2021's forms (``fedjax_gel.optim``,
+  no bias correction); ``adam``/``yogi``/``adagrad`` are optax's own. The FedOpt algorithms
+  (``--algorithm=fedadam`` ...) fix their server optimiser whatever ``--server_optimizer`` says.
+  """
+  lr, b1, b2, tau = c.server_lr, c.server_beta1, c.server_beta2, c.server_tau
+  name = config_lib.FEDOPT_SERVERS.get(c.algorithm, c.server_optimizer)
   return {
       'sgd': lambda: optax.sgd(lr),
       'momentum': lambda: optax.sgd(lr, momentum=c.server_momentum),
-      'adam': lambda: optax.adam(lr, b1=0.9, b2=0.99, eps=1e-3),
-      'yogi': lambda: optax.yogi(lr, b1=0.9, b2=0.99, eps=1e-3),
-      'adagrad': lambda: optax.adagrad(lr, eps=1e-3),
-  }[c.server_optimizer]()
+      'fedadam': lambda: optim.fedadam(lr, b1, b2, tau),
+      'fedyogi': lambda: optim.fedyogi(lr, b1, b2, tau),
+      'fedadagrad': lambda: optim.fedadagrad(lr, b1, tau),
+      'adam': lambda: optax.adam(lr, b1=b1, b2=b2, eps=tau),
+      'yogi': lambda: optax.yogi(lr, b1=b1, b2=b2, eps=tau),
+      'adagrad': lambda: optax.adagrad(lr, eps=tau),
+  }[name]()
 
 
 def load_split(c: Config) -> federated_data.FederatedSplit:
@@ -59,11 +69,24 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
 
 
 def make_algorithm(c: Config, model: models.Model) -> algorithms.FederatedAlgorithm:
+  """The algorithm ``--algorithm`` names, with its client and server optimisers (seed 000,
+  Table 3): SGD clients for FedAvg and FedOpt, SGDM for FedAvgCM, FedProx, FedNova and GeL."""
   loss = models.cross_entropy_loss(model)
-  server = server_optimizer(c)
-  if c.algorithm == 'fedavg':
-    return algorithms.fedavg(loss, optax.sgd(c.client_lr), server)
-  return algorithms.fedavgcm(loss, c.client_lr, c.client_momentum, server)
+  server, lr, mom = server_optimizer(c), c.client_lr, c.client_momentum
+  build = {
+      'fedavg': lambda: algorithms.fedavg(loss, optax.sgd(lr), server),
+      'fedavgcm': lambda: algorithms.fedavgcm(loss, lr, mom, server),
+      'gel': lambda: algorithms.gel(loss, lr, mom, server, c.proxy),
+      'fedavg_gel': lambda: algorithms.fedavg_gel(loss, lr, server, c.proxy),
+      'fedprox': lambda: algorithms.fedprox(loss, lr, c.prox_mu, mom, server),
+      'fedprox_gel': lambda: algorithms.fedprox(loss, lr, c.prox_mu, mom, server, True, c.proxy),
+      'fednova': lambda: algorithms.fednova(loss, lr, mom, server),
+      'fednova_gel': lambda: algorithms.fednova(loss, lr, mom, server, guesses=True),
+      'fedyogi_gel': lambda: algorithms.gel(loss, lr, mom, server, c.proxy, 'fedyogi_gel'),
+  }
+  if c.algorithm in build:
+    return build[c.algorithm]()
+  return algorithms.fedavg(loss, optax.sgd(lr), server, c.algorithm)   # fedadam, fedyogi, ...
 
 
 class Experiment(NamedTuple):
@@ -194,7 +217,7 @@ def train(exp: Experiment, workdir: str,
   sample = lambda r: sampling.sample_cohort(
       root, r, counts, cohort_size=c.clients_per_round, budget_range=tuple(c.budget_range),
       replace=c.sample_with_replacement, batch_size=c.batch_size,
-      weighting=c.aggregation_weights)
+      weighting=c.aggregation_weights, guess_policy=c.guess_policy_value())
   round_fn = round_lib.build_round(exp.algorithm, batch_size=c.batch_size,
                                    max_budget=c.budget_range[1], chunk_size=exp.chunk_size,
                                    mesh=exp.mesh)

@@ -7,58 +7,21 @@ import optax
 import pytest
 
 from fedjax_gel import algorithms, models
-from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round, chunk_layout, default_chunk_size
-from fedjax_gel.core.sampling import Cohort, sample_cohort
-from fedjax_gel.core.shuffle import cycled_permutation
+from fedjax_gel.core.sampling import sample_cohort
 
-B, TAU_MAX = 3, 6
+from helpers import B, TAU_MAX, cohort, init_params, minibatches, run, small_model, small_pool
 
 
 @pytest.fixture(scope='module')
 def data():
-  rng = np.random.default_rng(0)
-  w = rng.normal(size=(4, 3))
-  clients = []
-  for n in [2, 5, 9, 17, 4, 30, 7, 11, 3, 13, 8, 6]:
-    x = (rng.normal(size=(n, 4)) + rng.normal()).astype(np.float32)
-    clients.append({'x': x, 'y': np.argmax(x @ w, 1).astype(np.int32)})
-  clients.append({'x': np.zeros((0, 4), np.float32), 'y': np.zeros((0,), np.int32)})  # id 12
-  return fd.to_device(fd.from_client_arrays(clients))
+  return small_pool()
 
 
 @pytest.fixture(scope='module')
 def model():
-  return models.get_model('logistic', (4,), 3)
-
-
-def init_params(model, seed=0):
-  return model.init(keys.init_key(keys.root_key(seed)))
-
-
-def cohort(ids, budgets, weights=None):
-  ids = jnp.asarray(ids, jnp.int32)
-  w = jnp.ones(ids.shape, jnp.float32) if weights is None else jnp.asarray(weights, jnp.float32)
-  return Cohort(ids, jnp.asarray(budgets, jnp.int32), w)
-
-
-def run(alg, data, c, params, chunk_size, seed=0, round_idx=3):
-  rf = build_round(alg, batch_size=B, max_budget=TAU_MAX, chunk_size=chunk_size)
-  state, metrics = rf(alg.server_init(params), c, data, keys.root_key(seed), jnp.int32(round_idx))
-  return state, metrics
-
-
-def minibatches(data, client_id, slot, tau, seed=0, round_idx=3):
-  """The engine's documented data order, rebuilt by hand: perm_i[(k B + j) mod n_i]."""
-  ck = keys.client_key(keys.round_key(keys.root_key(seed), round_idx, keys.CLIENT),
-                       client_id, slot)
-  shuffle_key = jax.random.split(ck)[0]
-  n, off = int(data.counts[client_id]), int(data.offsets[client_id])
-  order = np.asarray(cycled_permutation(shuffle_key, n, TAU_MAX * B))
-  for k in range(tau):
-    rows = off + order[k * B:(k + 1) * B]
-    yield {name: v[rows] for name, v in data.examples.items()}
+  return small_model()
 
 
 @pytest.mark.parametrize('momentum', [0.0, 0.9])

@@ -1,7 +1,7 @@
 """Tests for launch/run.py as a command: bad input, outputs, and the shipped flag files."""
 from __future__ import annotations
 
-import dataclasses
+import importlib.util
 import json
 import pathlib
 import subprocess
@@ -121,33 +121,48 @@ def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   assert_one_line_error(again, '--workdir', '--overwrite')
   assert {p.name: p.read_bytes() for p in workdir.iterdir()} == before
 
-  replaced = run(*common, '--seed=1', '--overwrite')
+  replaced = run(*common, '--algorithm=fedavg', '--seed=1', '--overwrite')
   assert replaced.returncode == 0, replaced.stderr
   assert json.loads((workdir / 'summary.json').read_text())['seed'] == 1
   assert (workdir / 'metrics.jsonl').read_bytes() != before['metrics.jsonl']
 
 
+def load_launcher():
+  """launch/run.py as a module (its absl flags land in the global FLAGS)."""
+  spec = importlib.util.spec_from_file_location('fedjax_gel_launch_run', REPO / 'launch' / 'run.py')
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+@pytest.fixture(scope='module')
+def launcher():
+  return load_launcher()
+
+
 @pytest.mark.parametrize('flagfile', sorted((REPO / 'launch' / 'configs').glob('*.flags')),
                          ids=lambda p: p.name)
-def test_shipped_flag_files_are_valid_configs(flagfile):
-  fields = {f.name: f for f in dataclasses.fields(config_lib.Config)}
-  defaults = config_lib.Config()
-  values = {}
-  for line in flagfile.read_text().splitlines():
-    line = line.strip()
-    if not line or line.startswith('#'):
-      continue
-    name, value = line.removeprefix('--').split('=', 1)
-    assert name in fields, f'{flagfile.name}: unknown flag --{name}'
-    default = getattr(defaults, name)
-    if name == 'budget_range':
-      values[name] = config_lib.parse_budget_range(value)
-    elif isinstance(default, bool):
-      values[name] = value.lower() == 'true'
-    else:
-      values[name] = type(default)(value) if default is not None else value
-  assert values
-  config_lib.validate(config_lib.Config(**values))
+def test_shipped_flag_files_are_valid_configs(launcher, flagfile):
+  launcher.F.unparse_flags()
+  launcher.F(['run.py', f'--flagfile={flagfile}'])
+  configs = launcher.configs_from_flags()
+  assert configs
+  for c in configs:
+    config_lib.validate(c)
+  launcher.F.unparse_flags()
+
+
+def test_paper_flag_files_hold_the_paper_settings(launcher):
+  launcher.F.unparse_flags()
+  launcher.F(['run.py', f'--flagfile={REPO / "launch/configs/gel_table1_synthetic.flags"}'])
+  cm, gel = launcher.configs_from_flags()
+  launcher.F.unparse_flags()
+  assert (cm.algorithm, gel.algorithm) == ('fedavgcm', 'gel')
+  assert (gel.clients_per_round, gel.batch_size, gel.budget_range) == (20, 5, (4, 13))
+  assert (gel.client_lr, gel.client_momentum, gel.server_optimizer, gel.server_lr) == (
+      0.01, 0.9, 'sgd', 1.0)
+  assert (gel.guess_policy, gel.guess_tau, gel.eval_every, gel.target_accuracy) == (
+      'remaining', 18, 5, 0.85)
 
 
 def test_gel_synthetic_fedavgcm_setting_reaches_85_percent(tmp_path):
@@ -162,3 +177,19 @@ def test_gel_synthetic_fedavgcm_setting_reaches_85_percent(tmp_path):
   summary = json.loads((workdir / 'summary.json').read_text())
   assert summary['best_accuracy'] >= 0.85
   assert summary['rounds_to_target'] is not None and summary['rounds_to_target'] <= 300
+
+
+def test_several_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf_file):
+  workdir = tmp_path / 'pair'
+  proc = run(f'--dataset=leaf', f'--data_path={tiny_leaf_file}', '--algorithm=fedavgcm,gel',
+             '--num_rounds=3', '--eval_every=3', '--clients_per_round=3', '--batch_size=2',
+             '--budget_range=1,3', f'--workdir={workdir}')
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  first = {}
+  for name in ('fedavgcm', 'gel'):
+    config = json.loads((workdir / name / 'config.json').read_text())
+    assert config['algorithm'] == name
+    first[name] = json.loads((workdir / name / 'metrics.jsonl').read_text().splitlines()[0])
+    assert f'{name} on leaf' in proc.stdout
+  # Same seed: the same initial model, so the same round-0 evaluation.
+  assert first['fedavgcm']['test_loss'] == first['gel']['test_loss']

@@ -48,7 +48,7 @@ def test_nnx_module_runs_in_the_engine_like_its_linen_twin():
   clients = [{'x': rng.normal(size=(n, 4)).astype(np.float32),
               'y': rng.integers(0, 3, size=n).astype(np.int32)} for n in (6, 9, 4)]
   data = fd.to_device(fd.from_client_arrays(clients))
-  c = Cohort(jnp.array([0, 1, 2]), jnp.array([3, 2, 4]), jnp.ones(3))
+  c = Cohort(jnp.array([0, 1, 2]), jnp.array([3, 2, 4]), jnp.ones(3), jnp.zeros(3))
   out = []
   for m, p in ((nnx_model, p_nnx), (linen_model, p_linen)):
     alg = algorithms.fedavgcm(models.cross_entropy_loss(m), 0.1, 0.9, optax.sgd(1.0))

@@ -1,0 +1,91 @@
+"""FedOpt server optimisers: FedAdagrad, FedYogi, FedAdam (Reddi et al. 2021, Algorithm 2).
+
+Reddi, Charles, Zaheer, Garrett, Rush, Konecny, Kumar, McMahan, "Adaptive Federated
+Optimization", ICLR 2021. The server receives ``g = Delta = sum_i p_i (x - y_i)``, i.e. minus
+Reddi's ``Delta_t``, and applies these transformations to it as if it were a gradient. Per
+leaf, elementwise, with ``m_0 = 0`` and ``v_0 = initial_accumulator`` (default ``tau**2``, the
+equality case of Algorithm 2's requirement ``v_{-1} >= tau^2``)::
+
+  m_t = beta1 m_{t-1} + (1 - beta1) g
+  v_t = v_{t-1} + g^2                                       (FedAdagrad)
+  v_t = v_{t-1} - (1 - beta2) g^2 sign(v_{t-1} - g^2)       (FedYogi)
+  v_t = beta2 v_{t-1} + (1 - beta2) g^2                     (FedAdam)
+  updates = -lr m_t / (sqrt(v_t) + tau)
+
+so ``x_{t+1} = x_t + lr m_t^Reddi / (sqrt(v_t) + tau)``. There is no bias correction; ``tau`` is
+Reddi's degree of adaptivity. ``learning_rate`` may be a float or an optax schedule, evaluated
+at the number of updates applied so far (0 on the first call).
+
+How these differ from the optax optimisers of the same name (optax 0.2.8):
+
+* ``optax.adam(lr, b1, b2, eps)``: ``v_0 = 0`` and bias-corrected moments
+  ``m_t / (1 - b1^t)``, ``v_t / (1 - b2^t)``; ``eps`` (default 1e-8) is outside the sqrt, plus
+  ``eps_root`` (default 0) inside. With ``eps = tau`` the first step is therefore about
+  ``lr sign(g)``, while ``fedadam``'s is ``lr (1 - beta1) g / (sqrt(v_1) + tau)``.
+* ``optax.yogi(lr, b1=0.9, b2=0.999, eps=1e-3)``: both ``m`` and ``v`` start at
+  ``initial_accumulator_value = 1e-6`` (a ``scale_by_yogi`` argument, not exposed by ``yogi``),
+  both are bias-corrected, and ``eps`` is outside the sqrt. Its ``v`` recursion is the one above.
+* ``optax.adagrad(lr, initial_accumulator_value=0.1, eps=1e-7)``: no momentum (it scales ``g``
+  itself), ``v_0 = 0.1``, and ``eps`` is inside the sqrt: ``g / sqrt(v_t + eps)``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+class FedOptState(NamedTuple):
+  """``m`` and ``v`` are pytrees like params; ``count`` is the number of updates applied."""
+  m: Any
+  v: Any
+  count: jax.Array
+
+
+def _fedopt(learning_rate: optax.ScalarOrSchedule, beta1: float, tau: float,
+            initial_accumulator: float | None,
+            second_moment: Callable[[jax.Array, jax.Array], jax.Array]
+            ) -> optax.GradientTransformation:
+  """Shared body: ``second_moment(v_{t-1}, g) -> v_t`` selects the method."""
+  v0 = tau ** 2 if initial_accumulator is None else initial_accumulator
+
+  def init_fn(params):
+    return FedOptState(jax.tree.map(jnp.zeros_like, params),
+                       jax.tree.map(lambda p: jnp.full_like(p, v0), params),
+                       jnp.zeros([], jnp.int32))
+
+  def update_fn(updates, state: FedOptState, params=None):
+    del params
+    lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+    m = jax.tree.map(lambda m, g: beta1 * m + (1 - beta1) * g, state.m, updates)
+    v = jax.tree.map(second_moment, state.v, updates)
+    out = jax.tree.map(lambda m, v: (-lr * m / (jnp.sqrt(v) + tau)).astype(m.dtype), m, v)
+    return out, FedOptState(m, v, optax.safe_increment(state.count))
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def fedadagrad(learning_rate: optax.ScalarOrSchedule, beta1: float = 0.9, tau: float = 1e-3,
+               initial_accumulator: float | None = None) -> optax.GradientTransformation:
+  """FedAdagrad: ``v_t = v_{t-1} + g^2``; ``v_0 = initial_accumulator`` (default ``tau**2``)."""
+  return _fedopt(learning_rate, beta1, tau, initial_accumulator, lambda v, g: v + g * g)
+
+
+def fedyogi(learning_rate: optax.ScalarOrSchedule, beta1: float = 0.9, beta2: float = 0.99,
+            tau: float = 1e-3, initial_accumulator: float | None = None
+            ) -> optax.GradientTransformation:
+  """FedYogi: ``v_t = v_{t-1} - (1 - beta2) g^2 sign(v_{t-1} - g^2)``; ``v_0`` as in FedAdagrad."""
+  def second_moment(v, g):
+    g2 = g * g
+    return v - (1 - beta2) * g2 * jnp.sign(v - g2)
+  return _fedopt(learning_rate, beta1, tau, initial_accumulator, second_moment)
+
+
+def fedadam(learning_rate: optax.ScalarOrSchedule, beta1: float = 0.9, beta2: float = 0.99,
+            tau: float = 1e-3, initial_accumulator: float | None = None
+            ) -> optax.GradientTransformation:
+  """FedAdam: ``v_t = beta2 v_{t-1} + (1 - beta2) g^2`` (no bias correction); ``v_0`` as above."""
+  return _fedopt(learning_rate, beta1, tau, initial_accumulator,
+                 lambda v, g: beta2 * v + (1 - beta2) * g * g)

@@ -1,0 +1,190 @@
+"""GeL, FedProx, FedNova and FedOpt in the engine, each against an independent oracle."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedjax_gel import algorithms, models, optim
+from fedjax_gel.core import keys
+from fedjax_gel.core.round import build_round
+from fedjax_gel.core.sampling import GuessPolicy, guess_counts
+
+from helpers import (assert_trees_close, cohort, init_params, minibatches, run, small_model,
+                     small_pool)
+
+LR, ALPHA = 0.1, 0.9
+tree_map = jax.tree_util.tree_map
+
+
+@pytest.fixture(scope='module')
+def data():
+  return small_pool()
+
+
+@pytest.fixture(scope='module')
+def model():
+  return small_model()
+
+
+@pytest.fixture(scope='module')
+def loss(model):
+  return models.cross_entropy_loss(model)
+
+
+def sgdm_by_hand(data, loss, x, cid, slot, tau, grad_fn=None):
+  """GeL's client momentum loop (eqs. 1-2) on the engine's minibatches: ``(y, v, last grad)``."""
+  grad_fn = grad_fn or jax.grad(loss)
+  y, v, g = x, tree_map(jnp.zeros_like, x), None
+  for batch in minibatches(data, cid, slot, tau):
+    g = grad_fn(y, batch)
+    v = tree_map(lambda v, g: ALPHA * v - LR * g, v, g)
+    y = tree_map(jnp.add, y, v)
+  return y, v, g
+
+
+def weighted(trees, weights):
+  total = sum(weights)
+  return tree_map(lambda *ls: sum(w * l for w, l in zip(weights, ls)) / total, *trees)
+
+
+def test_gel_with_zero_guesses_is_fedavgcm(data, loss, model):
+  x = init_params(model)
+  c = cohort([1, 5, 9], [2, 6, 4], [1., 2., 3.], guesses=[0, 0, 0])
+  gel, _ = run(algorithms.gel(loss, LR, ALPHA), data, c, x, chunk_size=3)
+  cm, _ = run(algorithms.fedavgcm(loss, LR, ALPHA), data, c, x, chunk_size=3)
+  assert_trees_close(gel.params, cm.params)
+
+
+def test_gel_clients_take_the_eq5_nudge_each_with_its_own_count(data, loss, model):
+  """x' = sum_i p_i [y_i + alpha (1 - alpha^tau'_i) / (1 - alpha) v_i] (seed 000, eq. 5)."""
+  x = init_params(model)
+  ids, taus, guesses, w = [1, 5, 9], [2, 6, 4], [3., 0., jnp.inf], [1., 2., 3.]
+  state, _ = run(algorithms.gel(loss, LR, ALPHA), data, cohort(ids, taus, w, guesses), x,
+                 chunk_size=2)
+  ys = []
+  for slot, (cid, tau, tp) in enumerate(zip(ids, taus, guesses)):
+    y, v, _ = sgdm_by_hand(data, loss, x, cid, slot, tau)
+    nudge = ALPHA / (1 - ALPHA) if np.isinf(tp) else ALPHA * (1 - ALPHA ** tp) / (1 - ALPHA)
+    ys.append(tree_map(lambda y, v: y + nudge * v, y, v))
+  assert_trees_close(state.params, weighted(ys, w), tol=1e-5)
+
+
+def test_fedavg_gel_guesses_with_the_last_gradient(data, loss, model):
+  """Plain SGD clients; each guess repeats the last gradient step: y - tau' lr g_last."""
+  x = init_params(model)
+  ids, taus, guesses = [3, 7], [5, 2], [4., 1.]
+  state, _ = run(algorithms.fedavg_gel(loss, LR), data, cohort(ids, taus, guesses=guesses), x,
+                 chunk_size=2)
+  ys = []
+  for slot, (cid, tau, tp) in enumerate(zip(ids, taus, guesses)):
+    y, g = x, None
+    for batch in minibatches(data, cid, slot, tau):
+      g = jax.grad(loss)(y, batch)
+      y = tree_map(lambda p, g: p - LR * g, y, g)
+    ys.append(tree_map(lambda p, g: p - tp * LR * g, y, g))
+  assert_trees_close(state.params, weighted(ys, [1., 1.]), tol=1e-5)
+
+
+@pytest.mark.parametrize('guesses', [False, True])
+def test_fedprox_gradient_is_autodiff_of_the_proximal_objective(data, loss, model, guesses):
+  """Client steps on f(y) + mu/2 ||y - x||^2; the guessed nudge ignores the proximal term."""
+  mu, x = 0.5, init_params(model)
+  ids, taus, tps = [5, 9], [6, 4], [2., 5.]
+  alg = algorithms.fedprox(loss, LR, mu, ALPHA, guesses=guesses)
+  state, _ = run(alg, data, cohort(ids, taus, guesses=tps if guesses else None), x, chunk_size=2)
+
+  def proximal(y, batch):
+    sq = sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree_util.tree_leaves(y),
+                                                     jax.tree_util.tree_leaves(x)))
+    return loss(y, batch) + mu / 2 * sq
+
+  ys = []
+  for slot, (cid, tau, tp) in enumerate(zip(ids, taus, tps)):
+    y, v, _ = sgdm_by_hand(data, loss, x, cid, slot, tau, jax.grad(proximal))
+    nudge = ALPHA * (1 - ALPHA ** tp) / (1 - ALPHA) if guesses else 0.
+    ys.append(tree_map(lambda y, v: y + nudge * v, y, v))
+  assert_trees_close(state.params, weighted(ys, [1., 1.]), tol=1e-5)
+
+
+def test_fednova_with_equal_budgets_is_fedavgcm(data, loss, model):
+  x = init_params(model)
+  c = cohort([1, 5, 9], [4, 4, 4], [1., 2., 3.])
+  nova, _ = run(algorithms.fednova(loss, LR, ALPHA), data, c, x, chunk_size=3)
+  cm, _ = run(algorithms.fedavgcm(loss, LR, ALPHA), data, c, x, chunk_size=3)
+  assert_trees_close(nova.params, cm.params, tol=1e-5)
+
+
+@pytest.mark.parametrize('guesses', [False, True])
+def test_fednova_normalises_by_the_lemma1_coefficients(data, loss, model, guesses):
+  """x' = x - tau_eff sum_i p_i Delta_i / ||a_i||_1, ||a_i||_1 summed from eq. 6 by hand."""
+  x = init_params(model)
+  ids, taus, tps, w = [1, 5, 9], [2, 6, 4], [5., 2., 0.], [1., 2., 3.]
+  alg = algorithms.fednova(loss, LR, ALPHA, guesses=guesses)
+  state, _ = run(alg, data, cohort(ids, taus, w, tps if guesses else None), x, chunk_size=3)
+  p = np.array(w) / sum(w)
+  normalized, norms = [], []
+  for slot, (cid, tau, tp) in enumerate(zip(ids, taus, tps)):
+    tp = tp if guesses else 0.
+    y, v, _ = sgdm_by_hand(data, loss, x, cid, slot, tau)
+    y = tree_map(lambda y, v: y + ALPHA * (1 - ALPHA ** tp) / (1 - ALPHA) * v, y, v)
+    a1 = sum((1 - ALPHA ** (tp + tau - k)) / (1 - ALPHA) for k in range(tau))
+    normalized.append(tree_map(lambda x0, y: (x0 - y) / a1, x, y))
+    norms.append(a1)
+  tau_eff = float(np.dot(p, norms))
+  d = weighted(normalized, w)
+  assert_trees_close(state.params, tree_map(lambda x0, d: x0 - tau_eff * d, x, d), tol=1e-5)
+
+
+def test_fedyogi_round_is_one_hand_computed_yogi_step(data, loss, model):
+  """Client SGD; server: m = (1-b1) Delta, v = tau^2 - (1-b2) Delta^2 sign(tau^2 - Delta^2),
+  x' = x - lr m / (sqrt(v) + tau) (Reddi et al. 2021, no bias correction)."""
+  x, lr, b1, b2, tau = init_params(model), 0.3, 0.9, 0.99, 1e-3
+  alg = algorithms.fedavg(loss, optax.sgd(LR), optim.fedyogi(lr, b1, b2, tau), 'fedyogi')
+  state, _ = run(alg, data, cohort([2, 6], [3, 5], [1., 3.]), x, chunk_size=2)
+  ys = []
+  for slot, (cid, t) in enumerate(zip([2, 6], [3, 5])):
+    y = x
+    for batch in minibatches(data, cid, slot, t):
+      y = tree_map(lambda p, g: p - LR * g, y, jax.grad(loss)(y, batch))
+    ys.append(y)
+  delta = tree_map(lambda x0, y: np.asarray(x0 - y, np.float64), x, weighted(ys, [1., 3.]))
+
+  def step(x0, d):
+    m = (1 - b1) * d
+    v = tau ** 2 - (1 - b2) * d ** 2 * np.sign(tau ** 2 - d ** 2)
+    return x0 - lr * m / (np.sqrt(v) + tau)
+
+  assert_trees_close(state.params, tree_map(step, x, delta), tol=1e-5)
+
+
+@pytest.mark.parametrize('policy,expect', [
+    (GuessPolicy('none'), [0, 0, 0, 0]),
+    (GuessPolicy('remaining', tau=18), [14, 9, 5, 6]),
+    (GuessPolicy('remaining', tau=10), [6, 1, 0, 0]),
+    (GuessPolicy('cohort_max', k=2), [11, 6, 2, 3]),
+    (GuessPolicy('inf'), [np.inf] * 4),
+    (GuessPolicy('fixed', count=5), [5, 5, 5, 5]),
+    (GuessPolicy('percent', percent=25.), [1, 2, 3, 3]),
+])
+def test_guess_policies_by_hand(policy, expect):
+  np.testing.assert_array_equal(guess_counts(policy, jnp.array([4, 9, 13, 12])), expect)
+
+
+def test_guess_counts_do_not_recompile(data, loss, model):
+  traces = []
+
+  def counting_loss(p, b):
+    traces.append(1)
+    return loss(p, b)
+
+  alg = algorithms.gel(counting_loss, LR, ALPHA)
+  rf = build_round(alg, batch_size=3, max_budget=6, chunk_size=2)
+  state = alg.server_init(init_params(model))
+  state, _ = rf(state, cohort([1, 2], [3, 4], guesses=[0., 1.]), data, keys.root_key(0),
+                jnp.int32(0))
+  compiled_once = len(traces)
+  for guesses in ([7., jnp.inf], [2., 30.]):
+    state, _ = rf(state, cohort([1, 2], [3, 4], guesses=guesses), data, keys.root_key(0),
+                  jnp.int32(1))
+  assert compiled_once > 0 and len(traces) == compiled_once

@@ -1,0 +1,63 @@
+"""Shared test helpers: a small federated pool and the engine's data order rebuilt by hand."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_gel import models
+from fedjax_gel.core import federated_data as fd
+from fedjax_gel.core import keys
+from fedjax_gel.core.round import build_round
+from fedjax_gel.core.sampling import Cohort
+from fedjax_gel.core.shuffle import cycled_permutation
+
+B, TAU_MAX = 3, 6
+EMPTY_CLIENT = 12
+
+
+def small_pool():
+  """12 clients with 2..30 examples of 4 features, 3 classes, then one client without data."""
+  rng = np.random.default_rng(0)
+  w = rng.normal(size=(4, 3))
+  clients = []
+  for n in [2, 5, 9, 17, 4, 30, 7, 11, 3, 13, 8, 6]:
+    x = (rng.normal(size=(n, 4)) + rng.normal()).astype(np.float32)
+    clients.append({'x': x, 'y': np.argmax(x @ w, 1).astype(np.int32)})
+  clients.append({'x': np.zeros((0, 4), np.float32), 'y': np.zeros((0,), np.int32)})
+  return fd.to_device(fd.from_client_arrays(clients))
+
+
+def small_model():
+  return models.get_model('logistic', (4,), 3)
+
+
+def init_params(model, seed=0):
+  return model.init(keys.init_key(keys.root_key(seed)))
+
+
+def cohort(ids, budgets, weights=None, guesses=None):
+  ids = jnp.asarray(ids, jnp.int32)
+  w = jnp.ones(ids.shape, jnp.float32) if weights is None else jnp.asarray(weights, jnp.float32)
+  g = jnp.zeros(ids.shape, jnp.float32) if guesses is None else jnp.asarray(guesses, jnp.float32)
+  return Cohort(ids, jnp.asarray(budgets, jnp.int32), w, g)
+
+
+def run(alg, data, c, params, chunk_size, seed=0, round_idx=3):
+  """One engine round from ``params``; returns ``(server_state, metrics)``."""
+  rf = build_round(alg, batch_size=B, max_budget=TAU_MAX, chunk_size=chunk_size)
+  return rf(alg.server_init(params), c, data, keys.root_key(seed), jnp.int32(round_idx))
+
+
+def minibatches(data, client_id, slot, tau, seed=0, round_idx=3):
+  """The engine's documented data order, rebuilt by hand: perm_i[(k B + j) mod n_i]."""
+  ck = keys.client_key(keys.round_key(keys.root_key(seed), round_idx, keys.CLIENT),
+                       client_id, slot)
+  shuffle_key = jax.random.split(ck)[0]
+  n, off = int(data.counts[client_id]), int(data.offsets[client_id])
+  order = np.asarray(cycled_permutation(shuffle_key, n, TAU_MAX * B))
+  for k in range(tau):
+    rows = off + order[k * B:(k + 1) * B]
+    yield {name: v[rows] for name, v in data.examples.items()}
+
+
+def assert_trees_close(a, b, tol=1e-6):
+  jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(u, v, rtol=tol, atol=tol), a, b)

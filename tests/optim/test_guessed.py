@@ -1,0 +1,135 @@
+"""Guessed updates against the GeL paper's identities and plain optax loops."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedjax_gel.optim.guessed import (gel_sgdm, guessing, momentum_coefficients,
+                                      momentum_coefficients_l1)
+
+LR, ALPHA = 0.05, 0.9
+
+
+def tree(seed, scale=1.0):
+  k1, k2 = jax.random.split(jax.random.key(seed))
+  return {'w': scale * jax.random.normal(k1, (3, 2)), 'b': scale * jax.random.normal(k2, (2,))}
+
+
+def close(a, b, tol=1e-6):
+  jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(u, v, rtol=tol, atol=tol), a, b)
+
+
+def run_steps(opt, params, grads):
+  state = opt.init(params)
+  for g in grads:
+    u, state = opt.update(g, state, params)
+    params = optax.apply_updates(params, u)
+  return params, state
+
+
+def test_gel_sgdm_steps_equal_optax_sgd_momentum():
+  grads = [tree(s) for s in range(6)]
+  ours, _ = run_steps(gel_sgdm(LR, ALPHA), tree(99), grads)
+  ref, _ = run_steps(optax.sgd(LR, momentum=ALPHA), tree(99), grads)
+  close(ours, ref)
+
+
+@pytest.mark.parametrize('tau,tau_prime', [(1, 0), (4, 3), (7, 12), (5, 0)])
+def test_lemma1_accumulated_update_is_the_coefficient_weighted_gradient_sum(tau, tau_prime):
+  """x^(tau + tau') - x^(0) = -lr sum_k a_k g_k with recorded gradients (seed 000, eq. 6)."""
+  opt = gel_sgdm(LR, ALPHA)
+  x0 = tree(7)
+  grads = [tree(100 + k) for k in range(tau)]
+  y, state = run_steps(opt, x0, grads)
+  u, _ = opt.guess(state, y, tau_prime)
+  y = optax.apply_updates(y, u)
+  a = np.asarray(momentum_coefficients(tau, tau_prime, ALPHA))
+  expect = jax.tree_util.tree_map(
+      lambda x, *gs: x - LR * sum(ak * g for ak, g in zip(a, gs)), x0, *grads)
+  close(y, expect)
+
+
+def test_zero_guesses_change_nothing():
+  opt = gel_sgdm(LR, ALPHA)
+  y, state = run_steps(opt, tree(1), [tree(2), tree(3)])
+  u, new_state = opt.guess(state, y, 0)
+  close(u, jax.tree_util.tree_map(jnp.zeros_like, y), tol=0)
+  close(new_state.velocity, state.velocity, tol=0)
+
+
+def test_infinite_guesses_are_the_alpha_over_one_minus_alpha_nudge():
+  opt = gel_sgdm(LR, ALPHA)
+  _, state = run_steps(opt, tree(1), [tree(2), tree(3), tree(4)])
+  u, new_state = opt.guess(state, None, jnp.inf)
+  close(u, jax.tree_util.tree_map(lambda v: ALPHA / (1 - ALPHA) * v, state.velocity))
+  close(new_state.velocity, jax.tree_util.tree_map(jnp.zeros_like, state.velocity), tol=0)
+
+
+@pytest.mark.parametrize('count', [0, 1, 5, 17])
+def test_closed_form_equals_guessing_one_step_at_a_time(count):
+  """Eq. 5 in closed form == optax.sgd(momentum) re-applied `count` times with zero gradients."""
+  grads = [tree(10 + k) for k in range(4)]
+  closed, loop = gel_sgdm(LR, ALPHA), guessing(optax.sgd(LR, momentum=ALPHA), 'zero')
+  y1, s1 = run_steps(closed, tree(0), grads)
+  y2, s2 = run_steps(loop, tree(0), grads)
+  close(closed.guess(s1, y1, count)[0], loop.guess(s2, y2, count)[0], tol=1e-5)
+
+
+def test_last_gradient_proxy_reapplies_adam_with_the_last_gradient():
+  """Seed 001: guesses are Adam steps driven by the last computed gradient."""
+  adam = optax.adam(1e-2)
+  opt = guessing(adam, 'last_gradient')
+  grads = [tree(20 + k) for k in range(3)]
+  y, state = run_steps(opt, tree(5), grads)
+  u, _ = opt.guess(state, y, 4)
+  # By hand: continue a plain Adam loop with the last gradient four more times.
+  p, s = run_steps(adam, tree(5), grads)
+  start = p
+  for _ in range(4):
+    v, s = adam.update(grads[-1], s, p)
+    p = optax.apply_updates(p, v)
+  close(u, jax.tree_util.tree_map(lambda a, b: a - b, p, start), tol=1e-5)
+
+
+def test_per_client_counts_under_vmap_match_separate_runs():
+  opt = guessing(optax.sgd(LR, momentum=ALPHA), 'last_gradient')
+  params = jax.vmap(tree)(jnp.arange(3))
+  grads = jax.vmap(lambda s: tree(s + 50))(jnp.arange(3))
+  state = jax.vmap(opt.init)(params)
+  _, state = jax.vmap(opt.update)(grads, state, params)
+  counts = jnp.array([0, 2, 5])
+  batched, _ = jax.jit(jax.vmap(opt.guess))(state, params, counts)
+  for i in range(3):
+    one = jax.tree_util.tree_map(lambda a: a[i], (state, params))
+    u, _ = opt.guess(*one, int(counts[i]))
+    close(jax.tree_util.tree_map(lambda a: a[i], batched), u, tol=1e-6)
+
+
+@pytest.mark.parametrize('tau,tau_prime,alpha', [(1, 0, 0.9), (6, 4, 0.9), (13, 0, 0.5),
+                                                 (9, 20, 0.99), (4, 3, 0.0)])
+def test_fednova_norm_is_the_sum_of_lemma1_coefficients(tau, tau_prime, alpha):
+  np.testing.assert_allclose(momentum_coefficients_l1(tau, tau_prime, alpha),
+                             np.sum(np.asarray(momentum_coefficients(tau, tau_prime, alpha))),
+                             rtol=1e-5)
+
+
+def test_unknown_proxy():
+  with pytest.raises(ValueError, match='unknown guess proxy'):
+    guessing(optax.sgd(0.1), 'median')
+
+
+def test_guesses_in_a_plain_training_loop():
+  """Not federated at all: least squares with SGDM, guessing two steps after each real one."""
+  x = jax.random.normal(jax.random.key(0), (64, 3))
+  y = x @ jnp.array([1., -2., 0.5])
+  loss = lambda w: jnp.mean((x @ w - y) ** 2)
+  opt = gel_sgdm(0.02, 0.9)
+  w = jnp.zeros(3)
+  state = opt.init(w)
+  for _ in range(30):
+    updates, state = opt.update(jax.grad(loss)(w), state, w)
+    w = optax.apply_updates(w, updates)
+    updates, state = opt.guess(state, w, 2)
+    w = optax.apply_updates(w, updates)
+  assert loss(w) < 1e-2 * loss(jnp.zeros(3))
