@@ -60,6 +60,8 @@ flags.DEFINE_float('server_tau', D.server_tau, 'FedOpt adaptivity tau (eps of op
 flags.DEFINE_string('aggregation_weights', D.aggregation_weights,
                     'samples_seen (min(tau_i B, n_i)), num_examples (n_i) or uniform.')
 flags.DEFINE_integer('seed', D.seed, 'Seed of cohorts, budgets, initial model and shuffles.')
+flags.DEFINE_list('seeds', [], 'Several seeds (overrides --seed): every algorithm runs with each, '
+                  'paired, into WORKDIR/seed<S>/; a table of rounds to target ends the output.')
 flags.DEFINE_integer('eval_every', D.eval_every, 'Evaluate every this many rounds.')
 flags.DEFINE_float('target_accuracy', D.target_accuracy, 'Accuracy for rounds_to_target.')
 flags.DEFINE_integer('chunk_size', D.chunk_size, 'Clients vmapped together; 0 = automatic.')
@@ -70,13 +72,26 @@ flags.DEFINE_integer('num_devices', D.num_devices,
 
 
 def configs_from_flags() -> list[config_lib.Config]:
-  """One Config per algorithm named by ``--algorithm``."""
+  """One Config per (seed, algorithm): ``--seeds`` (else ``--seed``) x ``--algorithm``."""
   values = {f.name: getattr(F, f.name) for f in dataclasses.fields(config_lib.Config)
-            if f.name not in ('budget_range', 'algorithm')}
+            if f.name not in ('budget_range', 'algorithm', 'seed')}
   values['budget_range'] = config_lib.parse_budget_range(F.budget_range)
   if not F.algorithm or len(set(F.algorithm)) != len(F.algorithm):
     raise config_lib.ConfigError(f'--algorithm needs distinct names (got {",".join(F.algorithm)})')
-  return [config_lib.Config(algorithm=a, **values) for a in F.algorithm]
+  try:
+    seeds = [int(s) for s in F.seeds] if F.seeds else [F.seed]
+  except ValueError:
+    raise config_lib.ConfigError(f'--seeds must be integers (got {",".join(F.seeds)})') from None
+  if len(set(seeds)) != len(seeds):
+    raise config_lib.ConfigError(f'--seeds needs distinct seeds (got {",".join(F.seeds)})')
+  return [config_lib.Config(algorithm=a, seed=s, **values) for s in seeds for a in F.algorithm]
+
+
+def run_dir(workdir: str, c: config_lib.Config, many_seeds: bool, many_algorithms: bool) -> str:
+  """``WORKDIR[/seed<S>][/<algorithm>]``."""
+  parts = [workdir] + ([f'seed{c.seed}'] if many_seeds else []) + (
+      [c.algorithm] if many_algorithms else [])
+  return os.path.join(*parts)
 
 
 def fail(message: str):
@@ -91,30 +106,36 @@ def main(argv):
   from fedjax_gel.core.devices import use_all_cpu_cores
   use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
   from fedjax_gel.data.leaf import DataError
-  from fedjax_gel.experiment import runner
+  from fedjax_gel.experiment import report, runner
   try:
     configs = [config_lib.validate(c) for c in configs_from_flags()]
     c = configs[0]
-    name = '_'.join(x.algorithm for x in configs)
+    algs = list(dict.fromkeys(x.algorithm for x in configs))
+    many_seeds = len(configs) > len(algs)
     workdir = F.workdir or os.path.join(
-        'runs', f'{name}_{c.dataset}_{time.strftime("%Y%m%d-%H%M%S")}')
-    workdirs = [workdir] if len(configs) == 1 else [os.path.join(workdir, x.algorithm)
-                                                     for x in configs]
+        'runs', f'{"_".join(algs)}_{c.dataset}_{time.strftime("%Y%m%d-%H%M%S")}')
+    workdirs = [run_dir(workdir, x, many_seeds, len(algs) > 1) for x in configs]
     for w in workdirs:
       runner.check_workdir(w, F.overwrite)
-    exps = [runner.prepare(x) for x in configs]
+    split = runner.load_split(c)   # the data do not depend on the seed or the algorithm
+    prepared = {a: runner.prepare(next(x for x in configs if x.algorithm == a), split)
+                for a in algs}
     for w in workdirs:
       runner.make_workdir(w)
   except (config_lib.ConfigError, DataError) as e:
     fail(str(e))
-  for exp, w in zip(exps, workdirs):
-    summary = runner.train(exp, w)
+  summaries = []
+  for x, w in zip(configs, workdirs):
+    summary = runner.train(prepared[x.algorithm]._replace(config=x), w)
+    summaries.append(summary)
     target = summary['rounds_to_target']
-    print(f'{exp.config.algorithm} on {c.dataset}: final test accuracy '
+    print(f'{x.algorithm} on {x.dataset}, seed {x.seed}: final test accuracy '
           f'{summary["final_accuracy"]:.4f}, best {summary["best_accuracy"]:.4f}, rounds to '
-          f'{c.target_accuracy:.0%}: {target if target is not None else "not reached"}')
+          f'{x.target_accuracy:.0%}: {target if target is not None else "not reached"}')
+  if len(summaries) > 1:
+    print(report.rounds_table(summaries))
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json'
-        f'{"" if len(configs) == 1 else " per algorithm"})')
+        f'{"" if len(configs) == 1 else " per run"})')
 
 
 def parse_flags(argv):

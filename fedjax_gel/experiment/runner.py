@@ -101,10 +101,13 @@ class Experiment(NamedTuple):
   mesh: object = None   # jax.sharding.Mesh over the 'clients' axis, or None on one device
 
 
-def prepare(c: Config) -> Experiment:
-  """Validates the config, loads the data and builds model and algorithm (writes nothing)."""
+def prepare(c: Config, split: federated_data.FederatedSplit | None = None) -> Experiment:
+  """Validates the config, loads the data (unless given) and builds model and algorithm.
+
+  Writes nothing.
+  """
   validate(c)
-  split = load_split(c)
+  split = split or load_split(c)
   population = split.train.num_clients
   if not c.sample_with_replacement and c.clients_per_round > population:
     raise ConfigError(f'--clients_per_round={c.clients_per_round} exceeds the population of '

@@ -62,6 +62,10 @@ BAD_INPUT = [
     ('--data_path={data}', '--data_path'),
     ('--dataset=leaf --data_path={data} --budget_range=1,1000000000', '--budget_range'),
     ('--dataset=leaf --data_path={data} --workdir=/proc/no/such', '/proc/no/such'),
+    ('--dataset=leaf --data_path={data} --seeds=1,x', '--seeds'),
+    ('--dataset=leaf --data_path={data} --algorithm=gel,gel', '--algorithm'),
+    ('--dataset=leaf --data_path={data} --algorithm=fedavg_gel --guess_policy=inf',
+     '--guess_policy'),
 ]
 PARALLEL = 4   # bad-input commands in flight at once
 
@@ -179,17 +183,21 @@ def test_gel_synthetic_fedavgcm_setting_reaches_85_percent(tmp_path):
   assert summary['rounds_to_target'] is not None and summary['rounds_to_target'] <= 300
 
 
-def test_several_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf_file):
+def test_seeds_and_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf_file):
   workdir = tmp_path / 'pair'
-  proc = run(f'--dataset=leaf', f'--data_path={tiny_leaf_file}', '--algorithm=fedavgcm,gel',
-             '--num_rounds=3', '--eval_every=3', '--clients_per_round=3', '--batch_size=2',
-             '--budget_range=1,3', f'--workdir={workdir}')
+  proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--algorithm=fedavgcm,gel',
+             '--seeds=3,4', '--num_rounds=3', '--eval_every=3', '--clients_per_round=3',
+             '--batch_size=2', '--budget_range=1,3', f'--workdir={workdir}')
   assert proc.returncode == 0, proc.stderr[-2000:]
   first = {}
-  for name in ('fedavgcm', 'gel'):
-    config = json.loads((workdir / name / 'config.json').read_text())
-    assert config['algorithm'] == name
-    first[name] = json.loads((workdir / name / 'metrics.jsonl').read_text().splitlines()[0])
-    assert f'{name} on leaf' in proc.stdout
-  # Same seed: the same initial model, so the same round-0 evaluation.
-  assert first['fedavgcm']['test_loss'] == first['gel']['test_loss']
+  for seed in (3, 4):
+    for name in ('fedavgcm', 'gel'):
+      run_dir = workdir / f'seed{seed}' / name
+      config = json.loads((run_dir / 'config.json').read_text())
+      assert (config['algorithm'], config['seed']) == (name, seed)
+      first[seed, name] = json.loads((run_dir / 'metrics.jsonl').read_text().splitlines()[0])
+      assert f'{name} on leaf, seed {seed}' in proc.stdout
+    # Same seed: the same initial model, so the same round-0 evaluation.
+    assert first[seed, 'fedavgcm']['test_loss'] == first[seed, 'gel']['test_loss']
+  assert first[3, 'gel']['test_loss'] != first[4, 'gel']['test_loss']
+  assert '| fedavgcm | 3,4 |' in proc.stdout and '| gel | 3,4 |' in proc.stdout
