@@ -5,13 +5,26 @@ import re
 README = pathlib.Path(__file__).resolve().parents[1] / 'README.md'
 
 
-def test_readme_python_example_runs():
-  blocks = re.findall(r'```python\n(.*?)```', README.read_text(), re.S)
-  assert blocks, 'README has no python example'
+def python_blocks():
+  return re.findall(r'```python\n(.*?)```', README.read_text(), re.S)
+
+
+def run_block(code):
   scope = {}
-  exec(compile(blocks[0], 'README.md', 'exec'), scope)   # pylint: disable=exec-used
+  exec(compile(code, 'README.md', 'exec'), scope)   # pylint: disable=exec-used
+  return scope
+
+
+def test_readme_engine_example_trains():
+  scope = run_block(python_blocks()[0])
   assert scope['metrics'].grad_computations > 0
   assert 0 < float(scope['metrics'].train_loss) < 1.0   # from ln(5) = 1.61 at the start
+
+
+def test_readme_guessed_updates_example_fits():
+  scope = run_block(python_blocks()[1])
+  w, loss = scope['w'], scope['loss']
+  assert float(loss(w)) < 1e-2 * float(loss(0 * w))
 
 
 def test_readme_quick_start_names_the_shipped_files():
