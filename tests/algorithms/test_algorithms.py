@@ -107,12 +107,14 @@ def test_fedprox_gradient_is_autodiff_of_the_proximal_objective(data, loss, mode
   assert_trees_close(state.params, weighted(ys, [1., 1.]), tol=1e-5)
 
 
-def test_fednova_with_equal_budgets_is_fedavgcm(data, loss, model):
+@pytest.mark.parametrize('momentum', [0.0, ALPHA])
+def test_fednova_with_equal_budgets_is_fedavg(data, loss, model, momentum):
   x = init_params(model)
   c = cohort([1, 5, 9], [4, 4, 4], [1., 2., 3.])
-  nova, _ = run(algorithms.fednova(loss, LR, ALPHA), data, c, x, chunk_size=3)
-  cm, _ = run(algorithms.fedavgcm(loss, LR, ALPHA), data, c, x, chunk_size=3)
-  assert_trees_close(nova.params, cm.params, tol=1e-5)
+  nova, _ = run(algorithms.fednova(loss, LR, momentum), data, c, x, chunk_size=3)
+  avg, _ = run(algorithms.fedavg(loss, optax.sgd(LR, momentum=momentum or None)), data, c, x,
+               chunk_size=3)
+  assert_trees_close(nova.params, avg.params, tol=1e-5)
 
 
 @pytest.mark.parametrize('guesses', [False, True])
@@ -136,11 +138,24 @@ def test_fednova_normalises_by_the_lemma1_coefficients(data, loss, model, guesse
   assert_trees_close(state.params, tree_map(lambda x0, d: x0 - tau_eff * d, x, d), tol=1e-5)
 
 
-def test_fedyogi_round_is_one_hand_computed_yogi_step(data, loss, model):
-  """Client SGD; server: m = (1-b1) Delta, v = tau^2 - (1-b2) Delta^2 sign(tau^2 - Delta^2),
-  x' = x - lr m / (sqrt(v) + tau) (Reddi et al. 2021, no bias correction)."""
+def second_moment(name, d, b2, tau):
+  """v_1 from v_0 = tau^2 (Reddi et al. 2021, Algorithm 2), by hand."""
+  v0 = tau ** 2
+  if name == 'fedadagrad':
+    return v0 + d ** 2
+  if name == 'fedyogi':
+    return v0 - (1 - b2) * d ** 2 * np.sign(v0 - d ** 2)
+  return b2 * v0 + (1 - b2) * d ** 2
+
+
+@pytest.mark.parametrize('name', ['fedadam', 'fedyogi', 'fedadagrad'])
+def test_fedopt_round_is_one_hand_computed_server_step(data, loss, model, name):
+  """Client SGD; server: m = (1-b1) Delta, v_1 as above, x' = x - lr m / (sqrt(v_1) + tau)."""
   x, lr, b1, b2, tau = init_params(model), 0.3, 0.9, 0.99, 1e-3
-  alg = algorithms.fedavg(loss, optax.sgd(LR), optim.fedyogi(lr, b1, b2, tau), 'fedyogi')
+  server = {'fedadam': lambda: optim.fedadam(lr, b1, b2, tau),
+            'fedyogi': lambda: optim.fedyogi(lr, b1, b2, tau),
+            'fedadagrad': lambda: optim.fedadagrad(lr, b1, tau)}[name]()
+  alg = algorithms.fedavg(loss, optax.sgd(LR), server, name)
   state, _ = run(alg, data, cohort([2, 6], [3, 5], [1., 3.]), x, chunk_size=2)
   ys = []
   for slot, (cid, t) in enumerate(zip([2, 6], [3, 5])):
@@ -151,9 +166,7 @@ def test_fedyogi_round_is_one_hand_computed_yogi_step(data, loss, model):
   delta = tree_map(lambda x0, y: np.asarray(x0 - y, np.float64), x, weighted(ys, [1., 3.]))
 
   def step(x0, d):
-    m = (1 - b1) * d
-    v = tau ** 2 - (1 - b2) * d ** 2 * np.sign(tau ** 2 - d ** 2)
-    return x0 - lr * m / (np.sqrt(v) + tau)
+    return x0 - lr * (1 - b1) * d / (np.sqrt(second_moment(name, d, b2, tau)) + tau)
 
   assert_trees_close(state.params, tree_map(step, x, delta), tol=1e-5)
 

@@ -201,3 +201,14 @@ def test_seeds_and_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf
     assert first[seed, 'fedavgcm']['test_loss'] == first[seed, 'gel']['test_loss']
   assert first[3, 'gel']['test_loss'] != first[4, 'gel']['test_loss']
   assert '| fedavgcm | 3,4 |' in proc.stdout and '| gel | 3,4 |' in proc.stdout
+
+
+def test_every_algorithm_runs_from_the_launcher(tmp_path, tiny_leaf_file):
+  proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}',
+             f'--algorithm={",".join(config_lib.ALGORITHMS)}', '--num_rounds=2',
+             '--eval_every=2', '--clients_per_round=3', '--batch_size=2', '--budget_range=1,3',
+             '--server_lr=0.1', f'--workdir={tmp_path / "all"}')
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  for name in config_lib.ALGORITHMS:
+    summary = json.loads((tmp_path / 'all' / name / 'summary.json').read_text())
+    assert summary['algorithm'] == name and summary['final_accuracy'] is not None
