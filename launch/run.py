@@ -117,16 +117,14 @@ def main(argv):
     workdirs = [run_dir(workdir, x, many_seeds, len(algs) > 1) for x in configs]
     for w in workdirs:
       runner.check_workdir(w, F.overwrite)
-    split = runner.load_split(c)   # the data do not depend on the seed or the algorithm
-    prepared = {a: runner.prepare(next(x for x in configs if x.algorithm == a), split)
-                for a in algs}
+    base = runner.prepare(c)   # data, model, chunks: shared by every algorithm and seed
     for w in workdirs:
       runner.make_workdir(w)
   except (config_lib.ConfigError, DataError) as e:
     fail(str(e))
   summaries = []
   for x, w in zip(configs, workdirs):
-    summary = runner.train(prepared[x.algorithm]._replace(config=x), w)
+    summary = runner.train(runner.with_config(base, x), w)
     summaries.append(summary)
     target = summary['rounds_to_target']
     print(f'{x.algorithm} on {x.dataset}, seed {x.seed}: final test accuracy '

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import optax
 
 from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
@@ -81,7 +82,8 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
     if normalizer is None:
       return delta
     norm = normalizer(ctx)
-    return NormalizedUpload(jax.tree_util.tree_map(lambda d: d / norm, delta), norm)
+    safe = jnp.where(norm > 0, norm, 1.)   # a client without steps uploads zeros, never NaN
+    return NormalizedUpload(jax.tree_util.tree_map(lambda d: d / safe, delta), norm)
 
   def server_update(state: ServerState, upload, info: RoundInfo):
     del info
@@ -111,5 +113,3 @@ def fedavgcm(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
              server_optimizer: optax.GradientTransformation | None = None) -> FederatedAlgorithm:
   """FedAvg with client momentum (GeL's FedAvgCM baseline): client ``optax.sgd(lr, momentum)``."""
   return fedavg(loss_fn, optax.sgd(client_lr, momentum=momentum), server_optimizer, 'fedavgcm')
-
-

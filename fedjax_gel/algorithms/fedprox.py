@@ -18,7 +18,11 @@ from fedjax_gel.algorithms.gel import gel_client_optimizer
 def fedprox(loss_fn: Callable, client_lr: float, mu: float = 0.01, momentum: float = 0.9,
             server_optimizer: optax.GradientTransformation | None = None,
             guesses: bool = False, proxy: str = 'zero') -> FederatedAlgorithm:
-  """FedProx with client SGD(M); ``guesses=True`` gives FedProx + GeL."""
+  """FedProx with client SGD(M); ``guesses=True`` gives FedProx + GeL (zero proxy only: the
+  last-gradient proxy would carry the proximal term into the guesses)."""
+  if guesses and proxy != 'zero':
+    raise ValueError('fedprox_gel guesses with the zero proxy only (the guess ignores the '
+                     f'proximal term), got {proxy!r}')
   client = (gel_client_optimizer(client_lr, momentum, proxy) if guesses
             else optax.sgd(client_lr, momentum=momentum or None))
   return local_sgd(loss_fn, client, server_optimizer, prox_mu=mu,

@@ -41,5 +41,8 @@ def fedavg_gel(loss_fn: Callable, client_lr: float,
                server_optimizer: optax.GradientTransformation | None = None,
                proxy: str = 'last_gradient') -> FederatedAlgorithm:
   """FedAvg + GeL: client SGD with guessed steps (last-gradient proxy by default)."""
+  if proxy == 'zero':
+    raise ValueError('fedavg_gel: plain SGD has no momentum, so zero-proxy guesses are no-ops; '
+                     'use the last_gradient proxy, or gel for SGDM with guesses')
   return local_sgd(loss_fn, guessing(optax.sgd(client_lr), proxy), server_optimizer,
                    name='fedavg_gel')

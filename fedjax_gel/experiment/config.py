@@ -14,6 +14,7 @@ FEDOPT_SERVERS = {'fedadam': 'fedadam', 'fedyogi': 'fedyogi', 'fedadagrad': 'fed
 SERVER_OPTIMIZERS = ('sgd', 'momentum', 'fedadam', 'fedyogi', 'fedadagrad', 'adam', 'yogi',
                      'adagrad')
 GUESS_PROXIES = ('default', 'zero', 'last_gradient')
+MAX_GUESSES = 100_000   # guess counts above this are surely a typo (guesses may run in a loop)
 
 
 class ConfigError(ValueError):
@@ -116,10 +117,20 @@ def validate(c: Config) -> Config:
          f'--guess_policy=inf needs momentum clients and the zero proxy (the closed-form '
          f'alpha/(1-alpha) nudge); --algorithm={c.algorithm} with --guess_proxy={c.proxy} '
          'would loop forever')
-    need(c.algorithm != 'fednova_gel' or c.proxy == 'zero',
-         '--guess_proxy: fednova_gel needs the zero proxy (its ||a_i||_1 is Lemma 1\'s)')
+    need(c.algorithm not in ('fednova_gel', 'fedprox_gel') or c.proxy == 'zero',
+         f'--guess_proxy={c.proxy}: {c.algorithm} guesses with the zero proxy only '
+         '(FedNova: Lemma 1\'s ||a_i||_1; FedProx: the guess ignores the proximal term)')
+    need(c.algorithm != 'fedavg_gel' or c.proxy != 'zero',
+         '--guess_proxy=zero: fedavg_gel has plain SGD clients, whose zero-proxy guesses do '
+         'nothing; use last_gradient, or --algorithm=gel')
   for flag in ('guess_tau', 'guess_k', 'guess_count'):
-    need(getattr(c, flag) >= 0, f'--{flag} must be >= 0 (got {getattr(c, flag)})')
+    need(0 <= getattr(c, flag) <= MAX_GUESSES,
+         f'--{flag} must lie in [0, {MAX_GUESSES}] (got {getattr(c, flag)})')
+  fixed_server = FEDOPT_SERVERS.get(c.algorithm)
+  need(fixed_server is None or c.server_optimizer in ('sgd', fixed_server),
+       f'--server_optimizer={c.server_optimizer}: --algorithm={c.algorithm} fixes its server '
+       f'optimiser ({fixed_server}); use --algorithm=fedavg to combine SGD '
+       'clients with another server optimiser')
   need(c.guess_percent >= 0, f'--guess_percent must be >= 0 (got {c.guess_percent})')
   need(c.prox_mu >= 0, f'--prox_mu must be >= 0 (got {c.prox_mu})')
   need(0 <= c.server_beta1 < 1, f'--server_beta1 must lie in [0, 1) (got {c.server_beta1})')

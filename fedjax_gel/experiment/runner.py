@@ -101,13 +101,10 @@ class Experiment(NamedTuple):
   mesh: object = None   # jax.sharding.Mesh over the 'clients' axis, or None on one device
 
 
-def prepare(c: Config, split: federated_data.FederatedSplit | None = None) -> Experiment:
-  """Validates the config, loads the data (unless given) and builds model and algorithm.
-
-  Writes nothing.
-  """
+def prepare(c: Config) -> Experiment:
+  """Validates the config, loads the data and builds model and algorithm (writes nothing)."""
   validate(c)
-  split = split or load_split(c)
+  split = load_split(c)
   population = split.train.num_clients
   if not c.sample_with_replacement and c.clients_per_round > population:
     raise ConfigError(f'--clients_per_round={c.clients_per_round} exceeds the population of '
@@ -127,6 +124,15 @@ def prepare(c: Config, split: federated_data.FederatedSplit | None = None) -> Ex
   check_memory(c, chunk, params_bytes(model), example_bytes(split.train))
   return Experiment(c, model, algorithm, train, evaluation.make_eval_pool(split.test),
                     evaluation.make_eval_pool(split.train), chunk, mesh)
+
+
+def with_config(exp: Experiment, c: Config) -> Experiment:
+  """The same data, model, chunks and devices for another algorithm or seed of ``c``.
+
+  Only ``algorithm`` and ``seed`` (and what they alone read) may differ from ``exp.config``.
+  """
+  validate(c)
+  return exp._replace(config=c, algorithm=make_algorithm(c, exp.model))
 
 
 def params_bytes(model: models.Model) -> int:

@@ -61,6 +61,8 @@ def gel_sgdm(learning_rate: float, momentum: float = 0.9) -> GuessingTransformat
   ``alpha (1 - alpha^count) / (1 - alpha) v`` and ``v <- alpha^count v``; ``count`` may be a float,
   ``inf`` included.
   """
+  if not 0 <= momentum < 1:
+    raise ValueError(f'gel_sgdm needs a momentum in [0, 1), got {momentum}')
   lr, alpha = learning_rate, momentum
 
   def init(params):
@@ -74,7 +76,7 @@ def gel_sgdm(learning_rate: float, momentum: float = 0.9) -> GuessingTransformat
   def guess(state, params=None, count=0):
     del params
     decay = jnp.power(jnp.asarray(alpha, jnp.float32), jnp.asarray(count, jnp.float32))
-    nudge = alpha * (1. - decay) / (1. - alpha) if alpha < 1 else jnp.asarray(count, jnp.float32)
+    nudge = alpha * (1. - decay) / (1. - alpha)
     updates = jax.tree_util.tree_map(lambda v: (nudge * v).astype(v.dtype), state.velocity)
     return updates, SGDMState(jax.tree_util.tree_map(lambda v: (decay * v).astype(v.dtype),
                                                      state.velocity))
@@ -97,7 +99,8 @@ def guessing(inner: optax.GradientTransformation, proxy: str = 'zero') -> Guessi
       moment) or ``'last_gradient'`` (the last computed gradient stands in; seed 001).
 
   ``guess(state, params, count)`` runs ``count`` (a finite integer, possibly traced) updates of
-  ``inner`` with the proxy, moving a copy of ``params`` along, and returns their sum.
+  ``inner`` with the proxy, moving a copy of ``params`` along, and returns their sum. A count
+  that is not finite gives no guesses (infinitely many need a closed form: ``gel_sgdm``).
   """
   if proxy not in PROXIES:
     raise ValueError(f'unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
@@ -120,7 +123,9 @@ def guessing(inner: optax.GradientTransformation, proxy: str = 'zero') -> Guessi
       return optax.tree_utils.tree_add(total, u), inner_state, optax.apply_updates(p, u)
 
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    total, inner_state, _ = jax.lax.fori_loop(0, jnp.asarray(count, jnp.int32), step,
+    count = jnp.asarray(count, jnp.float32)
+    count = jnp.where(jnp.isfinite(count), count, 0.).astype(jnp.int32)
+    total, inner_state, _ = jax.lax.fori_loop(0, count, step,
                                               (zeros, state.inner, params))
     return total, GuessState(inner_state, state.last_grad)
 
@@ -139,6 +144,7 @@ def momentum_coefficients(tau: int, tau_prime, alpha: float) -> jax.Array:
 
 
 def momentum_coefficients_l1(tau, tau_prime, alpha: float) -> jax.Array:
+  # alpha in [0, 1): the sums below are geometric series.
   """``||a||_1 = [tau - alpha^(tau'+1) (1 - alpha^tau) / (1 - alpha)] / (1 - alpha)`` (DESIGN §4).
 
   ``tau`` and ``tau'`` may be traced arrays (one per client); ``tau' = inf`` gives

@@ -171,6 +171,43 @@ def test_fedopt_round_is_one_hand_computed_server_step(data, loss, model, name):
   assert_trees_close(state.params, tree_map(step, x, delta), tol=1e-5)
 
 
+def test_fedyogi_gel_is_the_eq5_nudge_then_one_yogi_step(data, loss, model):
+  x, lr, b1, b2, tau = init_params(model), 0.3, 0.9, 0.99, 1e-3
+  ids, taus, tps, w = [2, 6], [3, 5], [4., 1.], [1., 3.]
+  alg = algorithms.gel(loss, LR, ALPHA, optim.fedyogi(lr, b1, b2, tau), name='fedyogi_gel')
+  state, _ = run(alg, data, cohort(ids, taus, w, tps), x, chunk_size=2)
+  ys = []
+  for slot, (cid, t, tp) in enumerate(zip(ids, taus, tps)):
+    y, v, _ = sgdm_by_hand(data, loss, x, cid, slot, t)
+    ys.append(tree_map(lambda y, v: y + ALPHA * (1 - ALPHA ** tp) / (1 - ALPHA) * v, y, v))
+  delta = tree_map(lambda x0, y: np.asarray(x0 - y, np.float64), x, weighted(ys, w))
+
+  def step(x0, d):
+    return x0 - lr * (1 - b1) * d / (np.sqrt(second_moment('fedyogi', d, b2, tau)) + tau)
+
+  assert_trees_close(state.params, tree_map(step, x, delta), tol=1e-5)
+
+
+def test_fednova_client_without_steps_is_inert(data, loss, model):
+  """tau_i = 0 gives ||a_i||_1 = 0: the client must add nothing (and no NaN) to the round."""
+  x = init_params(model)
+  alg = algorithms.fednova(loss, LR, ALPHA)
+  both, _ = run(alg, data, cohort([1, 5], [0, 4], [1., 1.]), x, chunk_size=2)
+  assert all(np.isfinite(leaf).all() for leaf in jax.tree_util.tree_leaves(both.params))
+  alone, _ = run(alg, data, cohort([1, 5], [0, 4], [0., 1.]), x, chunk_size=2)
+  # p = (1/2, 1/2): tau_eff = a_5 / 2 and the mean normalised update d_5 / 2, so the step is a
+  # quarter of client 5's own Delta_5 = a_5 d_5 (the step when it is alone).
+  assert_trees_close(tree_map(lambda x0, b: x0 - b, x, both.params),
+                     tree_map(lambda x0, s: 0.25 * (x0 - s), x, alone.params), tol=1e-5)
+
+
+def test_guess_proxies_that_would_mislead_are_refused(loss):
+  with pytest.raises(ValueError, match='zero-proxy guesses are no-ops'):
+    algorithms.fedavg_gel(loss, LR, proxy='zero')
+  with pytest.raises(ValueError, match='zero proxy only'):
+    algorithms.fedprox(loss, LR, guesses=True, proxy='last_gradient')
+
+
 @pytest.mark.parametrize('policy,expect', [
     (GuessPolicy('none'), [0, 0, 0, 0]),
     (GuessPolicy('remaining', tau=18), [14, 9, 5, 6]),

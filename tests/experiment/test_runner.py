@@ -5,9 +5,12 @@ import dataclasses
 import io
 import json
 
+import jax
 import numpy as np
 import pytest
 
+from fedjax_gel import models, optim
+from fedjax_gel.core.sampling import GuessPolicy
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import progress as progress_lib
 from fedjax_gel.experiment import runner
@@ -252,3 +255,39 @@ def test_diverged_values_are_written_as_null(tmp_path):
   runner.write_json(str(tmp_path / 's.json'), {'loss': float('nan'), 'acc': 0.5,
                                               'best': float('inf')})
   assert json.loads((tmp_path / 's.json').read_text()) == {'loss': None, 'acc': 0.5, 'best': None}
+
+
+def test_algorithm_names_build_their_algorithms_and_servers():
+  model = models.get_model('logistic', (3,), 3)
+  params = model.init(jax.random.key(0))
+  for name in config_lib.ALGORITHMS:
+    c = Config(algorithm=name, server_lr=0.1)
+    alg = runner.make_algorithm(c, model)
+    assert alg.name == name
+    opt_state = alg.server_init(params).opt_state
+    fedopt = name in config_lib.FEDOPT_SERVERS
+    assert isinstance(opt_state, optim.FedOptState) == fedopt, name
+
+
+def test_guess_settings_reach_the_cohort_policy():
+  assert Config(algorithm='fedavgcm').guess_policy_value() == GuessPolicy()
+  assert Config(algorithm='gel').guess_policy_value() == GuessPolicy('remaining', 18, 0, 5, 25.)
+  assert Config(algorithm='gel', guess_tau=20).guess_policy_value().tau == 20
+  assert Config(algorithm='gel', guess_policy='cohort_max', guess_k=3,
+                budget_range=(1, 9)).guess_policy_value()[:3] == ('cohort_max', 14, 3)
+  assert Config(algorithm='gel').proxy == 'zero'
+  assert Config(algorithm='fedavg_gel').proxy == 'last_gradient'
+
+
+@pytest.mark.parametrize('kwargs,flag', [
+    (dict(algorithm='fednova_gel', guess_proxy='last_gradient'), '--guess_proxy'),
+    (dict(algorithm='fedprox_gel', guess_proxy='last_gradient'), '--guess_proxy'),
+    (dict(algorithm='fedavg_gel', guess_proxy='zero'), '--guess_proxy'),
+    (dict(algorithm='gel', guess_policy='inf', guess_proxy='last_gradient'), '--guess_policy'),
+    (dict(algorithm='fedyogi', server_optimizer='adam'), '--server_optimizer'),
+    (dict(algorithm='gel', guess_count=10**9), '--guess_count'),
+])
+def test_guess_and_server_combinations_that_cannot_work(kwargs, flag):
+  with pytest.raises(ConfigError) as e:
+    config_lib.validate(Config(**kwargs))
+  assert str(e.value).startswith(flag) and '\n' not in str(e.value)

@@ -44,7 +44,8 @@ def test_lemma1_accumulated_update_is_the_coefficient_weighted_gradient_sum(tau,
   y, state = run_steps(opt, x0, grads)
   u, _ = opt.guess(state, y, tau_prime)
   y = optax.apply_updates(y, u)
-  a = np.asarray(momentum_coefficients(tau, tau_prime, ALPHA))
+  a = [(1 - ALPHA ** (tau_prime + tau - k)) / (1 - ALPHA) for k in range(tau)]   # eq. 6
+  np.testing.assert_allclose(momentum_coefficients(tau, tau_prime, ALPHA), a, rtol=1e-6)
   expect = jax.tree_util.tree_map(
       lambda x, *gs: x - LR * sum(ak * g for ak, g in zip(a, gs)), x0, *grads)
   close(y, expect)
@@ -120,16 +121,32 @@ def test_unknown_proxy():
 
 
 def test_guesses_in_a_plain_training_loop():
-  """Not federated at all: least squares with SGDM, guessing two steps after each real one."""
+  """Not federated at all: least squares with SGDM; two guesses after each real step help."""
   x = jax.random.normal(jax.random.key(0), (64, 3))
   y = x @ jnp.array([1., -2., 0.5])
   loss = lambda w: jnp.mean((x @ w - y) ** 2)
-  opt = gel_sgdm(0.02, 0.9)
-  w = jnp.zeros(3)
-  state = opt.init(w)
-  for _ in range(30):
-    updates, state = opt.update(jax.grad(loss)(w), state, w)
-    w = optax.apply_updates(w, updates)
-    updates, state = opt.guess(state, w, 2)
-    w = optax.apply_updates(w, updates)
-  assert loss(w) < 1e-2 * loss(jnp.zeros(3))
+
+  def train(guesses):
+    opt = gel_sgdm(0.005, 0.9)
+    w = jnp.zeros(3)
+    state = opt.init(w)
+    for _ in range(20):
+      updates, state = opt.update(jax.grad(loss)(w), state, w)
+      w = optax.apply_updates(w, updates)
+      updates, state = opt.guess(state, w, guesses)
+      w = optax.apply_updates(w, updates)
+    return float(loss(w))
+
+  assert train(2) < 0.5 * train(0) < loss(jnp.zeros(3))
+
+
+def test_momentum_must_lie_below_one():
+  with pytest.raises(ValueError, match='momentum in'):
+    gel_sgdm(0.1, 1.0)
+
+
+def test_a_count_that_is_not_finite_gives_no_loop_guesses():
+  opt = guessing(optax.sgd(LR, momentum=ALPHA), 'zero')
+  y, state = run_steps(opt, tree(1), [tree(2)])
+  u, _ = jax.jit(opt.guess)(state, y, jnp.inf)
+  close(u, jax.tree_util.tree_map(jnp.zeros_like, y), tol=0)
