@@ -51,7 +51,8 @@ flags.DEFINE_string('guess_proxy', D.guess_proxy,
                     'client optimiser with the last gradient); default: zero, last_gradient '
                     'for fedavg_gel.')
 flags.DEFINE_string('server_optimizer', D.server_optimizer,
-                    f'One of {", ".join(config_lib.SERVER_OPTIMIZERS)} (optax), applied to Delta.')
+                    f'One of {", ".join(config_lib.SERVER_OPTIMIZERS)}, applied to Delta: '
+                    'fed* are Reddi et al. 2021\'s forms, adam/yogi/adagrad optax\'s.')
 flags.DEFINE_float('server_lr', D.server_lr, 'Server learning rate.')
 flags.DEFINE_float('server_momentum', D.server_momentum, 'Server momentum (--server_optimizer=momentum).')
 flags.DEFINE_float('server_beta1', D.server_beta1, 'FedOpt / Adam-type server beta1.')
