@@ -7,7 +7,7 @@ client's budget, and hands ``server_update`` the weighted mean of the uploads.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 
@@ -24,6 +24,8 @@ class ClientContext(NamedTuple):
     guesses: float32 ``tau'_i``, guessed steps after the budget (GeL); may be ``inf``.
     weight: float32 unnormalised aggregation weight.
     key: PRNG key for the algorithm's own draws (independent of the data shuffle).
+    anchor: the gradient at the broadcast model the engine computed before local training when
+      the algorithm asks for one (``FederatedAlgorithm.anchor``), else None.
   """
   client_id: jax.Array
   num_examples: jax.Array
@@ -31,6 +33,7 @@ class ClientContext(NamedTuple):
   guesses: jax.Array
   weight: jax.Array
   key: jax.Array
+  anchor: Any = None
 
 
 class RoundInfo(NamedTuple):
@@ -52,6 +55,13 @@ class FederatedAlgorithm(NamedTuple):
     server_update: ``(server_state, mean_upload, RoundInfo) -> server_state``, with
       ``mean_upload = sum_i w_i upload_i / sum_i w_i``.
     server_params: ``server_state -> params`` of the global model (for evaluation).
+    anchor: ``'none'``, ``'full_batch'`` or ``'minibatch'``: the engine computes, before local
+      training, each client's gradient at the broadcast model over all its examples or over its
+      first minibatch (Mime), and hands it over as ``ClientContext.anchor``.
+    anchor_grad: ``(broadcast, batch) -> gradient`` of the masked mean loss at the broadcast
+      model (``batch['mask']`` marks real rows); needed when ``anchor != 'none'``.
+    client_model: ``client_state -> the client's model``, for the spread of client models
+      (mean pairwise cosine distance) the engine reports.
   """
   name: str
   server_init: Callable[[PyTree], PyTree]
@@ -61,3 +71,6 @@ class FederatedAlgorithm(NamedTuple):
   client_final: Callable[[PyTree, PyTree, ClientContext], PyTree]
   server_update: Callable[[PyTree, PyTree, RoundInfo], PyTree]
   server_params: Callable[[PyTree], PyTree]
+  anchor: str = 'none'
+  anchor_grad: Optional[Callable[[PyTree, PyTree], PyTree]] = None
+  client_model: Callable[[PyTree], PyTree] = lambda state: state.params

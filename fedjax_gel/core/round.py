@@ -21,10 +21,11 @@
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -41,9 +42,28 @@ tree_map = jax.tree_util.tree_map
 class RoundMetrics(NamedTuple):
   """Per-round totals (scalars)."""
   train_loss: jax.Array        # sum_i w_i mean_k loss_ik / sum_i w_i (minibatch losses)
-  grad_computations: jax.Array  # sum_i tau_i: minibatch gradients computed
-  examples: jax.Array          # sum_i tau_i B: useful examples processed
+  grad_computations: jax.Array  # sum_i tau_i minibatch gradients, + anchor passes (ceil(n_i/B))
+  examples: jax.Array          # examples through a gradient: sum_i tau_i B, + anchor examples
   computed_steps: jax.Array    # client-steps the chunks ran, masked ones included
+  uploaded_bytes: jax.Array    # bytes the real clients uploaded
+  downloaded_bytes: jax.Array  # bytes the real clients downloaded
+  client_distance: jax.Array   # mean pairwise cosine distance of the clients' final models
+
+
+FULL_BATCH_ROWS = 128   # rows per step of a full-batch anchor-gradient pass
+
+
+class ChunkWork(NamedTuple):
+  """What one chunk's clients did (leading axis: the chunk's clients)."""
+  upload: Any
+  weights: jax.Array
+  budgets: jax.Array
+  mean_loss: jax.Array
+  real: jax.Array
+  trips: jax.Array
+  model_directions: Any        # sum over real clients of model / ||model|| (one pytree)
+  anchor_grads: jax.Array      # gradient computations of the anchor pass
+  anchor_examples: jax.Array
 
 
 def masked(active, new, old):
@@ -68,6 +88,31 @@ def pad_and_sort(cohort: Cohort, num_chunks: int, chunk_size: int):
   shape = (num_chunks, chunk_size)
   return (Cohort(*(a[order].reshape(shape) for a in padded)),
           jnp.maximum(slots[order], 0).reshape(shape), (slots[order] >= 0).reshape(shape))
+
+
+def tree_bytes(tree) -> int:
+  """Bytes of a pytree of arrays or shape structs (static)."""
+  return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+             for x in jax.tree_util.tree_leaves(tree))
+
+
+def model_directions(models, real):
+  """``sum_i u_i`` over real clients, ``u_i = model_i / ||model_i||`` (norm over all leaves)."""
+  leaves = jax.tree_util.tree_leaves(models)
+  sq = sum(jnp.sum(jnp.square(x.astype(jnp.float32)).reshape(x.shape[0], -1), axis=1)
+           for x in leaves)
+  scale = jnp.where(real, 1. / jnp.maximum(jnp.sqrt(sq), 1e-30), 0.)
+  return tree_map(lambda x: jnp.tensordot(scale, x.astype(jnp.float32), axes=1), models)
+
+
+def mean_pairwise_cosine_distance(direction_sum, count):
+  """``1 - mean_{i != j} cos(y_i, y_j) = 1 - (||sum_i u_i||^2 - C) / (C (C - 1))``.
+
+  FedGBO's (seed 004) Fig. 1 measure of client drift; 0 for fewer than two clients.
+  """
+  sq = sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(direction_sum))
+  pairs = count * (count - 1.)
+  return jnp.where(pairs > 0, 1. - (sq - count) / jnp.maximum(pairs, 1.), 0.)
 
 
 def chunk_layout(cohort_size: int, chunk_size: int, num_devices: int = 1) -> tuple[int, int]:
@@ -99,11 +144,40 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
   """
   order_len = max_budget * batch_size
 
-  def train_chunk(bcast, data: FederatedData, client_key_root, chunk):
-    """Local work of one chunk: ``(uploads, weights, budgets, mean losses, trip count)``.
+  def anchor_gradients(bcast, data: FederatedData, n, offsets, rows, real):
+    """Each client's gradient at the broadcast model: ``(grads, computations, examples)``."""
+    grad = jax.vmap(algorithm.anchor_grad, in_axes=(None, 0))
+    if algorithm.anchor == 'minibatch':   # the client's first minibatch of the round
+      batch = tree_map(lambda a: a[rows[:, :batch_size]], data.examples)
+      batch['mask'] = jnp.ones(rows[:, :batch_size].shape, bool)
+      return grad(bcast, batch), jnp.sum(real), batch_size * jnp.sum(real)
 
-    Uploads and weights of padding clients and clients without data are zero.
-    """
+    pos = jnp.arange(FULL_BATCH_ROWS)
+
+    def add_rows(b, acc):   # rows b*R .. b*R + R - 1 of every client, masked beyond n_i
+      p = b * FULL_BATCH_ROWS + pos
+      mask = p[None, :] < n[:, None]
+      idx = offsets[:, None] + jnp.minimum(p[None, :], jnp.maximum(n - 1, 0)[:, None])
+      batch = dict(tree_map(lambda a: a[idx], data.examples), mask=mask)
+      count = jnp.sum(mask, axis=1).astype(jnp.float32)
+      g = grad(bcast, batch)
+      return tree_map(lambda a, u: a + count.reshape((-1,) + (1,) * (u.ndim - 1)) * u, acc, g)
+
+    shapes = jax.eval_shape(lambda: grad(bcast, dict(
+        tree_map(lambda a: a[jnp.zeros((n.shape[0], 1), jnp.int32)], data.examples),
+        mask=jnp.ones((n.shape[0], 1), bool))))
+    zeros = tree_map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
+    n_real = jnp.where(real, n, 0)
+    trips = -(-jnp.max(n_real) // FULL_BATCH_ROWS)
+    total = jax.lax.fori_loop(0, trips, add_rows, zeros)
+    scale = 1. / jnp.maximum(n_real, 1).astype(jnp.float32)
+    grads = tree_map(lambda t, s: (scale.reshape((-1,) + (1,) * (t.ndim - 1)) * t).astype(s.dtype),
+                     total, shapes)
+    return grads, jnp.sum(-(-n_real // batch_size)), jnp.sum(n_real)
+
+  def train_chunk(bcast, data: FederatedData, client_key_root, chunk) -> ChunkWork:
+    """Local work of one chunk. Uploads and weights of padding clients and clients without data
+    are zero."""
     cohort, slots, valid = chunk
     n = data.counts[cohort.client_ids]
     offsets = data.offsets[cohort.client_ids]
@@ -113,8 +187,11 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     rows = offsets[:, None] + order                       # [chunk, tau_max * B] pool rows
     real = valid & (n > 0)                                # clients without data take no step
     budgets = jnp.where(real, jnp.minimum(cohort.budgets, max_budget), 0)
+    anchor, anchor_grads, anchor_examples = None, jnp.int32(0), jnp.int32(0)
+    if algorithm.anchor != 'none':
+      anchor, anchor_grads, anchor_examples = anchor_gradients(bcast, data, n, offsets, rows, real)
     ctx = ClientContext(cohort.client_ids, n, budgets, jnp.where(real, cohort.guesses, 0.),
-                        cohort.weights, algo_keys)
+                        cohort.weights, algo_keys, anchor)
     state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
     step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
 
@@ -131,16 +208,21 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     upload = jax.vmap(algorithm.client_final, in_axes=(0, None, 0))(state, bcast, ctx)
     w = jnp.where(real, cohort.weights, 0.)
     upload = masked(real, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
-    return upload, w, budgets, loss_sum / jnp.maximum(budgets, 1), real, trips
+    return ChunkWork(upload, w, budgets, loss_sum / jnp.maximum(budgets, 1), real, trips,
+                     model_directions(jax.vmap(algorithm.client_model)(state), real),
+                     anchor_grads, anchor_examples)
 
   def chunk_totals(bcast, data, client_key_root, chunk):
-    """One chunk's ``sum_i w_i upload_i`` (float32) and its scalar totals."""
-    upload, w, budgets, mean_loss, real, trips = train_chunk(bcast, data, client_key_root, chunk)
-    sums = tree_map(lambda u: jnp.tensordot(w, u.astype(jnp.float32), axes=1), upload)
+    """One chunk's ``sum_i w_i upload_i`` (float32), model directions and scalar totals."""
+    work = train_chunk(bcast, data, client_key_root, chunk)
+    w, budgets = work.weights, work.budgets
+    sums = tree_map(lambda u: jnp.tensordot(w, u.astype(jnp.float32), axes=1), work.upload)
     w_trained = jnp.where(budgets > 0, w, 0.)
-    totals = (jnp.sum(w), jnp.sum(real).astype(jnp.float32), jnp.sum(w_trained * mean_loss),
-              jnp.sum(w_trained), jnp.sum(budgets), trips * budgets.shape[0])
-    return sums, totals
+    totals = (jnp.sum(w), jnp.sum(work.real).astype(jnp.float32),
+              jnp.sum(w_trained * work.mean_loss), jnp.sum(w_trained),
+              jnp.sum(budgets) + work.anchor_grads, batch_size * jnp.sum(budgets) +
+              work.anchor_examples, work.trips * budgets.shape[0])
+    return sums, work.model_directions, totals
 
   def accumulate(bcast, data, client_key_root, chunks):
     """Scan over chunks, adding each chunk's weighted sums and totals."""
@@ -160,21 +242,23 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     bcast = algorithm.broadcast(server_state)
     client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
     if mesh is None:
-      sums, totals = accumulate(bcast, data, client_key_root, chunks)
+      sums, directions, totals = accumulate(bcast, data, client_key_root, chunks)
     else:   # each device takes a slice of every chunk; the weighted sums meet in one psum
       sharded = jax.shard_map(
           lambda *a: jax.lax.psum(accumulate(*a), CLIENT_AXIS), mesh=mesh,
           in_specs=(P(), P(), P(), P(None, CLIENT_AXIS)), out_specs=P(), check_vma=False)
-      sums, totals = sharded(bcast, data, client_key_root, chunks)
-    weight_total, num_real, loss_wsum, loss_w, steps, computed = totals
+      sums, directions, totals = sharded(bcast, data, client_key_root, chunks)
+    weight_total, num_real, loss_wsum, loss_w, grads, examples, computed = totals
     uploads = jax.eval_shape(train_chunk, bcast, data, client_key_root,
-                             tree_map(lambda a: a[0], chunks))[0]
+                             tree_map(lambda a: a[0], chunks)).upload
     scale = jnp.where(weight_total > 0, 1. / jnp.maximum(weight_total, 1e-30), 0.)
     mean_upload = tree_map(lambda s, u: (s * scale).astype(u.dtype), sums, uploads)
     new_state = algorithm.server_update(server_state, mean_upload,
                                         RoundInfo(weight_total, num_real))
-    metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), steps, steps * batch_size,
-                           computed)
+    up, down = tree_bytes(uploads) // chunk, tree_bytes(bcast)
+    metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), grads, examples, computed,
+                           num_real * up, num_real * down,
+                           mean_pairwise_cosine_distance(directions, num_real))
     return new_state, metrics
 
   return jax.jit(round_fn)

@@ -1,10 +1,11 @@
 """Flax models and a registry by name."""
 from __future__ import annotations
 
-from fedjax_gel.models.base import Model, cross_entropy_loss, from_linen, from_nnx, num_params
-from fedjax_gel.models.logistic import LogisticRegression, logistic
+from fedjax_gel.models.base import (Model, cross_entropy_loss, from_linen, from_nnx, masked_mean,
+                                    max_entropy_loss, num_params)
+from fedjax_gel.models.logistic import MLP, LogisticRegression, logistic, mlp
 
-MODELS = {'logistic': logistic}
+MODELS = {'logistic': logistic, 'mlp': mlp}
 
 
 def get_model(name: str, input_shape, num_classes: int) -> Model:
@@ -14,5 +15,5 @@ def get_model(name: str, input_shape, num_classes: int) -> Model:
   return MODELS[name](input_shape, num_classes)
 
 
-__all__ = ['MODELS', 'LogisticRegression', 'Model', 'cross_entropy_loss', 'from_linen', 'from_nnx',
+__all__ = ['MLP', 'MODELS', 'LogisticRegression', 'Model', 'masked_mean', 'max_entropy_loss', 'mlp', 'cross_entropy_loss', 'from_linen', 'from_nnx',
            'get_model', 'logistic', 'num_params']

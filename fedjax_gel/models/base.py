@@ -18,18 +18,26 @@ class Model(NamedTuple):
     init: ``key -> params``.
     apply: ``(params, x) -> logits`` for a batch ``x`` of shape ``[B, *input_shape]``.
     num_classes: output classes.
+    features: ``(params, x) -> [B, F]`` penultimate activations (FedMAX), or None.
   """
   name: str
   init: Callable[[jax.Array], Params]
   apply: Callable[[Params, jax.Array], jax.Array]
   num_classes: int
+  features: Callable[[Params, jax.Array], jax.Array] | None = None
 
 
 def from_linen(name: str, module, input_shape, input_dtype, num_classes: int) -> Model:
-  """Wraps a Flax linen module whose ``__call__(x)`` maps ``[B, *input_shape]`` to logits."""
+  """Wraps a Flax linen module whose ``__call__(x)`` maps ``[B, *input_shape]`` to logits.
+
+  A module with a ``features(x)`` method exposes its penultimate activations.
+  """
   dummy = jnp.zeros((1, *input_shape), input_dtype)
+  features = None
+  if hasattr(module, 'features'):
+    features = lambda params, x: module.apply({'params': params}, x, method='features')
   return Model(name, lambda key: module.init(key, dummy)['params'],
-               lambda params, x: module.apply({'params': params}, x), num_classes)
+               lambda params, x: module.apply({'params': params}, x), num_classes, features)
 
 
 def from_nnx(name: str, make_module: Callable, num_classes: int) -> Model:
@@ -55,11 +63,37 @@ def from_nnx(name: str, make_module: Callable, num_classes: int) -> Model:
   return Model(name, init, apply, num_classes)
 
 
+def masked_mean(values: jax.Array, batch: dict) -> jax.Array:
+  """Mean over the batch, or over the rows ``batch['mask']`` marks when it has one."""
+  if 'mask' not in batch:
+    return values.mean()
+  mask = batch['mask'].astype(values.dtype)
+  return jnp.sum(mask * values) / jnp.maximum(jnp.sum(mask), 1.)
+
+
 def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
-  """``loss(params, batch)``: mean softmax cross-entropy of ``batch['x']`` against ``batch['y']``."""
+  """``loss(params, batch)``: mean softmax cross-entropy of ``batch['x']`` against ``batch['y']``
+  (over the rows ``batch['mask']`` marks, if present)."""
   def loss(params, batch):
     logits = model.apply(params, batch['x'])
-    return optax.softmax_cross_entropy_with_integer_labels(logits, batch['y']).mean()
+    return masked_mean(optax.softmax_cross_entropy_with_integer_labels(logits, batch['y']), batch)
+  return loss
+
+
+def max_entropy_loss(model: Model, beta: float) -> Callable[[Params, dict], jax.Array]:
+  """FedMAX (Chen et al. 2020): cross-entropy + ``beta * KL(U || softmax(a))`` over the
+  penultimate activations ``a`` (``model.features``), pushing them towards maximum entropy.
+
+  ``KL(U || p) = -log F - (1/F) sum_f log p_f`` for ``F`` activations.
+  """
+  if model.features is None:
+    raise ValueError(f'model {model.name!r} exposes no penultimate activations for FedMAX')
+  ce = cross_entropy_loss(model)
+
+  def loss(params, batch):
+    logp = jax.nn.log_softmax(model.features(params, batch['x']), axis=-1)
+    kl = -jnp.log(logp.shape[-1]) - jnp.mean(logp, axis=-1)
+    return ce(params, batch) + beta * masked_mean(kl, batch)
   return loss
 
 

@@ -14,7 +14,11 @@ class LogisticRegression(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1)))
+    return nn.Dense(self.num_classes)(self.features(x))
+
+  def features(self, x):
+    """Penultimate activations: with no hidden layer, the flattened input itself."""
+    return x.reshape((x.shape[0], -1))
 
 
 def logistic(input_shape, num_classes: int) -> Model:
@@ -22,3 +26,23 @@ def logistic(input_shape, num_classes: int) -> Model:
                     num_classes)
 
 
+
+
+class MLP(nn.Module):
+  """One ReLU hidden layer of ``hidden`` units, then a linear classifier."""
+  num_classes: int
+  hidden: int = 64
+
+  def setup(self):
+    self.hidden_layer = nn.Dense(self.hidden)
+    self.out = nn.Dense(self.num_classes)
+
+  def features(self, x):
+    return nn.relu(self.hidden_layer(x.reshape((x.shape[0], -1))))
+
+  def __call__(self, x):
+    return self.out(self.features(x))
+
+
+def mlp(input_shape, num_classes: int) -> Model:
+  return from_linen('mlp', MLP(num_classes), tuple(input_shape), jnp.float32, num_classes)

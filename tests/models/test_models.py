@@ -33,8 +33,8 @@ def test_cross_entropy_by_hand():
 
 
 def test_unknown_model_names_the_known_ones():
-  with pytest.raises(ValueError, match="unknown model 'mlp'; known: logistic"):
-    models.get_model('mlp', (3,), 2)
+  with pytest.raises(ValueError, match="unknown model 'cnn'; known: logistic, mlp"):
+    models.get_model('cnn', (3,), 2)
 
 
 def test_nnx_module_runs_in_the_engine_like_its_linen_twin():
