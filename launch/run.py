@@ -36,9 +36,18 @@ flags.DEFINE_integer('batch_size', D.batch_size, 'Client minibatch size B.')
 flags.DEFINE_string('budget_range', '%d,%d' % D.budget_range,
                     'a,b: local steps tau_i ~ U{a..b} per client and round.')
 flags.DEFINE_float('client_lr', D.client_lr, 'Client learning rate.')
+flags.DEFINE_list('client_lr_grid', [], 'Several client learning rates: every algorithm runs with '
+                  'each, and the report keeps, per algorithm, the one with the best accuracy.')
 flags.DEFINE_float('client_momentum', D.client_momentum,
                    'Client momentum of the SGDM clients (fedavgcm, GeL, FedProx, FedNova).')
 flags.DEFINE_float('prox_mu', D.prox_mu, 'FedProx proximal weight mu (fedprox, fedprox_gel).')
+flags.DEFINE_list('gbo_optimizer', [D.gbo_optimizer],
+                  'Global optimiser(s) of fedgbo, mfl, mimelite, mimexlite: sgdm, rmsprop, adam '
+                  '(several: each of those algorithms runs once per optimiser).')
+flags.DEFINE_float('gbo_beta', D.gbo_beta, 'FedGBO family: SGDm/RMSProp decay, Adam beta1.')
+flags.DEFINE_float('gbo_beta2', D.gbo_beta2, 'FedGBO family: Adam beta2.')
+flags.DEFINE_float('gbo_eps', D.gbo_eps, 'FedGBO family: RMSProp/Adam eps (adaptivity).')
+flags.DEFINE_float('fedmax_beta', D.fedmax_beta, 'FedMAX entropy weight beta.')
 flags.DEFINE_string('guess_policy', D.guess_policy,
                     'GeL guessed steps tau\'_i: remaining (tau - tau_i), cohort_max '
                     '(max_j tau_j + k - tau_i), inf, fixed, percent (of tau_i), none.')
@@ -73,26 +82,53 @@ flags.DEFINE_integer('num_devices', D.num_devices,
 
 
 def configs_from_flags() -> list[config_lib.Config]:
-  """One Config per (seed, algorithm): ``--seeds`` (else ``--seed``) x ``--algorithm``."""
+  """One Config per run: ``--seeds`` (else ``--seed``) x ``--algorithm`` (the FedGBO family once
+  per ``--gbo_optimizer``) x ``--client_lr_grid`` (else ``--client_lr``)."""
+  skip = ('budget_range', 'algorithm', 'seed', 'gbo_optimizer', 'client_lr')
   values = {f.name: getattr(F, f.name) for f in dataclasses.fields(config_lib.Config)
-            if f.name not in ('budget_range', 'algorithm', 'seed')}
+            if f.name not in skip}
   values['budget_range'] = config_lib.parse_budget_range(F.budget_range)
-  if not F.algorithm or len(set(F.algorithm)) != len(F.algorithm):
-    raise config_lib.ConfigError(f'--algorithm needs distinct names (got {",".join(F.algorithm)})')
-  try:
-    seeds = [int(s) for s in F.seeds] if F.seeds else [F.seed]
-  except ValueError:
-    raise config_lib.ConfigError(f'--seeds must be integers (got {",".join(F.seeds)})') from None
-  if len(set(seeds)) != len(seeds):
-    raise config_lib.ConfigError(f'--seeds needs distinct seeds (got {",".join(F.seeds)})')
-  return [config_lib.Config(algorithm=a, seed=s, **values) for s in seeds for a in F.algorithm]
+
+  def distinct(flag, items, kind=str):
+    try:
+      items = [kind(x) for x in items]
+    except ValueError:
+      raise config_lib.ConfigError(f'--{flag} must hold {kind.__name__}s (got {",".join(items)})'
+                                   ) from None
+    if not items or len(set(items)) != len(items):
+      raise config_lib.ConfigError(f'--{flag} needs distinct values (got {items})')
+    return items
+
+  algorithms = distinct('algorithm', F.algorithm)
+  seeds = distinct('seeds', F.seeds, int) if F.seeds else [F.seed]
+  lrs = distinct('client_lr_grid', F.client_lr_grid, float) if F.client_lr_grid else [F.client_lr]
+  gbo_kinds = distinct('gbo_optimizer', F.gbo_optimizer)
+  return [config_lib.Config(algorithm=a, seed=s, gbo_optimizer=k, client_lr=lr, **values)
+          for s in seeds for a in algorithms
+          for k in (gbo_kinds if a in config_lib.GBO_ALGORITHMS else gbo_kinds[:1])
+          for lr in lrs]
 
 
-def run_dir(workdir: str, c: config_lib.Config, many_seeds: bool, many_algorithms: bool) -> str:
-  """``WORKDIR[/seed<S>][/<algorithm>]``."""
-  parts = [workdir] + ([f'seed{c.seed}'] if many_seeds else []) + (
-      [c.algorithm] if many_algorithms else [])
+def run_dir(workdir: str, c: config_lib.Config, levels: tuple[bool, bool, bool]) -> str:
+  """``WORKDIR[/seed<S>][/<run name>][/lr<lr>]``, each level only where runs differ in it."""
+  seeds, names, lrs = levels
+  parts = [workdir] + ([f'seed{c.seed}'] if seeds else []) + ([c.run_name] if names else []) + (
+      [f'lr{c.client_lr:g}'] if lrs else [])
   return os.path.join(*parts)
+
+
+def best_learning_rates(results):
+  """Per run name, the client lr with the highest mean best accuracy over seeds."""
+  score = {}
+  for summary, _ in results:
+    score.setdefault((summary['algorithm'], summary['client_lr']), []).append(
+        summary['best_accuracy'])
+  best = {}
+  for (name, lr), accs in score.items():
+    mean = sum(accs) / len(accs)
+    if name not in best or mean > best[name][1]:
+      best[name] = (lr, mean)
+  return {name: lr for name, (lr, _) in best.items()}
 
 
 def fail(message: str):
@@ -107,34 +143,56 @@ def main(argv):
   from fedjax_gel.core.devices import use_all_cpu_cores
   use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
   from fedjax_gel.data.leaf import DataError
-  from fedjax_gel.experiment import report, runner
+  from fedjax_gel.experiment import runner
   try:
     configs = [config_lib.validate(c) for c in configs_from_flags()]
     c = configs[0]
-    algs = list(dict.fromkeys(x.algorithm for x in configs))
-    many_seeds = len(configs) > len(algs)
+    names = list(dict.fromkeys(x.run_name for x in configs))
+    levels = (len({x.seed for x in configs}) > 1, len(names) > 1,
+              len({x.client_lr for x in configs}) > 1)
     workdir = F.workdir or os.path.join(
-        'runs', f'{"_".join(algs)}_{c.dataset}_{time.strftime("%Y%m%d-%H%M%S")}')
-    workdirs = [run_dir(workdir, x, many_seeds, len(algs) > 1) for x in configs]
+        'runs', f'{"_".join(dict.fromkeys(x.algorithm for x in configs))}_{c.dataset}_'
+        f'{time.strftime("%Y%m%d-%H%M%S")}')
+    workdirs = [run_dir(workdir, x, levels) for x in configs]
     for w in workdirs:
       runner.check_workdir(w, F.overwrite)
-    base = runner.prepare(c)   # data, model, chunks: shared by every algorithm and seed
+    if levels != (False, False, False):
+      runner.check_workdir(workdir, F.overwrite, 'report.md')
+    base = runner.prepare(c)   # data, model, chunks: shared by every run
     for w in workdirs:
       runner.make_workdir(w)
   except (config_lib.ConfigError, DataError) as e:
     fail(str(e))
-  summaries = []
+  results = []
   for x, w in zip(configs, workdirs):
     summary = runner.train(runner.with_config(base, x), w)
-    summaries.append(summary)
+    results.append((summary, runner.read_metrics(w)))
     target = summary['rounds_to_target']
-    print(f'{x.algorithm} on {x.dataset}, seed {x.seed}: final test accuracy '
-          f'{summary["final_accuracy"]:.4f}, best {summary["best_accuracy"]:.4f}, rounds to '
-          f'{x.target_accuracy:.0%}: {target if target is not None else "not reached"}')
-  if len(summaries) > 1:
-    print(report.rounds_table(summaries))
+    print(f'{x.run_name} on {x.dataset}, seed {x.seed}, client lr {x.client_lr:g}: final test '
+          f'accuracy {summary["final_accuracy"]:.4f}, best {summary["best_accuracy"]:.4f}, '
+          f'rounds to {x.target_accuracy:.0%}: {target if target is not None else "not reached"}')
+  if len(results) > 1:
+    text = report_text(results, levels[2])
+    print(text)
+    with open(os.path.join(workdir, 'report.md'), 'w') as f:
+      f.write(text + '\n')
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json'
-        f'{"" if len(configs) == 1 else " per run"})')
+        f'{"" if len(configs) == 1 else " per run; report.md"})')
+
+
+def report_text(results, grid: bool) -> str:
+  """Tables for several runs: with a learning-rate grid, the best lr per algorithm is kept."""
+  from fedjax_gel.experiment import report  # pylint: disable=g-import-not-at-top
+  out = []
+  if grid:
+    best = best_learning_rates(results)
+    out.append('Client learning rate per algorithm (best mean max accuracy over the grid): ' +
+               ', '.join(f'{name} {lr:g}' for name, lr in best.items()))
+    results = [(s, r) for s, r in results if best[s['algorithm']] == s['client_lr']]
+  out.append(report.rounds_table([s for s, _ in results]))
+  if any(s['algorithm'] == 'fedavg' for s, _ in results):
+    out.append(report.cost_table(results))
+  return '\n\n'.join(out)
 
 
 def parse_flags(argv):

@@ -6,7 +6,11 @@ from typing import Optional
 
 DATASETS = ('leaf_synthetic', 'leaf')
 ALGORITHMS = ('fedavg', 'fedavgcm', 'gel', 'fedavg_gel', 'fedprox', 'fedprox_gel', 'fednova',
-              'fednova_gel', 'fedadam', 'fedyogi', 'fedadagrad', 'fedyogi_gel')
+              'fednova_gel', 'fedadam', 'fedyogi', 'fedadagrad', 'fedyogi_gel', 'fedgbo', 'mfl',
+              'mimelite', 'mimexlite', 'fedmax')
+# Algorithms with a global optimiser of --gbo_optimizer's kind (fedjax_gel.optim.gbo).
+GBO_ALGORITHMS = ('fedgbo', 'mfl', 'mimelite', 'mimexlite')
+GBO_OPTIMIZERS = ('sgdm', 'rmsprop', 'adam')
 GEL_ALGORITHMS = ('gel', 'fedavg_gel', 'fedprox_gel', 'fednova_gel', 'fedyogi_gel')
 # Algorithms that fix the server optimiser (Reddi et al. 2021's forms, fedjax_gel.optim.fedopt).
 FEDOPT_SERVERS = {'fedadam': 'fedadam', 'fedyogi': 'fedyogi', 'fedadagrad': 'fedadagrad',
@@ -47,6 +51,11 @@ class Config:
   guess_count: int = 5                  # fixed: tau' = count
   guess_percent: float = 25.0           # percent: tau' = floor(percent / 100 * tau_i)
   guess_proxy: str = 'default'          # zero (eq. 5) or last_gradient (seed 001)
+  gbo_optimizer: str = 'sgdm'           # fedgbo, mfl, mimelite, mimexlite: sgdm|rmsprop|adam
+  gbo_beta: float = 0.9                 # SGDm / RMSProp decay, Adam's beta1
+  gbo_beta2: float = 0.99               # Adam's beta2
+  gbo_eps: float = 1e-3                 # RMSProp / Adam (FedGBO's experiments: 1e-3)
+  fedmax_beta: float = 1.0              # FedMAX's entropy weight
   server_optimizer: str = 'sgd'         # fedadam/fedyogi/fedadagrad algorithms fix their own
   server_lr: float = 1.0
   server_momentum: float = 0.0          # server_optimizer=momentum only
@@ -62,6 +71,13 @@ class Config:
 
   def to_json(self) -> dict:
     return dataclasses.asdict(self)
+
+  @property
+  def run_name(self) -> str:
+    """The algorithm, with its optimiser for the FedGBO family (``fedgbo_sgdm``)."""
+    if self.algorithm in GBO_ALGORITHMS:
+      return f'{self.algorithm}_{self.gbo_optimizer}'
+    return self.algorithm
 
   @property
   def guesses(self) -> bool:
@@ -111,6 +127,11 @@ def validate(c: Config) -> Config:
   one_of('server_optimizer', c.server_optimizer, SERVER_OPTIMIZERS)
   one_of('aggregation_weights', c.aggregation_weights, WEIGHTINGS)
   one_of('guess_policy', c.guess_policy, GUESS_POLICIES)
+  one_of('gbo_optimizer', c.gbo_optimizer, GBO_OPTIMIZERS)
+  need(0 <= c.gbo_beta < 1, f'--gbo_beta must lie in [0, 1) (got {c.gbo_beta})')
+  need(0 <= c.gbo_beta2 <= 1, f'--gbo_beta2 must lie in [0, 1] (got {c.gbo_beta2})')
+  need(c.gbo_eps >= 0, f'--gbo_eps must be >= 0 (got {c.gbo_eps})')
+  need(c.fedmax_beta >= 0, f'--fedmax_beta must be >= 0 (got {c.fedmax_beta})')
   one_of('guess_proxy', c.guess_proxy, GUESS_PROXIES)
   if c.guesses:
     need(c.guess_policy != 'inf' or c.proxy == 'zero' and c.algorithm != 'fedavg_gel',

@@ -30,3 +30,48 @@ def rounds_table(summaries: Sequence[dict]) -> str:
     seeds = ','.join(str(s['seed']) for s in runs)
     lines.append(f'| {alg} | {seeds} | {per_seed} | {mean} | {best:.4f} | {final:.4f} |')
   return '\n'.join(lines)
+
+
+def _at(records: Sequence[dict], rnd: int) -> dict:
+  return next(r for r in records if r['round'] == rnd)
+
+
+def first_reaching(records: Sequence[dict], accuracy: float):
+  """The first evaluation record with ``test_accuracy >= accuracy``, else None."""
+  return next((r for r in records if r['test_accuracy'] >= accuracy), None)
+
+
+def cost_table(runs: Sequence[tuple[dict, Sequence[dict]]], baseline: str = 'fedavg') -> str:
+  """FedGBO's Table 4 form: per algorithm, the max accuracy and the upload bytes and gradient
+  computations spent to reach it; then the rounds, bytes and gradients to reach the baseline's
+  max accuracy. Means over seeds (the second group over the seeds that reached it).
+
+  ``runs``: ``(summary, metrics records)`` pairs; ``baseline`` must be among them.
+  """
+  by_alg: dict[str, list] = {}
+  for summary, records in runs:
+    by_alg.setdefault(summary['algorithm'], []).append((summary, records))
+  if baseline not in by_alg:
+    raise ValueError(f'the cost table needs the baseline {baseline!r} among the runs')
+  target = statistics.mean(s['best_accuracy'] for s, _ in by_alg[baseline])
+  mib = 2 ** 20
+  lines = ['| algorithm | client lr | max accuracy | round of max | upload MiB to max | '
+           f'gradients to max | rounds to {target:.4f} ({baseline} max) | upload MiB to it | '
+           'gradients to it |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|']
+  for alg, group in by_alg.items():
+    at_max = [_at(rec, max(rec, key=lambda r: r['test_accuracy'])['round']) for _, rec in group]
+    hits = [first_reaching(rec, target) for _, rec in group]
+    hits = [h for h in hits if h is not None]
+    lr = ','.join(sorted({f'{s["client_lr"]:g}' for s, _ in group}))
+    mean = lambda rows, key: statistics.mean(r[key] for r in rows)
+    row = [alg, lr, f'{statistics.mean(s["best_accuracy"] for s, _ in group):.4f}',
+           f'{mean(at_max, "round"):.0f}', f'{mean(at_max, "bytes_up") / mib:.2f}',
+           f'{mean(at_max, "grad_computations"):,.0f}']
+    if hits:
+      reached = '' if len(hits) == len(group) else f' ({len(hits)}/{len(group)})'
+      row += [f'{mean(hits, "round"):.0f}{reached}', f'{mean(hits, "bytes_up") / mib:.2f}',
+              f'{mean(hits, "grad_computations"):,.0f}']
+    else:
+      row += ['-', '-', '-']
+    lines.append('| ' + ' | '.join(row) + ' |')
+  return '\n'.join(lines)

@@ -68,6 +68,16 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   return models.get_model(c.model, x.shape[1:], int(y.max()) + 1)
 
 
+def gbo_optimizer(c: Config) -> optim.GlobalBiasedOptimizer:
+  """The FedGBO-family optimiser ``--gbo_optimizer`` names (``--gbo_beta`` is SGDm's and
+  RMSProp's decay and Adam's beta1)."""
+  if c.gbo_optimizer == 'sgdm':
+    return optim.gbo_sgdm(c.client_lr, c.gbo_beta)
+  if c.gbo_optimizer == 'rmsprop':
+    return optim.gbo_rmsprop(c.client_lr, c.gbo_beta, c.gbo_eps)
+  return optim.gbo_adam(c.client_lr, c.gbo_beta, c.gbo_beta2, c.gbo_eps)
+
+
 def make_algorithm(c: Config, model: models.Model) -> algorithms.FederatedAlgorithm:
   """The algorithm ``--algorithm`` names, with its client and server optimisers (seed 000,
   Table 3): SGD clients for FedAvg and FedOpt, SGDM for FedAvgCM, FedProx, FedNova and GeL."""
@@ -83,9 +93,14 @@ def make_algorithm(c: Config, model: models.Model) -> algorithms.FederatedAlgori
       'fednova': lambda: algorithms.fednova(loss, lr, mom, server),
       'fednova_gel': lambda: algorithms.fednova(loss, lr, mom, server, guesses=True),
       'fedyogi_gel': lambda: algorithms.gel(loss, lr, mom, server, c.proxy, 'fedyogi_gel'),
+      'fedgbo': lambda: algorithms.fedgbo(loss, gbo_optimizer(c)),
+      'mfl': lambda: algorithms.mfl(loss, gbo_optimizer(c)),
+      'mimelite': lambda: algorithms.mime(loss, gbo_optimizer(c), full_batch=True),
+      'mimexlite': lambda: algorithms.mime(loss, gbo_optimizer(c), full_batch=False),
+      'fedmax': lambda: algorithms.fedmax(model, lr, c.fedmax_beta, server),
   }
   if c.algorithm in build:
-    return build[c.algorithm]()
+    return build[c.algorithm]()._replace(name=c.run_name)
   return algorithms.fedavg(loss, optax.sgd(lr), server, c.algorithm)   # fedadam, fedyogi, ...
 
 
@@ -167,11 +182,11 @@ def check_memory(c: Config, chunk: int, model_bytes: int, ex_bytes: int):
         f'{have / 2**30:.1f} GiB available; lower the budgets or --chunk_size')
 
 
-def check_workdir(workdir: str, overwrite: bool):
+def check_workdir(workdir: str, overwrite: bool, *outputs: str):
   """Refuses to clobber an earlier run's outputs unless asked to, or to write into a file."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f'--workdir={workdir} exists and is not a directory')
-  for name in ('metrics.jsonl', 'summary.json'):
+  for name in outputs or ('metrics.jsonl', 'summary.json'):
     if os.path.exists(os.path.join(workdir, name)) and not overwrite:
       raise ConfigError(f'--workdir={workdir} already holds a run ({name}); choose another '
                         'directory or pass --overwrite')
@@ -200,6 +215,11 @@ def write_json(path: str, obj):
     json.dump(finite(obj), f, indent=2, allow_nan=False)
     f.write('\n')
   os.replace(tmp, path)
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
 
 
 def rounds_to_target(records, target: float) -> Optional[int]:
@@ -238,18 +258,25 @@ def train(exp: Experiment, workdir: str,
   compile_s = time.perf_counter() - t0
 
   progress = progress or Progress(c.num_rounds)
-  records, pending, grads, examples = [], [], 0, 0
+  records, pending = [], []
+  totals = dict(grad_computations=0, examples=0, bytes_up=0, bytes_down=0)
+  last_distance = [0.]
 
   def record(done):
-    nonlocal grads, examples
-    grads += sum(int(m.grad_computations) for m in pending)   # host sync only when evaluating
-    examples += sum(int(m.examples) for m in pending)
+    for m in pending:   # host sync only when evaluating
+      totals['grad_computations'] += int(m.grad_computations)
+      totals['examples'] += int(m.examples)
+      totals['bytes_up'] += int(m.uploaded_bytes)
+      totals['bytes_down'] += int(m.downloaded_bytes)
+    if pending:
+      last_distance[0] = float(pending[-1].client_distance)
     pending.clear()
     params = exp.algorithm.server_params(state)
     test, tr = evaluate(params, exp.test_pool), evaluate(params, exp.train_pool)
-    rec = {'round': done, 'algorithm': c.algorithm, 'seed': c.seed,
+    rec = {'round': done, 'algorithm': c.run_name, 'seed': c.seed,
            'test_accuracy': float(test['accuracy']), 'test_loss': float(test['loss']),
-           'train_loss': float(tr['loss']), 'grad_computations': grads, 'examples': examples,
+           'train_loss': float(tr['loss']), **totals,
+           'client_distance': last_distance[0],
            'elapsed_s': round(time.perf_counter() - t0, 3)}
     records.append(rec)
     with open(metrics_path, 'a') as f:
@@ -275,12 +302,13 @@ def train(exp: Experiment, workdir: str,
   train_s = time.perf_counter() - t_train
 
   summary = {
-      'algorithm': c.algorithm, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
+      'algorithm': c.run_name, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
+      'client_lr': c.client_lr,
       'final_accuracy': records[-1]['test_accuracy'],
       'best_accuracy': max(r['test_accuracy'] for r in records),
       'target_accuracy': c.target_accuracy,
       'rounds_to_target': rounds_to_target(records, c.target_accuracy),
-      'grad_computations': grads, 'examples': examples,
+      **totals,
       'compile_s': round(compile_s, 3), 'train_s': round(train_s, 3),
       'rounds_per_s': round(c.num_rounds / train_s, 3) if train_s > 0 else None,
       'chunk_size': exp.chunk_size,

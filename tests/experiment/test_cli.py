@@ -210,5 +210,28 @@ def test_every_algorithm_runs_from_the_launcher(tmp_path, tiny_leaf_file):
              '--server_lr=0.1', f'--workdir={tmp_path / "all"}')
   assert proc.returncode == 0, proc.stderr[-2000:]
   for name in config_lib.ALGORITHMS:
-    summary = json.loads((tmp_path / 'all' / name / 'summary.json').read_text())
-    assert summary['algorithm'] == name and summary['final_accuracy'] is not None
+    run_name = name + ('_sgdm' if name in config_lib.GBO_ALGORITHMS else '')
+    summary = json.loads((tmp_path / 'all' / run_name / 'summary.json').read_text())
+    assert summary['algorithm'] == run_name and summary['final_accuracy'] is not None
+
+
+def test_gbo_family_and_learning_rate_grid(tmp_path, tiny_leaf_file, launcher):
+  workdir = tmp_path / 'grid'
+  proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--algorithm=fedavg,fedgbo',
+             '--gbo_optimizer=sgdm,adam', '--client_lr_grid=0.05,0.2', '--num_rounds=2',
+             '--eval_every=2', '--clients_per_round=3', '--batch_size=2', '--budget_range=1,3',
+             f'--workdir={workdir}')
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  for name in ('fedavg', 'fedgbo_sgdm', 'fedgbo_adam'):
+    for lr in ('0.05', '0.2'):
+      summary = json.loads((workdir / name / f'lr{lr}' / 'summary.json').read_text())
+      assert summary['algorithm'] == name and summary['client_lr'] == float(lr)
+  text = (workdir / 'report.md').read_text()
+  assert 'Client learning rate per algorithm' in text and '(fedavg max)' in text
+  assert text.strip() in proc.stdout
+
+
+def test_best_learning_rate_is_the_best_mean_over_seeds(launcher):
+  s = lambda lr, acc: ({'algorithm': 'a', 'client_lr': lr, 'best_accuracy': acc}, [])
+  assert launcher.best_learning_rates([s(0.1, 0.9), s(0.1, 0.5), s(0.3, 0.8), s(0.3, 0.7)]) == {
+      'a': 0.3}

@@ -17,6 +17,7 @@ from fedjax_gel.experiment import runner
 from fedjax_gel.experiment.config import Config, ConfigError
 
 METRIC_KEYS = {'round', 'algorithm', 'seed', 'test_accuracy', 'test_loss', 'train_loss',
+               'bytes_up', 'bytes_down', 'client_distance',
                'grad_computations', 'examples', 'elapsed_s'}
 
 
@@ -263,10 +264,13 @@ def test_algorithm_names_build_their_algorithms_and_servers():
   for name in config_lib.ALGORITHMS:
     c = Config(algorithm=name, server_lr=0.1)
     alg = runner.make_algorithm(c, model)
-    assert alg.name == name
-    opt_state = alg.server_init(params).opt_state
+    assert alg.name == c.run_name == name + ('_sgdm' if name in config_lib.GBO_ALGORITHMS else '')
+    server = alg.server_init(params)
+    if name in config_lib.GBO_ALGORITHMS:   # global statistics instead of a server optimiser
+      assert isinstance(server.stats, optim.GBOStats), name
+      continue
     fedopt = name in config_lib.FEDOPT_SERVERS
-    assert isinstance(opt_state, optim.FedOptState) == fedopt, name
+    assert isinstance(server.opt_state, optim.FedOptState) == fedopt, name
 
 
 def test_guess_settings_reach_the_cohort_policy():
