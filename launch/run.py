@@ -117,20 +117,6 @@ def run_dir(workdir: str, c: config_lib.Config, levels: tuple[bool, bool, bool])
   return os.path.join(*parts)
 
 
-def best_learning_rates(results):
-  """Per run name, the client lr with the highest mean best accuracy over seeds."""
-  score = {}
-  for summary, _ in results:
-    score.setdefault((summary['algorithm'], summary['client_lr']), []).append(
-        summary['best_accuracy'])
-  best = {}
-  for (name, lr), accs in score.items():
-    mean = sum(accs) / len(accs)
-    if name not in best or mean > best[name][1]:
-      best[name] = (lr, mean)
-  return {name: lr for name, (lr, _) in best.items()}
-
-
 def fail(message: str):
   print(f'error: {message}', file=sys.stderr)
   sys.exit(2)
@@ -143,7 +129,7 @@ def main(argv):
   from fedjax_gel.core.devices import use_all_cpu_cores
   use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
   from fedjax_gel.data.leaf import DataError
-  from fedjax_gel.experiment import runner
+  from fedjax_gel.experiment import report, runner
   try:
     configs = [config_lib.validate(c) for c in configs_from_flags()]
     c = configs[0]
@@ -172,27 +158,12 @@ def main(argv):
           f'accuracy {summary["final_accuracy"]:.4f}, best {summary["best_accuracy"]:.4f}, '
           f'rounds to {x.target_accuracy:.0%}: {target if target is not None else "not reached"}')
   if len(results) > 1:
-    text = report_text(results, levels[2])
+    text = report.report_text(results, levels[2])
     print(text)
     with open(os.path.join(workdir, 'report.md'), 'w') as f:
       f.write(text + '\n')
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json'
         f'{"" if len(configs) == 1 else " per run; report.md"})')
-
-
-def report_text(results, grid: bool) -> str:
-  """Tables for several runs: with a learning-rate grid, the best lr per algorithm is kept."""
-  from fedjax_gel.experiment import report  # pylint: disable=g-import-not-at-top
-  out = []
-  if grid:
-    best = best_learning_rates(results)
-    out.append('Client learning rate per algorithm (best mean max accuracy over the grid): ' +
-               ', '.join(f'{name} {lr:g}' for name, lr in best.items()))
-    results = [(s, r) for s, r in results if best[s['algorithm']] == s['client_lr']]
-  out.append(report.rounds_table([s for s, _ in results]))
-  if any(s['algorithm'] == 'fedavg' for s, _ in results):
-    out.append(report.cost_table(results))
-  return '\n\n'.join(out)
 
 
 def parse_flags(argv):

@@ -14,7 +14,8 @@ the start) that the server broadcasts with the model:
   one minibatch gradient at ``x`` instead.
 
 Uploads (bytes per client, counted by the engine from the pytrees): FedGBO the model change and
-its step count; MFL the model change and ``S``; Mime the model change and a gradient.
+its step count (4 bytes more than FedGBO's Table 1, which the server needs with heterogeneous
+budgets); MFL the model change and ``S``; Mime the model change and a gradient.
 """
 from __future__ import annotations
 
@@ -43,10 +44,13 @@ class GBOUpload(NamedTuple):
   extra: Any
 
 
-def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, client_opt,
+def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, frozen: bool,
                 extra: Callable, server_stats: Callable, anchor: str = 'none') -> FederatedAlgorithm:
-  """Shared body: ``client_opt(stats)`` the client's optax transformation; ``extra(state, ctx)``
-  the upload beyond Delta; ``server_stats(x, x_bar, stats, mean_extra)`` the new statistics."""
+  """Shared body. ``frozen``: clients step with the broadcast statistics (kept out of the client
+  state, so they are neither copied per client nor masked every step); otherwise they carry and
+  update their own (MFL). ``extra(state, ctx)`` is the upload beyond Delta;
+  ``server_stats(x, x_bar, stats, mean_extra)`` the new statistics."""
+  client_opt = opt.client_optimizer if frozen else opt.tracking_optimizer
 
   def server_init(params):
     return GBOServerState(params, opt.init_stats(params))
@@ -54,12 +58,14 @@ def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, cli
   def client_init(bcast, ctx: ClientContext):
     del ctx
     x, stats = bcast
-    return ClientState(x, client_opt(stats).init(x))
+    return ClientState(x, None if frozen else stats)
 
   def client_step(state: ClientState, batch, bcast):
     loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)
-    updates, opt_state = client_opt(bcast[1]).update(grads, state.opt_state, state.params)
-    return ClientState(optax.apply_updates(state.params, updates), opt_state), loss
+    stats = bcast[1] if frozen else state.opt_state
+    updates, stats = client_opt(stats).update(grads, stats, state.params)
+    return ClientState(optax.apply_updates(state.params, updates),
+                       None if frozen else stats), loss
 
   def client_final(state: ClientState, bcast, ctx: ClientContext):
     return GBOUpload(optax.tree_utils.tree_sub(bcast[0], state.params), extra(state, ctx))
@@ -87,14 +93,14 @@ def fedgbo(loss_fn: Callable, opt: GlobalBiasedOptimizer) -> FederatedAlgorithm:
     new = opt.server_update(x, x_bar, stats, jnp.maximum(mean_steps, 1e-30))
     return tree_map(lambda n, o: jnp.where(mean_steps > 0, n, o), new, stats)
 
-  return _gbo_family(f'fedgbo_{opt.kind}', loss_fn, opt, client_opt=opt.client_optimizer,
+  return _gbo_family(f'fedgbo_{opt.kind}', loss_fn, opt, frozen=True,
                      extra=lambda state, ctx: ctx.budget.astype(jnp.float32),
                      server_stats=server_stats)
 
 
 def mfl(loss_fn: Callable, opt: GlobalBiasedOptimizer) -> FederatedAlgorithm:
   """MFL: clients update the downloaded statistics; the server averages models and statistics."""
-  return _gbo_family(f'mfl_{opt.kind}', loss_fn, opt, client_opt=opt.tracking_optimizer,
+  return _gbo_family(f'mfl_{opt.kind}', loss_fn, opt, frozen=False,
                      extra=lambda state, ctx: state.opt_state,
                      server_stats=lambda x, x_bar, stats, mean_stats: mean_stats)
 
@@ -104,7 +110,7 @@ def mime(loss_fn: Callable, opt: GlobalBiasedOptimizer, full_batch: bool = True
   """Mimelite (``full_batch=True``) or MimeXlite (one minibatch): frozen statistics on clients,
   tracked on the server with the mean client gradient at ``x``."""
   name = 'mimelite' if full_batch else 'mimexlite'
-  return _gbo_family(f'{name}_{opt.kind}', loss_fn, opt, client_opt=opt.client_optimizer,
+  return _gbo_family(f'{name}_{opt.kind}', loss_fn, opt, frozen=True,
                      extra=lambda state, ctx: ctx.anchor,
                      server_stats=lambda x, x_bar, stats, mean_grad: opt.track(stats, mean_grad),
                      anchor='full_batch' if full_batch else 'minibatch')

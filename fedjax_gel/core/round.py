@@ -48,6 +48,7 @@ class RoundMetrics(NamedTuple):
   uploaded_bytes: jax.Array    # bytes the real clients uploaded
   downloaded_bytes: jax.Array  # bytes the real clients downloaded
   client_distance: jax.Array   # mean pairwise cosine distance of the clients' final models
+  num_clients: jax.Array       # real clients (sampled, with data)
 
 
 FULL_BATCH_ROWS = 128   # rows per step of a full-batch anchor-gradient pass
@@ -61,7 +62,7 @@ class ChunkWork(NamedTuple):
   mean_loss: jax.Array
   real: jax.Array
   trips: jax.Array
-  model_directions: Any        # sum over real clients of model / ||model|| (one pytree)
+  model_spread: Any            # (sum_i e_i, sum_i ||e_i||^2), e_i = u_i - u_ref (see below)
   anchor_grads: jax.Array      # gradient computations of the anchor pass
   anchor_examples: jax.Array
 
@@ -96,23 +97,35 @@ def tree_bytes(tree) -> int:
              for x in jax.tree_util.tree_leaves(tree))
 
 
-def model_directions(models, real):
-  """``sum_i u_i`` over real clients, ``u_i = model_i / ||model_i||`` (norm over all leaves)."""
+def unit_rows(models):
+  """``model_i / ||model_i||`` (norm over all leaves), leaf by leaf, float32."""
   leaves = jax.tree_util.tree_leaves(models)
   sq = sum(jnp.sum(jnp.square(x.astype(jnp.float32)).reshape(x.shape[0], -1), axis=1)
            for x in leaves)
-  scale = jnp.where(real, 1. / jnp.maximum(jnp.sqrt(sq), 1e-30), 0.)
-  return tree_map(lambda x: jnp.tensordot(scale, x.astype(jnp.float32), axes=1), models)
+  inv = 1. / jnp.maximum(jnp.sqrt(sq), 1e-30)
+  return tree_map(lambda x: inv.reshape((-1,) + (1,) * (x.ndim - 1)) * x.astype(jnp.float32),
+                  models)
 
 
-def mean_pairwise_cosine_distance(direction_sum, count):
-  """``1 - mean_{i != j} cos(y_i, y_j) = 1 - (||sum_i u_i||^2 - C) / (C (C - 1))``.
+def model_spread(models, starts, real):
+  """``(sum_i e_i, sum_i ||e_i||^2)`` over real clients, ``e_i = u_i - r_i`` with ``u_i`` the
+  unit final model and ``r_i`` the unit model the client started from (the broadcast one)."""
+  e = tree_map(jnp.subtract, unit_rows(models), unit_rows(starts))
+  e = tree_map(lambda x: jnp.where(real.reshape((-1,) + (1,) * (x.ndim - 1)), x, 0.), e)
+  sq = sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(e))
+  return tree_map(lambda x: jnp.sum(x, axis=0), e), sq
 
-  FedGBO's (seed 004) Fig. 1 measure of client drift; 0 for fewer than two clients.
+
+def mean_pairwise_cosine_distance(e_sum, e_sq, count):
+  """``mean_{i<j} (1 - cos(y_i, y_j)) = mean_{i<j} ||u_i - u_j||^2 / 2``, FedGBO's (seed 004)
+  Fig. 1 measure of client drift; 0 for fewer than two clients.
+
+  With every ``u_i = r + e_i`` (one broadcast model), ``sum_{i<j} ||e_i - e_j||^2 =
+  C sum_i ||e_i||^2 - ||sum_i e_i||^2``: small terms, no cancellation of ``O(C^2)`` ones.
   """
-  sq = sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(direction_sum))
+  sq_sum = sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(e_sum))
   pairs = count * (count - 1.)
-  return jnp.where(pairs > 0, 1. - (sq - count) / jnp.maximum(pairs, 1.), 0.)
+  return jnp.where(pairs > 0, (count * e_sq - sq_sum) / jnp.maximum(pairs, 1.), 0.)
 
 
 def chunk_layout(cohort_size: int, chunk_size: int, num_devices: int = 1) -> tuple[int, int]:
@@ -147,10 +160,12 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
   def anchor_gradients(bcast, data: FederatedData, n, offsets, rows, real):
     """Each client's gradient at the broadcast model: ``(grads, computations, examples)``."""
     grad = jax.vmap(algorithm.anchor_grad, in_axes=(None, 0))
-    if algorithm.anchor == 'minibatch':   # the client's first minibatch of the round
+    if algorithm.anchor == 'minibatch':
+      # The client's first minibatch at the broadcast model: the gradient of its first local
+      # step, which a real client reuses; recomputed here, so it is not counted again.
       batch = tree_map(lambda a: a[rows[:, :batch_size]], data.examples)
       batch['mask'] = jnp.ones(rows[:, :batch_size].shape, bool)
-      return grad(bcast, batch), jnp.sum(real), batch_size * jnp.sum(real)
+      return grad(bcast, batch), jnp.int32(0), jnp.int32(0)
 
     pos = jnp.arange(FULL_BATCH_ROWS)
 
@@ -193,6 +208,7 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     ctx = ClientContext(cohort.client_ids, n, budgets, jnp.where(real, cohort.guesses, 0.),
                         cohort.weights, algo_keys, anchor)
     state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
+    start = jax.vmap(algorithm.client_model)(state)
     step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
 
     def local_step(k, carry):
@@ -209,7 +225,7 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     w = jnp.where(real, cohort.weights, 0.)
     upload = masked(real, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
     return ChunkWork(upload, w, budgets, loss_sum / jnp.maximum(budgets, 1), real, trips,
-                     model_directions(jax.vmap(algorithm.client_model)(state), real),
+                     model_spread(jax.vmap(algorithm.client_model)(state), start, real),
                      anchor_grads, anchor_examples)
 
   def chunk_totals(bcast, data, client_key_root, chunk):
@@ -222,7 +238,7 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
               jnp.sum(w_trained * work.mean_loss), jnp.sum(w_trained),
               jnp.sum(budgets) + work.anchor_grads, batch_size * jnp.sum(budgets) +
               work.anchor_examples, work.trips * budgets.shape[0])
-    return sums, work.model_directions, totals
+    return sums, work.model_spread, totals
 
   def accumulate(bcast, data, client_key_root, chunks):
     """Scan over chunks, adding each chunk's weighted sums and totals."""
@@ -242,12 +258,12 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     bcast = algorithm.broadcast(server_state)
     client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
     if mesh is None:
-      sums, directions, totals = accumulate(bcast, data, client_key_root, chunks)
+      sums, spread, totals = accumulate(bcast, data, client_key_root, chunks)
     else:   # each device takes a slice of every chunk; the weighted sums meet in one psum
       sharded = jax.shard_map(
           lambda *a: jax.lax.psum(accumulate(*a), CLIENT_AXIS), mesh=mesh,
           in_specs=(P(), P(), P(), P(None, CLIENT_AXIS)), out_specs=P(), check_vma=False)
-      sums, directions, totals = sharded(bcast, data, client_key_root, chunks)
+      sums, spread, totals = sharded(bcast, data, client_key_root, chunks)
     weight_total, num_real, loss_wsum, loss_w, grads, examples, computed = totals
     uploads = jax.eval_shape(train_chunk, bcast, data, client_key_root,
                              tree_map(lambda a: a[0], chunks)).upload
@@ -258,7 +274,7 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     up, down = tree_bytes(uploads) // chunk, tree_bytes(bcast)
     metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), grads, examples, computed,
                            num_real * up, num_real * down,
-                           mean_pairwise_cosine_distance(directions, num_real))
+                           mean_pairwise_cosine_distance(*spread, num_real), num_real)
     return new_state, metrics
 
   return jax.jit(round_fn)

@@ -132,6 +132,9 @@ def validate(c: Config) -> Config:
   need(0 <= c.gbo_beta2 <= 1, f'--gbo_beta2 must lie in [0, 1] (got {c.gbo_beta2})')
   need(c.gbo_eps >= 0, f'--gbo_eps must be >= 0 (got {c.gbo_eps})')
   need(c.fedmax_beta >= 0, f'--fedmax_beta must be >= 0 (got {c.fedmax_beta})')
+  need(c.algorithm != 'fedmax' or c.model != 'logistic',
+       '--algorithm=fedmax with --model=logistic is FedAvg (no hidden layer: the penultimate '
+       'activations are the inputs); use --model=mlp')
   one_of('guess_proxy', c.guess_proxy, GUESS_PROXIES)
   if c.guesses:
     need(c.guess_policy != 'inf' or c.proxy == 'zero' and c.algorithm != 'fedavg_gel',

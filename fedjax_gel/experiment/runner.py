@@ -259,7 +259,7 @@ def train(exp: Experiment, workdir: str,
 
   progress = progress or Progress(c.num_rounds)
   records, pending = [], []
-  totals = dict(grad_computations=0, examples=0, bytes_up=0, bytes_down=0)
+  totals = dict(grad_computations=0, examples=0, bytes_up=0, bytes_down=0, client_rounds=0)
   last_distance = [0.]
 
   def record(done):
@@ -268,6 +268,7 @@ def train(exp: Experiment, workdir: str,
       totals['examples'] += int(m.examples)
       totals['bytes_up'] += int(m.uploaded_bytes)
       totals['bytes_down'] += int(m.downloaded_bytes)
+      totals['client_rounds'] += int(m.num_clients)
     if pending:
       last_distance[0] = float(pending[-1].client_distance)
     pending.clear()

@@ -9,8 +9,8 @@ from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 
-from helpers import (B, assert_trees_close, cohort, init_params, minibatches, run, small_model,
-                     small_pool)
+from helpers import (B, EMPTY_CLIENT, assert_trees_close, cohort, init_params, minibatches, run,
+                     small_model, small_pool)
 
 LR = 0.1
 tree_map = jax.tree_util.tree_map
@@ -75,22 +75,27 @@ def test_fedgbo_round_tracks_the_mean_client_gradient(data, loss, model, kind):
 
 
 def test_mfl_with_one_client_is_centralised_training(data, loss, model):
-  """Two rounds of one client (full participation) = one optimiser run over the same batches."""
-  opt = optim.gbo_adam(LR)
-  alg = algorithms.mfl(loss, opt)
+  """Two rounds of one client (full participation) = one Adam run over the same batches, Adam
+  written out here: m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2, y -= lr m / (sqrt(v) + eps),
+  from m = 0, v = 1 (no bias correction)."""
+  b1, b2, eps = 0.9, 0.99, 1e-3
+  alg = algorithms.mfl(loss, optim.gbo_adam(LR, b1, b2, eps))
   rf = build_round(alg, batch_size=B, max_budget=6, chunk_size=1)
   x = init_params(model)
   state = alg.server_init(x)
   for r in (3, 4):
     state, _ = rf(state, cohort([5], [4]), data, keys.root_key(0), jnp.int32(r))
-  central = opt.tracking_optimizer(opt.init_stats(x))
-  y, s = x, central.init(x)
+  y = tree_map(lambda a: np.asarray(a, np.float64), x)
+  m, v = tree_map(np.zeros_like, y), tree_map(np.ones_like, y)
   for r in (3, 4):
     for batch in minibatches(data, 5, 0, 4, round_idx=r):
-      u, s = central.update(jax.grad(loss)(y, batch), s, y)
-      y = optax.apply_updates(y, u)
+      g = tree_map(np.asarray, jax.grad(loss)(tree_map(jnp.float32, y), batch))
+      m = tree_map(lambda m, g: b1 * m + (1 - b1) * g, m, g)
+      v = tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, v, g)
+      y = tree_map(lambda y, m, v: y - LR * m / (np.sqrt(v) + eps), y, m, v)
   assert_trees_close(state.params, y, tol=1e-5)
-  assert_trees_close(state.stats, s, tol=1e-5)
+  assert_trees_close(state.stats.m, m, tol=1e-5)
+  assert_trees_close(state.stats.v, v, tol=1e-5)
 
 
 @pytest.mark.parametrize('full_batch', [True, False])
@@ -120,8 +125,51 @@ def test_mime_round_by_hand(data, loss, model, full_batch):
   mean = lambda trees: tree_map(lambda a, b: (a + b) / 2, *trees)
   assert_trees_close(state.params, mean(ys), tol=1e-5)
   assert_trees_close(state.stats, opt.track(stats, mean(anchors)), tol=1e-5)
-  n_anchor = (-(-int(data.counts[3]) // B) + -(-int(data.counts[5]) // B)) if full_batch else 2
+  # Mimelite's full batch costs ceil(n_i / B) minibatch gradients; MimeXlite's minibatch
+  # gradient at x is its first local step's, reused (FedGBO §5: the same cost as FedGBO).
+  n_anchor = (-(-int(data.counts[3]) // B) + -(-int(data.counts[5]) // B)) if full_batch else 0
   assert int(metrics.grad_computations) == sum(taus) + n_anchor
+
+
+def test_mimelite_full_batch_over_several_passes_with_padding_and_an_empty_client(
+    data, loss, model, monkeypatch):
+  """4-row passes (client 5 has 30 examples: 8 passes), 3 clients in chunks of 2 (one padding
+  slot), one client without data: S' tracks the mean of the exact full-batch gradients."""
+  from fedjax_gel.core import round as round_lib  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(round_lib, 'FULL_BATCH_ROWS', 4)
+  opt = optim.gbo_sgdm(LR, beta=0.9)
+  x = init_params(model)
+  ids, taus = [5, EMPTY_CLIENT, 2], [2, 3, 1]
+  state, metrics = run(algorithms.mime(loss, opt), data, cohort(ids, taus), x, chunk_size=2)
+  grads = []
+  for cid in (5, 2):
+    lo, n = int(data.offsets[cid]), int(data.counts[cid])
+    grads.append(jax.grad(loss)(x, {k: v[lo:lo + n] for k, v in data.examples.items()}))
+  mean = tree_map(lambda a, b: (a + b) / 2, *grads)   # uniform weights; the empty client has none
+  assert_trees_close(state.stats, opt.track(opt.init_stats(x), mean), tol=1e-5)
+  assert int(metrics.grad_computations) == 2 + 1 + -(-30 // B) + -(-9 // B)
+
+
+def test_fedmax_round_on_an_mlp_by_hand(data):
+  """Client SGD on CE + beta KL(U || softmax(a)), the KL written as sum_f u log(u / p_f)."""
+  m = models.get_model('mlp', (4,), 3)
+  x = m.init(jax.random.key(0))
+  beta, ce = 0.5, models.cross_entropy_loss(m)
+
+  def objective(p, batch):
+    a = m.features(p, batch['x'])
+    logp = jax.nn.log_softmax(a, axis=-1)
+    u = 1. / a.shape[-1]
+    kl = jnp.sum(u * (jnp.log(u) - logp), axis=-1)
+    return ce(p, batch) + beta * jnp.mean(kl)
+
+  state, _ = run(algorithms.fedmax(m, LR, beta), data, cohort([5, 9], [3, 2]), x, chunk_size=2)
+  ys = [sgd_by_hand(data, objective, x, cid, slot, t)
+        for slot, (cid, t) in enumerate(zip([5, 9], [3, 2]))]
+  assert_trees_close(state.params, tree_map(lambda a, b: (a + b) / 2, *ys), tol=1e-5)
+  ce_only, _ = run(algorithms.fedavg(ce, optax.sgd(LR)), data, cohort([5, 9], [3, 2]), x,
+                   chunk_size=2)
+  assert not np.allclose(state.params['out']['kernel'], ce_only.params['out']['kernel'])
 
 
 def test_fedmax_on_logistic_regression_is_fedavg(data, loss, model):

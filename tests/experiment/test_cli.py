@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment import report
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -66,6 +67,7 @@ BAD_INPUT = [
     ('--dataset=leaf --data_path={data} --algorithm=gel,gel', '--algorithm'),
     ('--dataset=leaf --data_path={data} --algorithm=fedavg_gel --guess_policy=inf',
      '--guess_policy'),
+    ('--dataset=leaf --data_path={data} --algorithm=fedmax', '--algorithm=fedmax'),
 ]
 PARALLEL = 4   # bad-input commands in flight at once
 
@@ -204,7 +206,7 @@ def test_seeds_and_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf
 
 
 def test_every_algorithm_runs_from_the_launcher(tmp_path, tiny_leaf_file):
-  proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}',
+  proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--model=mlp',
              f'--algorithm={",".join(config_lib.ALGORITHMS)}', '--num_rounds=2',
              '--eval_every=2', '--clients_per_round=3', '--batch_size=2', '--budget_range=1,3',
              '--server_lr=0.1', f'--workdir={tmp_path / "all"}')
@@ -231,7 +233,7 @@ def test_gbo_family_and_learning_rate_grid(tmp_path, tiny_leaf_file, launcher):
   assert text.strip() in proc.stdout
 
 
-def test_best_learning_rate_is_the_best_mean_over_seeds(launcher):
+def test_best_learning_rate_is_the_best_mean_over_seeds():
   s = lambda lr, acc: ({'algorithm': 'a', 'client_lr': lr, 'best_accuracy': acc}, [])
-  assert launcher.best_learning_rates([s(0.1, 0.9), s(0.1, 0.5), s(0.3, 0.8), s(0.3, 0.7)]) == {
+  assert report.best_learning_rates([s(0.1, 0.9), s(0.1, 0.5), s(0.3, 0.8), s(0.3, 0.7)]) == {
       'a': 0.3}

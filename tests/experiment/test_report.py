@@ -18,7 +18,8 @@ def test_rounds_table_by_hand():
 
 
 def record(rnd, acc, up, grads):
-  return {'round': rnd, 'test_accuracy': acc, 'bytes_up': up, 'grad_computations': grads}
+  return {'round': rnd, 'test_accuracy': acc, 'bytes_up': up, 'bytes_down': 2 * up,
+          'grad_computations': grads, 'client_rounds': 2 * rnd, 'client_distance': 1e-3}
 
 
 def test_cost_table_by_hand():
@@ -29,5 +30,8 @@ def test_cost_table_by_hand():
          [record(0, 0.1, 0, 0), record(5, 0.65, 2 * mib, 100), record(10, 0.8, 4 * mib, 200)])
   rows = cost_table([avg, gbo]).splitlines()
   assert 'rounds to 0.6000 (fedavg max)' in rows[0]
-  assert rows[2] == '| fedavg | 0.1 | 0.6000 | 10 | 2.00 | 200 | 10 | 2.00 | 200 |'
-  assert rows[3] == '| fedgbo_sgdm | 0.3 | 0.8000 | 10 | 4.00 | 200 | 5 | 2.00 | 100 |'
+  # 2 MiB over 2 clients x 10 rounds: 102.4 KiB up per client and round, twice that down.
+  assert rows[2] == ('| fedavg | 0.1 | 102.40 | 204.80 | 1.00e-03 | 0.6000 | 10 | 2.00 | 200 | '
+                     '10 | 2.00 | 200 |')
+  assert rows[3] == ('| fedgbo_sgdm | 0.3 | 204.80 | 409.60 | 1.00e-03 | 0.8000 | 10 | 4.00 | '
+                     '200 | 5 | 2.00 | 100 |')

@@ -17,7 +17,7 @@ from fedjax_gel.experiment import runner
 from fedjax_gel.experiment.config import Config, ConfigError
 
 METRIC_KEYS = {'round', 'algorithm', 'seed', 'test_accuracy', 'test_loss', 'train_loss',
-               'bytes_up', 'bytes_down', 'client_distance',
+               'bytes_up', 'bytes_down', 'client_rounds', 'client_distance',
                'grad_computations', 'examples', 'elapsed_s'}
 
 
