@@ -5,31 +5,15 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_gel import algorithms, models, optim
+from fedjax_gel import algorithms, optim
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 from fedjax_gel.core.sampling import GuessPolicy, guess_counts
 
-from helpers import (assert_trees_close, cohort, init_params, minibatches, run, small_model,
-                     small_pool)
+from helpers import assert_trees_close, cohort, init_params, minibatches, run
 
 LR, ALPHA = 0.1, 0.9
 tree_map = jax.tree_util.tree_map
-
-
-@pytest.fixture(scope='module')
-def data():
-  return small_pool()
-
-
-@pytest.fixture(scope='module')
-def model():
-  return small_model()
-
-
-@pytest.fixture(scope='module')
-def loss(model):
-  return models.cross_entropy_loss(model)
 
 
 def sgdm_by_hand(data, loss, x, cid, slot, tau, grad_fn=None):

@@ -9,26 +9,10 @@ from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 
-from helpers import (B, EMPTY_CLIENT, assert_trees_close, cohort, init_params, minibatches, run,
-                     small_model, small_pool)
+from helpers import B, EMPTY_CLIENT, assert_trees_close, cohort, init_params, minibatches, run
 
 LR = 0.1
 tree_map = jax.tree_util.tree_map
-
-
-@pytest.fixture(scope='module')
-def data():
-  return small_pool()
-
-
-@pytest.fixture(scope='module')
-def model():
-  return small_model()
-
-
-@pytest.fixture(scope='module')
-def loss(model):
-  return models.cross_entropy_loss(model)
 
 
 def sgd_by_hand(data, loss, x, cid, slot, tau, round_idx=3, direction=None):

@@ -11,17 +11,7 @@ from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round, chunk_layout, default_chunk_size
 from fedjax_gel.core.sampling import sample_cohort
 
-from helpers import B, TAU_MAX, cohort, init_params, minibatches, run, small_model, small_pool
-
-
-@pytest.fixture(scope='module')
-def data():
-  return small_pool()
-
-
-@pytest.fixture(scope='module')
-def model():
-  return small_model()
+from helpers import B, TAU_MAX, cohort, init_params, minibatches, run
 
 
 @pytest.mark.parametrize('momentum', [0.0, 0.9])
