@@ -4,8 +4,8 @@ XLA's CPU backend runs a vmapped step of many small per-client models on about o
 batched matmul of tiny matrices is not split across threads). Presented as several CPU devices
 (``--xla_force_host_platform_device_count``), the engine splits each chunk over them with
 ``shard_map`` and every core works: on a 2-core machine 2,000- and 10,000-client LEAF
-Synthetic rounds run 1.5x to 2x faster (``benchmarks/RESULTS.md``). The option only concerns the CPU backend;
-GPU and TPU devices are used as they are.
+Synthetic rounds run 1.5x to 2x faster (``benchmarks/RESULTS.md``). The option only concerns
+the CPU backend; GPU and TPU devices are used as they are.
 """
 from __future__ import annotations
 
