@@ -149,9 +149,9 @@ def main(argv):
       runner.make_workdir(w)
   except (config_lib.ConfigError, DataError) as e:
     fail(str(e))
-  results = []
+  results, compiled = [], {}
   for x, w in zip(configs, workdirs):
-    summary = runner.train(runner.with_config(base, x), w)
+    summary = runner.train(runner.with_config(base, x), w, compiled=compiled)
     results.append((summary, runner.read_metrics(w)))
     target = summary['rounds_to_target']
     print(f'{x.run_name} on {x.dataset}, seed {x.seed}, client lr {x.client_lr:g}: final test '

@@ -7,6 +7,7 @@ Everything that can be wrong with the input is checked before anything is writte
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -229,9 +230,11 @@ def rounds_to_target(records, target: float) -> Optional[int]:
 
 def train(exp: Experiment, workdir: str,
           on_round: Callable[[int, sampling.Cohort, round_lib.RoundMetrics], None] | None = None,
-          progress: Progress | None = None) -> dict:
+          progress: Progress | None = None, compiled: dict | None = None) -> dict:
   """Runs ``num_rounds`` rounds, evaluating every ``eval_every`` and after the last.
 
+  ``compiled``: a dict shared by runs of one ``Experiment``'s data; runs whose configs differ only
+  in the seed reuse the compiled round (the seed is an argument of the round, not a constant).
   Returns the summary (also written to ``summary.json``).
   """
   c = exp.config
@@ -247,14 +250,18 @@ def train(exp: Experiment, workdir: str,
       root, r, counts, cohort_size=c.clients_per_round, budget_range=tuple(c.budget_range),
       replace=c.sample_with_replacement, batch_size=c.batch_size,
       weighting=c.aggregation_weights, guess_policy=c.guess_policy_value())
-  round_fn = round_lib.build_round(exp.algorithm, batch_size=c.batch_size,
-                                   max_budget=c.budget_range[1], chunk_size=exp.chunk_size,
-                                   mesh=exp.mesh)
-  evaluate = evaluation.build_evaluate(exp.model.apply)
+  compiled = {} if compiled is None else compiled
+  evaluate = compiled.setdefault('evaluate', evaluation.build_evaluate(exp.model.apply))
 
   t0 = time.perf_counter()
   cohort0 = sample(0)
-  round_fn = round_fn.lower(state, cohort0, exp.train, root, jnp.int32(0)).compile()
+  key = ('round', dataclasses.replace(c, seed=0))
+  if key not in compiled:
+    compiled[key] = round_lib.build_round(
+        exp.algorithm, batch_size=c.batch_size, max_budget=c.budget_range[1],
+        chunk_size=exp.chunk_size, mesh=exp.mesh).lower(
+            state, cohort0, exp.train, root, jnp.int32(0)).compile()
+  round_fn = compiled[key]
   compile_s = time.perf_counter() - t0
 
   progress = progress or Progress(c.num_rounds)
