@@ -48,6 +48,11 @@ flags.DEFINE_float('gbo_beta', D.gbo_beta, 'FedGBO family: SGDm/RMSProp decay, A
 flags.DEFINE_float('gbo_beta2', D.gbo_beta2, 'FedGBO family: Adam beta2.')
 flags.DEFINE_float('gbo_eps', D.gbo_eps, 'FedGBO family: RMSProp/Adam eps (adaptivity).')
 flags.DEFINE_float('fedmax_beta', D.fedmax_beta, 'FedMAX entropy weight beta.')
+flags.DEFINE_float('fedexp_eps', D.fedexp_eps, 'FedExP eps in its server step size eta_g.')
+flags.DEFINE_string('client_selection', D.client_selection,
+                    'uniform, or cyclic (clients in --cyclic_groups groups by id mod K; round t '
+                    'samples group t mod K).')
+flags.DEFINE_integer('cyclic_groups', D.cyclic_groups, 'cyclic: the number of client groups K.')
 flags.DEFINE_string('guess_policy', D.guess_policy,
                     'GeL guessed steps tau\'_i: remaining (tau - tau_i), cohort_max '
                     '(max_j tau_j + k - tau_i), inf, fixed, percent (of tau_i), none.')

@@ -1,6 +1,7 @@
 """Federated algorithms, each a small module of pure functions the engine composes."""
 from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.algorithms.fedavg import fedavg, fedavgcm, local_sgd
+from fedjax_gel.algorithms.fedexp import fedexp
 from fedjax_gel.algorithms.fedmax import fedmax
 from fedjax_gel.algorithms.fednova import fednova
 from fedjax_gel.algorithms.gbo import fedgbo, mfl, mime
@@ -8,4 +9,4 @@ from fedjax_gel.algorithms.fedprox import fedprox
 from fedjax_gel.algorithms.gel import fedavg_gel, gel
 
 __all__ = ['ClientContext', 'FederatedAlgorithm', 'RoundInfo', 'fedavg', 'fedavg_gel', 'fedavgcm',
-           'fedgbo', 'fedmax', 'fednova', 'fedprox', 'gel', 'local_sgd', 'mfl', 'mime']
+           'fedexp', 'fedgbo', 'fedmax', 'fednova', 'fedprox', 'gel', 'local_sgd', 'mfl', 'mime']

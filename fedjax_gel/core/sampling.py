@@ -78,6 +78,27 @@ def sample_clients(key, num_clients: int, cohort_size: int, replace: bool) -> ja
   return jax.random.choice(key, num_clients, (cohort_size,), replace=False).astype(jnp.int32)
 
 
+def sample_clients_cyclic(key, num_clients: int, cohort_size: int, replace: bool, groups: int,
+                          round_idx) -> jax.Array:
+  """Cyclic participation (Cho et al., ICML 2023; seed 002): the clients form ``groups`` groups
+  (client ``i`` in group ``i mod K``) and round ``t`` samples uniformly from group ``t mod K``."""
+  per_group = num_clients // groups   # the smallest group's size
+  if per_group == 0:
+    raise ValueError(f'{groups} cyclic groups exceed the population of {num_clients} clients')
+  if not replace and cohort_size > per_group:
+    raise ValueError(f'cohort of {cohort_size} exceeds the smallest cyclic group ({per_group} '
+                     'clients) without replacement')
+  g = jnp.asarray(round_idx, jnp.int32) % groups
+  size = (num_clients - g + groups - 1) // groups          # members g, g + K, g + 2K, ...
+  if replace:
+    j = jax.random.randint(key, (cohort_size,), 0, size, dtype=jnp.int32)
+  else:
+    longest = -(-num_clients // groups)
+    u = jax.random.uniform(key, (longest,))
+    j = jnp.argsort(jnp.where(jnp.arange(longest) < size, u, jnp.inf))[:cohort_size]
+  return (g + groups * j).astype(jnp.int32)
+
+
 def sample_budgets(key, cohort_size: int, low: int, high: int) -> jax.Array:
   """``tau_i ~ U{low..high}`` (both ends included), ``[cohort_size]``."""
   return jax.random.randint(key, (cohort_size,), low, high + 1, dtype=jnp.int32)
@@ -101,17 +122,25 @@ def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) 
 
 
 @functools.partial(jax.jit, static_argnames=(
-    'cohort_size', 'budget_range', 'replace', 'batch_size', 'weighting', 'guess_policy'))
+    'cohort_size', 'budget_range', 'replace', 'batch_size', 'weighting', 'guess_policy',
+    'selection', 'groups'))
 def sample_cohort(root, round_idx, counts, *, cohort_size: int, budget_range: tuple[int, int],
                   replace: bool, batch_size: int, weighting: str = 'samples_seen',
-                  guess_policy: GuessPolicy = GuessPolicy()) -> Cohort:
+                  guess_policy: GuessPolicy = GuessPolicy(), selection: str = 'uniform',
+                  groups: int = 1) -> Cohort:
   """The cohort of round ``round_idx``.
 
   Clients and budgets depend on (seed, round) only, never on the algorithm; guess counts are a
-  function of the budgets.
+  function of the budgets. ``selection``: ``'uniform'`` or ``'cyclic'`` (over ``groups``).
   """
-  ids = sample_clients(keys.round_key(root, round_idx, keys.COHORT), counts.shape[0],
-                       cohort_size, replace)
+  cohort_key = keys.round_key(root, round_idx, keys.COHORT)
+  if selection == 'cyclic':
+    ids = sample_clients_cyclic(cohort_key, counts.shape[0], cohort_size, replace, groups,
+                                round_idx)
+  elif selection == 'uniform':
+    ids = sample_clients(cohort_key, counts.shape[0], cohort_size, replace)
+  else:
+    raise ValueError(f'unknown client selection {selection!r}; known: uniform, cyclic')
   budgets = sample_budgets(keys.round_key(root, round_idx, keys.BUDGET), cohort_size,
                            *budget_range)
   weights = aggregation_weights(weighting, budgets, counts[ids], batch_size)

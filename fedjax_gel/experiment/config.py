@@ -7,10 +7,11 @@ from typing import Optional
 DATASETS = ('leaf_synthetic', 'leaf')
 ALGORITHMS = ('fedavg', 'fedavgcm', 'gel', 'fedavg_gel', 'fedprox', 'fedprox_gel', 'fednova',
               'fednova_gel', 'fedadam', 'fedyogi', 'fedadagrad', 'fedyogi_gel', 'fedgbo', 'mfl',
-              'mimelite', 'mimexlite', 'fedmax')
+              'mimelite', 'mimexlite', 'fedmax', 'fedexp')
 # Algorithms with a global optimiser of --gbo_optimizer's kind (fedjax_gel.optim.gbo).
 GBO_ALGORITHMS = ('fedgbo', 'mfl', 'mimelite', 'mimexlite')
 GBO_OPTIMIZERS = ('sgdm', 'rmsprop', 'adam')
+CLIENT_SELECTIONS = ('uniform', 'cyclic')
 GEL_ALGORITHMS = ('gel', 'fedavg_gel', 'fedprox_gel', 'fednova_gel', 'fedyogi_gel')
 # Algorithms that fix the server optimiser (Reddi et al. 2021's forms, fedjax_gel.optim.fedopt).
 FEDOPT_SERVERS = {'fedadam': 'fedadam', 'fedyogi': 'fedyogi', 'fedadagrad': 'fedadagrad',
@@ -56,6 +57,9 @@ class Config:
   gbo_beta2: float = 0.99               # Adam's beta2
   gbo_eps: float = 1e-3                 # RMSProp / Adam (FedGBO's experiments: 1e-3)
   fedmax_beta: float = 1.0              # FedMAX's entropy weight
+  fedexp_eps: float = 1e-3              # FedExP's eps in eta_g
+  client_selection: str = 'uniform'     # uniform | cyclic
+  cyclic_groups: int = 4                # cyclic: K groups, round t samples group t mod K
   server_optimizer: str = 'sgd'         # fedadam/fedyogi/fedadagrad algorithms fix their own
   server_lr: float = 1.0
   server_momentum: float = 0.0          # server_optimizer=momentum only
@@ -132,6 +136,9 @@ def validate(c: Config) -> Config:
   need(0 <= c.gbo_beta2 <= 1, f'--gbo_beta2 must lie in [0, 1] (got {c.gbo_beta2})')
   need(c.gbo_eps >= 0, f'--gbo_eps must be >= 0 (got {c.gbo_eps})')
   need(c.fedmax_beta >= 0, f'--fedmax_beta must be >= 0 (got {c.fedmax_beta})')
+  need(c.fedexp_eps > 0, f'--fedexp_eps must be positive (got {c.fedexp_eps})')
+  one_of('client_selection', c.client_selection, CLIENT_SELECTIONS)
+  need(c.cyclic_groups >= 1, f'--cyclic_groups must be a positive integer (got {c.cyclic_groups})')
   need(c.algorithm != 'fedmax' or c.model != 'logistic',
        '--algorithm=fedmax with --model=logistic is FedAvg (no hidden layer: the penultimate '
        'activations are the inputs); use --model=mlp')

@@ -99,6 +99,7 @@ def make_algorithm(c: Config, model: models.Model) -> algorithms.FederatedAlgori
       'mimelite': lambda: algorithms.mime(loss, gbo_optimizer(c), full_batch=True),
       'mimexlite': lambda: algorithms.mime(loss, gbo_optimizer(c), full_batch=False),
       'fedmax': lambda: algorithms.fedmax(model, lr, c.fedmax_beta, server),
+      'fedexp': lambda: algorithms.fedexp(loss, lr, c.fedexp_eps),
   }
   if c.algorithm in build:
     return build[c.algorithm]()._replace(name=c.run_name)
@@ -125,6 +126,14 @@ def prepare(c: Config) -> Experiment:
   if not c.sample_with_replacement and c.clients_per_round > population:
     raise ConfigError(f'--clients_per_round={c.clients_per_round} exceeds the population of '
                       f'{population} clients without replacement')
+  if c.client_selection == 'cyclic':
+    smallest = population // c.cyclic_groups
+    if smallest == 0:
+      raise ConfigError(f'--cyclic_groups={c.cyclic_groups} exceeds the population of '
+                        f'{population} clients')
+    if not c.sample_with_replacement and c.clients_per_round > smallest:
+      raise ConfigError(f'--clients_per_round={c.clients_per_round} exceeds the smallest cyclic '
+                        f'group ({smallest} clients) without replacement')
   model = make_model(c, split)
   algorithm = make_algorithm(c, model)
   train = federated_data.to_device(split.train)
@@ -249,7 +258,8 @@ def train(exp: Experiment, workdir: str,
   sample = lambda r: sampling.sample_cohort(
       root, r, counts, cohort_size=c.clients_per_round, budget_range=tuple(c.budget_range),
       replace=c.sample_with_replacement, batch_size=c.batch_size,
-      weighting=c.aggregation_weights, guess_policy=c.guess_policy_value())
+      weighting=c.aggregation_weights, guess_policy=c.guess_policy_value(),
+      selection=c.client_selection, groups=c.cyclic_groups)
   compiled = {} if compiled is None else compiled
   evaluate = compiled.setdefault('evaluate', evaluation.build_evaluate(exp.model.apply))
 

@@ -6,6 +6,7 @@ import optax
 import pytest
 
 from fedjax_gel import algorithms, optim
+from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 from fedjax_gel.core.sampling import GuessPolicy, guess_counts
@@ -222,3 +223,37 @@ def test_guess_counts_do_not_recompile(data, loss, model):
     state, _ = rf(state, cohort([1, 2], [3, 4], guesses=guesses), data, keys.root_key(0),
                   jnp.int32(1))
   assert compiled_once > 0 and len(traces) == compiled_once
+
+
+def test_fedexp_step_is_the_extrapolated_mean_update(model, loss):
+  """x' = x - eta_g Delta, eta_g = max(1, sum_i p_i ||Delta_i||^2 / (2 (||Delta||^2 + eps))),
+  on two clients whose labels disagree (y = argmax(xW) and argmax(-xW)), so eta_g > 1."""
+  rng = np.random.default_rng(1)
+  w = rng.normal(size=(4, 3))
+  xs = [rng.normal(size=(12, 4)).astype(np.float32) for _ in range(2)]
+  ys = [np.argmax(xs[0] @ w, 1), np.argmax(-xs[1] @ w, 1)]
+  data = fd.to_device(fd.from_client_arrays(
+      [{'x': x, 'y': y.astype(np.int32)} for x, y in zip(xs, ys)]))
+  x, eps = init_params(model), 1e-3
+  ids, taus, w8 = [0, 1], [6, 6], [1., 1.]
+  state, _ = run(algorithms.fedexp(loss, LR, eps), data, cohort(ids, taus, w8), x, chunk_size=2)
+  deltas = []
+  for slot, (cid, tau) in enumerate(zip(ids, taus)):
+    y = x
+    for batch in minibatches(data, cid, slot, tau):
+      y = tree_map(lambda p, g: p - LR * g, y, jax.grad(loss)(y, batch))
+    deltas.append(np.concatenate([np.ravel(a - b) for a, b in zip(
+        jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y))]).astype(np.float64))
+  mean = (deltas[0] + deltas[1]) / 2
+  eta = max(1., (deltas[0] @ deltas[0] + deltas[1] @ deltas[1]) / 2 / (2 * (mean @ mean + eps)))
+  assert eta > 1.1   # the clients pull apart: FedExP extrapolates
+  flat_x = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(x)])
+  flat_new = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(state.params)])
+  np.testing.assert_allclose(flat_new, flat_x - eta * mean, rtol=1e-4, atol=1e-6)
+
+
+def test_fedexp_step_size_is_at_least_one():
+  from fedjax_gel.algorithms.fedexp import server_step_size  # pylint: disable=g-import-not-at-top
+  d = {'w': jnp.array([3., 4.])}   # ||Delta||^2 = 25
+  assert float(server_step_size(0., d, 1e-3)) == 1.
+  np.testing.assert_allclose(server_step_size(200., d, 0.), 4.)   # 200 / (2 * 25)

@@ -109,3 +109,24 @@ def test_cohort_larger_than_population_without_replacement():
   with pytest.raises(ValueError, match='exceeds the population'):
     sample_cohort(keys.root_key(0), 0, jnp.ones((5,), jnp.int32), cohort_size=6,
                   budget_range=(1, 2), replace=False, batch_size=1)
+
+
+@pytest.mark.parametrize('replace', [True, False])
+def test_cyclic_participation_never_leaves_the_current_group(replace):
+  counts = jnp.full((103,), 10, jnp.int32)   # groups of 26, 26, 26 and 25 clients
+  seen = {g: set() for g in range(4)}
+  for r in range(12):
+    c = sample_cohort(keys.root_key(5), r, counts, cohort_size=20, budget_range=(1, 3),
+                      replace=replace, batch_size=5, selection='cyclic', groups=4)
+    ids = np.asarray(c.client_ids)
+    assert np.all(ids % 4 == r % 4) and ids.max() < 103
+    if not replace:
+      assert len(set(ids.tolist())) == 20
+    seen[r % 4].update(ids.tolist())
+  assert all(len(v) > 20 for v in seen.values())   # several rounds spread over each group
+
+
+def test_cyclic_group_too_small_without_replacement():
+  with pytest.raises(ValueError, match='smallest cyclic group'):
+    sample_cohort(keys.root_key(0), 0, jnp.ones((10,), jnp.int32), cohort_size=4,
+                  budget_range=(1, 2), replace=False, batch_size=1, selection='cyclic', groups=3)

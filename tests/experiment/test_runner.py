@@ -295,3 +295,17 @@ def test_guess_and_server_combinations_that_cannot_work(kwargs, flag):
   with pytest.raises(ConfigError) as e:
     config_lib.validate(Config(**kwargs))
   assert str(e.value).startswith(flag) and '\n' not in str(e.value)
+
+
+def test_cyclic_selection_reaches_the_rounds(base_config, tmp_path):
+  c = dataclasses.replace(base_config, client_selection='cyclic', cyclic_groups=2,
+                          algorithm='fedexp')
+  seen = []
+  runner.train(runner.prepare(c), str(tmp_path / 'cyc'),
+               on_round=lambda r, cohort, m: seen.append((r, np.asarray(cohort.client_ids))))
+  assert len(seen) == 5 and all(np.all(ids % 2 == r % 2) for r, ids in seen)
+
+
+def test_cyclic_groups_must_fit_the_population(base_config):
+  with pytest.raises(ConfigError, match='--cyclic_groups=9 exceeds the population of 8'):
+    runner.prepare(dataclasses.replace(base_config, client_selection='cyclic', cyclic_groups=9))
