@@ -50,9 +50,15 @@ flags.DEFINE_float('gbo_eps', D.gbo_eps, 'FedGBO family: RMSProp/Adam eps (adapt
 flags.DEFINE_float('fedmax_beta', D.fedmax_beta, 'FedMAX entropy weight beta.')
 flags.DEFINE_float('fedexp_eps', D.fedexp_eps, 'FedExP eps in its server step size eta_g.')
 flags.DEFINE_string('client_selection', D.client_selection,
-                    'uniform, or cyclic (clients in --cyclic_groups groups by id mod K; round t '
-                    'samples group t mod K).')
+                    'uniform; cyclic (clients in --cyclic_groups groups by id mod K; round t '
+                    'samples group t mod K); power_of_d (the C highest-loss of --power_d '
+                    'data-weighted candidates).')
 flags.DEFINE_integer('cyclic_groups', D.cyclic_groups, 'cyclic: the number of client groups K.')
+flags.DEFINE_integer('power_d', D.power_d,
+                     'power_of_d: candidates d (drawn in proportion to data size); 0 = 2 x C.')
+flags.DEFINE_string('power_loss', D.power_loss,
+                    "power_of_d: the candidates' local loss over all their examples (full) or one "
+                    'minibatch (minibatch).')
 flags.DEFINE_string('guess_policy', D.guess_policy,
                     'GeL guessed steps tau\'_i: remaining (tau - tau_i), cohort_max '
                     '(max_j tau_j + k - tau_i), inf, fixed, percent (of tau_i), none.')

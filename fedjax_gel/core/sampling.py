@@ -127,14 +127,17 @@ def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) 
 def sample_cohort(root, round_idx, counts, *, cohort_size: int, budget_range: tuple[int, int],
                   replace: bool, batch_size: int, weighting: str = 'samples_seen',
                   guess_policy: GuessPolicy = GuessPolicy(), selection: str = 'uniform',
-                  groups: int = 1) -> Cohort:
+                  groups: int = 1, client_ids=None) -> Cohort:
   """The cohort of round ``round_idx``.
 
   Clients and budgets depend on (seed, round) only, never on the algorithm; guess counts are a
-  function of the budgets. ``selection``: ``'uniform'`` or ``'cyclic'`` (over ``groups``).
+  function of the budgets. ``selection``: ``'uniform'`` or ``'cyclic'`` (over ``groups``);
+  ``client_ids`` given (e.g. by ``selection.power_of_d``) replace the sampled clients.
   """
   cohort_key = keys.round_key(root, round_idx, keys.COHORT)
-  if selection == 'cyclic':
+  if client_ids is not None:
+    ids = jnp.asarray(client_ids, jnp.int32)
+  elif selection == 'cyclic':
     ids = sample_clients_cyclic(cohort_key, counts.shape[0], cohort_size, replace, groups,
                                 round_idx)
   elif selection == 'uniform':

@@ -11,7 +11,7 @@ ALGORITHMS = ('fedavg', 'fedavgcm', 'gel', 'fedavg_gel', 'fedprox', 'fedprox_gel
 # Algorithms with a global optimiser of --gbo_optimizer's kind (fedjax_gel.optim.gbo).
 GBO_ALGORITHMS = ('fedgbo', 'mfl', 'mimelite', 'mimexlite')
 GBO_OPTIMIZERS = ('sgdm', 'rmsprop', 'adam')
-CLIENT_SELECTIONS = ('uniform', 'cyclic')
+CLIENT_SELECTIONS = ('uniform', 'cyclic', 'power_of_d')
 GEL_ALGORITHMS = ('gel', 'fedavg_gel', 'fedprox_gel', 'fednova_gel', 'fedyogi_gel')
 # Algorithms that fix the server optimiser (Reddi et al. 2021's forms, fedjax_gel.optim.fedopt).
 FEDOPT_SERVERS = {'fedadam': 'fedadam', 'fedyogi': 'fedyogi', 'fedadagrad': 'fedadagrad',
@@ -58,8 +58,10 @@ class Config:
   gbo_eps: float = 1e-3                 # RMSProp / Adam (FedGBO's experiments: 1e-3)
   fedmax_beta: float = 1.0              # FedMAX's entropy weight
   fedexp_eps: float = 1e-3              # FedExP's eps in eta_g
-  client_selection: str = 'uniform'     # uniform | cyclic
+  client_selection: str = 'uniform'     # uniform | cyclic | power_of_d
   cyclic_groups: int = 4                # cyclic: K groups, round t samples group t mod K
+  power_d: int = 0                      # power_of_d: candidates d; 0 means 2 x clients_per_round
+  power_loss: str = 'full'              # power_of_d: candidates' loss on all / one minibatch
   server_optimizer: str = 'sgd'         # fedadam/fedyogi/fedadagrad algorithms fix their own
   server_lr: float = 1.0
   server_momentum: float = 0.0          # server_optimizer=momentum only
@@ -82,6 +84,11 @@ class Config:
     if self.algorithm in GBO_ALGORITHMS:
       return f'{self.algorithm}_{self.gbo_optimizer}'
     return self.algorithm
+
+  @property
+  def candidates(self) -> int:
+    """power-of-d's ``d``."""
+    return self.power_d or 2 * self.clients_per_round
 
   @property
   def guesses(self) -> bool:
@@ -139,6 +146,9 @@ def validate(c: Config) -> Config:
   need(c.fedexp_eps > 0, f'--fedexp_eps must be positive (got {c.fedexp_eps})')
   one_of('client_selection', c.client_selection, CLIENT_SELECTIONS)
   need(c.cyclic_groups >= 1, f'--cyclic_groups must be a positive integer (got {c.cyclic_groups})')
+  one_of('power_loss', c.power_loss, ('full', 'minibatch'))
+  need(c.power_d == 0 or c.power_d >= c.clients_per_round,
+       f'--power_d={c.power_d} must be at least --clients_per_round={c.clients_per_round}')
   need(c.algorithm != 'fedmax' or c.model != 'logistic',
        '--algorithm=fedmax with --model=logistic is FedAvg (no hidden layer: the penultimate '
        'activations are the inputs); use --model=mlp')

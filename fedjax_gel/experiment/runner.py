@@ -20,7 +20,8 @@ import numpy as np
 import optax
 
 from fedjax_gel import algorithms, models, optim
-from fedjax_gel.core import devices, evaluation, federated_data, keys, round as round_lib, sampling
+from fedjax_gel.core import (devices, evaluation, federated_data, keys, round as round_lib,
+                             sampling, selection)
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment.config import Config, ConfigError, validate
 from fedjax_gel.experiment.progress import Progress
@@ -126,6 +127,8 @@ def prepare(c: Config) -> Experiment:
   if not c.sample_with_replacement and c.clients_per_round > population:
     raise ConfigError(f'--clients_per_round={c.clients_per_round} exceeds the population of '
                       f'{population} clients without replacement')
+  if c.client_selection == 'power_of_d' and c.candidates > population:
+    raise ConfigError(f'--power_d={c.candidates} exceeds the population of {population} clients')
   if c.client_selection == 'cyclic':
     smallest = population // c.cyclic_groups
     if smallest == 0:
@@ -255,16 +258,25 @@ def train(exp: Experiment, workdir: str,
   root = keys.root_key(c.seed)
   state = exp.algorithm.server_init(exp.model.init(keys.init_key(root)))
   counts = exp.train.counts
-  sample = lambda r: sampling.sample_cohort(
-      root, r, counts, cohort_size=c.clients_per_round, budget_range=tuple(c.budget_range),
-      replace=c.sample_with_replacement, batch_size=c.batch_size,
-      weighting=c.aggregation_weights, guess_policy=c.guess_policy_value(),
-      selection=c.client_selection, groups=c.cyclic_groups)
+  example_loss = models.per_example_cross_entropy(exp.model)
+
+  def sample(r, server_state):
+    ids = None
+    if c.client_selection == 'power_of_d':   # the candidates' losses at the current model
+      ids = selection.power_of_d(
+          root, r, exp.algorithm.server_params(server_state), exp.train,
+          per_example_loss=example_loss, d=c.candidates, cohort_size=c.clients_per_round,
+          mode=c.power_loss, batch_size=c.batch_size)
+    return sampling.sample_cohort(
+        root, r, counts, cohort_size=c.clients_per_round, budget_range=tuple(c.budget_range),
+        replace=c.sample_with_replacement, batch_size=c.batch_size,
+        weighting=c.aggregation_weights, guess_policy=c.guess_policy_value(),
+        selection=c.client_selection, groups=c.cyclic_groups, client_ids=ids)
   compiled = {} if compiled is None else compiled
   evaluate = compiled.setdefault('evaluate', evaluation.build_evaluate(exp.model.apply))
 
   t0 = time.perf_counter()
-  cohort0 = sample(0)
+  cohort0 = sample(0, state)
   key = ('round', dataclasses.replace(c, seed=0))
   if key not in compiled:
     compiled[key] = round_lib.build_round(
@@ -306,7 +318,7 @@ def train(exp: Experiment, workdir: str,
   progress.begin(0)
   t_train = time.perf_counter()
   for r in range(c.num_rounds):
-    cohort = cohort0 if r == 0 else sample(r)
+    cohort = cohort0 if r == 0 else sample(r, state)
     state, m = round_fn(state, cohort, exp.train, root, jnp.int32(r))
     pending.append(m)
     if on_round is not None:

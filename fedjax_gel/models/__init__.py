@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from fedjax_gel.models.base import (Model, cross_entropy_loss, from_linen, from_nnx, masked_mean,
-                                    max_entropy_loss, num_params)
+                                    max_entropy_loss, num_params, per_example_cross_entropy)
 from fedjax_gel.models.logistic import MLP, LogisticRegression, logistic, mlp
 
 MODELS = {'logistic': logistic, 'mlp': mlp}
@@ -15,5 +15,5 @@ def get_model(name: str, input_shape, num_classes: int) -> Model:
   return MODELS[name](input_shape, num_classes)
 
 
-__all__ = ['MLP', 'MODELS', 'LogisticRegression', 'Model', 'masked_mean', 'max_entropy_loss', 'mlp', 'cross_entropy_loss', 'from_linen', 'from_nnx',
+__all__ = ['MLP', 'MODELS', 'LogisticRegression', 'Model', 'masked_mean', 'max_entropy_loss', 'mlp', 'per_example_cross_entropy', 'cross_entropy_loss', 'from_linen', 'from_nnx',
            'get_model', 'logistic', 'num_params']

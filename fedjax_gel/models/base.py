@@ -80,6 +80,14 @@ def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
   return loss
 
 
+def per_example_cross_entropy(model: Model) -> Callable[[Params, dict], jax.Array]:
+  """``(params, examples) -> [P]`` cross-entropy of every example (client selection by loss)."""
+  def loss(params, examples):
+    logits = model.apply(params, examples['x'])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, examples['y'])
+  return loss
+
+
 def max_entropy_loss(model: Model, beta: float) -> Callable[[Params, dict], jax.Array]:
   """FedMAX (Chen et al. 2020): cross-entropy + ``beta * KL(U || softmax(a))`` over the
   penultimate activations ``a`` (``model.features``), pushing them towards maximum entropy.

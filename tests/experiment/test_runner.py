@@ -309,3 +309,13 @@ def test_cyclic_selection_reaches_the_rounds(base_config, tmp_path):
 def test_cyclic_groups_must_fit_the_population(base_config):
   with pytest.raises(ConfigError, match='--cyclic_groups=9 exceeds the population of 8'):
     runner.prepare(dataclasses.replace(base_config, client_selection='cyclic', cyclic_groups=9))
+
+
+def test_power_of_d_selection_runs_from_the_runner(base_config, tmp_path):
+  c = dataclasses.replace(base_config, client_selection='power_of_d', power_d=5)
+  seen = []
+  runner.train(runner.prepare(c), str(tmp_path / 'pod'),
+               on_round=lambda r, cohort, m: seen.append(np.asarray(cohort.client_ids)))
+  assert len(seen) == 5 and all(len(set(ids.tolist())) == 3 for ids in seen)
+  with pytest.raises(ConfigError, match='--power_d=2 must be at least --clients_per_round=3'):
+    config_lib.validate(dataclasses.replace(c, power_d=2))
