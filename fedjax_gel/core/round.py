@@ -301,6 +301,6 @@ def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size:
   else:
     stats = jax.devices()[0].memory_stats() or {}
     budget = int(stats.get('bytes_limit', 4 << 30)) // 4 * num_devices
-  model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
+  model_bytes = tree_bytes(params)
   per_client = state_copies * model_bytes + 2 * batch_size * example_bytes
   return max(1, min(cohort_size, budget // max(per_client, 1)))

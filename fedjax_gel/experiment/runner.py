@@ -23,6 +23,7 @@ from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import (devices, evaluation, federated_data, keys, round as round_lib,
                              sampling, selection)
 from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment import report
 from fedjax_gel.experiment.config import Config, ConfigError, validate
 from fedjax_gel.experiment.progress import Progress
 
@@ -145,11 +146,12 @@ def prepare(c: Config) -> Experiment:
                       f'{jax.default_backend()} devices are present')
   mesh = devices.client_mesh(
       c.num_devices or devices.auto_num_devices(c.clients_per_round, jax.device_count()))
+  params = jax.eval_shape(model.init, jax.random.key(0))
+  ex_bytes = example_bytes(split.train)
   chunk = c.chunk_size or round_lib.default_chunk_size(
-      c.clients_per_round, jax.eval_shape(model.init, jax.random.key(0)),
-      example_bytes(split.train), c.batch_size, 1 if mesh is None else mesh.size)
+      c.clients_per_round, params, ex_bytes, c.batch_size, 1 if mesh is None else mesh.size)
   chunk = min(chunk, c.clients_per_round)
-  check_memory(c, chunk, params_bytes(model), example_bytes(split.train))
+  check_memory(c, chunk, round_lib.tree_bytes(params), ex_bytes)
   return Experiment(c, model, algorithm, train, evaluation.make_eval_pool(split.test),
                     evaluation.make_eval_pool(split.train), chunk, mesh)
 
@@ -161,11 +163,6 @@ def with_config(exp: Experiment, c: Config) -> Experiment:
   """
   validate(c)
   return exp._replace(config=c, algorithm=make_algorithm(c, exp.model))
-
-
-def params_bytes(model: models.Model) -> int:
-  shapes = jax.eval_shape(model.init, jax.random.key(0))
-  return sum(s.size * s.dtype.itemsize for s in jax.tree_util.tree_leaves(shapes))
 
 
 def example_bytes(data: federated_data.FederatedData) -> int:
@@ -237,7 +234,8 @@ def read_metrics(workdir: str) -> list[dict]:
 
 def rounds_to_target(records, target: float) -> Optional[int]:
   """First evaluated round whose test accuracy reaches ``target``, else None."""
-  return next((r['round'] for r in records if r['test_accuracy'] >= target), None)
+  hit = report.first_reaching(records, target)
+  return None if hit is None else hit['round']
 
 
 def train(exp: Experiment, workdir: str,
