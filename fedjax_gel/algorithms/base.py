@@ -4,6 +4,10 @@ Modelled on FedJAX (an algorithm is init + apply, client work split into init / 
 optax (pure functions, NamedTuple states). An algorithm never loops over clients: the engine vmaps
 ``client_init``, ``client_step`` and ``client_final`` over a chunk of clients, masks steps past each
 client's budget, and hands ``server_update`` the weighted mean of the uploads.
+
+Stateful algorithms (SCAFFOLD, FedDyn, AdaBest, FedVARP) keep a row per client in a store inside
+their server state (field ``clients``, leaves ``[rows, ...]``); the engine gathers the cohort's
+rows, hands each client its row, and writes back the rows clients return (``fedjax_gel.core.store``).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ class ClientContext(NamedTuple):
     key: PRNG key for the algorithm's own draws (independent of the data shuffle).
     anchor: the gradient at the broadcast model the engine computed before local training when
       the algorithm asks for one (``FederatedAlgorithm.anchor``), else None.
+    stored: the client's row of the per-client store (stateful algorithms), else None.
   """
   client_id: jax.Array
   num_examples: jax.Array
@@ -34,6 +39,7 @@ class ClientContext(NamedTuple):
   weight: jax.Array
   key: jax.Array
   anchor: Any = None
+  stored: Any = None
 
 
 class RoundInfo(NamedTuple):
@@ -62,6 +68,13 @@ class FederatedAlgorithm(NamedTuple):
       model (``batch['mask']`` marks real rows); needed when ``anchor != 'none'``.
     client_model: ``client_state -> the client's model``, for the spread of client models
       (mean pairwise cosine distance) the engine reports.
+    store_row: ``None`` for an algorithm without per-client state. Otherwise ``client_ids ->
+      rows`` (e.g. the identity, or a cluster id) and the algorithm is *stateful*: its server
+      state is a NamedTuple with a field ``clients``, the store (leaves ``[rows, ...]``); each
+      client reads its row as ``ClientContext.stored`` and its ``client_final`` returns
+      ``(upload, new_row)``. ``server_update`` sees the store as it was before the round; the
+      engine then writes into the store ``server_update`` returns, for every row that real clients
+      (sampled, with data) wrote, the mean of what they wrote. Other rows keep their values.
   """
   name: str
   server_init: Callable[[PyTree], PyTree]
@@ -74,3 +87,4 @@ class FederatedAlgorithm(NamedTuple):
   anchor: str = 'none'
   anchor_grad: Optional[Callable[[PyTree, PyTree], PyTree]] = None
   client_model: Callable[[PyTree], PyTree] = lambda state: state.params
+  store_row: Optional[Callable[[jax.Array], jax.Array]] = None

@@ -14,6 +14,9 @@
   does not depend on ``chunk_size`` (up to float summation order).
 * Devices: with a mesh, every chunk is split over the mesh axis ``'clients'`` and the weighted
   sums are reduced with one ``psum``; one code path for 1 CPU, many GPUs or a TPU slice.
+* Per-client state (stateful algorithms, ``FederatedAlgorithm.store_row``): the cohort's rows
+  are gathered from the store in the server state before the chunks run, travel with them, and
+  the rows the clients return are written back after ``server_update`` (``core.store``).
 * Minibatch ``k`` of client ``i`` is gathered inside the step:
   ``pool[offsets[i] + perm_i[(k B + j) mod n_i]]``; the ``[C, tau, B, ...]`` cohort tensor is never
   built.
@@ -31,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.core import keys
+from fedjax_gel.core import store as store_lib
 from fedjax_gel.core.devices import CLIENT_AXIS
 from fedjax_gel.core.federated_data import FederatedData
 from fedjax_gel.core.sampling import Cohort
@@ -65,6 +69,7 @@ class ChunkWork(NamedTuple):
   model_spread: Any            # (sum_i e_i, sum_i ||e_i||^2), e_i = u_i - u_ref (see below)
   anchor_grads: jax.Array      # gradient computations of the anchor pass
   anchor_examples: jax.Array
+  new_rows: Any = None         # stateful algorithms: the rows the clients write back
 
 
 def masked(active, new, old):
@@ -156,6 +161,7 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     cohort size and never again from round to round.
   """
   order_len = max_budget * batch_size
+  stateful = algorithm.store_row is not None
 
   def anchor_gradients(bcast, data: FederatedData, n, offsets, rows, real):
     """Each client's gradient at the broadcast model: ``(grads, computations, examples)``."""
@@ -193,7 +199,7 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
   def train_chunk(bcast, data: FederatedData, client_key_root, chunk) -> ChunkWork:
     """Local work of one chunk. Uploads and weights of padding clients and clients without data
     are zero."""
-    cohort, slots, valid = chunk
+    cohort, slots, valid, stored = chunk
     n = data.counts[cohort.client_ids]
     offsets = data.offsets[cohort.client_ids]
     ckeys = jax.vmap(lambda i, s: keys.client_key(client_key_root, i, s))(cohort.client_ids, slots)
@@ -206,7 +212,7 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     if algorithm.anchor != 'none':
       anchor, anchor_grads, anchor_examples = anchor_gradients(bcast, data, n, offsets, rows, real)
     ctx = ClientContext(cohort.client_ids, n, budgets, jnp.where(real, cohort.guesses, 0.),
-                        cohort.weights, algo_keys, anchor)
+                        cohort.weights, algo_keys, anchor, stored)
     state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
     start = jax.vmap(algorithm.client_model)(state)
     step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
@@ -222,11 +228,15 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     trips = jnp.max(budgets)
     state, loss_sum = jax.lax.fori_loop(0, trips, local_step, (state, jnp.zeros(n.shape)))
     upload = jax.vmap(algorithm.client_final, in_axes=(0, None, 0))(state, bcast, ctx)
+    new_rows = None
+    if stateful:
+      upload, new_rows = upload
+      new_rows = masked(real, new_rows, stored)
     w = jnp.where(real, cohort.weights, 0.)
     upload = masked(real, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
     return ChunkWork(upload, w, budgets, loss_sum / jnp.maximum(budgets, 1), real, trips,
                      model_spread(jax.vmap(algorithm.client_model)(state), start, real),
-                     anchor_grads, anchor_examples)
+                     anchor_grads, anchor_examples, new_rows)
 
   def chunk_totals(bcast, data, client_key_root, chunk):
     """One chunk's ``sum_i w_i upload_i`` (float32), model directions and scalar totals."""
@@ -238,32 +248,40 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
               jnp.sum(w_trained * work.mean_loss), jnp.sum(w_trained),
               jnp.sum(budgets) + work.anchor_grads, batch_size * jnp.sum(budgets) +
               work.anchor_examples, work.trips * budgets.shape[0])
-    return sums, work.model_spread, totals
+    return (sums, work.model_spread, totals), (work.new_rows, work.real)
 
   def accumulate(bcast, data, client_key_root, chunks):
-    """Scan over chunks, adding each chunk's weighted sums and totals."""
+    """Scan over chunks, adding each chunk's weighted sums and totals; the chunks' new rows
+    and real-client masks come out stacked (stateful algorithms; else None)."""
     def body(acc, chunk_inputs):
-      return tree_map(jnp.add, acc, chunk_totals(bcast, data, client_key_root, chunk_inputs)), None
+      add, rows = chunk_totals(bcast, data, client_key_root, chunk_inputs)
+      return tree_map(jnp.add, acc, add), rows if stateful else None
 
     acc0 = jax.eval_shape(chunk_totals, bcast, data, client_key_root,
-                          tree_map(lambda a: a[0], chunks))
+                          tree_map(lambda a: a[0], chunks))[0]
     acc0 = tree_map(lambda s: jnp.zeros(s.shape, s.dtype), acc0)
-    return jax.lax.scan(body, acc0, chunks)[0]
+    return jax.lax.scan(body, acc0, chunks)
 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
     size = cohort.budgets.shape[0]
     devices = 1 if mesh is None else mesh.shape[CLIENT_AXIS]
     chunk, num_chunks = chunk_layout(size, chunk_size, devices)
     chunks = pad_and_sort(cohort, num_chunks, chunk)
+    stored = None
+    if stateful:
+      row_idx = algorithm.store_row(chunks[0].client_ids)
+      stored = store_lib.gather(server_state.clients, row_idx)
+    chunks = chunks + (stored,)
     bcast = algorithm.broadcast(server_state)
     client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
     if mesh is None:
-      sums, spread, totals = accumulate(bcast, data, client_key_root, chunks)
+      (sums, spread, totals), written = accumulate(bcast, data, client_key_root, chunks)
     else:   # each device takes a slice of every chunk; the weighted sums meet in one psum
       sharded = jax.shard_map(
-          lambda *a: jax.lax.psum(accumulate(*a), CLIENT_AXIS), mesh=mesh,
-          in_specs=(P(), P(), P(), P(None, CLIENT_AXIS)), out_specs=P(), check_vma=False)
-      sums, spread, totals = sharded(bcast, data, client_key_root, chunks)
+          lambda *a: (lambda acc, rows: (jax.lax.psum(acc, CLIENT_AXIS), rows))(*accumulate(*a)),
+          mesh=mesh, in_specs=(P(), P(), P(), P(None, CLIENT_AXIS)),
+          out_specs=(P(), P(None, CLIENT_AXIS)), check_vma=False)
+      (sums, spread, totals), written = sharded(bcast, data, client_key_root, chunks)
     weight_total, num_real, loss_wsum, loss_w, grads, examples, computed = totals
     uploads = jax.eval_shape(train_chunk, bcast, data, client_key_root,
                              tree_map(lambda a: a[0], chunks)).upload
@@ -271,6 +289,10 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     mean_upload = tree_map(lambda s, u: (s * scale).astype(u.dtype), sums, uploads)
     new_state = algorithm.server_update(server_state, mean_upload,
                                         RoundInfo(weight_total, num_real))
+    if stateful:
+      new_rows, real = tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), written)
+      clients = store_lib.write_mean(new_state.clients, row_idx.reshape(-1), new_rows, real)
+      new_state = new_state._replace(clients=store_lib.constrain(clients, mesh))
     up, down = tree_bytes(uploads) // chunk, tree_bytes(bcast)
     metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), grads, examples, computed,
                            num_real * up, num_real * down,

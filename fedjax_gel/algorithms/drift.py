@@ -1,0 +1,197 @@
+"""Client-drift correction with per-client state: SCAFFOLD, FedDyn and AdaBest (seed 003).
+
+All three run local SGD on a corrected gradient, with a correction that is fixed for the round
+and comes from the client's row of the per-client store (``ClientContext.stored``)::
+
+    SCAFFOLD (option II):  g = grad L_i(y) + c - c_i
+    FedDyn:                g = grad L_i(y) - h_i + mu (y - x)
+    AdaBest:               g = grad L_i(y) - h_i
+
+``Delta_i = x - y_i`` after ``tau_i`` steps; ``Delta = sum_i p_i Delta_i`` (the engine's weighted
+mean) is AdaBest's ``g_bar^t`` and ``x - Delta`` its ``theta_bar^t``. ``|P^t|`` is the number of
+real clients of the round and ``N = num_clients`` the population.
+
+SCAFFOLD (Karimireddy et al. 2020, Alg. 1 with option II)::
+
+    c_i+ = c_i - c + Delta_i / (tau_i lr)          (a client without steps keeps c_i)
+    x   <- server_optimizer(Delta)                 (default SGD(1): x - Delta)
+    c   <- c + |P^t| / N * sum_i p_i (c_i+ - c_i)
+
+FedDyn (Acar et al. 2021, in AdaBest's notation, seed 003 Alg. 2)::
+
+    h_i <- h_i + mu Delta_i
+    h   <- h + |P^t| / N * Delta;    x <- (x - Delta) - h
+
+AdaBest (Varno et al. 2022, seed 003 Alg. 2)::
+
+    h_i <- h_i / (t - t_i') + mu Delta_i;   t_i' <- t      (t_i' = 0 before the first round)
+    h   <- beta (theta_bar^{t-1} - theta_bar^t);   x <- theta_bar^t - h
+
+so ``h^t = sum_{s<=t} beta^(t-s+1) g_bar^s`` (Remark 3), ``beta = mu = 0`` is FedAvg (Remark 4)
+and ``beta = 1`` is FedDyn's server with ``|P^t| = N`` (Remark 5).
+
+Choices: the papers write uniform means over the cohort; here they are the engine's weighted
+means (``--aggregation_weights``; ``uniform`` gives the papers' form). AdaBest's running average of
+samples per client for unbalanced data (seed 003, App. B) is not applied: the weights already
+carry the data sizes. Client state rows are float32 like the model.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.core import store
+
+tree_map = jax.tree_util.tree_map
+
+
+class DriftClient(NamedTuple):
+  params: Any
+  correction: Any   # added to every gradient of the round
+
+
+class ScaffoldState(NamedTuple):
+  params: Any
+  opt_state: Any
+  control: Any      # c
+  clients: Any      # c_i, one row per client
+
+
+class ScaffoldUpload(NamedTuple):
+  delta: Any          # x - y_i
+  control_delta: Any  # c_i+ - c_i
+
+
+class FedDynState(NamedTuple):
+  params: Any
+  h: Any
+  clients: Any      # h_i
+
+
+class AdaBestRow(NamedTuple):
+  h: Any            # h_i
+  last_round: jax.Array   # t_i', 0 before the client's first round
+
+
+class AdaBestState(NamedTuple):
+  params: Any
+  average: Any      # theta_bar^{t-1}
+  round: jax.Array  # rounds done, t - 1
+  clients: Any      # AdaBestRow
+
+
+def identity(ids):
+  return ids
+
+
+def corrected_sgd(loss_fn: Callable, lr: float, mu: float = 0.0):
+  """``client_step`` of ``y <- y - lr (grad L(y) + correction + mu (y - x))``; with ``mu`` the
+  broadcast must be ``x`` itself."""
+  def client_step(state: DriftClient, batch, bcast):
+    loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)
+    grads = tree_map(jnp.add, grads, state.correction)
+    if mu:
+      grads = tree_map(lambda g, y, x: g + mu * (y - x), grads, state.params, bcast)
+    return state._replace(params=tree_map(lambda y, g: y - lr * g, state.params, grads)), loss
+  return client_step
+
+
+def server_model(params, delta):
+  """``theta_bar = x - Delta``."""
+  return tree_map(lambda x, d: x - d.astype(x.dtype), params, delta)
+
+
+def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
+             server_optimizer: Optional[optax.GradientTransformation] = None,
+             name: str = 'scaffold') -> FederatedAlgorithm:
+  """SCAFFOLD with option II control variates; ``server_optimizer`` (default ``optax.sgd(1.0)``)
+  steps on ``Delta`` (its learning rate is SCAFFOLD's global ``eta_g``)."""
+  server_optimizer = server_optimizer or optax.sgd(1.0)
+
+  def server_init(params):
+    zero = tree_map(jnp.zeros_like, params)
+    return ScaffoldState(params, server_optimizer.init(params), zero,
+                         store.zeros(params, num_clients))
+
+  def client_init(bcast, ctx: ClientContext):
+    x, c = bcast
+    return DriftClient(x, tree_map(jnp.subtract, c, ctx.stored))
+
+  def client_final(state: DriftClient, bcast, ctx: ClientContext):
+    x, c = bcast
+    delta = tree_map(jnp.subtract, x, state.params)
+    scale = 1. / (jnp.maximum(ctx.budget, 1) * client_lr)
+    new = tree_map(lambda ci, c0, d: jnp.where(ctx.budget > 0, ci - c0 + scale * d, ci),
+                   ctx.stored, c, delta)
+    return ScaffoldUpload(delta, tree_map(jnp.subtract, new, ctx.stored)), new
+
+  def server_update(state: ScaffoldState, upload: ScaffoldUpload, info: RoundInfo):
+    updates, opt_state = server_optimizer.update(upload.delta, state.opt_state, state.params)
+    frac = info.num_clients / num_clients
+    control = tree_map(lambda c, dc: c + (frac * dc).astype(c.dtype), state.control,
+                       upload.control_delta)
+    return ScaffoldState(optax.apply_updates(state.params, updates), opt_state, control,
+                         state.clients)
+
+  return FederatedAlgorithm(name, server_init, lambda s: (s.params, s.control), client_init,
+                            corrected_sgd(loss_fn, client_lr), client_final, server_update,
+                            lambda s: s.params, store_row=identity)
+
+
+def feddyn(loss_fn: Callable, client_lr: float, mu: float, num_clients: int,
+           name: str = 'feddyn') -> FederatedAlgorithm:
+  """FedDyn with dynamic-regulariser weight ``mu`` (FedDyn's ``alpha``)."""
+  def server_init(params):
+    return FedDynState(params, tree_map(jnp.zeros_like, params), store.zeros(params, num_clients))
+
+  def client_init(x, ctx: ClientContext):
+    return DriftClient(x, tree_map(jnp.negative, ctx.stored))
+
+  def client_final(state: DriftClient, x, ctx: ClientContext):
+    delta = tree_map(jnp.subtract, x, state.params)
+    return delta, tree_map(lambda h, d: h + mu * d, ctx.stored, delta)
+
+  def server_update(state: FedDynState, delta, info: RoundInfo):
+    frac = info.num_clients / num_clients
+    h = tree_map(lambda h, d: h + (frac * d).astype(h.dtype), state.h, delta)
+    params = tree_map(jnp.subtract, server_model(state.params, delta), h)
+    return FedDynState(params, h, state.clients)
+
+  return FederatedAlgorithm(name, server_init, lambda s: s.params, client_init,
+                            corrected_sgd(loss_fn, client_lr, mu), client_final, server_update,
+                            lambda s: s.params, store_row=identity)
+
+
+def adabest(loss_fn: Callable, client_lr: float, mu: float, beta: float, num_clients: int,
+            name: str = 'adabest') -> FederatedAlgorithm:
+  """AdaBest with local-estimate weight ``mu`` and server decay ``beta``."""
+  def server_init(params):
+    row = AdaBestRow(tree_map(jnp.zeros_like, params), jnp.zeros((), jnp.int32))
+    average = tree_map(jnp.array, params)   # theta_bar^0 = theta^0 (h^0 = 0), its own buffer
+    return AdaBestState(params, average, jnp.zeros((), jnp.int32), store.zeros(row, num_clients))
+
+  def client_init(bcast, ctx: ClientContext):
+    x, _ = bcast
+    return DriftClient(x, tree_map(jnp.negative, ctx.stored.h))
+
+  def client_final(state: DriftClient, bcast, ctx: ClientContext):
+    x, t = bcast
+    delta = tree_map(jnp.subtract, x, state.params)
+    gap = (t - ctx.stored.last_round).astype(jnp.float32)
+    h = tree_map(lambda h, d: h / gap + mu * d, ctx.stored.h, delta)
+    return delta, AdaBestRow(h, t)
+
+  def server_update(state: AdaBestState, delta, info: RoundInfo):
+    del info
+    average = server_model(state.params, delta)
+    h = tree_map(lambda a, b: beta * (a - b), state.average, average)
+    return AdaBestState(tree_map(jnp.subtract, average, h), average, state.round + 1,
+                        state.clients)
+
+  return FederatedAlgorithm(name, server_init, lambda s: (s.params, s.round + 1), client_init,
+                            corrected_sgd(loss_fn, client_lr), client_final, server_update,
+                            lambda s: s.params, store_row=identity)

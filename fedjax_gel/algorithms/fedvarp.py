@@ -1,0 +1,92 @@
+"""FedVARP and ClusterFedVARP (Jhunjhunwala et al., UAI 2022; seed 002): server memory of updates.
+
+The server keeps each client's latest update ``y_j`` (initially 0) and steps on a SAGA-like
+variance-reduced direction::
+
+    v = sum_{i in S} p_i (Delta_i - y_i) + sum_j q_j y_j;     y_i <- Delta_i  (i in S)
+    x <- server_optimizer(v)                                   (default SGD(1): x - v)
+
+``p_i`` are the engine's aggregation weights over the cohort, ``q_j`` the clients' weights in the
+objective (``memory_weights``, summing to 1; the paper's ``1/N``). With full participation and
+``p = q``, ``v = sum_i p_i Delta_i``: FedAvg.
+
+ClusterFedVARP keeps one memory per cluster: client ``j`` reads ``y_{c(j)}``, the memory term is
+``sum_c q_c y_c`` with ``q_c = sum_{j in c} q_j``, and a sampled cluster's memory becomes the mean of
+its sampled clients' updates. One cluster per client is FedVARP.
+
+The memory lives in the per-client store (``fedjax_gel.core.store``): every round the server reads
+all of it once for the memory term.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.algorithms.fedavg import local_sgd
+from fedjax_gel.core import store
+
+tree_map = jax.tree_util.tree_map
+
+
+class FedVARPState(NamedTuple):
+  params: Any
+  opt_state: Any
+  clients: Any      # y_j, one row per client (or cluster)
+
+
+def cluster_weights(memory_weights, clusters) -> np.ndarray:
+  """``q_c = sum_{j in c} q_j``; ``clusters=None`` leaves them per client."""
+  q = np.asarray(memory_weights, np.float64)
+  if clusters is None:
+    return q
+  return np.bincount(np.asarray(clusters), weights=q)
+
+
+def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
+            server_optimizer: Optional[optax.GradientTransformation] = None,
+            clusters=None, name: str = 'fedvarp') -> FederatedAlgorithm:
+  """FedVARP with client SGD; ClusterFedVARP when ``clusters`` is given.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: client SGD learning rate.
+    memory_weights: ``[N]`` weights ``q_j`` of the clients in the objective, summing to 1.
+    server_optimizer: applied to ``v``; default ``optax.sgd(1.0)``.
+    clusters: ``[N]`` int cluster of each client (ClusterFedVARP), or None (one memory each).
+    name: display name.
+  """
+  server_optimizer = server_optimizer or optax.sgd(1.0)
+  weights = cluster_weights(memory_weights, clusters).astype(np.float32)
+  if clusters is None:
+    row_of = lambda ids: ids
+  else:
+    table = np.asarray(clusters, np.int32)
+    row_of = lambda ids: jnp.asarray(table)[ids]
+  base = local_sgd(loss_fn, optax.sgd(client_lr), name=name)
+
+  def server_init(params):
+    return FedVARPState(params, server_optimizer.init(params), store.zeros(params, len(weights)))
+
+  def client_final(state, x, ctx: ClientContext):
+    delta = base.client_final(state, x, ctx)
+    return tree_map(jnp.subtract, delta, ctx.stored), delta
+
+  def memory(clients):
+    """``sum_r q_r y_r`` (rows past ``len(q)`` are a sharded store's padding)."""
+    q = jnp.pad(jnp.asarray(weights), (0, store.num_rows(clients) - len(weights)))
+    return tree_map(lambda y: jnp.tensordot(q, y.astype(jnp.float32), axes=1).astype(y.dtype),
+                    clients)
+
+  def server_update(state: FedVARPState, correction, info: RoundInfo):
+    del info
+    v = tree_map(jnp.add, correction, memory(state.clients))
+    updates, opt_state = server_optimizer.update(v, state.opt_state, state.params)
+    return FedVARPState(optax.apply_updates(state.params, updates), opt_state, state.clients)
+
+  return base._replace(server_init=server_init, client_final=client_final,
+                       server_update=server_update, store_row=row_of)

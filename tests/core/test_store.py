@@ -1,0 +1,73 @@
+"""The per-client store: mean writes, dropped writers, untouched rows, gathers in the round."""
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_gel.algorithms.base import FederatedAlgorithm
+from fedjax_gel.core import keys
+from fedjax_gel.core import store
+from fedjax_gel.core.round import build_round
+
+from helpers import B, TAU_MAX, cohort
+
+
+def test_write_mean_averages_duplicates_and_drops_non_writers():
+  s = {'a': jnp.arange(12.).reshape(6, 2), 'n': jnp.arange(6, dtype=jnp.int32)}
+  idx = jnp.array([4, 1, 4, 0, 1, 4, 5])
+  new = {'a': jnp.arange(14.).reshape(7, 2) * 10, 'n': jnp.array([7, 8, 9, 10, 20, 11, 99])}
+  writes = jnp.array([True, True, True, False, True, True, False])
+  out = store.write_mean(s, idx, new, writes)
+  a = np.arange(12.).reshape(6, 2)
+  a[4] = np.mean([[0, 10], [40, 50], [100, 110]], axis=0)   # writers 0, 2, 5
+  a[1] = np.mean([[20, 30], [80, 90]], axis=0)              # writers 1, 4
+  np.testing.assert_allclose(out['a'], a)                   # rows 0 and 5: dropped writers
+  np.testing.assert_array_equal(out['n'], [0, 14, 2, 3, 9, 5])   # ints: rounded means
+
+
+def test_write_mean_with_no_writer_changes_nothing():
+  s = jnp.arange(8.).reshape(4, 2)
+  out = store.write_mean(s, jnp.array([0, 3]), jnp.full((2, 2), np.nan), jnp.array([False, False]))
+  np.testing.assert_array_equal(out, s)
+
+
+class S(NamedTuple):
+  params: Any
+  clients: Any
+
+
+def counting_algorithm(num_clients):
+  """Each client's row counts its rounds and keeps its last budget; the server sums nothing."""
+  def client_final(state, x, ctx):
+    del state, x
+    row = {'rounds': ctx.stored['rounds'] + 1, 'budget': ctx.budget}
+    return jnp.zeros(()), row
+
+  return FederatedAlgorithm(
+      'count', lambda p: S(p, store.zeros({'rounds': jnp.zeros((), jnp.int32),
+                                           'budget': jnp.zeros((), jnp.int32)}, num_clients)),
+      lambda s: s.params, lambda x, ctx: {'params': x}, lambda st, b, x: (st, jnp.zeros(())),
+      client_final, lambda s, u, info: s, lambda s: s.params,
+      client_model=lambda st: st['params'], store_row=lambda ids: ids)
+
+
+def test_round_gathers_and_writes_rows_of_real_clients_only(data):
+  alg = counting_algorithm(13)
+  rf = build_round(alg, batch_size=B, max_budget=TAU_MAX, chunk_size=2)
+  state = alg.server_init(jnp.zeros(3))
+  ids, taus = [3, 7, 12, 3, 0], [2, 5, 4, 2, 1]   # 12 has no data; 3 sampled twice
+  for r in range(3):
+    state, _ = rf(state, cohort(ids, taus), data, keys.root_key(0), jnp.int32(r))
+  rounds = np.zeros(13, int)
+  rounds[[0, 3, 7]] = 3
+  np.testing.assert_array_equal(state.clients['rounds'], rounds)
+  budgets = np.zeros(13, int)
+  budgets[[0, 3, 7]] = [1, 2, 5]
+  np.testing.assert_array_equal(state.clients['budget'], budgets)
+
+
+def test_store_bytes_and_place_without_mesh():
+  s = store.zeros({'w': jax.ShapeDtypeStruct((4, 3), jnp.float32)}, 10)
+  assert store.row_bytes(s) == 48 and store.num_rows(s) == 10
+  assert store.place(s, None) is s
