@@ -49,6 +49,12 @@ flags.DEFINE_float('gbo_beta2', D.gbo_beta2, 'FedGBO family: Adam beta2.')
 flags.DEFINE_float('gbo_eps', D.gbo_eps, 'FedGBO family: RMSProp/Adam eps (adaptivity).')
 flags.DEFINE_float('fedmax_beta', D.fedmax_beta, 'FedMAX entropy weight beta.')
 flags.DEFINE_float('fedexp_eps', D.fedexp_eps, 'FedExP eps in its server step size eta_g.')
+flags.DEFINE_float('feddyn_mu', D.feddyn_mu, "FedDyn's regulariser weight (its paper's alpha).")
+flags.DEFINE_float('adabest_mu', D.adabest_mu, "AdaBest's local estimate weight mu.")
+flags.DEFINE_float('adabest_beta', D.adabest_beta, "AdaBest's server decay beta (0 and "
+                   '--adabest_mu=0: FedAvg).')
+flags.DEFINE_integer('fedvarp_clusters', D.fedvarp_clusters,
+                     'cluster_fedvarp: server memories K; client i belongs to cluster i mod K.')
 flags.DEFINE_string('client_selection', D.client_selection,
                     'uniform; cyclic (clients in --cyclic_groups groups by id mod K; round t '
                     'samples group t mod K); power_of_d (the C highest-loss of --power_d '

@@ -7,7 +7,10 @@ from typing import Optional
 DATASETS = ('leaf_synthetic', 'leaf')
 ALGORITHMS = ('fedavg', 'fedavgcm', 'gel', 'fedavg_gel', 'fedprox', 'fedprox_gel', 'fednova',
               'fednova_gel', 'fedadam', 'fedyogi', 'fedadagrad', 'fedyogi_gel', 'fedgbo', 'mfl',
-              'mimelite', 'mimexlite', 'fedmax', 'fedexp')
+              'mimelite', 'mimexlite', 'fedmax', 'fedexp', 'scaffold', 'feddyn', 'adabest',
+              'fedvarp', 'cluster_fedvarp')
+# Algorithms with per-client state in the device-resident store (fedjax_gel.core.store).
+STATEFUL_ALGORITHMS = ('scaffold', 'feddyn', 'adabest', 'fedvarp', 'cluster_fedvarp')
 # Algorithms with a global optimiser of --gbo_optimizer's kind (fedjax_gel.optim.gbo).
 GBO_ALGORITHMS = ('fedgbo', 'mfl', 'mimelite', 'mimexlite')
 GBO_OPTIMIZERS = ('sgdm', 'rmsprop', 'adam')
@@ -58,6 +61,10 @@ class Config:
   gbo_eps: float = 1e-3                 # RMSProp / Adam (FedGBO's experiments: 1e-3)
   fedmax_beta: float = 1.0              # FedMAX's entropy weight
   fedexp_eps: float = 1e-3              # FedExP's eps in eta_g
+  feddyn_mu: float = 0.02               # FedDyn's alpha (seed 003 App. D.5: 0.02)
+  adabest_mu: float = 0.02              # AdaBest's mu (seed 003 App. D.5: 0.02)
+  adabest_beta: float = 0.9             # AdaBest's beta (seed 003 Fig. 7: 0.8-1.0)
+  fedvarp_clusters: int = 10            # cluster_fedvarp: K memories, client i in cluster i mod K
   client_selection: str = 'uniform'     # uniform | cyclic | power_of_d
   cyclic_groups: int = 4                # cyclic: K groups, round t samples group t mod K
   power_d: int = 0                      # power_of_d: candidates d; 0 means 2 x clients_per_round
@@ -144,6 +151,11 @@ def validate(c: Config) -> Config:
   need(c.gbo_eps >= 0, f'--gbo_eps must be >= 0 (got {c.gbo_eps})')
   need(c.fedmax_beta >= 0, f'--fedmax_beta must be >= 0 (got {c.fedmax_beta})')
   need(c.fedexp_eps > 0, f'--fedexp_eps must be positive (got {c.fedexp_eps})')
+  need(c.feddyn_mu >= 0, f'--feddyn_mu must be >= 0 (got {c.feddyn_mu})')
+  need(c.adabest_mu >= 0, f'--adabest_mu must be >= 0 (got {c.adabest_mu})')
+  need(0 <= c.adabest_beta <= 1, f'--adabest_beta must lie in [0, 1] (got {c.adabest_beta})')
+  need(c.fedvarp_clusters >= 1,
+       f'--fedvarp_clusters must be a positive integer (got {c.fedvarp_clusters})')
   one_of('client_selection', c.client_selection, CLIENT_SELECTIONS)
   need(c.cyclic_groups >= 1, f'--cyclic_groups must be a positive integer (got {c.cyclic_groups})')
   one_of('power_loss', c.power_loss, ('full', 'minibatch'))

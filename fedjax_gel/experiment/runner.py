@@ -21,7 +21,7 @@ import optax
 
 from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import (devices, evaluation, federated_data, keys, round as round_lib,
-                             sampling, selection)
+                             sampling, selection, store)
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import report
 from fedjax_gel.experiment.config import Config, ConfigError, validate
@@ -81,11 +81,22 @@ def gbo_optimizer(c: Config) -> optim.GlobalBiasedOptimizer:
   return optim.gbo_adam(c.client_lr, c.gbo_beta, c.gbo_beta2, c.gbo_eps)
 
 
-def make_algorithm(c: Config, model: models.Model) -> algorithms.FederatedAlgorithm:
+def memory_weights(c: Config, counts) -> np.ndarray:
+  """FedVARP's ``q_j``: ``1/N`` with ``--aggregation_weights=uniform``, else ``n_j / n``."""
+  counts = np.asarray(counts, np.float64)
+  if c.aggregation_weights == 'uniform':
+    return np.full(counts.shape, 1. / len(counts))
+  return counts / counts.sum()
+
+
+def make_algorithm(c: Config, model: models.Model, counts) -> algorithms.FederatedAlgorithm:
   """The algorithm ``--algorithm`` names, with its client and server optimisers (seed 000,
-  Table 3): SGD clients for FedAvg and FedOpt, SGDM for FedAvgCM, FedProx, FedNova and GeL."""
+  Table 3): SGD clients for FedAvg, FedOpt, FedExP, SCAFFOLD, FedDyn, AdaBest and FedVARP; SGDM
+  for FedAvgCM, FedProx, FedNova and GeL. ``counts``: the training clients' example counts
+  (the population of the stateful algorithms)."""
   loss = models.cross_entropy_loss(model)
   server, lr, mom = server_optimizer(c), c.client_lr, c.client_momentum
+  population = len(counts)
   build = {
       'fedavg': lambda: algorithms.fedavg(loss, optax.sgd(lr), server),
       'fedavgcm': lambda: algorithms.fedavgcm(loss, lr, mom, server),
@@ -102,6 +113,13 @@ def make_algorithm(c: Config, model: models.Model) -> algorithms.FederatedAlgori
       'mimexlite': lambda: algorithms.mime(loss, gbo_optimizer(c), full_batch=False),
       'fedmax': lambda: algorithms.fedmax(model, lr, c.fedmax_beta, server),
       'fedexp': lambda: algorithms.fedexp(loss, lr, c.fedexp_eps),
+      'scaffold': lambda: algorithms.scaffold(loss, lr, population, server),
+      'feddyn': lambda: algorithms.feddyn(loss, lr, c.feddyn_mu, population),
+      'adabest': lambda: algorithms.adabest(loss, lr, c.adabest_mu, c.adabest_beta, population),
+      'fedvarp': lambda: algorithms.fedvarp(loss, lr, memory_weights(c, counts), server),
+      'cluster_fedvarp': lambda: algorithms.fedvarp(
+          loss, lr, memory_weights(c, counts), server,
+          clusters=np.arange(population) % c.fedvarp_clusters),
   }
   if c.algorithm in build:
     return build[c.algorithm]()._replace(name=c.run_name)
@@ -139,7 +157,10 @@ def prepare(c: Config) -> Experiment:
       raise ConfigError(f'--clients_per_round={c.clients_per_round} exceeds the smallest cyclic '
                         f'group ({smallest} clients) without replacement')
   model = make_model(c, split)
-  algorithm = make_algorithm(c, model)
+  if c.algorithm == 'cluster_fedvarp' and c.fedvarp_clusters > population:
+    raise ConfigError(f'--fedvarp_clusters={c.fedvarp_clusters} exceeds the population of '
+                      f'{population} clients')
+  algorithm = make_algorithm(c, model, split.train.counts)
   train = federated_data.to_device(split.train)
   if c.num_devices > jax.device_count():
     raise ConfigError(f'--num_devices={c.num_devices} but only {jax.device_count()} '
@@ -152,6 +173,7 @@ def prepare(c: Config) -> Experiment:
       c.clients_per_round, params, ex_bytes, c.batch_size, 1 if mesh is None else mesh.size)
   chunk = min(chunk, c.clients_per_round)
   check_memory(c, chunk, round_lib.tree_bytes(params), ex_bytes)
+  check_store_memory(c, algorithm, params, 1 if mesh is None else mesh.size)
   return Experiment(c, model, algorithm, train, evaluation.make_eval_pool(split.test),
                     evaluation.make_eval_pool(split.train), chunk, mesh)
 
@@ -162,7 +184,10 @@ def with_config(exp: Experiment, c: Config) -> Experiment:
   Only ``algorithm`` and ``seed`` (and what they alone read) may differ from ``exp.config``.
   """
   validate(c)
-  return exp._replace(config=c, algorithm=make_algorithm(c, exp.model))
+  algorithm = make_algorithm(c, exp.model, np.asarray(exp.train.counts))
+  check_store_memory(c, algorithm, jax.eval_shape(exp.model.init, jax.random.key(0)),
+                     1 if exp.mesh is None else exp.mesh.size)
+  return exp._replace(config=c, algorithm=algorithm)
 
 
 def example_bytes(data: federated_data.FederatedData) -> int:
@@ -190,6 +215,27 @@ def check_memory(c: Config, chunk: int, model_bytes: int, ex_bytes: int):
         f'--budget_range={c.budget_range[0]},{c.budget_range[1]} with --batch_size={c.batch_size} '
         f'and {chunk} clients per chunk needs about {need / 2**30:.1f} GiB, more than the '
         f'{have / 2**30:.1f} GiB available; lower the budgets or --chunk_size')
+
+
+def store_bytes(algorithm, params, num_devices: int = 1) -> int:
+  """Bytes of the per-client store on each device (0 for algorithms without client state)."""
+  if algorithm.store_row is None:
+    return 0
+  clients = jax.eval_shape(algorithm.server_init, params).clients
+  rows = -(-store.num_rows(clients) // num_devices)
+  return rows * store.row_bytes(clients)
+
+
+def check_store_memory(c: Config, algorithm, params, num_devices: int):
+  """Fails early when the per-client store cannot fit next to the model on each device."""
+  need, have = store_bytes(algorithm, params, num_devices), memory_limit()
+  if need > have // 2:
+    clients = jax.eval_shape(algorithm.server_init, params).clients
+    raise ConfigError(
+        f'--algorithm={c.algorithm} keeps {store.row_bytes(clients)} bytes of state for each of '
+        f'{store.num_rows(clients)} clients: {need / 2**30:.1f} GiB per device on '
+        f'{num_devices} device(s), more than half of the {have / 2**30:.1f} GiB available; '
+        'split it over more devices (--num_devices), or use fewer clients or a smaller model')
 
 
 def check_workdir(workdir: str, overwrite: bool, *outputs: str):
@@ -255,6 +301,8 @@ def train(exp: Experiment, workdir: str,
 
   root = keys.root_key(c.seed)
   state = exp.algorithm.server_init(exp.model.init(keys.init_key(root)))
+  if exp.algorithm.store_row is not None:   # the per-client store, sharded over the mesh
+    state = state._replace(clients=store.place(state.clients, exp.mesh))
   counts = exp.train.counts
   example_loss = models.per_example_cross_entropy(exp.model)
 
@@ -340,6 +388,8 @@ def train(exp: Experiment, workdir: str,
       'compile_s': round(compile_s, 3), 'train_s': round(train_s, 3),
       'rounds_per_s': round(c.num_rounds / train_s, 3) if train_s > 0 else None,
       'chunk_size': exp.chunk_size,
+      'client_state_bytes': (0 if exp.algorithm.store_row is None else
+                             round_lib.tree_bytes(state.clients)),
   }
   write_json(os.path.join(workdir, 'summary.json'), summary)
   return summary

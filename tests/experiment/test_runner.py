@@ -183,6 +183,10 @@ def test_parse_budget_range_errors(text):
     ({'client_momentum': 1.0}, '--client_momentum'),
     ({'server_momentum': -0.1}, '--server_momentum'),
     ({'target_accuracy': 0.0}, '--target_accuracy'),
+    ({'adabest_beta': 1.5}, '--adabest_beta'),
+    ({'adabest_mu': -0.1}, '--adabest_mu'),
+    ({'feddyn_mu': -1.0}, '--feddyn_mu'),
+    ({'fedvarp_clusters': 0}, '--fedvarp_clusters'),
 ])
 def test_validate_names_the_flag(changes, flag):
   with pytest.raises(ConfigError) as e:
@@ -263,9 +267,16 @@ def test_algorithm_names_build_their_algorithms_and_servers():
   params = model.init(jax.random.key(0))
   for name in config_lib.ALGORITHMS:
     c = Config(algorithm=name, server_lr=0.1)
-    alg = runner.make_algorithm(c, model)
+    alg = runner.make_algorithm(c, model, np.arange(1, 26))
     assert alg.name == c.run_name == name + ('_sgdm' if name in config_lib.GBO_ALGORITHMS else '')
     server = alg.server_init(params)
+    stateful = name in config_lib.STATEFUL_ALGORITHMS
+    assert (alg.store_row is not None) == stateful, name
+    if stateful:   # a row per client (per cluster: --fedvarp_clusters=10)
+      rows = 10 if name == 'cluster_fedvarp' else 25
+      assert jax.tree_util.tree_leaves(server.clients)[0].shape[0] == rows, name
+      if name in ('feddyn', 'adabest'):   # their server recursions replace a server optimiser
+        continue
     if name in config_lib.GBO_ALGORITHMS:   # global statistics instead of a server optimiser
       assert isinstance(server.stats, optim.GBOStats), name
       continue
@@ -319,3 +330,33 @@ def test_power_of_d_selection_runs_from_the_runner(base_config, tmp_path):
   assert len(seen) == 5 and all(len(set(ids.tolist())) == 3 for ids in seen)
   with pytest.raises(ConfigError, match='--power_d=2 must be at least --clients_per_round=3'):
     config_lib.validate(dataclasses.replace(c, power_d=2))
+
+
+def test_stateful_algorithms_keep_a_row_per_training_client(base_config, tmp_path):
+  """The store holds every training client's row (8 clients of the tiny LEAF file; 61 floats
+  of SCAFFOLD's c_i per client for its logistic model) and reports its size."""
+  exp = runner.prepare(dataclasses.replace(base_config, algorithm='scaffold'))
+  summary = runner.train(exp, str(tmp_path / 'scaffold'))
+  params = exp.model.init(jax.random.key(0))
+  row = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
+  assert summary['client_state_bytes'] == exp.train.num_clients * row == 8 * row
+  c = dataclasses.replace(base_config, algorithm='cluster_fedvarp', fedvarp_clusters=9)
+  with pytest.raises(ConfigError, match='--fedvarp_clusters=9 exceeds the population of 8'):
+    runner.prepare(c)
+
+
+def test_a_store_that_cannot_fit_is_one_clear_error(base_config, monkeypatch):
+  """Memory for one chunk of one client (about 8 models), not for 8 clients' AdaBest rows
+  (a model and a counter each) in half of it."""
+  c = dataclasses.replace(base_config, algorithm='adabest', chunk_size=1, batch_size=1,
+                          budget_range=(1, 1))
+  exp = runner.prepare(c)
+  params = exp.model.init(jax.random.key(0))
+  model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
+  assert runner.store_bytes(exp.algorithm, params) == 8 * (model_bytes + 4)
+  monkeypatch.setattr(runner, 'memory_limit', lambda: 12 * model_bytes)
+  with pytest.raises(ConfigError) as e:
+    runner.prepare(c)
+  message = str(e.value)
+  assert message.startswith('--algorithm=adabest keeps') and '\n' not in message
+  assert 'for each of 8 clients' in message and '--num_devices' in message
