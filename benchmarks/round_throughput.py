@@ -1,7 +1,9 @@
 """Round throughput of the vectorised engine vs the batched limit, LEAF Synthetic logistic regression.
 
 For each cohort size C (default 20, 200, 2,000, 10,000 clients; sampled with replacement from the
-1,000 LEAF Synthetic clients), every client runs ``tau`` FedAvg SGD steps of batch ``B``. Reported:
+1,000 LEAF Synthetic clients), every client runs ``tau`` SGD steps of batch ``B`` of FedAvg, or of
+SCAFFOLD or FedVARP (``--algorithm``: the same local work plus the per-client store, 1,000 rows
+gathered and written inside the round). Reported:
 
 * compile time of the round (separately, never inside throughput);
 * round time (median over ``--repeats`` rounds of fresh cohorts, after a warm-up round,
@@ -16,7 +18,8 @@ For each cohort size C (default 20, 200, 2,000, 10,000 clients; sampled with rep
 * peak memory: the process's peak resident set (each cohort size runs in its own process), and
   the device's peak bytes where the backend reports them (GPU/TPU).
 
-Usage: ``python benchmarks/round_throughput.py [--cohorts 20,200,2000,10000] [--repeats 10]``
+Usage: ``python benchmarks/round_throughput.py [--cohorts 20,200,2000,10000] [--repeats 10]
+[--algorithm fedavg|scaffold|fedvarp]``
 (``pip install -e '.[bench]'`` adds psutil, used to name the host's memory).
 """
 from __future__ import annotations
@@ -34,27 +37,37 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+ALGORITHMS = ('fedavg', 'scaffold', 'fedvarp')
+
+
 def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
-            num_devices: int) -> dict:
+            num_devices: int, algorithm: str = 'fedavg') -> dict:
   """Runs in a fresh process: one cohort size, engine round vs batched limit."""
   from fedjax_gel.core import devices
   devices.use_all_cpu_cores()   # on CPU, one device per core (no effect on GPU/TPU)
   import jax
   import jax.numpy as jnp
+  import numpy as np
   import optax
 
   from fedjax_gel import algorithms, models
-  from fedjax_gel.core import federated_data, keys, round as round_lib, sampling
+  from fedjax_gel.core import federated_data, keys, round as round_lib, sampling, store
   from fedjax_gel.data import leaf_synthetic
 
   data = federated_data.to_device(leaf_synthetic.load().train)
   model = models.get_model('logistic', (60,), 5)
   loss = models.cross_entropy_loss(model)
-  alg = algorithms.fedavg(loss, optax.sgd(0.01))
+  population = data.num_clients
+  alg = {'fedavg': lambda: algorithms.fedavg(loss, optax.sgd(0.01)),
+         'scaffold': lambda: algorithms.scaffold(loss, 0.01, population),
+         'fedvarp': lambda: algorithms.fedvarp(loss, 0.01, np.full(population, 1 / population)),
+         }[algorithm]()
   root = keys.root_key(0)
   params = model.init(keys.init_key(root))
   state = alg.server_init(params)
   mesh = devices.client_mesh(num_devices or devices.auto_num_devices(cohort, jax.device_count()))
+  if alg.store_row is not None:
+    state = state._replace(clients=store.place(state.clients, mesh))
   num_used = 1 if mesh is None else mesh.size
   if chunk_size == 0:
     chunk_size = round_lib.default_chunk_size(cohort, params, 61 * 4, batch, num_used)
@@ -96,7 +109,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   if 'peak_bytes_in_use' in stats:
     device_peak = int(stats['peak_bytes_in_use'])
   return {
-      'cohort': cohort, 'tau': tau, 'batch': batch,
+      'algorithm': algorithm, 'cohort': cohort, 'tau': tau, 'batch': batch,
       'devices': num_used,
       'chunk_size': round_lib.chunk_layout(cohort, chunk_size, num_used)[0],
       'compile_s': compile_s, 'round_s': round_s, 'examples_per_s': useful / round_s,
@@ -118,12 +131,12 @@ def host_memory() -> str:
 
 def table(rows: list[dict]) -> str:
   mib = lambda b: '-' if b is None else f'{b / 2**20:,.0f}'
-  out = ['| clients | devices | chunk | compile s | round ms | useful examples/s | client-steps/s | '
+  out = ['| algorithm | clients | devices | chunk | compile s | round ms | useful examples/s | client-steps/s | '
          'useful steps | batched limit ms | ratio to batched | peak RSS MiB | XLA temp MiB | '
          'device peak MiB |',
-         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+         '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in rows:
-    out.append(f'| {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | {r["compile_s"]:.2f} | '
+    out.append(f'| {r["algorithm"]} | {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | {r["compile_s"]:.2f} | '
                f'{r["round_s"] * 1e3:.2f} | {r["examples_per_s"]:,.0f} | '
                f'{r["client_steps_per_s"]:,.0f} | {r["useful_fraction"]:.2f} | '
                f'{r["batched_s"] * 1e3:.2f} | '
@@ -141,6 +154,8 @@ def main(argv=None):
   p.add_argument('--chunk_size', type=int, default=0, help='0: automatic')
   p.add_argument('--num_devices', type=int, default=0,
                  help='devices the cohort is split over; 0: automatic (on CPU, one per core)')
+  p.add_argument('--algorithm', default='fedavg',
+                 help=f'the algorithm of the measured rounds: {", ".join(ALGORITHMS)}')
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
@@ -148,17 +163,19 @@ def main(argv=None):
     cohorts = [int(x) for x in a.cohorts.split(',')]
   except ValueError:
     p.exit(2, f'error: --cohorts must be comma-separated integers (got {a.cohorts!r})\n')
+  if a.algorithm not in ALGORITHMS:
+    p.exit(2, f'error: --algorithm must be one of {", ".join(ALGORITHMS)} (got {a.algorithm!r})\n')
   if min(cohorts + [a.tau, a.batch_size, a.repeats]) <= 0 or a.chunk_size < 0:
     p.exit(2, 'error: --cohorts, --tau, --batch_size and --repeats must be positive\n')
   if a.single:
     print(json.dumps(measure(a.single, a.tau, a.batch_size, a.repeats, a.chunk_size,
-                             a.num_devices)))
+                             a.num_devices, a.algorithm)))
     return
   rows = []
   for c in cohorts:   # one process per cohort size: its peak memory is its own
     cmd = [sys.executable, __file__, '--single', str(c), '--tau', str(a.tau), '--batch_size',
            str(a.batch_size), '--repeats', str(a.repeats), '--chunk_size', str(a.chunk_size),
-           '--num_devices', str(a.num_devices)]
+           '--num_devices', str(a.num_devices), '--algorithm', a.algorithm]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode:
       sys.exit(f'error: the {c}-client measurement failed:\n{proc.stderr[-3000:]}')

@@ -34,3 +34,13 @@ def test_readme_quick_start_names_the_shipped_files():
   assert 'pip install -e . && python launch/run.py --flagfile=launch/configs/quickstart.flags' in text
   assert "pip install -e '.[test]' && pytest" in text
   assert (README.parent / 'launch/configs/quickstart.flags').exists()
+
+
+def test_readme_stateful_example_keeps_a_row_per_client():
+  """The SCAFFOLD block continues the engine example's session (its data, model and keys)."""
+  scope = run_block(python_blocks()[0].replace('range(100)', 'range(1)'))
+  exec(compile(python_blocks()[2], 'README.md', 'exec'), scope)   # pylint: disable=exec-used
+  rows = scope['state'].clients['Dense_0']['kernel']
+  touched = int((abs(rows).sum(axis=(1, 2)) > 0).sum())
+  assert 0 < touched <= 60   # the clients of three rounds of 20 wrote their c_i
+  assert int(scope['metrics'].num_clients) == 20

@@ -165,9 +165,9 @@ def prepare(c: Config) -> Experiment:
   if c.num_devices > jax.device_count():
     raise ConfigError(f'--num_devices={c.num_devices} but only {jax.device_count()} '
                       f'{jax.default_backend()} devices are present')
-  mesh = devices.client_mesh(
-      c.num_devices or devices.auto_num_devices(c.clients_per_round, jax.device_count()))
   params = jax.eval_shape(model.init, jax.random.key(0))
+  mesh = devices.client_mesh(c.num_devices or auto_num_devices(
+      c.clients_per_round, store_bytes(algorithm, params), memory_limit(), jax.device_count()))
   ex_bytes = example_bytes(split.train)
   chunk = c.chunk_size or round_lib.default_chunk_size(
       c.clients_per_round, params, ex_bytes, c.batch_size, 1 if mesh is None else mesh.size)
@@ -224,6 +224,14 @@ def store_bytes(algorithm, params, num_devices: int = 1) -> int:
   clients = jax.eval_shape(algorithm.server_init, params).clients
   rows = -(-store.num_rows(clients) // num_devices)
   return rows * store.row_bytes(clients)
+
+
+def auto_num_devices(cohort_size: int, store_size: int, memory: int, available: int) -> int:
+  """``--num_devices=0``: every device for large cohorts (``core.devices.auto_num_devices``) or
+  for a per-client store that would take more than half of one device's memory, else one."""
+  if store_size > memory // 2:
+    return available
+  return devices.auto_num_devices(cohort_size, available)
 
 
 def check_store_memory(c: Config, algorithm, params, num_devices: int):

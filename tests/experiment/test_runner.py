@@ -360,3 +360,10 @@ def test_a_store_that_cannot_fit_is_one_clear_error(base_config, monkeypatch):
   message = str(e.value)
   assert message.startswith('--algorithm=adabest keeps') and '\n' not in message
   assert 'for each of 8 clients' in message and '--num_devices' in message
+
+
+def test_a_large_store_spreads_over_every_device():
+  gib = 2**30
+  assert runner.auto_num_devices(20, store_size=gib, memory=4 * gib, available=8) == 1
+  assert runner.auto_num_devices(20, store_size=3 * gib, memory=4 * gib, available=8) == 8
+  assert runner.auto_num_devices(4096, store_size=0, memory=4 * gib, available=8) == 8
