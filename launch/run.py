@@ -21,7 +21,31 @@ F = flags.FLAGS
 flags.DEFINE_string('workdir', None, 'Output directory (default: runs/<algorithm>_<dataset>_<time>).')
 flags.DEFINE_bool('overwrite', False, 'Replace the outputs of an earlier run in --workdir.')
 flags.DEFINE_string('dataset', D.dataset, f'One of {", ".join(config_lib.DATASETS)}.')
-flags.DEFINE_string('data_path', None, 'LEAF JSON file, or a directory with train/ and test/.')
+flags.DEFINE_string('data_path', None, 'LEAF datasets: a LEAF JSON file, a directory of them '
+                    '(merged: FEMNIST), or a directory with train/ and test/.')
+flags.DEFINE_string('leaf_split', D.leaf_split, "LEAF's split of --data_path: sample (each "
+                    "user's samples at random), position (first samples train; Shakespeare), "
+                    'user (held-out users); default: position for shakespeare, else sample.')
+flags.DEFINE_integer('split_gap', D.split_gap, 'position split: samples skipped between train '
+                     "and test (LEAF's Shakespeare: 79, so no test window overlaps training).")
+flags.DEFINE_string('char_vocabulary', D.char_vocabulary,
+                    "shakespeare: leaf (LEAF's 80 characters) or tff (TFF's 86).")
+flags.DEFINE_string('sent140_features', D.sent140_features,
+                    'sent140: bow (word counts, linear model) or tokens (word ids, LSTM).')
+flags.DEFINE_integer('vocab_size', D.vocab_size, 'sent140: most frequent training words kept.')
+flags.DEFINE_integer('seq_len', D.seq_len, 'sent140 tokens: words kept per tweet (LEAF: 25).')
+flags.DEFINE_string('image_dir', None, "celeba: the images (LEAF's data/raw/img_align_celeba).")
+flags.DEFINE_float('fedprox_alpha', D.fedprox_alpha, 'fedprox_synthetic: alpha of Synthetic(a, b).')
+flags.DEFINE_float('fedprox_beta', D.fedprox_beta, 'fedprox_synthetic: beta of Synthetic(a, b).')
+flags.DEFINE_bool('fedprox_iid', D.fedprox_iid, 'fedprox_synthetic: the IID variant.')
+flags.DEFINE_string('data_dir', None, 'TFDS datasets (mnist, emnist, cifar10, cifar100): the '
+                    'TFDS data directory they were prepared in (ArrayRecord); nothing is '
+                    'downloaded.')
+flags.DEFINE_integer('num_clients', D.num_clients, 'TFDS datasets: clients the data is dealt to.')
+flags.DEFINE_string('partition', D.partition, 'TFDS datasets: dirichlet (label proportions '
+                    'Dir(alpha)) or pachinko (cifar100: superclasses Dir(alpha), labels Dir(beta)).')
+flags.DEFINE_float('dirichlet_alpha', D.dirichlet_alpha, 'TFDS datasets: Dirichlet alpha.')
+flags.DEFINE_float('pachinko_beta', D.pachinko_beta, 'TFDS cifar100 pachinko: beta.')
 flags.DEFINE_float('train_fraction', D.train_fraction, "Per-client train share (LEAF's 0.9).")
 flags.DEFINE_integer('split_seed', D.split_seed, 'Seed of the per-client train/test split.')
 flags.DEFINE_string('model', D.model, 'Model name (see fedjax_gel.models.MODELS).')
@@ -141,7 +165,7 @@ def fail(message: str):
 
 
 def main(argv):
-  logging.set_verbosity(logging.WARNING)   # keep JAX's backend notices off stderr
+  logging.set_verbosity(logging.ERROR)   # keep JAX's and TFDS's notices off stderr
   if len(argv) > 1:
     fail(f'unexpected arguments: {" ".join(argv[1:])}')
   from fedjax_gel.core.devices import use_all_cpu_cores

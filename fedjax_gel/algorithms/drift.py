@@ -15,7 +15,14 @@ SCAFFOLD (Karimireddy et al. 2020, Alg. 1 with option II)::
 
     c_i+ = c_i - c + Delta_i / (tau_i lr)          (a client without steps keeps c_i)
     x   <- server_optimizer(Delta)                 (default SGD(1): x - Delta)
-    c   <- c + |P^t| / N * sum_i p_i (c_i+ - c_i)
+    c    = sum_j q_j c_j                           (q_j = 1/N by default)
+
+The paper keeps ``c`` by the recursion ``c <- c + (1/N) sum_{i in P} (c_i+ - c_i)``, which holds
+``c = (1/N) sum_j c_j`` when every sampled client is distinct. Here ``c`` is that mean itself,
+read from the store when the round starts, so it stays the clients' mean when a client is
+sampled twice (its row takes the mean of its two ``c_i+``) and for any weights ``q``. Clients
+still upload ``(Delta_i, c_i+ - c_i)`` as in the paper, so the bytes counted are SCAFFOLD's
+(twice the model each way); the server reads only ``Delta``.
 
 FedDyn (Acar et al. 2021, in AdaBest's notation, seed 003 Alg. 2)::
 
@@ -31,7 +38,9 @@ so ``h^t = sum_{s<=t} beta^(t-s+1) g_bar^s`` (Remark 3), ``beta = mu = 0`` is Fe
 and ``beta = 1`` is FedDyn's server with ``|P^t| = N`` (Remark 5).
 
 Choices: the papers write uniform means over the cohort; here they are the engine's weighted
-means (``--aggregation_weights``; ``uniform`` gives the papers' form). AdaBest's running average of
+means (``--aggregation_weights``; ``uniform`` without replacement gives the papers' form; with
+replacement a client sampled twice counts twice in ``Delta`` and ``|P^t|`` and once, averaged, in
+its row). AdaBest's running average of
 samples per client for unbalanced data (seed 003, App. B) is not applied: the weights already
 carry the data sizes. Client state rows are float32 like the model.
 """
@@ -41,6 +50,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
@@ -57,13 +67,12 @@ class DriftClient(NamedTuple):
 class ScaffoldState(NamedTuple):
   params: Any
   opt_state: Any
-  control: Any      # c
   clients: Any      # c_i, one row per client
 
 
 class ScaffoldUpload(NamedTuple):
   delta: Any          # x - y_i
-  control_delta: Any  # c_i+ - c_i
+  control_delta: Any  # c_i+ - c_i (what a real client sends; c is read from the store here)
 
 
 class FedDynState(NamedTuple):
@@ -105,17 +114,27 @@ def server_model(params, delta):
   return tree_map(lambda x, d: x - d.astype(x.dtype), params, delta)
 
 
+def mean_row(clients, weights: np.ndarray):
+  """``sum_j q_j row_j`` over a store (rows past ``len(q)`` are a sharded store's padding)."""
+  q = jnp.pad(jnp.asarray(weights, jnp.float32), (0, store.num_rows(clients) - len(weights)))
+  return tree_map(lambda y: jnp.tensordot(q, y.astype(jnp.float32), axes=1).astype(y.dtype),
+                  clients)
+
+
 def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
              server_optimizer: Optional[optax.GradientTransformation] = None,
-             name: str = 'scaffold') -> FederatedAlgorithm:
+             weights=None, name: str = 'scaffold') -> FederatedAlgorithm:
   """SCAFFOLD with option II control variates; ``server_optimizer`` (default ``optax.sgd(1.0)``)
-  steps on ``Delta`` (its learning rate is SCAFFOLD's global ``eta_g``)."""
+  steps on ``Delta`` (its learning rate is SCAFFOLD's global ``eta_g``); ``weights``: ``q_j``
+  (``[num_clients]``, summing to 1; default ``1/N``) of ``c = sum_j q_j c_j``."""
   server_optimizer = server_optimizer or optax.sgd(1.0)
+  q = np.full(num_clients, 1. / num_clients) if weights is None else np.asarray(weights)
 
   def server_init(params):
-    zero = tree_map(jnp.zeros_like, params)
-    return ScaffoldState(params, server_optimizer.init(params), zero,
-                         store.zeros(params, num_clients))
+    return ScaffoldState(params, server_optimizer.init(params), store.zeros(params, num_clients))
+
+  def broadcast(state: ScaffoldState):
+    return state.params, mean_row(state.clients, q)
 
   def client_init(bcast, ctx: ClientContext):
     x, c = bcast
@@ -130,14 +149,11 @@ def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
     return ScaffoldUpload(delta, tree_map(jnp.subtract, new, ctx.stored)), new
 
   def server_update(state: ScaffoldState, upload: ScaffoldUpload, info: RoundInfo):
+    del info
     updates, opt_state = server_optimizer.update(upload.delta, state.opt_state, state.params)
-    frac = info.num_clients / num_clients
-    control = tree_map(lambda c, dc: c + (frac * dc).astype(c.dtype), state.control,
-                       upload.control_delta)
-    return ScaffoldState(optax.apply_updates(state.params, updates), opt_state, control,
-                         state.clients)
+    return ScaffoldState(optax.apply_updates(state.params, updates), opt_state, state.clients)
 
-  return FederatedAlgorithm(name, server_init, lambda s: (s.params, s.control), client_init,
+  return FederatedAlgorithm(name, server_init, broadcast, client_init,
                             corrected_sgd(loss_fn, client_lr), client_final, server_update,
                             lambda s: s.params, store_row=identity)
 

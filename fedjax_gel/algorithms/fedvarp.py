@@ -27,6 +27,7 @@ import numpy as np
 import optax
 
 from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.algorithms.drift import mean_row
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.core import store
 
@@ -76,15 +77,9 @@ def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
     delta = base.client_final(state, x, ctx)
     return tree_map(jnp.subtract, delta, ctx.stored), delta
 
-  def memory(clients):
-    """``sum_r q_r y_r`` (rows past ``len(q)`` are a sharded store's padding)."""
-    q = jnp.pad(jnp.asarray(weights), (0, store.num_rows(clients) - len(weights)))
-    return tree_map(lambda y: jnp.tensordot(q, y.astype(jnp.float32), axes=1).astype(y.dtype),
-                    clients)
-
   def server_update(state: FedVARPState, correction, info: RoundInfo):
     del info
-    v = tree_map(jnp.add, correction, memory(state.clients))
+    v = tree_map(jnp.add, correction, mean_row(state.clients, weights))
     updates, opt_state = server_optimizer.update(v, state.opt_state, state.params)
     return FedVARPState(optax.apply_updates(state.params, updates), opt_state, state.clients)
 

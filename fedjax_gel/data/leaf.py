@@ -51,6 +51,11 @@ def _features(x: Any, where: str) -> np.ndarray:
   x = list(x)
   if x and all(isinstance(v, str) for v in x):
     return np.array(x, dtype=str)
+  if x and all(isinstance(v, (list, tuple)) and v and all(isinstance(t, str) for t in v)
+               for v in x):   # Sent140: [id, date, query, user, text] per sample
+    if len({len(v) for v in x}) != 1:
+      raise DataError(f'{where} has string features of different lengths in x')
+    return np.array(x, dtype=str)
   try:
     arr = np.asarray(x, dtype=np.float64)
   except (ValueError, TypeError):
@@ -229,6 +234,7 @@ def split_by_sample(
     train_fraction: float = 0.9,
     seed: int = DEFAULT_SPLIT_SEED,
     by_position: bool = False,
+    gap: int = 0,
 ) -> tuple[dict, dict]:
   """Splits each user's samples into train and test with LEAF's by-sample rule.
 
@@ -237,10 +243,10 @@ def split_by_sample(
   chosen by ``rng.sample(range(n), n_train)`` with one ``random.Random(seed)`` shared by all
   users in order; train and test both keep the original sample order.
 
-  ``by_position=True`` takes the first ``n_train`` samples as train and the rest as test (LEAF's
-  rule for sequence data such as Shakespeare; no randomness). LEAF additionally discards the
-  79 samples (sequence length 80 minus 1) right after the training part there, so that no test
-  window overlaps a training one; this function keeps them in the test part.
+  ``by_position=True`` takes the first ``n_train`` samples as train and, after skipping
+  ``gap`` samples, the rest as test (LEAF's rule for Shakespeare, with ``gap = 79``: sequence
+  length 80 minus 1, so no test window overlaps a training one; no randomness). A user whose
+  test part is then empty is dropped, as LEAF does.
   """
   if not 0.0 < train_fraction < 1.0:
     raise ValueError(f'train_fraction must be in (0, 1), got {train_fraction}')
@@ -253,14 +259,16 @@ def split_by_sample(
     n = len(d['y'])
     if n < 2:
       continue
-    kept.append(i)
     n_train = num_train_samples(n, train_fraction)
     if by_position:
-      is_train = np.arange(n) < n_train
+      tr, te = np.arange(n_train), np.arange(n_train + gap, n)
+      if not len(te):
+        continue
     else:
       is_train = np.zeros(n, dtype=bool)
       is_train[rng.sample(range(n), n_train)] = True
-    tr, te = np.flatnonzero(is_train), np.flatnonzero(~is_train)
+      tr, te = np.flatnonzero(is_train), np.flatnonzero(~is_train)
+    kept.append(i)
     for part, idx in ((train, tr), (test, te)):
       part['users'].append(u)
       part['num_samples'].append(len(idx))
@@ -270,6 +278,25 @@ def split_by_sample(
     h = [h[i] for i in kept] if len(h) == len(data['users']) else h
     train['hierarchies'], test['hierarchies'] = h, list(h)
   return train, test
+
+
+def split_by_user(data: Mapping[str, Any], train_fraction: float = 0.9,
+                  seed: int = DEFAULT_SPLIT_SEED) -> tuple[dict, dict]:
+  """LEAF's by-user split (``utils/split_data.py --by_user``): ``int(train_fraction * U)`` users,
+  drawn with ``random.Random(seed).sample``, keep all their samples for training; the other users
+  are the test set. Both keep the file's user order."""
+  if not 0.0 < train_fraction < 1.0:
+    raise ValueError(f'train_fraction must be in (0, 1), got {train_fraction}')
+  users = list(data['users'])
+  chosen = set(random.Random(seed).sample(range(len(users)), int(train_fraction * len(users))))
+  parts = ({'users': [], 'num_samples': [], 'user_data': {}},
+           {'users': [], 'num_samples': [], 'user_data': {}})
+  for i, u in enumerate(users):
+    part = parts[0 if i in chosen else 1]
+    part['users'].append(u)
+    part['num_samples'].append(len(data['user_data'][u]['y']))
+    part['user_data'][u] = data['user_data'][u]
+  return parts
 
 
 # --------------------------------------------------------------------------- pools
@@ -297,35 +324,51 @@ def _pool(clients: list[dict], names: list[str], source: str) -> FederatedData:
   return from_client_arrays(clients, names)
 
 
-def to_federated(train: Mapping[str, Any], test: Mapping[str, Any]) -> FederatedSplit:
-  """Turns LEAF train/test dicts into a ``FederatedSplit`` over the users present in both.
+def to_federated(train: Mapping[str, Any], test: Mapping[str, Any],
+                 same_users: bool = True) -> FederatedSplit:
+  """Turns LEAF train/test dicts into a ``FederatedSplit``: over the users present in both
+  (``same_users``, a by-sample split), or over each dict's own users (a by-user split, whose
+  test clients are held-out users).
 
-  Users keep the train dict's order. Examples are ``{'x', 'y'}``: numeric features as float32,
-  string features as unicode arrays (left for a model to encode); labels as int32 (integer-valued
+  Users keep the dicts' order. Examples are ``{'x', 'y'}``: numeric features as float32,
+  string features as unicode arrays (left for a task to encode); labels as int32 (integer-valued
   floats accepted) or unicode arrays for string labels.
   """
-  in_test = set(test['users'])
-  users = [u for u in train['users'] if u in in_test]
-  if not users:
-    raise DataError('train and test data have no user in common')
-  tr = [_client(train['user_data'][u], 'train data', u) for u in users]
-  te = [_client(test['user_data'][u], 'test data', u) for u in users]
-  return FederatedSplit(_pool(tr, users, 'train data'), _pool(te, users, 'test data'))
+  if same_users:
+    in_test = set(test['users'])
+    train_users = test_users = [u for u in train['users'] if u in in_test]
+    if not train_users:
+      raise DataError('train and test data have no user in common')
+  else:
+    train_users, test_users = list(train['users']), list(test['users'])
+    if not train_users or not test_users:
+      raise DataError('a by-user split needs users on both sides')
+  tr = [_client(train['user_data'][u], 'train data', u) for u in train_users]
+  te = [_client(test['user_data'][u], 'test data', u) for u in test_users]
+  return FederatedSplit(_pool(tr, train_users, 'train data'), _pool(te, test_users, 'test data'))
+
+
+SPLITS = ('sample', 'position', 'user')
 
 
 def load(
     path: PathLike,
     train_fraction: float = 0.9,
     seed: int = DEFAULT_SPLIT_SEED,
-    by_position: bool = False,
+    split: str = 'sample',
+    gap: int = 0,
 ) -> FederatedSplit:
   """Loads LEAF data as a ``FederatedSplit``.
 
-  ``path`` is either one LEAF JSON file (or a directory of them, such as LEAF's ``all_data/``),
-  split with ``split_by_sample(train_fraction, seed, by_position)``, or a directory with
-  ``train/`` and ``test/`` sub-directories of LEAF JSON files (LEAF's split output), joined by
-  user name; the split arguments are then unused.
+  ``path`` is either one LEAF JSON file (or a directory of them, such as LEAF's ``all_data/``:
+  FEMNIST's many files are merged), split by LEAF's rules: ``split='sample'`` (each user's
+  samples at random, ``split_by_sample``), ``'position'`` (each user's first samples for
+  training, then ``gap`` skipped: Shakespeare) or ``'user'`` (held-out users,
+  ``split_by_user``); or a directory with ``train/`` and ``test/`` sub-directories of LEAF JSON
+  files (LEAF's split output), joined by user name, and the split arguments are unused.
   """
+  if split not in SPLITS:
+    raise ValueError(f'split must be one of {SPLITS}, got {split!r}')
   path = os.fspath(path)
   if not os.path.exists(path):
     raise DataError(f'{path}: no such file or directory')
@@ -333,4 +376,10 @@ def load(
   if os.path.isdir(train_dir) and os.path.isdir(test_dir):
     return to_federated(read_leaf_json(train_dir), read_leaf_json(test_dir))
   data = read_leaf_json(path)
-  return to_federated(*split_by_sample(data, train_fraction, seed, by_position))
+  if split == 'user':
+    return to_federated(*split_by_user(data, train_fraction, seed), same_users=False)
+  train, test = split_by_sample(data, train_fraction, seed, split == 'position', gap)
+  if not train['users']:
+    rule = f'position split (gap {gap})' if split == 'position' else 'split'
+    raise DataError(f'{path}: no user has both train and test samples after the {rule}')
+  return to_federated(train, test)

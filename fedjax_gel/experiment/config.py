@@ -4,7 +4,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-DATASETS = ('leaf_synthetic', 'leaf')
+DATASETS = ('leaf_synthetic', 'fedprox_synthetic', 'leaf', 'femnist', 'shakespeare', 'sent140',
+            'celeba', 'mnist', 'emnist', 'cifar10', 'cifar100')
+# Datasets read through TFDS data sources (--data_dir), split with --partition.
+TFDS_DATASETS = ('mnist', 'emnist', 'cifar10', 'cifar100')
+# Datasets read from --data_path (LEAF JSON files).
+LEAF_DATASETS = ('leaf', 'femnist', 'shakespeare', 'sent140', 'celeba')
+LEAF_SPLITS = ('default', 'sample', 'position', 'user')
 ALGORITHMS = ('fedavg', 'fedavgcm', 'gel', 'fedavg_gel', 'fedprox', 'fedprox_gel', 'fednova',
               'fednova_gel', 'fedadam', 'fedyogi', 'fedadagrad', 'fedyogi_gel', 'fedgbo', 'mfl',
               'mimelite', 'mimexlite', 'fedmax', 'fedexp', 'scaffold', 'feddyn', 'adabest',
@@ -37,6 +43,22 @@ class Config:
   """
   dataset: str = 'leaf_synthetic'
   data_path: Optional[str] = None
+  leaf_split: str = 'default'           # sample | position | user; default: position for
+                                        # shakespeare (LEAF), sample otherwise
+  split_gap: int = 79                   # position split: samples skipped after train (LEAF: 79)
+  char_vocabulary: str = 'leaf'         # shakespeare: leaf (80 characters) | tff (86)
+  sent140_features: str = 'bow'         # sent140: bow (word counts) | tokens (word ids)
+  vocab_size: int = 10_000              # sent140: most frequent training words kept
+  seq_len: int = 25                     # sent140 tokens: words per tweet (LEAF: 25)
+  image_dir: Optional[str] = None       # celeba: LEAF's data/raw/img_align_celeba
+  fedprox_alpha: float = 1.0            # fedprox_synthetic: Synthetic(alpha, beta)
+  fedprox_beta: float = 1.0
+  fedprox_iid: bool = False             # fedprox_synthetic: the IID variant
+  data_dir: Optional[str] = None        # TFDS datasets: where they were prepared
+  num_clients: int = 100                # TFDS datasets: clients the split is dealt to
+  partition: str = 'dirichlet'          # TFDS datasets: dirichlet | pachinko (cifar100)
+  dirichlet_alpha: float = 0.5          # Dir(alpha) label proportions (pachinko: superclasses)
+  pachinko_beta: float = 10.0           # pachinko: Dir(beta) over a superclass's labels
   train_fraction: float = 0.9           # LEAF's by-sample split
   split_seed: int = 931231
   model: str = 'logistic'
@@ -91,6 +113,13 @@ class Config:
     if self.algorithm in GBO_ALGORITHMS:
       return f'{self.algorithm}_{self.gbo_optimizer}'
     return self.algorithm
+
+  @property
+  def split(self) -> str:
+    """LEAF's split rule: the flag, or position for Shakespeare and sample otherwise."""
+    if self.leaf_split != 'default':
+      return self.leaf_split
+    return 'position' if self.dataset == 'shakespeare' else 'sample'
 
   @property
   def candidates(self) -> int:
@@ -189,9 +218,25 @@ def validate(c: Config) -> Config:
   need(0 <= c.server_beta1 < 1, f'--server_beta1 must lie in [0, 1) (got {c.server_beta1})')
   need(0 <= c.server_beta2 < 1, f'--server_beta2 must lie in [0, 1) (got {c.server_beta2})')
   need(c.server_tau > 0, f'--server_tau must be positive (got {c.server_tau})')
-  need(c.dataset != 'leaf' or c.data_path, '--data_path is required with --dataset=leaf')
-  need(c.dataset == 'leaf' or not c.data_path,
-       f'--data_path is only read with --dataset=leaf (got --dataset={c.dataset})')
+  leaf_data = c.dataset in LEAF_DATASETS
+  need(not leaf_data or c.data_path, f'--data_path is required with --dataset={c.dataset}')
+  need(leaf_data or not c.data_path,
+       f'--data_path is only read with LEAF datasets (got --dataset={c.dataset})')
+  one_of('leaf_split', c.leaf_split, LEAF_SPLITS)
+  need(c.split_gap >= 0, f'--split_gap must be >= 0 (got {c.split_gap})')
+  one_of('char_vocabulary', c.char_vocabulary, ('leaf', 'tff'))
+  one_of('sent140_features', c.sent140_features, ('bow', 'tokens'))
+  need(c.vocab_size >= 1, f'--vocab_size must be a positive integer (got {c.vocab_size})')
+  need(c.seq_len >= 1, f'--seq_len must be a positive integer (got {c.seq_len})')
+  need(c.dataset != 'celeba' or c.image_dir, '--image_dir is required with --dataset=celeba')
+  need(c.fedprox_alpha >= 0 and c.fedprox_beta >= 0,
+       f'--fedprox_alpha and --fedprox_beta must be >= 0 (got {c.fedprox_alpha}, {c.fedprox_beta})')
+  need(c.num_clients >= 1, f'--num_clients must be a positive integer (got {c.num_clients})')
+  one_of('partition', c.partition, ('dirichlet', 'pachinko'))
+  need(c.partition != 'pachinko' or c.dataset == 'cifar100',
+       f'--partition=pachinko needs superclasses: --dataset=cifar100 only (got {c.dataset})')
+  need(c.dirichlet_alpha > 0, f'--dirichlet_alpha must be positive (got {c.dirichlet_alpha})')
+  need(c.pachinko_beta > 0, f'--pachinko_beta must be positive (got {c.pachinko_beta})')
   for flag in ('num_rounds', 'clients_per_round', 'batch_size', 'eval_every'):
     need(getattr(c, flag) > 0, f'--{flag} must be a positive integer (got {getattr(c, flag)})')
   a, b = c.budget_range

@@ -54,21 +54,53 @@ def load_split(c: Config) -> federated_data.FederatedSplit:
   if c.dataset == 'leaf_synthetic':
     from fedjax_gel.data import leaf_synthetic
     return leaf_synthetic.load(train_fraction=c.train_fraction, split_seed=c.split_seed)
-  from fedjax_gel.data import leaf
-  return leaf.load(c.data_path, train_fraction=c.train_fraction, seed=c.split_seed)
+  if c.dataset == 'fedprox_synthetic':
+    from fedjax_gel.data import fedprox_synthetic
+    return fedprox_synthetic.load(c.fedprox_alpha, c.fedprox_beta, c.fedprox_iid,
+                                  train_fraction=c.train_fraction, split_seed=c.split_seed)
+  if c.dataset in config_lib.TFDS_DATASETS:
+    from fedjax_gel.data import tfds_data
+    try:
+      return tfds_data.load(c.dataset, c.num_clients, c.dirichlet_alpha, c.partition,
+                            c.pachinko_beta, seed=c.split_seed, data_dir=c.data_dir)
+    except ImportError as e:
+      raise ConfigError(f'--dataset={c.dataset}: {e}') from None
+  from fedjax_gel.data import leaf, leaf_tasks
+  args = dict(train_fraction=c.train_fraction, seed=c.split_seed, split=c.split)
+  if c.dataset == 'shakespeare':
+    return leaf_tasks.load_shakespeare(c.data_path, c.char_vocabulary, gap=c.split_gap, **args)
+  if c.dataset == 'sent140':
+    return leaf_tasks.load_sent140(c.data_path, c.sent140_features, c.vocab_size, c.seq_len,
+                                   **args)
+  if c.dataset == 'femnist':
+    return leaf_tasks.load_femnist(c.data_path, **args)
+  if c.dataset == 'celeba':
+    return leaf_tasks.load_celeba(c.data_path, c.image_dir, **args)
+  return leaf.load(c.data_path, gap=c.split_gap, **args)
 
 
 def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
+  """``--model`` for the data's input shape and classes (``max label + 1``); token models get
+  ``vocab_size = max id + 1`` over train and test."""
   x = np.asarray(split.train.examples['x'])
   if not np.issubdtype(x.dtype, np.number):
     raise ConfigError(f'--model={c.model} needs numeric features; this dataset holds '
-                      f'{x.dtype.kind == "U" and "strings" or x.dtype} (no text model yet)')
+                      f'{x.dtype.kind == "U" and "strings" or x.dtype} (text: use '
+                      '--dataset=shakespeare or --dataset=sent140)')
+  tokens = np.issubdtype(x.dtype, np.integer)
+  if tokens != (c.model in models.TOKEN_MODELS):
+    need = f'one of {", ".join(models.TOKEN_MODELS)}' if tokens else 'a model of numbers'
+    raise ConfigError(f'--model={c.model}: {c.data_path or c.dataset} holds '
+                      f'{"token ids" if tokens else "numeric features"}; use {need}')
   y = np.concatenate([np.asarray(split.train.examples['y']), np.asarray(split.test.examples['y'])])
   if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
     got = 'string labels' if y.dtype.kind == 'U' else f'label {y.min()}'
     raise ConfigError(f'--model={c.model} needs labels 0, 1, ...; {c.data_path or c.dataset} '
                       f'holds {got}')
-  return models.get_model(c.model, x.shape[1:], int(y.max()) + 1)
+  vocab = None
+  if tokens:
+    vocab = int(max(x.max(initial=0), np.asarray(split.test.examples['x']).max(initial=0))) + 1
+  return models.get_model(c.model, x.shape[1:], int(y.max()) + 1, vocab_size=vocab)
 
 
 def gbo_optimizer(c: Config) -> optim.GlobalBiasedOptimizer:
@@ -167,7 +199,8 @@ def prepare(c: Config) -> Experiment:
                       f'{jax.default_backend()} devices are present')
   params = jax.eval_shape(model.init, jax.random.key(0))
   mesh = devices.client_mesh(c.num_devices or auto_num_devices(
-      c.clients_per_round, store_bytes(algorithm, params), memory_limit(), jax.device_count()))
+      c.clients_per_round, store_bytes(algorithm, params), memory_limit(), jax.device_count(),
+      shared_memory=jax.default_backend() == 'cpu'))
   ex_bytes = example_bytes(split.train)
   chunk = c.chunk_size or round_lib.default_chunk_size(
       c.clients_per_round, params, ex_bytes, c.batch_size, 1 if mesh is None else mesh.size)
@@ -226,24 +259,36 @@ def store_bytes(algorithm, params, num_devices: int = 1) -> int:
   return rows * store.row_bytes(clients)
 
 
-def auto_num_devices(cohort_size: int, store_size: int, memory: int, available: int) -> int:
+def auto_num_devices(cohort_size: int, store_size: int, memory: int, available: int,
+                     shared_memory: bool = False) -> int:
   """``--num_devices=0``: every device for large cohorts (``core.devices.auto_num_devices``) or
-  for a per-client store that would take more than half of one device's memory, else one."""
-  if store_size > memory // 2:
+  for a per-client store that would take more than half of one device's memory, else one.
+  ``shared_memory``: the devices share one memory (CPU cores), so spreading saves none."""
+  if store_size > memory // 2 and not shared_memory:
     return available
   return devices.auto_num_devices(cohort_size, available)
 
 
 def check_store_memory(c: Config, algorithm, params, num_devices: int):
-  """Fails early when the per-client store cannot fit next to the model on each device."""
+  """Fails early when the per-client store (and the round's three cohort-sized copies of rows)
+  cannot fit in half of each device's memory.
+
+  CPU devices are cores of one host: there the whole store must fit in the host's memory.
+  """
+  if jax.default_backend() == 'cpu':
+    num_devices = 1
   need, have = store_bytes(algorithm, params, num_devices), memory_limit()
+  if need:   # the round also holds the cohort's gathered, new and averaged rows
+    clients = jax.eval_shape(algorithm.server_init, params).clients
+    need += 3 * c.clients_per_round * store.row_bytes(clients)
   if need > have // 2:
     clients = jax.eval_shape(algorithm.server_init, params).clients
     raise ConfigError(
         f'--algorithm={c.algorithm} keeps {store.row_bytes(clients)} bytes of state for each of '
         f'{store.num_rows(clients)} clients: {need / 2**30:.1f} GiB per device on '
         f'{num_devices} device(s), more than half of the {have / 2**30:.1f} GiB available; '
-        'split it over more devices (--num_devices), or use fewer clients or a smaller model')
+        'use fewer clients or a smaller model, or split it over more accelerators '
+        '(--num_devices)')
 
 
 def check_workdir(workdir: str, overwrite: bool, *outputs: str):
@@ -335,7 +380,7 @@ def train(exp: Experiment, workdir: str,
   if key not in compiled:
     compiled[key] = round_lib.build_round(
         exp.algorithm, batch_size=c.batch_size, max_budget=c.budget_range[1],
-        chunk_size=exp.chunk_size, mesh=exp.mesh).lower(
+        chunk_size=exp.chunk_size, mesh=exp.mesh, donate_state=True).lower(
             state, cohort0, exp.train, root, jnp.int32(0)).compile()
   round_fn = compiled[key]
   compile_s = time.perf_counter() - t0

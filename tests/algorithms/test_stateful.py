@@ -82,7 +82,7 @@ def reference(kind, data, loss, x, rounds=ROUNDS):
     g_bar = mean(deltas)
     if kind == 'scaffold':
       x = sub(x, g_bar)
-      c = tree_map(lambda c, dc: c + len(deltas) / N * dc, c, mean(dcs))
+      c = tree_map(lambda c, dc: c + len(deltas) / N * dc, c, mean(dcs))   # the paper's form
     elif kind == 'feddyn':
       h = tree_map(lambda h, g: h + len(deltas) / N * g, h, g_bar)
       x = sub(sub(x, g_bar), h)
@@ -132,7 +132,7 @@ def test_scaffold_full_participation_one_step_by_hand(data, loss, model):
   grads.append([jax.grad(loss)(x1, next(minibatches(data, i, i, 1, round_idx=1))) for i in ids])
   x2 = sub(x1, scale(LR, mean(grads[1])))
   assert_trees_close(state.params, x2, tol=1e-5)
-  assert_trees_close(state.control, mean(grads[1]), tol=1e-4)
+  assert_trees_close(alg.broadcast(state)[1], mean(grads[1]), tol=1e-4)
   for i in ids:
     assert_trees_close(stored(state, i), grads[1][i], tol=1e-4)
 
@@ -141,11 +141,27 @@ def test_scaffold_control_moves_by_the_participating_fraction(data, loss, model)
   """First round, ``c = c_i = 0``: ``c+ = |P| / N * mean_i Delta_i / (tau_i lr)``."""
   x = init_params(model)
   ids, taus = [2, 6, 9], [3, 1, 2]
-  state = engine(drift.scaffold(loss, LR, N), x, data, rounds=[(ids, taus)])
+  alg = drift.scaffold(loss, LR, N)
+  state = engine(alg, x, data, rounds=[(ids, taus)])
   zero = tree_map(jnp.zeros_like, x)
   per_step = [scale(1. / (tau * LR), sub(x, local_sgd(data, loss, x, i, s, tau, 0, zero)))
               for s, (i, tau) in enumerate(zip(ids, taus))]
-  assert_trees_close(state.control, scale(3 / N, mean(per_step)), tol=1e-4)
+  assert_trees_close(alg.broadcast(state)[1], scale(3 / N, mean(per_step)), tol=1e-4)
+
+
+def test_scaffold_control_is_the_clients_mean_with_duplicates(data, loss, model):
+  """A client sampled twice writes the mean of its two ``c_i+``; ``c`` stays ``sum_j q_j c_j``
+  for any weights ``q``."""
+  x = init_params(model)
+  q = np.arange(1., N + 1) / np.arange(1., N + 1).sum()
+  alg = drift.scaffold(loss, LR, N, weights=q)
+  rounds = [([2, 6, 2, 9], [3, 1, 2, 2]), ([6, 6, 1], [2, 4, 1]), ([2, 0, 9, 9], [1, 3, 2, 5])]
+  state = engine(alg, x, data, rounds=rounds)
+  c = alg.broadcast(state)[1]
+  want = tree_map(lambda rows: np.tensordot(q, np.asarray(rows, np.float64), axes=1),
+                  state.clients)
+  assert_trees_close(c, want, tol=1e-6)
+  assert float(np.abs(np.asarray(state.clients['Dense_0']['bias'][6])).sum()) > 0
 
 
 def random_updates(x, rounds, seed=0):

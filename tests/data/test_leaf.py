@@ -226,7 +226,7 @@ def test_string_features_and_labels_kept(tmp_path):
   data = {'users': ['a', 'b'], 'num_samples': [3, 2],
           'user_data': {'a': {'x': ['abc', 'bcd', 'cde'], 'y': ['d', 'e', 'f']},
                         'b': {'x': ['xyz', 'yz '], 'y': [' ', 'q']}}}
-  split = leaf.load(write_json(tmp_path / 's.json', data), 0.5, by_position=True)
+  split = leaf.load(write_json(tmp_path / 's.json', data), 0.5, split='position')
   assert split.train.examples['x'].dtype.kind == 'U'
   assert split.train.examples['y'].dtype.kind == 'U'
   assert list(split.train.examples['x']) == ['abc', 'xyz']
@@ -370,7 +370,7 @@ def test_real_shakespeare_file():
   assert data['user_data'][u]['x'].dtype.kind == 'U'
   assert all(len(s) == 80 for s in data['user_data'][u]['x'])
   assert all(len(s) == 1 for s in data['user_data'][u]['y'])
-  split = leaf.load(path, 0.8, by_position=True)
+  split = leaf.load(path, 0.8, split='position')
   kept = [n for n in data['num_samples'] if n >= 2]
   assert split.train.num_clients == len(kept)
   assert split.train.num_examples + split.test.num_examples == sum(kept)

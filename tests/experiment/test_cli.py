@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from fedjax_gel.experiment import config as config_lib
@@ -68,6 +69,12 @@ BAD_INPUT = [
     ('--dataset=leaf --data_path={data} --algorithm=fedavg_gel --guess_policy=inf',
      '--guess_policy'),
     ('--dataset=leaf --data_path={data} --algorithm=fedmax', '--algorithm=fedmax'),
+    ('--dataset=celeba --data_path={data}', '--image_dir'),
+    ('--dataset=mnist --data_dir={dir}/no_tfds_here', 'mnist'),
+    ('--dataset=shakespeare --data_path={data}', 'no user has both train and test'),
+    ('--dataset=shakespeare --data_path={data} --split_gap=0', 'must be strings'),
+    ('--dataset=leaf --data_path={data} --model=shakespeare_lstm', '--model=shakespeare_lstm'),
+    ('--dataset=leaf --data_path={data} --partition=pachinko', '--partition=pachinko'),
 ]
 PARALLEL = 4   # bad-input commands in flight at once
 
@@ -251,3 +258,32 @@ def test_best_learning_rate_is_the_best_mean_over_seeds():
   s = lambda lr, acc: ({'algorithm': 'a', 'client_lr': lr, 'best_accuracy': acc}, [])
   assert report.best_learning_rates([s(0.1, 0.9), s(0.1, 0.5), s(0.3, 0.8), s(0.3, 0.7)]) == {
       'a': 0.3}
+
+
+def test_text_datasets_run_from_the_launcher(tmp_path):
+  """Shakespeare ids into the stacked LSTM, Sent140 word counts into the linear model, from
+  generated LEAF files (the shipped subset's 30-round run is in the README)."""
+  rng = np.random.default_rng(0)
+  users = {}
+  for u in range(3):
+    line = ''.join(rng.choice(list('abc de'), size=140))
+    users[f's{u}'] = {'x': [line[i:i + 80] for i in range(60)], 'y': [line[i + 80] for i in range(60)]}
+  shakespeare = tmp_path / 'shakespeare.json'
+  shakespeare.write_text(json.dumps({'users': list(users), 'num_samples': [60] * 3,
+                                     'user_data': users}))
+  tweets = {f't{u}': {'x': [['1', 'd', 'q', f't{u}', f'good day {j}'] for j in range(6)],
+                      'y': ['4', '0'] * 3} for u in range(3)}
+  sent140 = tmp_path / 'sent140.json'
+  sent140.write_text(json.dumps({'users': list(tweets), 'num_samples': [6] * 3,
+                                 'user_data': tweets}))
+  common = ['--num_rounds=2', '--eval_every=2', '--clients_per_round=2', '--batch_size=4',
+            '--budget_range=1,2', '--algorithm=fedavgcm']
+  proc = run('--dataset=shakespeare', f'--data_path={shakespeare}', '--model=shakespeare_lstm',
+             '--split_gap=0', f'--workdir={tmp_path / "sh"}', *common)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  config = json.loads((tmp_path / 'sh' / 'config.json').read_text())
+  assert config['leaf_split'] == 'default' and config['char_vocabulary'] == 'leaf'
+  proc = run('--dataset=sent140', f'--data_path={sent140}', '--model=logistic',
+             '--vocab_size=5', f'--workdir={tmp_path / "st"}', *common)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert json.loads((tmp_path / 'st' / 'summary.json').read_text())['final_accuracy'] is not None

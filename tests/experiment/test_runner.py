@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import pathlib
 
 import jax
 import numpy as np
@@ -354,6 +355,7 @@ def test_a_store_that_cannot_fit_is_one_clear_error(base_config, monkeypatch):
   params = exp.model.init(jax.random.key(0))
   model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
   assert runner.store_bytes(exp.algorithm, params) == 8 * (model_bytes + 4)
+  # one chunk needs about 8 models; the store and 3 cohorts' rows (17 rows) more than half of 12
   monkeypatch.setattr(runner, 'memory_limit', lambda: 12 * model_bytes)
   with pytest.raises(ConfigError) as e:
     runner.prepare(c)
@@ -367,3 +369,33 @@ def test_a_large_store_spreads_over_every_device():
   assert runner.auto_num_devices(20, store_size=gib, memory=4 * gib, available=8) == 1
   assert runner.auto_num_devices(20, store_size=3 * gib, memory=4 * gib, available=8) == 8
   assert runner.auto_num_devices(4096, store_size=0, memory=4 * gib, available=8) == 8
+  # CPU cores share the host's memory: spreading a store over them saves nothing.
+  assert runner.auto_num_devices(20, 3 * gib, 4 * gib, available=8, shared_memory=True) == 1
+
+
+SHARED = pathlib.Path(__file__).resolve().parents[2].parent / 'shared' / 'data' / 'leaf'
+
+
+def test_fedprox_synthetic_generator_trains(tmp_path):
+  c = Config(dataset='fedprox_synthetic', algorithm='fedavg', num_rounds=4, eval_every=2,
+             clients_per_round=5, batch_size=10, budget_range=(2, 4), client_lr=0.05)
+  exp = runner.prepare(c)
+  assert exp.train.num_clients == 30 and exp.model.num_classes <= 10
+  summary = runner.train(exp, str(tmp_path / 'fp'))
+  records = runner.read_metrics(str(tmp_path / 'fp'))
+  assert records[-1]['train_loss'] < records[0]['train_loss']
+  assert summary['final_accuracy'] is not None
+
+
+@pytest.mark.skipif(not (SHARED / 'fedprox_synthetic_1_1_subset.json').is_file(),
+                    reason='../shared/data/leaf/fedprox_synthetic_1_1_subset.json not found')
+def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
+  c = Config(dataset='leaf', data_path=str(SHARED / 'fedprox_synthetic_1_1_subset.json'),
+             algorithm='fedavg', num_rounds=10, eval_every=5, clients_per_round=10,
+             batch_size=10, budget_range=(5, 5), client_lr=0.05, target_accuracy=0.5)
+  exp = runner.prepare(c)
+  assert exp.train.num_clients == 30 and exp.model.num_classes == 10
+  runner.train(exp, str(tmp_path / 'fp'))
+  records = runner.read_metrics(str(tmp_path / 'fp'))
+  assert records[-1]['train_loss'] < 0.9 * records[0]['train_loss']
+  assert records[-1]['test_accuracy'] > records[0]['test_accuracy']

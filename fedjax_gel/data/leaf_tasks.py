@@ -1,0 +1,186 @@
+"""LEAF's tasks as model inputs: FEMNIST images, Shakespeare characters, Sent140 words, CelebA
+images. Each ``load_*`` reads LEAF JSON (``leaf.load``: files merged, LEAF's split rules) and
+returns a ``FederatedSplit`` whose ``x`` a model can take.
+
+* **FEMNIST** (Caldas et al. 2018): 784 floats per sample -> ``[28, 28, 1]`` float32; 62 classes.
+* **Shakespeare**: an 80-character string -> 80 int32 character ids, the label the id of the next
+  character. ``vocabulary='leaf'``: LEAF's 80 characters (``models/utils/language_utils.py``);
+  ``'tff'``: TensorFlow Federated's 86. A character outside the vocabulary gets the id
+  ``len(vocabulary)`` (one out-of-vocabulary id), so there are ``len(vocabulary) + 1`` classes.
+  LEAF's split: each user's first 80% of samples train, then 79 skipped (``gap``), then test.
+* **Sent140**: ``x = [id, date, query, user, text]``; the text is split as LEAF does
+  (``re.findall(r"[\\w']+|[.,!?;]", text)``). The vocabulary is the ``vocab_size`` most frequent
+  words of the *training* tweets (ties by first appearance). ``features='bow'``: word counts
+  ``[vocab_size]`` float32 (the linear model); ``'tokens'``: the first ``seq_len`` word ids,
+  ``1..vocab_size``, out-of-vocabulary ``vocab_size + 1``, padded with 0 (the LSTM). Labels
+  ``0/1`` ints or Sentiment140's ``"0"/"4"`` (and ``0/4``) strings -> 0/1.
+* **CelebA**: ``x`` names an image file in ``image_dir`` (LEAF's ``data/raw/img_align_celeba``);
+  images are resized to ``84 x 84`` RGB (LEAF's size) and scaled to ``[0, 1]``; labels 0/1.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import re
+
+import numpy as np
+
+from fedjax_gel.core.federated_data import FederatedData, FederatedSplit
+from fedjax_gel.data.leaf import DEFAULT_SPLIT_SEED, DataError, PathLike, load
+
+LEAF_CHARS = ('\n !"&\'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}')
+TFF_CHARS = ('dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\naeimquyAEIMQUY]!%)'
+             '-159\r')
+VOCABULARIES = {'leaf': LEAF_CHARS, 'tff': TFF_CHARS}
+SHAKESPEARE_GAP = 79                 # sequence length 80 minus 1
+CELEBA_SIZE = 84
+_WORDS = re.compile(r"[\w']+|[.,!?;]")
+
+
+def _map(data: FederatedData, **examples) -> FederatedData:
+  return data._replace(examples=dict(data.examples, **examples))
+
+
+def _map_split(split: FederatedSplit, fn) -> FederatedSplit:
+  return FederatedSplit(*(_map(d, **fn(d.examples)) for d in split))
+
+
+def char_ids(strings: np.ndarray, vocabulary: str) -> np.ndarray:
+  """``[n]`` equal-length strings -> ``[n, L]`` int32 ids; unknown characters ->
+  ``len(vocabulary)``."""
+  table = np.full(0x110000, len(vocabulary), np.int32)
+  table[[ord(ch) for ch in vocabulary]] = np.arange(len(vocabulary), dtype=np.int32)
+  strings = np.asarray(strings)
+  if strings.dtype.kind != 'U':
+    raise DataError(f'expected character strings, got {strings.dtype}')
+  codes = strings.reshape(-1, 1).view(np.uint32)   # one code point per column, 0 past the end
+  return table[codes].reshape(len(strings), -1) if len(strings) else np.zeros((0, 0), np.int32)
+
+
+def load_shakespeare(path: PathLike, vocabulary: str = 'leaf', train_fraction: float = 0.8,
+                     seed: int = DEFAULT_SPLIT_SEED, split: str = 'position',
+                     gap: int = SHAKESPEARE_GAP) -> FederatedSplit:
+  """LEAF Shakespeare as character ids (see the module docstring); ``gap`` samples are skipped
+  between each user's train and test parts of a ``'position'`` split."""
+  if vocabulary not in VOCABULARIES:
+    raise ValueError(f'vocabulary must be one of {sorted(VOCABULARIES)}, got {vocabulary!r}')
+  chars = VOCABULARIES[vocabulary]
+  data = load(path, train_fraction, seed, split, gap)
+
+  def encode(ex):
+    if ex['x'].dtype.kind != 'U' or ex['y'].dtype.kind != 'U':
+      raise DataError(f'{path}: Shakespeare samples must be strings (x) and characters (y)')
+    lengths = np.char.str_len(ex['x'])
+    if len(lengths) and lengths.min() != lengths.max():
+      raise DataError(f'{path}: Shakespeare samples have {lengths.min()} to {lengths.max()} '
+                      'characters; expected one length')
+    if len(ex['y']) and np.char.str_len(ex['y']).max() != 1:
+      raise DataError(f'{path}: Shakespeare labels must be single characters')
+    return {'x': char_ids(ex['x'], chars), 'y': char_ids(ex['y'], chars)[:, 0]}
+  return _map_split(data, encode)
+
+
+def words(text: str) -> list[str]:
+  """LEAF's Sent140 tokenisation (``models/utils/language_utils.py: split_line``)."""
+  return _WORDS.findall(text)
+
+
+def word_vocabulary(texts, size: int) -> dict[str, int]:
+  """The ``size`` most frequent words (ties by first appearance) -> ids ``1..size``."""
+  counts = collections.Counter()
+  for t in texts:
+    counts.update(words(t))
+  ranked = sorted(counts, key=lambda w: -counts[w])   # stable: ties keep first appearance
+  return {w: i + 1 for i, w in enumerate(ranked[:size])}
+
+
+def sentiment_labels(y: np.ndarray, source) -> np.ndarray:
+  """0/1 ints, or Sentiment140's 0/4 (ints or strings) -> 0/1."""
+  y = np.asarray(y)
+  if y.dtype.kind == 'U':
+    if not set(np.unique(y)) <= {'0', '1', '4'}:
+      raise DataError(f'{source}: Sent140 labels must be 0/1 or "0"/"4" (got {sorted(set(y))[:5]})')
+    y = y.astype(np.int64)
+  if not set(np.unique(y).tolist()) <= {0, 1, 4}:
+    raise DataError(f'{source}: Sent140 labels must be 0/1 or 0/4 (got {np.unique(y)[:5]})')
+  return (y > 0).astype(np.int32)
+
+
+def load_sent140(path: PathLike, features: str = 'bow', vocab_size: int = 10_000,
+                 seq_len: int = 25, train_fraction: float = 0.9,
+                 seed: int = DEFAULT_SPLIT_SEED, split: str = 'sample') -> FederatedSplit:
+  """LEAF Sent140 as bag-of-words counts or word ids (see the module docstring)."""
+  if features not in ('bow', 'tokens'):
+    raise ValueError(f"features must be 'bow' or 'tokens', got {features!r}")
+  data = load(path, train_fraction, seed, split)
+
+  def text(ex):
+    x = ex['x']
+    if x.dtype.kind != 'U':
+      raise DataError(f'{path}: Sent140 samples must be [id, date, query, user, text] strings')
+    return x[:, -1] if x.ndim == 2 else x
+
+  vocab = word_vocabulary(text(data.train.examples), vocab_size)
+
+  def encode(ex):
+    ids = [[vocab.get(w, vocab_size + 1) for w in words(t)] for t in text(ex)]
+    if features == 'bow':
+      x = np.zeros((len(ids), vocab_size), np.float32)
+      for row, seq in zip(x, ids):
+        for j in seq:
+          if j <= vocab_size:
+            row[j - 1] += 1
+    else:
+      x = np.zeros((len(ids), seq_len), np.int32)
+      for row, seq in zip(x, ids):
+        row[:min(len(seq), seq_len)] = seq[:seq_len]
+    return {'x': x, 'y': sentiment_labels(ex['y'], path)}
+  return _map_split(data, encode)
+
+
+def load_femnist(path: PathLike, train_fraction: float = 0.9, seed: int = DEFAULT_SPLIT_SEED,
+                 split: str = 'sample') -> FederatedSplit:
+  """LEAF FEMNIST (one file or LEAF's directory of files, merged) as ``[28, 28, 1]`` images."""
+  data = load(path, train_fraction, seed, split)
+
+  def reshape(ex):
+    x = ex['x']
+    if x.dtype.kind == 'U' or x.shape[1:] != (784,):
+      raise DataError(f'{path}: FEMNIST samples must be 784 numbers (got shape {x.shape[1:]})')
+    return {'x': x.reshape(-1, 28, 28, 1).astype(np.float32)}
+  return _map_split(data, reshape)
+
+
+def read_image(image_dir: str, name: str, size: int = CELEBA_SIZE) -> np.ndarray:
+  """One RGB image, resized to ``size x size``, float32 in ``[0, 1]``."""
+  try:
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise DataError('CelebA images need Pillow: pip install pillow') from None
+  path = os.path.join(image_dir, name)
+  try:
+    with Image.open(path) as img:
+      img = img.convert('RGB').resize((size, size))
+      return np.asarray(img, np.float32) / 255.
+  except FileNotFoundError:
+    raise DataError(f'{path}: image not found (CelebA images go in --image_dir)') from None
+  except OSError as e:
+    raise DataError(f'{path}: cannot be read as an image ({e})') from None
+
+
+def load_celeba(path: PathLike, image_dir: str, train_fraction: float = 0.9,
+                seed: int = DEFAULT_SPLIT_SEED, split: str = 'sample',
+                size: int = CELEBA_SIZE) -> FederatedSplit:
+  """LEAF CelebA: image names in the JSON, pixels from ``image_dir`` (see the module docstring)."""
+  if not image_dir or not os.path.isdir(image_dir):
+    raise DataError(f'--image_dir={image_dir}: no such directory (CelebA needs the images, '
+                    "LEAF's data/raw/img_align_celeba)")
+  data = load(path, train_fraction, seed, split)
+
+  def images(ex):
+    if ex['x'].dtype.kind != 'U' or ex['x'].ndim != 1:
+      raise DataError(f'{path}: CelebA samples must be image file names')
+    x = np.stack([read_image(image_dir, n, size) for n in ex['x']]) if len(ex['x']) else (
+        np.zeros((0, size, size, 3), np.float32))
+    return {'x': x}
+  return _map_split(data, images)

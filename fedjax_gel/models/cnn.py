@@ -1,0 +1,132 @@
+"""Image CNNs of LEAF (FEMNIST, CelebA), GeL (FEMNIST) and FedGBO (CIFAR100).
+
+None of them keeps state beyond ``'params'`` (no BatchNorm, no dropout), so ``apply`` is a pure
+function the engine can ``jax.vmap`` and ``jax.grad`` over clients.
+
+Inputs are float images ``[B, H, W, C]``; ``[B, H, W]`` is read as one channel and ``[B, H*W]``
+as a flattened square one-channel image (LEAF stores FEMNIST as 784 floats per example).
+"""
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from fedjax_gel.models.base import Model, from_linen
+
+
+def as_nhwc(x):
+  """``x`` as ``[B, H, W, C]``: adds the channel axis to ``[B, H, W]`` and unflattens a square
+  one-channel ``[B, H*W]``."""
+  if x.ndim == 4:
+    return x
+  if x.ndim == 3:
+    return x[..., None]
+  if x.ndim == 2 and math.isqrt(x.shape[1]) ** 2 == x.shape[1]:
+    side = math.isqrt(x.shape[1])
+    return x.reshape((x.shape[0], side, side, 1))
+  raise ValueError(f'expected images [B, H, W, C], [B, H, W] or [B, side*side]; got {x.shape}')
+
+
+def _pool(x, padding: str = 'VALID'):
+  return nn.max_pool(x, (2, 2), strides=(2, 2), padding=padding)
+
+
+class TwoConvCNN(nn.Module):
+  """conv ``k x k`` (``channels[0]``) + ReLU, maxpool 2x2/2, conv ``k x k`` (``channels[1]``) +
+  ReLU, maxpool 2x2/2, dense ``hidden`` + ReLU, dense ``num_classes``.
+
+  ``padding`` is the convolutions' (``'SAME'`` as in TF/LEAF, ``'VALID'`` as PyTorch's
+  default); the pools are unpadded. ``features`` are the ``hidden`` ReLU activations.
+  """
+  num_classes: int
+  kernel: int = 5
+  padding: str = 'SAME'
+  hidden: int = 2048
+  channels: tuple = (32, 64)
+
+  def setup(self):
+    k = (self.kernel, self.kernel)
+    self.conv1 = nn.Conv(self.channels[0], k, padding=self.padding)
+    self.conv2 = nn.Conv(self.channels[1], k, padding=self.padding)
+    self.dense = nn.Dense(self.hidden)
+    self.out = nn.Dense(self.num_classes)
+
+  def features(self, x):
+    x = _pool(nn.relu(self.conv1(as_nhwc(x))))
+    x = _pool(nn.relu(self.conv2(x)))
+    return nn.relu(self.dense(x.reshape((x.shape[0], -1))))
+
+  def __call__(self, x):
+    return self.out(self.features(x))
+
+
+def femnist_cnn(input_shape, num_classes: int) -> Model:
+  """LEAF's FEMNIST CNN (Caldas et al. 2018, ``models/femnist/cnn.py``): conv 5x5 32 'SAME' +
+  ReLU, maxpool, conv 5x5 64 'SAME' + ReLU, maxpool, dense 2048 + ReLU, dense ``num_classes``.
+
+  28x28x1 inputs and 62 classes: 6,603,710 parameters.
+  """
+  module = TwoConvCNN(num_classes, kernel=5, padding='SAME', hidden=2048)
+  return from_linen('femnist_cnn', module, tuple(input_shape), jnp.float32, num_classes)
+
+
+def gel_femnist_cnn(input_shape, num_classes: int) -> Model:
+  """The FEMNIST CNN of GeL (Boukhari et al., seed 000; about 6.1e5 parameters, Table 1).
+
+  The paper says only "CNN, 2 Conv2D layers" (Table 4), "the same models as McMahan et al.
+  (2017) and Li et al. (2020b)" and 6.1e5 parameters. McMahan et al.'s CNN (conv 5x5 32,
+  maxpool, conv 5x5 64, maxpool, dense 512 + ReLU, softmax) has that count only with unpadded
+  ('VALID', PyTorch's default) convolutions: 28 -> 24 -> 12 -> 8 -> 4, so 4*4*64 = 1024
+  inputs to the dense layer and 608,702 parameters for 28x28x1 inputs and 62 classes ('SAME'
+  convolutions give 1.69e6; LEAF's 2048-wide CNN, ``femnist_cnn``, 6.6e6). This is our choice.
+  """
+  module = TwoConvCNN(num_classes, kernel=5, padding='VALID', hidden=512)
+  return from_linen('gel_femnist_cnn', module, tuple(input_shape), jnp.float32, num_classes)
+
+
+def cifar_cnn(input_shape, num_classes: int) -> Model:
+  """FedGBO's CIFAR100 CNN (Mills et al., seed 004 §5; layer sizes from the authors' code,
+  github.com/JedMills/FedGBO ``models.py``): conv 3x3 32 'VALID' + ReLU, maxpool, conv 3x3 64
+  'VALID' + ReLU, maxpool, dense 512 + ReLU, dense ``num_classes``.
+
+  32x32x3 inputs (32 -> 30 -> 15 -> 13 -> 6, 2304 dense inputs) and 100 classes: 1,250,852
+  parameters. FedGBO's FEMNIST CNN is the same network on 28x28x1 inputs with 62 classes
+  (1600 dense inputs, 870,334 parameters): build this on that shape.
+  """
+  module = TwoConvCNN(num_classes, kernel=3, padding='VALID', hidden=512)
+  return from_linen('cifar_cnn', module, tuple(input_shape), jnp.float32, num_classes)
+
+
+class CelebACNN(nn.Module):
+  """``blocks`` x [conv 3x3 ``channels`` 'SAME', maxpool 2x2/2 'SAME', ReLU], dense
+  ``num_classes`` on the flattened maps (``features``)."""
+  num_classes: int
+  blocks: int = 4
+  channels: int = 32
+
+  def setup(self):
+    self.convs = [nn.Conv(self.channels, (3, 3), padding='SAME') for _ in range(self.blocks)]
+    self.out = nn.Dense(self.num_classes)
+
+  def features(self, x):
+    x = as_nhwc(x)
+    for conv in self.convs:
+      x = nn.relu(_pool(conv(x), 'SAME'))
+    return x.reshape((x.shape[0], -1))
+
+  def __call__(self, x):
+    return self.out(self.features(x))
+
+
+def celeba_cnn(input_shape, num_classes: int) -> Model:
+  """LEAF's CelebA CNN (Caldas et al. 2018, ``models/celeba/cnn.py``) without its BatchNorm:
+  4 x [conv 3x3 32 'SAME', maxpool 2x2/2 'SAME', ReLU], dense ``num_classes``.
+
+  LEAF normalises after every convolution with BatchNorm in training mode; that layer's batch
+  statistics are mutable state the engine cannot vmap, so it is dropped (no replacement).
+  84x84x3 inputs (84 -> 42 -> 21 -> 11 -> 6, 1152 dense inputs) and 2 classes: 30,946 parameters.
+  """
+  return from_linen('celeba_cnn', CelebACNN(num_classes), tuple(input_shape), jnp.float32,
+                    num_classes)

@@ -1,0 +1,71 @@
+"""LEAF's stacked-LSTM classifiers of token sequences (Shakespeare, Sent140).
+
+Both read int32 token ids ``[B, L]`` and classify from the top LSTM's output at the LAST
+position (LEAF: one label per sequence). The LSTMs start from a zero carry and hold no state
+beyond ``'params'``, so ``apply`` is pure and vmaps over clients. Token ids must lie in
+``[0, vocab_size)``.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from fedjax_gel.models.base import Model, from_linen
+
+
+class StackedLSTM(nn.Module):
+  """Embedding ``vocab_size x embed_dim``, ``layers`` LSTMs of ``hidden`` units (flax
+  ``OptimizedLSTMCell``: input kernels without bias, recurrent kernels with one bias), the top
+  output at the last position, an optional linear dense ``dense`` (no activation, as LEAF's
+  Sent140 ``fc1``; 0: none), then dense ``num_classes``. ``features``: the classifier's input.
+  """
+  num_classes: int
+  vocab_size: int
+  embed_dim: int = 8
+  hidden: int = 256
+  layers: int = 2
+  dense: int = 0
+
+  def setup(self):
+    self.embed = nn.Embed(self.vocab_size, self.embed_dim)
+    self.lstms = [nn.RNN(nn.OptimizedLSTMCell(self.hidden)) for _ in range(self.layers)]
+    if self.dense:
+      self.fc = nn.Dense(self.dense)
+    self.out = nn.Dense(self.num_classes)
+
+  def features(self, tokens):
+    h = self.embed(tokens)
+    for lstm in self.lstms:
+      h = lstm(h)
+    h = h[:, -1]
+    return self.fc(h) if self.dense else h
+
+  def __call__(self, tokens):
+    return self.out(self.features(tokens))
+
+
+def shakespeare_lstm(input_shape, num_classes: int, vocab_size: int | None = None) -> Model:
+  """LEAF's Shakespeare next-character model (Caldas et al. 2018; also GeL's, seed 000):
+  embedding 8, two stacked LSTMs of 256 units, dense ``num_classes`` on the last position.
+
+  ``input_shape = (L,)`` (80 in LEAF); ``vocab_size`` defaults to ``num_classes`` (the same
+  characters in and out). With LEAF's 80 characters: 817,872 parameters, GeL's 8.2e5.
+  """
+  vocab = num_classes if vocab_size is None else vocab_size
+  module = StackedLSTM(num_classes, vocab, embed_dim=8, hidden=256)
+  return from_linen('shakespeare_lstm', module, tuple(input_shape), jnp.int32, num_classes)
+
+
+def sent140_lstm(input_shape, num_classes: int, vocab_size: int | None = None) -> Model:
+  """LEAF's Sent140 stacked LSTM (Caldas et al. 2018, ``models/sent140/stacked_lstm.py``):
+  learned embedding 100, two LSTMs of 100 units, linear dense 128, dense ``num_classes``, read
+  at the last of ``input_shape = (L,)`` positions (25 in LEAF, padding included).
+
+  As in LEAF's current code, the embedding is learned with the LSTM width (100); its earlier
+  version used frozen 300-d GloVe vectors. ``vocab_size`` counts every id, padding and unknown
+  included (LEAF: its word list plus one); default 10,000. 2 classes, vocab 10,000: 1,173,986
+  parameters (1,000,000 in the embedding).
+  """
+  vocab = 10_000 if vocab_size is None else vocab_size
+  module = StackedLSTM(num_classes, vocab, embed_dim=100, hidden=100, dense=128)
+  return from_linen('sent140_lstm', module, tuple(input_shape), jnp.int32, num_classes)
