@@ -203,7 +203,8 @@ def prepare(c: Config) -> Experiment:
       shared_memory=jax.default_backend() == 'cpu'))
   ex_bytes = example_bytes(split.train)
   chunk = c.chunk_size or round_lib.default_chunk_size(
-      c.clients_per_round, params, ex_bytes, c.batch_size, 1 if mesh is None else mesh.size)
+      c.clients_per_round, params, ex_bytes, c.batch_size, 1 if mesh is None else mesh.size,
+      budget_range=tuple(c.budget_range))
   chunk = min(chunk, c.clients_per_round)
   check_memory(c, chunk, round_lib.tree_bytes(params), ex_bytes)
   check_store_memory(c, algorithm, params, 1 if mesh is None else mesh.size)

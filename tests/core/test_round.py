@@ -168,6 +168,20 @@ def test_default_chunk_size_respects_memory(model):
   assert default_chunk_size(10, params, 16, 5, memory_bytes=1) == 1
 
 
+def test_default_chunk_size_cuts_heterogeneous_cohorts_into_budget_sorted_chunks(model):
+  params = model.init(jax.random.key(0))
+  big = 1 << 30
+  # Equal budgets: one chunk. Budgets that differ: about 16 chunks, never below 32 clients
+  # per device, never above what memory allows.
+  assert default_chunk_size(2000, params, 16, 5, memory_bytes=big, budget_range=(7, 7)) == 2000
+  assert default_chunk_size(2000, params, 16, 5, memory_bytes=big, budget_range=(1, 50)) == 125
+  assert default_chunk_size(2000, params, 16, 5, 2, memory_bytes=big,
+                            budget_range=(1, 50)) == 125
+  assert default_chunk_size(20, params, 16, 5, memory_bytes=big, budget_range=(4, 13)) == 20
+  assert default_chunk_size(300, params, 16, 5, 4, memory_bytes=big, budget_range=(1, 5)) == 128
+  assert default_chunk_size(2000, params, 16, 5, memory_bytes=1, budget_range=(1, 50)) == 1
+
+
 @pytest.mark.parametrize('size,chunk,devices,expect', [
     (20, 20, 1, (20, 1)), (20, 100, 1, (20, 1)), (10_000, 2_750, 1, (2_500, 4)),
     (21, 5, 8, (8, 3)), (19, 7, 1, (7, 3)), (1, 1, 1, (1, 1)), (2_000, 2_000, 2, (2_000, 1)),
