@@ -40,8 +40,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ALGORITHMS = ('fedavg', 'scaffold', 'fedvarp')
 
 
+def population_view(data, population: int):
+  """``population`` clients over the same pool: client ``j`` reads the examples of LEAF client
+  ``j mod N`` (offsets and counts tiled; the pool is not copied)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  reps = -(-population // data.num_clients)
+  tile = lambda a: np.tile(np.asarray(a), reps)[:population]
+  return data._replace(offsets=tile(data.offsets), counts=tile(data.counts),
+                       client_names=tuple(str(i) for i in range(population)))
+
+
 def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
-            num_devices: int, algorithm: str = 'fedavg') -> dict:
+            num_devices: int, algorithm: str = 'fedavg', population: int = 0) -> dict:
   """Runs in a fresh process: one cohort size, engine round vs batched limit."""
   from fedjax_gel.core import devices
   devices.use_all_cpu_cores()   # on CPU, one device per core (no effect on GPU/TPU)
@@ -54,7 +64,10 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   from fedjax_gel.core import federated_data, keys, round as round_lib, sampling, store
   from fedjax_gel.data import leaf_synthetic
 
-  data = federated_data.to_device(leaf_synthetic.load().train)
+  data = leaf_synthetic.load().train
+  if population:
+    data = population_view(data, population)
+  data = federated_data.to_device(data)
   model = models.get_model('logistic', (60,), 5)
   loss = models.cross_entropy_loss(model)
   population = data.num_clients
@@ -109,7 +122,8 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   if 'peak_bytes_in_use' in stats:
     device_peak = int(stats['peak_bytes_in_use'])
   return {
-      'algorithm': algorithm, 'cohort': cohort, 'tau': tau, 'batch': batch,
+      'algorithm': algorithm, 'population': data.num_clients, 'cohort': cohort, 'tau': tau,
+      'batch': batch,
       'devices': num_used,
       'chunk_size': round_lib.chunk_layout(cohort, chunk_size, num_used)[0],
       'compile_s': compile_s, 'round_s': round_s, 'examples_per_s': useful / round_s,
@@ -156,6 +170,9 @@ def main(argv=None):
                  help='devices the cohort is split over; 0: automatic (on CPU, one per core)')
   p.add_argument('--algorithm', default='fedavg',
                  help=f'the algorithm of the measured rounds: {", ".join(ALGORITHMS)}')
+  p.add_argument('--population', type=int, default=0,
+                 help='clients to sample from (tiled over the 1,000 LEAF Synthetic clients); '
+                      '0: the 1,000 themselves')
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
@@ -165,17 +182,18 @@ def main(argv=None):
     p.exit(2, f'error: --cohorts must be comma-separated integers (got {a.cohorts!r})\n')
   if a.algorithm not in ALGORITHMS:
     p.exit(2, f'error: --algorithm must be one of {", ".join(ALGORITHMS)} (got {a.algorithm!r})\n')
-  if min(cohorts + [a.tau, a.batch_size, a.repeats]) <= 0 or a.chunk_size < 0:
+  if min(cohorts + [a.tau, a.batch_size, a.repeats]) <= 0 or min(a.chunk_size, a.population) < 0:
     p.exit(2, 'error: --cohorts, --tau, --batch_size and --repeats must be positive\n')
   if a.single:
     print(json.dumps(measure(a.single, a.tau, a.batch_size, a.repeats, a.chunk_size,
-                             a.num_devices, a.algorithm)))
+                             a.num_devices, a.algorithm, a.population)))
     return
   rows = []
   for c in cohorts:   # one process per cohort size: its peak memory is its own
     cmd = [sys.executable, __file__, '--single', str(c), '--tau', str(a.tau), '--batch_size',
            str(a.batch_size), '--repeats', str(a.repeats), '--chunk_size', str(a.chunk_size),
-           '--num_devices', str(a.num_devices), '--algorithm', a.algorithm]
+           '--num_devices', str(a.num_devices), '--algorithm', a.algorithm,
+           '--population', str(a.population)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode:
       sys.exit(f'error: the {c}-client measurement failed:\n{proc.stderr[-3000:]}')

@@ -1,0 +1,175 @@
+"""The same FedAvgCM workload in FedJAX and in fedjax_gel, side by side, in one process.
+
+LEAF Synthetic logistic regression (60 -> 5, the same Flax model and loss on both sides), every
+client ``tau = 13`` SGD-with-momentum steps (lr 0.01, momentum 0.9) of batch ``B = 5``, server
+SGD lr 1, cohorts drawn with replacement from the 1,000 LEAF Synthetic clients (the same clients
+on both sides). Reported per cohort size: compile time of each side's first round, round time
+(median of ``--repeats`` rounds after a warm-up round, timed alternately, ``block_until_ready``),
+examples/s, and ``speedup = FedJAX round time / fedjax_gel round time``.
+
+* FedJAX (0.0.17): ``fedjax.algorithms.fed_avg.federated_averaging`` with its default
+  ``for_each_client`` backend (a jitted step, Python loops over clients and steps). Two times:
+  the round as a FedJAX user runs it (the cohort's client datasets fetched with
+  ``InMemoryFederatedData.get_client``, then ``algorithm.apply``), and ``apply`` alone (client
+  datasets built before the clock starts). ``speedup`` is against the whole round,
+  ``speedup (apply)`` against ``apply`` alone.
+* fedjax_gel: ``sample_cohort`` plus the compiled round (``launch/run.py``'s defaults: every CPU
+  core a device, large cohorts split over them).
+
+FedJAX calls ``jax.tree_map``, which recent JAX removed; the script aliases it to
+``jax.tree.map`` before importing fedjax. Needs ``pip install fedjax`` (it brings dm-haiku);
+without it the script stops with one line.
+
+Usage: ``python benchmarks/vs_fedjax.py [--cohorts 20,200,1000] [--repeats 5]``
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TAU, BATCH, LR, MOMENTUM = 13, 5, 0.01, 0.9
+
+
+def fedjax_side(loss, train_np, names):
+  """FedJAX's FedAvg with client SGD momentum over ``InMemoryFederatedData``."""
+  import fedjax  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+
+  data = fedjax.InMemoryFederatedData(train_np)
+  grad_fn = jax.grad(lambda params, batch, rng: loss(params, batch))
+  algorithm = fedjax.algorithms.fed_avg.federated_averaging(
+      grad_fn, fedjax.optimizers.sgd(LR, momentum=MOMENTUM), fedjax.optimizers.sgd(1.0),
+      fedjax.ShuffleRepeatBatchHParams(batch_size=BATCH, num_steps=TAU))
+
+  def clients(ids, round_idx):
+    rngs = jax.random.split(jax.random.key(round_idx), len(ids))
+    return [(names[i], data.get_client(names[i]), rngs[j]) for j, i in enumerate(ids)]
+  return algorithm, clients
+
+
+def measure(cohorts: list[int], repeats: int) -> list[dict]:
+  from fedjax_gel.core import devices
+  devices.use_all_cpu_cores()
+  import jax
+  jax.tree_map = jax.tree.map   # fedjax 0.0.17 still calls the removed alias
+  import jax.numpy as jnp
+  import numpy as np
+  if importlib.util.find_spec('fedjax') is None:
+    print('error: the FedJAX side needs fedjax: pip install fedjax (it brings dm-haiku)',
+          file=sys.stderr)
+    sys.exit(2)
+
+  from fedjax_gel import algorithms, models
+  from fedjax_gel.core import federated_data, keys, round as round_lib, sampling
+  from fedjax_gel.data import leaf_synthetic
+
+  split = leaf_synthetic.load()
+  names = [f'c{i:04d}'.encode() for i in range(split.train.num_clients)]
+  train_np = {names[i]: federated_data.client_examples(split.train, i)
+              for i in range(split.train.num_clients)}
+  data = federated_data.to_device(split.train)
+  model = models.get_model('logistic', (60,), 5)
+  loss = models.cross_entropy_loss(model)
+  root = keys.root_key(0)
+  params = model.init(keys.init_key(root))
+  ours = algorithms.fedavgcm(loss, LR, MOMENTUM)
+  theirs, their_clients = fedjax_side(loss, train_np, names)
+
+  rows = []
+  for cohort in cohorts:
+    mesh = devices.client_mesh(devices.auto_num_devices(cohort, jax.device_count()))
+    num_used = 1 if mesh is None else mesh.size
+    chunk = round_lib.default_chunk_size(cohort, params, 61 * 4, BATCH, num_used)
+    rf = round_lib.build_round(ours, batch_size=BATCH, max_budget=TAU, chunk_size=chunk,
+                               mesh=mesh)
+
+    def sample(r):
+      return sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
+                                    budget_range=(TAU, TAU), replace=True, batch_size=BATCH)
+
+    state = ours.server_init(params)
+    t = time.perf_counter()
+    compiled = rf.lower(state, sample(0), data, root, jnp.int32(0)).compile()
+    ours_compile = time.perf_counter() - t
+    jax.block_until_ready(compiled(state, sample(0), data, root, jnp.int32(0)))
+
+    their_state = theirs.init(params)
+    ids = [np.asarray(sample(r).client_ids) for r in range(repeats + 1)]
+    t = time.perf_counter()
+    jax.block_until_ready(theirs.apply(their_state, their_clients(ids[0], 0))[0].params)
+    their_first = time.perf_counter() - t   # includes compiling its step
+
+    ours_t, theirs_t, apply_t = [], [], []
+    for r in range(1, repeats + 1):   # alternately, so both see the same machine load
+      t = time.perf_counter()
+      out, _ = compiled(state, sample(r), data, root, jnp.int32(r))
+      jax.block_until_ready(out)
+      ours_t.append(time.perf_counter() - t)
+      t = time.perf_counter()
+      batch = their_clients(ids[r], r)
+      t_apply = time.perf_counter()
+      jax.block_until_ready(theirs.apply(their_state, batch)[0].params)
+      done = time.perf_counter()
+      theirs_t.append(done - t)
+      apply_t.append(done - t_apply)
+    ours_s, theirs_s = statistics.median(ours_t), statistics.median(theirs_t)
+    apply_s = statistics.median(apply_t)
+    examples = cohort * TAU * BATCH
+    rows.append({
+        'cohort': cohort, 'devices': num_used, 'fedjax_gel_compile_s': ours_compile,
+        'fedjax_first_round_s': their_first, 'fedjax_gel_round_s': ours_s,
+        'fedjax_round_s': theirs_s, 'fedjax_apply_s': apply_s,
+        'fedjax_gel_examples_per_s': examples / ours_s,
+        'fedjax_examples_per_s': examples / theirs_s, 'speedup': theirs_s / ours_s,
+        'speedup_apply': apply_s / ours_s,
+        'device': f'{jax.devices()[0].platform}: {jax.devices()[0].device_kind}',
+    })
+    print(f'{cohort} clients: fedjax_gel {ours_s * 1e3:.2f} ms, FedJAX {theirs_s * 1e3:.1f} ms, '
+          f'{theirs_s / ours_s:.0f}x', file=sys.stderr)
+  return rows
+
+
+def table(rows: list[dict]) -> str:
+  out = ['| clients | devices | fedjax_gel compile s | FedJAX first round s | fedjax_gel round ms | '
+         'FedJAX round ms | FedJAX apply ms | fedjax_gel examples/s | FedJAX examples/s | '
+         'speedup | speedup (apply) |',
+         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+  for r in rows:
+    out.append(f'| {r["cohort"]:,} | {r["devices"]} | {r["fedjax_gel_compile_s"]:.2f} | '
+               f'{r["fedjax_first_round_s"]:.2f} | {r["fedjax_gel_round_s"] * 1e3:.2f} | '
+               f'{r["fedjax_round_s"] * 1e3:.1f} | {r["fedjax_apply_s"] * 1e3:.1f} | '
+               f'{r["fedjax_gel_examples_per_s"]:,.0f} | {r["fedjax_examples_per_s"]:,.0f} | '
+               f'{r["speedup"]:.0f}x | {r["speedup_apply"]:.0f}x |')
+  return '\n'.join(out)
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--cohorts', default='20,200,1000')
+  p.add_argument('--repeats', type=int, default=5)
+  p.add_argument('--json', help='also write the rows to this JSON file')
+  a = p.parse_args(argv)
+  try:
+    cohorts = [int(x) for x in a.cohorts.split(',')]
+  except ValueError:
+    p.exit(2, f'error: --cohorts must be comma-separated integers (got {a.cohorts!r})\n')
+  if min(cohorts + [a.repeats]) <= 0:
+    p.exit(2, 'error: --cohorts and --repeats must be positive\n')
+  rows = measure(cohorts, a.repeats)
+  print(f'device: {rows[0]["device"]}; host: {platform.machine()}, {os.cpu_count()} cores\n')
+  print(table(rows))
+  if a.json:
+    with open(a.json, 'w') as f:
+      json.dump(rows, f, indent=2)
+
+
+if __name__ == '__main__':
+  main()
