@@ -16,7 +16,6 @@ Usage: ``python benchmarks/heterogeneous_budgets.py [--cohort 2000] [--chunk_siz
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -25,24 +24,20 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 
 def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: int,
             batch: int) -> list[dict]:
-  from fedjax_gel.core import devices
-  devices.use_all_cpu_cores()
+  _, data, _, loss, root, params = common.synthetic_workload()
   import jax
   import jax.numpy as jnp
   import optax
 
-  from fedjax_gel import algorithms, models
-  from fedjax_gel.core import federated_data, keys, round as round_lib, sampling
-  from fedjax_gel.data import leaf_synthetic
+  from fedjax_gel import algorithms
+  from fedjax_gel.core import devices, round as round_lib, sampling
 
-  data = federated_data.to_device(leaf_synthetic.load().train)
-  model = models.get_model('logistic', (60,), 5)
-  alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.01))
-  root = keys.root_key(0)
-  params = model.init(keys.init_key(root))
+  alg = algorithms.fedavg(loss, optax.sgd(0.01))
   state = alg.server_init(params)
   mesh = devices.client_mesh(devices.auto_num_devices(cohort, jax.device_count()))
   num_used = 1 if mesh is None else mesh.size
@@ -110,20 +105,16 @@ def main(argv=None):
   p.add_argument('--repeats', type=int, default=10)
   p.add_argument('--json', help='also write the rows to this JSON file')
   a = p.parse_args(argv)
-  try:
-    chunk_sizes = [int(x) for x in a.chunk_sizes.split(',')]
-    low, high = (int(x) for x in a.budget_range.split(','))
-  except ValueError:
-    p.exit(2, 'error: --chunk_sizes and --budget_range must be comma-separated integers\n')
+  chunk_sizes = common.int_list(p, 'chunk_sizes', a.chunk_sizes)
+  budgets = common.int_list(p, 'budget_range', a.budget_range)
+  if len(budgets) != 2:
+    p.exit(2, f'error: --budget_range must be two integers a,b (got {a.budget_range!r})\n')
+  low, high = budgets
   if min(chunk_sizes) < 0 or not 1 <= low <= high or min(a.cohort, a.repeats, a.batch_size) < 1:
     p.exit(2, 'error: --cohort, --repeats, --batch_size must be positive, --chunk_sizes >= 0 and '
               '--budget_range a,b with 1 <= a <= b\n')
   rows = measure(a.cohort, chunk_sizes, a.repeats, low, high, a.batch_size)
-  print(f'device: {rows[0]["device"]}; host: {os.cpu_count()} cores\n')
-  print(table(rows, low, high))
-  if a.json:
-    with open(a.json, 'w') as f:
-      json.dump(rows, f, indent=2)
+  common.report(rows, table(rows, low, high), a.json)
 
 
 if __name__ == '__main__':

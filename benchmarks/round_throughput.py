@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -36,47 +35,29 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 
 ALGORITHMS = ('fedavg', 'scaffold', 'fedvarp')
-
-
-def population_view(data, population: int):
-  """``population`` clients over the same pool: client ``j`` reads the examples of LEAF client
-  ``j mod N`` (offsets and counts tiled; the pool is not copied)."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  reps = -(-population // data.num_clients)
-  tile = lambda a: np.tile(np.asarray(a), reps)[:population]
-  return data._replace(offsets=tile(data.offsets), counts=tile(data.counts),
-                       client_names=tuple(str(i) for i in range(population)))
 
 
 def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
             num_devices: int, algorithm: str = 'fedavg', population: int = 0) -> dict:
   """Runs in a fresh process: one cohort size, engine round vs batched limit."""
-  from fedjax_gel.core import devices
-  devices.use_all_cpu_cores()   # on CPU, one device per core (no effect on GPU/TPU)
+  _, data, _, loss, root, params = common.synthetic_workload(population)
   import jax
   import jax.numpy as jnp
   import numpy as np
   import optax
 
-  from fedjax_gel import algorithms, models
-  from fedjax_gel.core import federated_data, keys, round as round_lib, sampling, store
-  from fedjax_gel.data import leaf_synthetic
+  from fedjax_gel import algorithms
+  from fedjax_gel.core import devices, round as round_lib, sampling, store
 
-  data = leaf_synthetic.load().train
-  if population:
-    data = population_view(data, population)
-  data = federated_data.to_device(data)
-  model = models.get_model('logistic', (60,), 5)
-  loss = models.cross_entropy_loss(model)
   population = data.num_clients
   alg = {'fedavg': lambda: algorithms.fedavg(loss, optax.sgd(0.01)),
          'scaffold': lambda: algorithms.scaffold(loss, 0.01, population),
          'fedvarp': lambda: algorithms.fedvarp(loss, 0.01, np.full(population, 1 / population)),
          }[algorithm]()
-  root = keys.root_key(0)
-  params = model.init(keys.init_key(root))
   state = alg.server_init(params)
   mesh = devices.client_mesh(num_devices or devices.auto_num_devices(cohort, jax.device_count()))
   if alg.store_row is not None:
@@ -135,14 +116,6 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   }
 
 
-def host_memory() -> str:
-  try:
-    import psutil  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return ''
-  return f', {psutil.virtual_memory().total / 2**30:.0f} GiB memory'
-
-
 def table(rows: list[dict]) -> str:
   mib = lambda b: '-' if b is None else f'{b / 2**20:,.0f}'
   out = ['| algorithm | clients | devices | chunk | compile s | round ms | useful examples/s | client-steps/s | '
@@ -176,10 +149,7 @@ def main(argv=None):
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
-  try:
-    cohorts = [int(x) for x in a.cohorts.split(',')]
-  except ValueError:
-    p.exit(2, f'error: --cohorts must be comma-separated integers (got {a.cohorts!r})\n')
+  cohorts = common.int_list(p, 'cohorts', a.cohorts)
   if a.algorithm not in ALGORITHMS:
     p.exit(2, f'error: --algorithm must be one of {", ".join(ALGORITHMS)} (got {a.algorithm!r})\n')
   if min(cohorts + [a.tau, a.batch_size, a.repeats]) <= 0 or min(a.chunk_size, a.population) < 0:
@@ -200,12 +170,7 @@ def main(argv=None):
     rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     print(f'{c} clients: {rows[-1]["round_s"] * 1e3:.2f} ms/round, ratio to batched '
           f'{rows[-1]["ratio_to_batched"]:.2f}', file=sys.stderr)
-  print(f'device: {rows[0]["device"]}; host: {platform.machine()}, {os.cpu_count()} cores'
-        f'{host_memory()}\n')
-  print(table(rows))
-  if a.json:
-    with open(a.json, 'w') as f:
-      json.dump(rows, f, indent=2)
+  common.report(rows, table(rows), a.json)
 
 
 if __name__ == '__main__':

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
-import platform
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 TAU, BATCH, LR, MOMENTUM = 13, 5, 0.01, 0.9
 
@@ -56,30 +56,22 @@ def fedjax_side(loss, train_np, names):
 
 
 def measure(cohorts: list[int], repeats: int) -> list[dict]:
-  from fedjax_gel.core import devices
-  devices.use_all_cpu_cores()
-  import jax
-  jax.tree_map = jax.tree.map   # fedjax 0.0.17 still calls the removed alias
-  import jax.numpy as jnp
-  import numpy as np
   if importlib.util.find_spec('fedjax') is None:
     print('error: the FedJAX side needs fedjax: pip install fedjax (it brings dm-haiku)',
           file=sys.stderr)
     sys.exit(2)
+  split, data, _, loss, root, params = common.synthetic_workload()
+  import jax
+  jax.tree_map = jax.tree.map   # fedjax 0.0.17 still calls the removed alias
+  import jax.numpy as jnp
+  import numpy as np
 
-  from fedjax_gel import algorithms, models
-  from fedjax_gel.core import federated_data, keys, round as round_lib, sampling
-  from fedjax_gel.data import leaf_synthetic
+  from fedjax_gel import algorithms
+  from fedjax_gel.core import devices, federated_data, round as round_lib, sampling
 
-  split = leaf_synthetic.load()
   names = [f'c{i:04d}'.encode() for i in range(split.train.num_clients)]
   train_np = {names[i]: federated_data.client_examples(split.train, i)
               for i in range(split.train.num_clients)}
-  data = federated_data.to_device(split.train)
-  model = models.get_model('logistic', (60,), 5)
-  loss = models.cross_entropy_loss(model)
-  root = keys.root_key(0)
-  params = model.init(keys.init_key(root))
   ours = algorithms.fedavgcm(loss, LR, MOMENTUM)
   theirs, their_clients = fedjax_side(loss, train_np, names)
 
@@ -157,18 +149,11 @@ def main(argv=None):
   p.add_argument('--repeats', type=int, default=5)
   p.add_argument('--json', help='also write the rows to this JSON file')
   a = p.parse_args(argv)
-  try:
-    cohorts = [int(x) for x in a.cohorts.split(',')]
-  except ValueError:
-    p.exit(2, f'error: --cohorts must be comma-separated integers (got {a.cohorts!r})\n')
+  cohorts = common.int_list(p, 'cohorts', a.cohorts)
   if min(cohorts + [a.repeats]) <= 0:
     p.exit(2, 'error: --cohorts and --repeats must be positive\n')
   rows = measure(cohorts, a.repeats)
-  print(f'device: {rows[0]["device"]}; host: {platform.machine()}, {os.cpu_count()} cores\n')
-  print(table(rows))
-  if a.json:
-    with open(a.json, 'w') as f:
-      json.dump(rows, f, indent=2)
+  common.report(rows, table(rows), a.json)
 
 
 if __name__ == '__main__':

@@ -1,0 +1,61 @@
+"""What the benchmark scripts share: the LEAF Synthetic workload, integer-list flags, output."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+
+
+def synthetic_workload(population: int = 0):
+  """LEAF Synthetic's training pool on device, the logistic model (60 -> 5), its loss, the root
+  key of seed 0 and the initial params: ``(split, data, model, loss, root, params)``.
+
+  Presents every CPU core as a device first (``launch/run.py``'s default; no effect on GPU or
+  TPU), so it must run before JAX starts. ``population`` > 1,000 tiles the clients' ranges over
+  the same pool (client ``j`` reads LEAF client ``j mod 1000``; nothing is copied).
+  """
+  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  devices.use_all_cpu_cores()
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from fedjax_gel import models  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import federated_data, keys  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.data import leaf_synthetic  # pylint: disable=g-import-not-at-top
+
+  split = leaf_synthetic.load()
+  train = split.train
+  if population:
+    reps = -(-population // train.num_clients)
+    tile = lambda a: np.tile(np.asarray(a), reps)[:population]
+    train = train._replace(offsets=tile(train.offsets), counts=tile(train.counts),
+                           client_names=tuple(str(i) for i in range(population)))
+  model = models.get_model('logistic', (60,), 5)
+  root = keys.root_key(0)
+  return (split, federated_data.to_device(train), model, models.cross_entropy_loss(model), root,
+          model.init(keys.init_key(root)))
+
+
+def int_list(parser, flag: str, text: str) -> list[int]:
+  """``'a,b,...'`` -> ints, or exit 2 with one line naming ``--flag``."""
+  try:
+    return [int(x) for x in text.split(',')]
+  except ValueError:
+    parser.exit(2, f'error: --{flag} must be comma-separated integers (got {text!r})\n')
+
+
+def host() -> str:
+  try:
+    import psutil  # pylint: disable=g-import-not-at-top
+    memory = f', {psutil.virtual_memory().total / 2**30:.0f} GiB memory'
+  except ImportError:
+    memory = ''
+  return f'{platform.machine()}, {os.cpu_count()} cores{memory}'
+
+
+def report(rows: list[dict], table: str, json_path: str | None):
+  """Prints the device, the host and the table; writes the rows to ``json_path`` if given."""
+  print(f'device: {rows[0]["device"]}; host: {host()}\n')
+  print(table)
+  if json_path:
+    with open(json_path, 'w') as f:
+      json.dump(rows, f, indent=2)
