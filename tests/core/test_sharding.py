@@ -6,14 +6,15 @@ import textwrap
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-SCRIPT = textwrap.dedent('''
+# 30 clients of 0..39 examples (6 features, 3 classes), a logistic model and its initial params.
+POOL = textwrap.dedent('''
     import jax, jax.numpy as jnp, numpy as np
     from fedjax_gel import algorithms, models
-    from fedjax_gel.core import federated_data as fd, keys, sampling
+    from fedjax_gel.core import federated_data as fd, keys, sampling, store
     from fedjax_gel.core.devices import client_mesh
     from fedjax_gel.core.round import build_round
     assert jax.device_count() == 8, jax.devices()
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(SEED)
     w = rng.normal(size=(6, 3))
     clients = []
     for n in rng.integers(0, 40, size=30):
@@ -21,9 +22,13 @@ SCRIPT = textwrap.dedent('''
       clients.append({'x': x, 'y': np.argmax(x @ w, 1).astype(np.int32)})
     data = fd.to_device(fd.from_client_arrays(clients))
     model = models.get_model('logistic', (6,), 3)
-    alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.05, 0.9)
+    loss = models.cross_entropy_loss(model)
     root = keys.root_key(0)
     params = model.init(keys.init_key(root))
+''')
+
+SCRIPT = POOL.replace('SEED', '0') + textwrap.dedent('''
+    alg = algorithms.fedavgcm(loss, 0.05, 0.9)
     c = sampling.sample_cohort(root, 0, data.counts, cohort_size=21, budget_range=(1, 7),
                                replace=True, batch_size=4)
     out = []
@@ -46,23 +51,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-STATEFUL = textwrap.dedent('''
-    import jax, jax.numpy as jnp, numpy as np
-    from fedjax_gel import algorithms, models
-    from fedjax_gel.core import federated_data as fd, keys, sampling, store
-    from fedjax_gel.core.devices import client_mesh
-    from fedjax_gel.core.round import build_round
-    rng = np.random.default_rng(1)
-    w = rng.normal(size=(6, 3))
-    clients = []
-    for n in rng.integers(0, 40, size=30):
-      x = rng.normal(size=(int(n), 6)).astype(np.float32)
-      clients.append({'x': x, 'y': np.argmax(x @ w, 1).astype(np.int32)})
-    data = fd.to_device(fd.from_client_arrays(clients))
-    model = models.get_model('logistic', (6,), 3)
-    loss = models.cross_entropy_loss(model)
-    root = keys.root_key(0)
-    params = model.init(keys.init_key(root))
+STATEFUL = POOL.replace('SEED', '1') + textwrap.dedent('''
     for alg in [algorithms.scaffold(loss, 0.05, 30),
                 algorithms.fedvarp(loss, 0.05, np.full(30, 1 / 30))]:
       out = []
