@@ -276,16 +276,18 @@ def check_store_memory(c: Config, algorithm, params, num_devices: int):
 
   CPU devices are cores of one host: there the whole store must fit in the host's memory.
   """
+  if algorithm.store_row is None:
+    return
   if jax.default_backend() == 'cpu':
     num_devices = 1
-  need, have = store_bytes(algorithm, params, num_devices), memory_limit()
-  if need:   # the round also holds the cohort's gathered, new and averaged rows
-    clients = jax.eval_shape(algorithm.server_init, params).clients
-    need += 3 * c.clients_per_round * store.row_bytes(clients)
+  clients = jax.eval_shape(algorithm.server_init, params).clients
+  row = store.row_bytes(clients)
+  # The store's share of each device, and the cohort's gathered, new and averaged rows.
+  need = -(-store.num_rows(clients) // num_devices) * row + 3 * c.clients_per_round * row
+  have = memory_limit()
   if need > have // 2:
-    clients = jax.eval_shape(algorithm.server_init, params).clients
     raise ConfigError(
-        f'--algorithm={c.algorithm} keeps {store.row_bytes(clients)} bytes of state for each of '
+        f'--algorithm={c.algorithm} keeps {row} bytes of state for each of '
         f'{store.num_rows(clients)} clients: {need / 2**30:.1f} GiB per device on '
         f'{num_devices} device(s), more than half of the {have / 2**30:.1f} GiB available; '
         'use fewer clients or a smaller model, or split it over more accelerators '
