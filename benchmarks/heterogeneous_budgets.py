@@ -40,6 +40,7 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   alg = algorithms.fedavg(loss, optax.sgd(0.01))
   state = alg.server_init(params)
   mesh = devices.client_mesh(devices.auto_num_devices(cohort, jax.device_count()))
+  state, data = devices.replicate((state, data), mesh)   # as launch/run.py places them
   num_used = 1 if mesh is None else mesh.size
   mean_tau = (low + high) / 2
   lo, hi = math.floor(mean_tau), math.ceil(mean_tau)

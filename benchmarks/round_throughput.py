@@ -60,6 +60,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
          }[algorithm]()
   state = alg.server_init(params)
   mesh = devices.client_mesh(num_devices or devices.auto_num_devices(cohort, jax.device_count()))
+  state, data = devices.replicate((state, data), mesh)   # as launch/run.py places them
   if alg.store_row is not None:
     state = state._replace(clients=store.place(state.clients, mesh))
   num_used = 1 if mesh is None else mesh.size

@@ -63,7 +63,6 @@ def measure(cohorts: list[int], repeats: int) -> list[dict]:
   split, data, _, loss, root, params = common.synthetic_workload()
   import jax
   jax.tree_map = jax.tree.map   # fedjax 0.0.17 still calls the removed alias
-  import jax.numpy as jnp
   import numpy as np
 
   from fedjax_gel import algorithms
@@ -87,11 +86,12 @@ def measure(cohorts: list[int], repeats: int) -> list[dict]:
       return sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
                                     budget_range=(TAU, TAU), replace=True, batch_size=BATCH)
 
-    state = ours.server_init(params)
+    # placed on the devices once, as launch/run.py does
+    state, pool = devices.replicate((ours.server_init(params), data), mesh)
     t = time.perf_counter()
-    compiled = rf.lower(state, sample(0), data, root, jnp.int32(0)).compile()
+    compiled = rf.lower(state, sample(0), pool, root, np.int32(0)).compile()
     ours_compile = time.perf_counter() - t
-    jax.block_until_ready(compiled(state, sample(0), data, root, jnp.int32(0)))
+    jax.block_until_ready(compiled(state, sample(0), pool, root, np.int32(0)))
 
     their_state = theirs.init(params)
     ids = [np.asarray(sample(r).client_ids) for r in range(repeats + 1)]
@@ -102,7 +102,7 @@ def measure(cohorts: list[int], repeats: int) -> list[dict]:
     ours_t, theirs_t, apply_t = [], [], []
     for r in range(1, repeats + 1):   # alternately, so both see the same machine load
       t = time.perf_counter()
-      out, _ = compiled(state, sample(r), data, root, jnp.int32(r))
+      out, _ = compiled(state, sample(r), pool, root, np.int32(r))
       jax.block_until_ready(out)
       ours_t.append(time.perf_counter() - t)
       t = time.perf_counter()

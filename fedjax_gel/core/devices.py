@@ -16,7 +16,7 @@ import numpy as np
 CLIENT_AXIS = 'clients'
 CPU_DEVICES_FLAG = '--xla_force_host_platform_device_count'
 # Below this many clients per device a round is too small to gain from splitting it.
-MIN_CLIENTS_PER_DEVICE = 256
+MIN_CLIENTS_PER_DEVICE = 200   # 2 CPU devices: slower at 200 clients, faster at 400
 
 
 def use_all_cpu_cores(count: int | None = None) -> bool:
@@ -52,3 +52,15 @@ def client_mesh(num_devices: int = 0):
   if num_devices == 1:
     return None
   return jax.sharding.Mesh(np.array(devices[:num_devices]), (CLIENT_AXIS,))
+
+
+def replicate(tree, mesh):
+  """``tree`` placed whole on every device of ``mesh`` (``None``: unchanged).
+
+  The round reads the data pool and the broadcast model on every device; placed once, they are
+  not copied to each device again every round (a 96,374-example pool: 23 MB per round).
+  """
+  if mesh is None:
+    return tree
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))

@@ -34,7 +34,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
-from fedjax_gel.core import keys
+from fedjax_gel.core import keys, small_dots
 from fedjax_gel.core import store as store_lib
 from fedjax_gel.core.devices import CLIENT_AXIS
 from fedjax_gel.core.federated_data import FederatedData
@@ -143,7 +143,8 @@ def chunk_layout(cohort_size: int, chunk_size: int, num_devices: int = 1) -> tup
 
 
 def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: int,
-                chunk_size: int, mesh: Mesh | None = None, donate_state: bool = False):
+                chunk_size: int, mesh: Mesh | None = None, donate_state: bool = False,
+                fuse_dots: bool | None = None):
   """Builds the jitted round function.
 
   Args:
@@ -158,12 +159,16 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
       device. The chunk size is rounded up to a multiple of the axis size.
     donate_state: let the round reuse the server state's buffers for the new state (a caller
       that never touches the old state again saves a copy of it, the per-client store included).
+    fuse_dots: run the vmapped local step's batched short-contraction products as fused
+      multiply-adds (``core.small_dots``); ``None``: on the CPU backend only.
 
   Returns:
     ``round_fn(server_state, cohort, data, root_key, round_idx)``, jitted; it compiles once per
     cohort size and never again from round to round.
   """
   order_len = max_budget * batch_size
+  if fuse_dots is None:
+    fuse_dots = jax.default_backend() == 'cpu'
   stateful = algorithm.store_row is not None
 
   def anchor_gradients(bcast, data: FederatedData, n, offsets, rows, real):
@@ -219,6 +224,8 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
     start = jax.vmap(algorithm.client_model)(state)
     step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
+    if fuse_dots:
+      step = small_dots.fuse_small_dots(step)
 
     def local_step(k, carry):
       state, loss_sum = carry

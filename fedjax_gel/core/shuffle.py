@@ -5,17 +5,17 @@
 through it). Only the first ``length = tau_max * B`` positions are needed, so ``perm`` is a
 *partial* Fisher-Yates shuffle: step ``t`` swaps positions ``t`` and ``j_t ~ U{t..n-1}``.
 
-Two exact implementations of the same swaps, whatever ``n`` (a client with 50,000 examples costs
-what one with 50 costs): for short orders (``L <= 128``) the swaps run one after another over a
-dense buffer of the first ``L`` positions plus a sparse map for swaps beyond it, O(L^2) simple
-vector work per client that vectorises well across clients; for longer orders they are resolved
-in parallel in O(L log L):
-position ``t`` is final after step ``t``, and takes the value position ``j_t`` held just before
-it. That value is ``j_t`` itself unless an earlier step ``s`` also drew ``j_s = j_t``, in which
-case (for the last such ``s``) it is ``f(s)``, the value position ``s`` held before step ``s``.
-``f(s)`` is ``s`` unless an earlier step ``r`` swapped into ``s`` (``j_r = s``, ``r < s``), in
-which case it is ``f(r)`` for the last such ``r``: a forest of pointers resolved by pointer
-jumping. ``tests/core`` checks this against the sequential algorithm.
+All of it is computed at once, whatever ``n`` (a client with 50,000 examples costs what one with
+50 costs), without a loop over the swaps: position ``t`` is final after step ``t``, and takes the
+value position ``j_t`` held just before it. That value is ``j_t`` itself unless an earlier step
+``s`` also drew ``j_s = j_t``, in which case (for the last such ``s``) it is ``f(s)``, the value
+position ``s`` held before step ``s``. ``f(s)`` is ``s`` unless an earlier step ``r`` swapped
+into ``s`` (``j_r = s``, ``r < s``), in which case it is ``f(r)`` for the last such ``r``: a
+forest of pointers resolved by pointer jumping. The two "last earlier step" maps come from
+``L x L`` comparisons for short orders (``L <= 128``: one fused pass, vectorised across
+clients) and from a stable sort and a scatter for longer ones. ``tests/core`` checks both
+against the textbook sequential algorithm. (A loop over the swaps, one after another, is
+slower on CPU: each of its ``L`` steps runs a few small kernels over the whole chunk.)
 """
 from __future__ import annotations
 
@@ -33,59 +33,51 @@ def fisher_yates_draws(key: jax.Array, n, length: int) -> jax.Array:
   return jnp.where(t < n - 1, t + r, t)
 
 
-SEQUENTIAL_MAX_LENGTH = 128
+DENSE_MAX_LENGTH = 128
 
 
 def partial_fisher_yates(draws: jax.Array) -> jax.Array:
   """First ``L`` entries of the permutation the swaps ``(t, draws[t])`` produce."""
-  if draws.shape[0] <= SEQUENTIAL_MAX_LENGTH:
-    return swaps_sequential(draws)
+  if draws.shape[0] <= DENSE_MAX_LENGTH:
+    return swaps_dense(draws)
   return swaps_parallel(draws)
 
 
-def swaps_sequential(draws: jax.Array) -> jax.Array:
-  """The swaps one after another: positions ``< L`` in a buffer, later ones in a sparse map.
+def resolve(draws: jax.Array, prev: jax.Array, into: jax.Array) -> jax.Array:
+  """The permutation's head from ``prev[t]`` (the last ``s < t`` with ``j_s = j_t``, else -1)
+  and ``into[s]`` (the last ``r < s`` with ``j_r = s``, else -1), by pointer jumping."""
+  t = jnp.arange(draws.shape[0], dtype=jnp.int32)
+  f = jnp.where(into >= 0, into, t)
+  for _ in range(max(1, math.ceil(math.log2(draws.shape[0])) + 1)):
+    f = f[f]
+  return jnp.where(prev >= 0, f[jnp.maximum(prev, 0)], draws)
 
-  Step ``t`` writes map slot ``t`` when ``j_t >= L``; the newest slot holding a key wins.
-  """
-  length = draws.shape[0]
-  pos = jnp.arange(length, dtype=jnp.int32)
 
-  def swap(carry, t):
-    buf, map_keys, map_vals = carry
-    j = draws[t]
-    in_buf = j < length
-    newest = jnp.max(jnp.where(map_keys == j, pos, -1))
-    val_j = jnp.where(in_buf, jnp.sum(jnp.where(pos == j, buf, 0)),
-                      jnp.where(newest >= 0, jnp.sum(jnp.where(pos == newest, map_vals, 0)), j))
-    val_t = buf[t]
-    buf = jnp.where(pos == j, val_t, buf).at[t].set(val_j)
-    map_keys = map_keys.at[t].set(jnp.where(in_buf, -1, j))
-    map_vals = map_vals.at[t].set(val_t)
-    return (buf, map_keys, map_vals), None
-
-  init = (pos, jnp.full((length,), -1, jnp.int32), jnp.zeros((length,), jnp.int32))
-  return jax.lax.scan(swap, init, pos)[0][0]
+def swaps_dense(draws: jax.Array) -> jax.Array:
+  """``prev`` and ``into`` from ``L x L`` comparisons (short orders), reduced over the major
+  axis so that the reduction vectorises."""
+  t = jnp.arange(draws.shape[0], dtype=jnp.int32)
+  s = t[:, None]                                           # rows: the earlier step
+  # Computed once, not fused into (and recomputed for) each of the L x L comparisons.
+  draws = jax.lax.optimization_barrier(draws)
+  prev = jnp.max(jnp.where((s < t) & (draws[:, None] == draws), s, -1), axis=0)
+  # j_s = t with s != t implies s < t (j_s >= s).
+  into = jnp.max(jnp.where((draws[:, None] == t) & (draws[:, None] != s), s, -1), axis=0)
+  return resolve(draws, prev, into)
 
 
 def swaps_parallel(draws: jax.Array) -> jax.Array:
-  """The swaps resolved at once with a stable sort and pointer jumping (see the module doc)."""
+  """``prev`` from a stable sort by target, ``into`` from a scatter (long orders)."""
   length = draws.shape[0]
   t = jnp.arange(length, dtype=jnp.int32)
-  # prev[t]: the last step s < t with draws[s] == draws[t], else -1 (stable sort by target).
   order = jnp.argsort(draws, stable=True)
   sorted_j = draws[order]
   same = jnp.concatenate([jnp.zeros((1,), bool), sorted_j[1:] == sorted_j[:-1]])
   prev_sorted = jnp.where(same, jnp.roll(order, 1), -1)
   prev = jnp.zeros_like(t).at[order].set(prev_sorted)
-  # into[s]: the last step r < s that swapped into position s < L (draws[r] == s, r != s).
   target = jnp.where(draws != t, draws, length)          # length = out of range, dropped
   into = jnp.full((length,), -1, jnp.int32).at[target].max(t, mode='drop')
-  # f(s) = f(into[s]) or s: follow the pointers to their roots.
-  f = jnp.where(into >= 0, into, t)
-  for _ in range(max(1, math.ceil(math.log2(length)) + 1)):
-    f = f[f]
-  return jnp.where(prev >= 0, f[jnp.maximum(prev, 0)], draws)
+  return resolve(draws, prev, into)
 
 
 def cycled_permutation(key: jax.Array, n, length: int) -> jax.Array:

@@ -208,6 +208,7 @@ def prepare(c: Config) -> Experiment:
   chunk = min(chunk, c.clients_per_round)
   check_memory(c, chunk, round_lib.tree_bytes(params), ex_bytes)
   check_store_memory(c, algorithm, params, 1 if mesh is None else mesh.size)
+  train = devices.replicate(train, mesh)   # placed once, not copied to the devices every round
   return Experiment(c, model, algorithm, train, evaluation.make_eval_pool(split.test),
                     evaluation.make_eval_pool(split.train), chunk, mesh)
 
@@ -356,7 +357,8 @@ def train(exp: Experiment, workdir: str,
   open(metrics_path, 'w').close()
 
   root = keys.root_key(c.seed)
-  state = exp.algorithm.server_init(exp.model.init(keys.init_key(root)))
+  state = devices.replicate(exp.algorithm.server_init(exp.model.init(keys.init_key(root))),
+                            exp.mesh)
   if exp.algorithm.store_row is not None:   # the per-client store, sharded over the mesh
     state = state._replace(clients=store.place(state.clients, exp.mesh))
   counts = exp.train.counts

@@ -1,0 +1,138 @@
+"""Batched small matrix products as fused multiply-adds (an XLA CPU speed-up).
+
+Vmapping a client's step over many clients turns every matrix product of the model into a
+*batched* ``dot_general`` with one tiny product per client (logistic regression at ``B = 5``:
+a ``[5, 60] x [60, 5]`` forward and a ``[60, 5] x [5, 5]`` weight gradient per client). XLA's
+CPU backend runs such a dot as one library call per batch element, so its cost grows with the
+number of clients at about a microsecond each, whatever the size of the products
+(``benchmarks/RESULTS.md``: at 200 clients the weight gradient alone took 40% of the round).
+The same product written as a sum of broadcast multiplications is one fused, vectorised loop.
+
+``fuse_small_dots(fn)`` traces ``fn`` and evaluates its jaxpr with every batched
+``dot_general`` whose contraction is short (at most ``max_contraction`` terms, and at most
+``max_terms`` multiply-adds per client) replaced by
+
+    out[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n]     (the ``k`` sum unrolled),
+
+which XLA fuses into one loop over the output. Everything else is bound unchanged; nested
+``jit`` calls are inlined so that their dots are seen too. The result equals the library dot
+up to float summation order. Products with a long contraction, unbatched products and the
+dots inside control flow (``scan``, ``while``, ``cond``) are left to the library, which is
+faster there. GPUs and TPUs run batched products well: ``build_round`` applies this on CPU
+only.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.extend as jex
+import jax.numpy as jnp
+from jax import lax
+
+MAX_CONTRACTION = 32   # "outer": unroll contractions of at most this many terms
+MAX_ROW_TERMS = 512    # "rows": or unroll rows x contraction up to this many terms
+MAX_ROWS = 8           # over at most this many rows (of the side with fewer rows)
+MAX_TERMS = 1 << 16    # and at most this many multiply-adds per batch element
+
+
+def _sizes(lhs_shape, rhs_shape, dimension_numbers):
+  """``(lhs free dims, rhs free dims, M, N, K)`` of a ``dot_general``."""
+  (lc, rc), (lb, rb) = dimension_numbers
+  lf = [d for d in range(len(lhs_shape)) if d not in lc and d not in lb]
+  rf = [d for d in range(len(rhs_shape)) if d not in rc and d not in rb]
+  return (lf, rf, math.prod(lhs_shape[d] for d in lf), math.prod(rhs_shape[d] for d in rf),
+          math.prod(lhs_shape[d] for d in lc))
+
+
+def strategy(lhs_shape, rhs_shape, dimension_numbers, max_contraction=MAX_CONTRACTION,
+             max_terms=MAX_TERMS) -> str | None:
+  """How to fuse a ``dot_general``: ``'outer'`` (a short contraction: ``sum_k`` of outer
+  products), ``'rows'`` (few rows on one side: each row ``sum_k`` of scaled rows of the other
+  side), or None (unbatched, or large enough for the library)."""
+  if not dimension_numbers[1][0]:
+    return None
+  _, _, m, n, k = _sizes(lhs_shape, rhs_shape, dimension_numbers)
+  if k == 0 or m * n * k > max_terms:
+    return None
+  if k <= max_contraction:
+    return 'outer'
+  if min(m, n) <= MAX_ROWS and min(m, n) * k <= MAX_ROW_TERMS:
+    return 'rows'
+  return None
+
+
+def fused_dot(lhs, rhs, dimension_numbers, preferred_element_type=None, how='outer'):
+  """``lax.dot_general`` as an unrolled sum of broadcast products (same result layout).
+
+  With ``a = [batch, M, K]`` and ``b = [batch, K, N]`` (the operands transposed and reshaped),
+  ``'outer'`` is ``sum_k a[:, :, k, None] * b[:, None, k, :]`` and ``'rows'`` stacks
+  ``sum_k a[:, m, k, None] * b[:, k, :]`` over ``m`` (or the same over ``n`` when ``N < M``).
+  """
+  (lc, rc), (lb, rb) = dimension_numbers
+  lf, rf, m, n, k = _sizes(lhs.shape, rhs.shape, dimension_numbers)
+  dtype = preferred_element_type or jnp.result_type(lhs, rhs)
+  batch = [lhs.shape[d] for d in lb]
+  a = jnp.transpose(lhs, (*lb, *lf, *lc)).reshape(*batch, m, k).astype(dtype)
+  b = jnp.transpose(rhs, (*rb, *rc, *rf)).reshape(*batch, k, n).astype(dtype)
+  if how == 'outer':
+    out = sum_of(a[..., :, i, None] * b[..., None, i, :] for i in range(k))
+  elif m <= n:
+    out = jnp.stack([sum_of(a[..., r, i, None] * b[..., i, :] for i in range(k))
+                     for r in range(m)], axis=-2)
+  else:
+    out = jnp.stack([sum_of(a[..., :, i] * b[..., i, c, None] for i in range(k))
+                     for c in range(n)], axis=-1)
+  return out.reshape(*batch, *(lhs.shape[d] for d in lf), *(rhs.shape[d] for d in rf))
+
+
+def sum_of(terms):
+  """A pairwise (tree) sum: shorter dependency chains, less rounding error than a running sum."""
+  terms = list(terms)
+  while len(terms) > 1:
+    terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+             for i in range(0, len(terms), 2)]
+  return terms[0]
+
+
+def _eval(jaxpr, consts, args, limits):
+  env = {}
+
+  def read(v):
+    return v.val if isinstance(v, jex.core.Literal) else env[v]
+
+  for v, x in zip(jaxpr.constvars, consts):
+    env[v] = x
+  for v, x in zip(jaxpr.invars, args):
+    env[v] = x
+  for eqn in jaxpr.eqns:
+    invals = [read(v) for v in eqn.invars]
+    p = eqn.params
+    how = None
+    if eqn.primitive is lax.dot_general_p:
+      how = strategy(eqn.invars[0].aval.shape, eqn.invars[1].aval.shape,
+                     p['dimension_numbers'], *limits)
+    if how is not None:
+      outs = [fused_dot(*invals, p['dimension_numbers'], p.get('preferred_element_type'), how)]
+    elif eqn.primitive.name in ('jit', 'pjit', 'closed_call') and 'jaxpr' in p:
+      inner = p['jaxpr']
+      outs = _eval(inner.jaxpr, inner.consts, invals, limits)
+    else:
+      with eqn.ctx.manager:
+        outs = eqn.primitive.bind(*invals, **eqn.primitive.get_bind_params(p))
+      if not eqn.primitive.multiple_results:
+        outs = [outs]
+    for v, x in zip(eqn.outvars, outs):
+      if not isinstance(v, jex.core.DropVar):
+        env[v] = x
+  return [read(v) for v in jaxpr.outvars]
+
+
+def fuse_small_dots(fn, max_contraction: int = MAX_CONTRACTION, max_terms: int = MAX_TERMS):
+  """``fn`` with its batched short-contraction products as fused multiply-adds (see above)."""
+  def wrapped(*args):
+    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+    outs = _eval(closed.jaxpr, closed.consts, jax.tree_util.tree_leaves(args),
+                 (max_contraction, max_terms))
+    return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(out_shape), outs)
+  return wrapped

@@ -1,0 +1,114 @@
+"""Batched small products as fused multiply-adds: equal to ``lax.dot_general`` and to the
+unrewritten function, and applied only where they should be."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax import lax
+
+from fedjax_gel import algorithms, models
+from fedjax_gel.core import small_dots
+from fedjax_gel.core.round import build_round
+
+from helpers import B, TAU_MAX, cohort, init_params
+
+# (lhs shape, rhs shape, dimension numbers): batch dims leading or not, several contracting or
+# free dims, both strategies and both orientations of 'rows'.
+CASES = [
+    ((7, 5, 4), (7, 4, 3), (((2,), (1,)), ((0,), (0,)))),          # [b, m, k] x [b, k, n]
+    ((7, 5, 60), (7, 60, 5), (((2,), (1,)), ((0,), (0,)))),        # K = 60: rows
+    ((7, 60, 3), (7, 60, 9), (((1,), (1,)), ((0,), (0,)))),        # K = 60, N > M: rows over m
+    ((7, 60, 9), (7, 60, 3), (((1,), (1,)), ((0,), (0,)))),        # rows over n
+    ((5, 7, 4), (4, 3, 7), (((2,), (0,)), ((1,), (2,)))),          # batch dims not leading
+    ((2, 3, 4, 5, 6), (2, 3, 5, 6, 2), (((3, 4), (2, 3)), ((0, 1), (0, 1)))),   # 2 batch, 2 k
+    ((7, 2, 3, 4), (7, 4, 5), (((3,), (1,)), ((0,), (0,)))),       # two free lhs dims
+]
+
+
+@pytest.mark.parametrize('lhs_shape,rhs_shape,dims', CASES)
+def test_fused_dot_equals_dot_general(lhs_shape, rhs_shape, dims):
+  lhs = jax.random.normal(jax.random.key(0), lhs_shape)
+  rhs = jax.random.normal(jax.random.key(1), rhs_shape)
+  how = small_dots.strategy(lhs_shape, rhs_shape, dims)
+  assert how in ('outer', 'rows')
+  expect = lax.dot_general(lhs, rhs, dims, precision=lax.Precision.HIGHEST)
+  got = small_dots.fused_dot(lhs, rhs, dims, how=how)
+  assert got.shape == expect.shape
+  np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_fused_dot_keeps_the_preferred_element_type():
+  lhs = jax.random.normal(jax.random.key(0), (3, 2, 4)).astype(jnp.bfloat16)
+  rhs = jax.random.normal(jax.random.key(1), (3, 4, 2)).astype(jnp.bfloat16)
+  dims = (((2,), (1,)), ((0,), (0,)))
+  got = small_dots.fused_dot(lhs, rhs, dims, preferred_element_type=jnp.float32)
+  assert got.dtype == jnp.float32
+  np.testing.assert_allclose(
+      got, lax.dot_general(lhs, rhs, dims, preferred_element_type=jnp.float32), rtol=1e-6)
+
+
+def test_strategy_by_hand():
+  batched = (((2,), (1,)), ((0,), (0,)))
+  assert small_dots.strategy((200, 5, 60), (200, 5, 5), (((1,), (1,)), ((0,), (0,)))) == 'outer'
+  assert small_dots.strategy((200, 5, 60), (200, 60, 5), batched) == 'rows'
+  assert small_dots.strategy((5, 60), (60, 5), (((1,), (0,)), ((), ()))) is None   # unbatched
+  assert small_dots.strategy((8, 20, 784), (8, 784, 200), batched) is None     # large: library
+  assert small_dots.strategy((8, 20, 200), (8, 200, 20), batched) is None      # 20 x 200 rows
+
+
+def mlp_loss(params, batch):
+  @jax.jit   # a nested jit: its dots are rewritten too
+  def hidden(w, x):
+    return jax.nn.relu(x @ w)   # relu is a custom_jvp, bound unchanged
+  logits = hidden(params['w1'], batch['x']) @ params['w2']
+  return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, batch['y']))
+
+
+def batched_dots(fn, *args):
+  eqns, todo = [], [jax.make_jaxpr(fn)(*args).jaxpr]
+  while todo:
+    jaxpr = todo.pop()
+    for e in jaxpr.eqns:
+      if e.primitive is lax.dot_general_p and e.params['dimension_numbers'][1][0]:
+        eqns.append(e)
+      todo.extend(jax.extend.core.jaxprs_in_params(e.params))
+  return eqns
+
+
+def test_vmapped_gradient_equals_the_library_and_has_no_batched_dots_left():
+  clients = 6
+  params = {'w1': jax.random.normal(jax.random.key(0), (clients, 12, 7)),
+            'w2': jax.random.normal(jax.random.key(1), (clients, 7, 3))}
+  batch = {'x': jax.random.normal(jax.random.key(2), (clients, 5, 12)),
+           'y': jax.random.randint(jax.random.key(3), (clients, 5), 0, 3)}
+  step = jax.vmap(jax.value_and_grad(mlp_loss))
+  fused = small_dots.fuse_small_dots(step)
+  assert len(batched_dots(step, params, batch)) == 5   # forward 2, backward 3
+  assert not batched_dots(fused, params, batch)
+  (l1, g1), (l2, g2) = jax.jit(step)(params, batch), jax.jit(fused)(params, batch)
+  np.testing.assert_allclose(l2, l1, rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), g2, g1)
+
+
+def test_dots_inside_control_flow_are_left_alone():
+  def f(w, xs):
+    return jax.lax.scan(lambda h, x: (jnp.tanh(x @ w + h), None), jnp.zeros(w.shape[1]), xs)[0]
+  step = jax.vmap(f)
+  w, xs = jnp.ones((4, 3, 3)), jnp.ones((4, 6, 3))
+  fused = small_dots.fuse_small_dots(step)
+  assert len(batched_dots(fused, w, xs)) == len(batched_dots(step, w, xs)) == 1
+  np.testing.assert_allclose(fused(w, xs), step(w, xs), rtol=1e-6)
+
+
+def test_round_with_fused_dots_equals_the_library_round(data, model):
+  loss = models.cross_entropy_loss(model)
+  alg = algorithms.fedavgcm(loss, 0.1, 0.9)
+  params = init_params(model)
+  c = cohort([1, 4, 9, 4], [3, TAU_MAX, 1, 2])
+  out = {}
+  for fuse in (False, True):
+    rf = build_round(alg, batch_size=B, max_budget=TAU_MAX, chunk_size=2, fuse_dots=fuse)
+    out[fuse] = rf(alg.server_init(params), c, data, jax.random.key(0), jnp.int32(3))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               out[True], out[False])
