@@ -6,16 +6,17 @@ import os
 import platform
 
 
-def synthetic_workload(population: int = 0):
+def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
   """LEAF Synthetic's training pool on device, the logistic model (60 -> 5), its loss, the root
   key of seed 0 and the initial params: ``(split, data, model, loss, root, params)``.
 
   Presents every CPU core as a device first (``launch/run.py``'s default; no effect on GPU or
-  TPU), so it must run before JAX starts. ``population`` > 1,000 tiles the clients' ranges over
-  the same pool (client ``j`` reads LEAF client ``j mod 1000``; nothing is copied).
+  TPU), so it must run before JAX starts; ``cpu_devices`` presents that many instead of one per
+  core. ``population`` > 1,000 tiles the clients' ranges over the same pool (client ``j`` reads
+  LEAF client ``j mod 1000``; nothing is copied).
   """
   from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
-  devices.use_all_cpu_cores()
+  devices.use_all_cpu_cores(cpu_devices)
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import models  # pylint: disable=g-import-not-at-top
@@ -59,3 +60,32 @@ def report(rows: list[dict], table: str, json_path: str | None):
   if json_path:
     with open(json_path, 'w') as f:
       json.dump(rows, f, indent=2)
+
+
+def plot(path: str | None, title: str, xlabel: str, ylabel: str, series: dict, log: str = ''):
+  """Writes a line plot of ``series`` (``name -> (xs, ys)``) to ``path`` (PNG) when given and
+  matplotlib is installed (``pip install -e '.[plot]'``); ``log``: axes on a log scale, ``'x'``,
+  ``'y'`` or ``'xy'``."""
+  if not path:
+    return
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    print(f'note: {path} not written: matplotlib is not installed', flush=True)
+    return
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for name, (xs, ys) in series.items():
+    ax.plot(xs, ys, marker='o', label=name)
+  if 'x' in log:
+    ax.set_xscale('log')
+  if 'y' in log:
+    ax.set_yscale('log')
+  ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+  ax.grid(True, alpha=0.3)
+  ax.legend()
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

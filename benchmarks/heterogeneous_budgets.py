@@ -10,7 +10,7 @@ compiled round per chunk size (the budgets are data, not constants):
   alternately, ``block_until_ready``), and ``ratio = heterogeneous / mean(homogeneous)``;
 * the useful fraction of computed client-steps (``sum_i tau_i / computed``).
 
-Usage: ``python benchmarks/heterogeneous_budgets.py [--cohort 2000] [--chunk_sizes 0,500,250]``
+Usage: ``python benchmarks/heterogeneous_budgets.py [--cohort 2000] [--chunk_sizes 0,500,250] [--plot PNG]``
 (``0``: the engine's default chunk size).
 """
 from __future__ import annotations
@@ -105,6 +105,8 @@ def main(argv=None):
   p.add_argument('--batch_size', type=int, default=5)
   p.add_argument('--repeats', type=int, default=10)
   p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--plot', help='also plot the ratio and the useful fraction against the '
+                                'number of chunks (PNG)')
   a = p.parse_args(argv)
   chunk_sizes = common.int_list(p, 'chunk_sizes', a.chunk_sizes)
   budgets = common.int_list(p, 'budget_range', a.budget_range)
@@ -116,6 +118,12 @@ def main(argv=None):
               '--budget_range a,b with 1 <= a <= b\n')
   rows = measure(a.cohort, chunk_sizes, a.repeats, low, high, a.batch_size)
   common.report(rows, table(rows, low, high), a.json)
+  by_chunks = sorted(rows, key=lambda r: r['chunks'])
+  xs = [r['chunks'] for r in by_chunks]
+  common.plot(a.plot, f'tau_i ~ U{{{low}..{high}}}, {a.cohort:,} clients', 'budget-sorted chunks',
+              'ratio / fraction',
+              {'round time / homogeneous': (xs, [r['ratio'] for r in by_chunks]),
+               'useful steps': (xs, [r['useful_fraction'] for r in by_chunks])}, log='x')
 
 
 if __name__ == '__main__':

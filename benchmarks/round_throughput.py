@@ -13,13 +13,13 @@ gathered and written inside the round). Reported:
   model on all ``C tau B`` examples gathered from the same pool (one big batch, the most efficient
   way to push that many examples through the model), timed alternately with the rounds so both
   see the same machine load, and ``ratio = batched time / round time`` (medians);
-* on CPU each core is presented as a device and cohorts of at least 256 clients per device are
+* on CPU each core is presented as a device and cohorts of at least 200 clients per device are
   split over them (``fedjax_gel.core.devices``); the batched step uses XLA's own threads;
 * peak memory: the process's peak resident set (each cohort size runs in its own process), and
   the device's peak bytes where the backend reports them (GPU/TPU).
 
 Usage: ``python benchmarks/round_throughput.py [--cohorts 20,200,2000,10000] [--repeats 10]
-[--algorithm fedavg|scaffold|fedvarp]``
+[--algorithm fedavg|scaffold|fedvarp] [--plot PNG]``
 (``pip install -e '.[bench]'`` adds psutil, used to name the host's memory).
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
          }[algorithm]()
   state = alg.server_init(params)
   mesh = devices.client_mesh(num_devices or devices.auto_num_devices(cohort, jax.device_count()))
-  state, data = devices.replicate((state, data), mesh)   # as launch/run.py places them
+  state, pool = devices.replicate((state, data), mesh)   # as launch/run.py places them
   if alg.store_row is not None:
     state = state._replace(clients=store.place(state.clients, mesh))
   num_used = 1 if mesh is None else mesh.size
@@ -73,7 +73,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
              for r in range(repeats + 1)]
 
   t = time.perf_counter()
-  compiled = rf.lower(state, cohorts[0], data, root, jnp.int32(0)).compile()
+  compiled = rf.lower(state, cohorts[0], pool, root, jnp.int32(0)).compile()
   compile_s = time.perf_counter() - t
   mem = compiled.memory_analysis()
   temp_bytes = getattr(mem, 'temp_size_in_bytes', None) if mem is not None else None
@@ -83,14 +83,14 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
     b = {k: v[rows] for k, v in examples.items()}
     return jax.tree_util.tree_map(lambda w, g: w - 0.01 * g, p, jax.grad(loss)(p, b))
 
-  out, metrics = compiled(state, cohorts[0], data, root, jnp.int32(0))   # warm-up
+  out, metrics = compiled(state, cohorts[0], pool, root, jnp.int32(0))   # warm-up
   useful = int(metrics.examples)
   rows = jax.random.randint(jax.random.key(1), (useful,), 0, data.num_examples)
   jax.block_until_ready((out, batched_step(params, data.examples, rows)))
   times, btimes = [], []
   for r, c in enumerate(cohorts[1:], 1):   # interleaved, so both see the same machine load
     t = time.perf_counter()
-    out, metrics = compiled(state, c, data, root, jnp.int32(r))
+    out, metrics = compiled(state, c, pool, root, jnp.int32(r))
     jax.block_until_ready(out)
     times.append(time.perf_counter() - t)
     t = time.perf_counter()
@@ -148,6 +148,8 @@ def main(argv=None):
                  help='clients to sample from (tiled over the 1,000 LEAF Synthetic clients); '
                       '0: the 1,000 themselves')
   p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--plot', help='also plot examples/s of the round and of the batched limit '
+                                'against the cohort size (PNG)')
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
@@ -172,6 +174,12 @@ def main(argv=None):
     print(f'{c} clients: {rows[-1]["round_s"] * 1e3:.2f} ms/round, ratio to batched '
           f'{rows[-1]["ratio_to_batched"]:.2f}', file=sys.stderr)
   common.report(rows, table(rows), a.json)
+  xs = [r['cohort'] for r in rows]
+  common.plot(a.plot, f'{a.algorithm} round, LEAF Synthetic, tau={a.tau}, B={a.batch_size}',
+              'clients per round', 'useful examples/s',
+              {'round': (xs, [r['examples_per_s'] for r in rows]),
+               'batched limit': (xs, [r['examples_per_s'] * r['ratio_to_batched'] ** -1
+                                      for r in rows])}, log='xy')
 
 
 if __name__ == '__main__':

@@ -20,7 +20,7 @@ FedJAX calls ``jax.tree_map``, which recent JAX removed; the script aliases it t
 ``jax.tree.map`` before importing fedjax. Needs ``pip install fedjax`` (it brings dm-haiku);
 without it the script stops with one line.
 
-Usage: ``python benchmarks/vs_fedjax.py [--cohorts 20,200,1000] [--repeats 5]``
+Usage: ``python benchmarks/vs_fedjax.py [--cohorts 20,200,1000] [--repeats 5] [--plot PNG]``
 """
 from __future__ import annotations
 
@@ -148,12 +148,18 @@ def main(argv=None):
   p.add_argument('--cohorts', default='20,200,1000')
   p.add_argument('--repeats', type=int, default=5)
   p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--plot', help='also plot both sides\' examples/s against the cohort (PNG)')
   a = p.parse_args(argv)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   if min(cohorts + [a.repeats]) <= 0:
     p.exit(2, 'error: --cohorts and --repeats must be positive\n')
   rows = measure(cohorts, a.repeats)
   common.report(rows, table(rows), a.json)
+  xs = [r['cohort'] for r in rows]
+  common.plot(a.plot, 'FedAvgCM round, LEAF Synthetic, tau=13, B=5', 'clients per round',
+              'examples/s', {'fedjax_gel': (xs, [r['fedjax_gel_examples_per_s'] for r in rows]),
+                             'FedJAX 0.0.17': (xs, [r['fedjax_examples_per_s'] for r in rows])},
+              log='xy')
 
 
 if __name__ == '__main__':

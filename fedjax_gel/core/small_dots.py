@@ -5,21 +5,24 @@ Vmapping a client's step over many clients turns every matrix product of the mod
 a ``[5, 60] x [60, 5]`` forward and a ``[60, 5] x [5, 5]`` weight gradient per client). XLA's
 CPU backend runs such a dot as one library call per batch element, so its cost grows with the
 number of clients at about a microsecond each, whatever the size of the products
-(``benchmarks/RESULTS.md``: at 200 clients the weight gradient alone took 40% of the round).
+(``benchmarks/profile_round.py``: at 200 clients the batched products took about half of the
+round).
 The same product written as a sum of broadcast multiplications is one fused, vectorised loop.
 
-``fuse_small_dots(fn)`` traces ``fn`` and evaluates its jaxpr with every batched
-``dot_general`` whose contraction is short (at most ``max_contraction`` terms, and at most
-``max_terms`` multiply-adds per client) replaced by
+``fuse_small_dots(fn)`` traces ``fn`` and evaluates its jaxpr with every batched ``dot_general``
+that is small (at most ``max_terms`` multiply-adds per batch element) rewritten, with
+``a = [batch, M, K]`` and ``b = [batch, K, N]`` the operands:
 
-    out[b, m, n] = sum_k lhs[b, m, k] * rhs[b, k, n]     (the ``k`` sum unrolled),
+* ``'outer'``, a short contraction (``K <= max_contraction``, the weight gradient over a
+  minibatch): ``out = sum_k a[:, :, k, None] * b[:, None, k, :]``, the ``k`` sum unrolled;
+* ``'rows'``, few rows on one side (``min(M, N) <= 8`` and ``min(M, N) K <= 512``, the forward
+  product of a small minibatch): each row ``sum_k a[:, m, k, None] * b[:, k, :]``, unrolled;
 
 which XLA fuses into one loop over the output. Everything else is bound unchanged; nested
-``jit`` calls are inlined so that their dots are seen too. The result equals the library dot
-up to float summation order. Products with a long contraction, unbatched products and the
-dots inside control flow (``scan``, ``while``, ``cond``) are left to the library, which is
-faster there. GPUs and TPUs run batched products well: ``build_round`` applies this on CPU
-only.
+``jit`` calls are inlined so that their products are seen too. The result equals the library
+product up to float summation order. Large products, unbatched ones and those inside control
+flow (``scan``, ``while``, ``cond``) are left to the library, which is faster there. GPUs and
+TPUs run batched products well: ``build_round`` applies this on CPU only.
 """
 from __future__ import annotations
 
@@ -129,7 +132,8 @@ def _eval(jaxpr, consts, args, limits):
 
 
 def fuse_small_dots(fn, max_contraction: int = MAX_CONTRACTION, max_terms: int = MAX_TERMS):
-  """``fn`` with its batched short-contraction products as fused multiply-adds (see above)."""
+  """``fn`` with its batched small products as fused multiply-adds (see above); traced anew at
+  each call (inside ``jit``, once per compilation)."""
   def wrapped(*args):
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
     outs = _eval(closed.jaxpr, closed.consts, jax.tree_util.tree_leaves(args),

@@ -11,7 +11,7 @@ POOL = textwrap.dedent('''
     import jax, jax.numpy as jnp, numpy as np
     from fedjax_gel import algorithms, models
     from fedjax_gel.core import federated_data as fd, keys, sampling, store
-    from fedjax_gel.core.devices import client_mesh
+    from fedjax_gel.core.devices import client_mesh, replicate
     from fedjax_gel.core.round import build_round
     assert jax.device_count() == 8, jax.devices()
     rng = np.random.default_rng(SEED)
@@ -57,13 +57,17 @@ STATEFUL = POOL.replace('SEED', '1') + textwrap.dedent('''
       out = []
       for devices, chunk in [(1, 21), (8, 5)]:
         mesh = client_mesh(devices)
-        rf = build_round(alg, batch_size=4, max_budget=7, chunk_size=chunk, mesh=mesh)
-        state = alg.server_init(params)
+        rf = build_round(alg, batch_size=4, max_budget=7, chunk_size=chunk, mesh=mesh,
+                         donate_state=True)
+        fresh = jax.tree_util.tree_map(jnp.copy, params)   # the donated state owns its buffers
+        state, pool = replicate((alg.server_init(fresh), data), mesh)   # as the runner does
         state = state._replace(clients=store.place(state.clients, mesh))
+        if mesh is not None:
+          assert len(jax.tree_util.tree_leaves(pool)[0].sharding.device_set) == 8
         for r in range(3):
           c = sampling.sample_cohort(root, r, data.counts, cohort_size=21, budget_range=(1, 7),
                                      replace=True, batch_size=4)
-          state, _ = rf(state, c, data, root, jnp.int32(r))
+          state, _ = rf(state, c, pool, root, jnp.int32(r))
         out.append(state)
       leaf = jax.tree_util.tree_leaves(out[1].clients)[0]
       assert leaf.shape[0] == 32, leaf.shape                 # 30 rows padded for 8 devices
