@@ -6,10 +6,12 @@ from fedjax_gel.core.round import RoundMetrics, build_round, default_chunk_size
 from fedjax_gel.core.sampling import (WEIGHTINGS, Cohort, aggregation_weights, sample_budgets,
                                       sample_clients, sample_cohort)
 from fedjax_gel.core.shuffle import cycled_permutation
+from fedjax_gel.core.small_dots import fuse_small_dots
 
 __all__ = [
     'Cohort', 'EvalPool', 'FederatedData', 'FederatedSplit', 'RoundMetrics', 'WEIGHTINGS',
     'aggregation_weights', 'build_evaluate', 'build_round', 'client_examples',
-    'cycled_permutation', 'default_chunk_size', 'from_client_arrays', 'make_eval_pool',
+    'cycled_permutation', 'default_chunk_size', 'from_client_arrays', 'fuse_small_dots',
+    'make_eval_pool',
     'sample_budgets', 'sample_clients', 'sample_cohort', 'to_device',
 ]

@@ -99,6 +99,7 @@ def sum_of(terms):
 
 
 def _eval(jaxpr, consts, args, limits):
+  """``jax.core.eval_jaxpr`` with small batched products fused and nested ``jit``s inlined."""
   env = {}
 
   def read(v):
@@ -117,7 +118,7 @@ def _eval(jaxpr, consts, args, limits):
                      p['dimension_numbers'], *limits)
     if how is not None:
       outs = [fused_dot(*invals, p['dimension_numbers'], p.get('preferred_element_type'), how)]
-    elif eqn.primitive.name in ('jit', 'pjit', 'closed_call') and 'jaxpr' in p:
+    elif eqn.primitive.name in ('jit', 'pjit'):
       inner = p['jaxpr']
       outs = _eval(inner.jaxpr, inner.consts, invals, limits)
     else:
