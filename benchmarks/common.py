@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the LEAF Synthetic workload, integer-list flags, output."""
+"""What the benchmark scripts share: the LEAF Synthetic and CNN workloads, integer-list flags,
+output."""
 from __future__ import annotations
 
 import json
@@ -33,6 +34,33 @@ def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
   model = models.get_model('logistic', (60,), 5)
   root = keys.root_key(0)
   return (split, federated_data.to_device(train), model, models.cross_entropy_loss(model), root,
+          model.init(keys.init_key(root)))
+
+
+def femnist_like_workload(num_clients: int, per_client: int, cpu_devices: int | None = None,
+                          xla_layers: bool = False):
+  """GeL's FEMNIST CNN (608,702 parameters) on FEMNIST-shaped random data: ``num_clients``
+  clients of ``per_client`` images (784 floats in [0, 1)) and labels (62 classes), seed 0.
+  FEMNIST itself is a download; the speed of a step does not depend on the pixel values.
+  Returns ``(host pool, pool on device, model, loss, root key, initial params)``;
+  ``xla_layers`` builds the CNN with XLA's own convolution and max pool (``TwoConvCNN``).
+  """
+  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  devices.use_all_cpu_cores(cpu_devices)
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from fedjax_gel import models  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import federated_data, keys  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(0)
+  host = federated_data.from_client_arrays([
+      {'x': rng.random((per_client, 784), np.float32),
+       'y': rng.integers(0, 62, per_client).astype(np.int32)} for _ in range(num_clients)])
+  module = models.TwoConvCNN(62, kernel=5, padding='VALID', hidden=512, xla_layers=xla_layers)
+  model = models.from_linen('gel_femnist_cnn', module, (784,), jnp.float32, 62)
+  root = keys.root_key(0)
+  return (host, federated_data.to_device(host), model, models.cross_entropy_loss(model), root,
           model.init(keys.init_key(root)))
 
 

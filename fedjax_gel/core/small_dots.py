@@ -18,8 +18,10 @@ that is small (at most ``max_terms`` multiply-adds per batch element) rewritten,
 * ``'rows'``, few rows on one side (``min(M, N) <= 8`` and ``min(M, N) K <= 512``, the forward
   product of a small minibatch): each row ``sum_k a[:, m, k, None] * b[:, k, :]``, unrolled;
 
-which XLA fuses into one loop over the output. Everything else is bound unchanged; nested
-``jit`` calls are inlined so that their products are seen too. The result equals the library
+which XLA fuses into one loop over the output. A library product followed by a transpose that
+swaps its two sides' free dimensions (how reverse-mode autodiff writes a weight gradient) is
+computed as the product with its operands swapped (``swapped_dot``). Everything else is bound
+unchanged; nested ``jit`` calls are inlined so that their products are seen too. The result equals the library
 product up to float summation order. Large products, unbatched ones and those inside control
 flow (``scan``, ``while``, ``cond``) are left to the library, which is faster there. GPUs and
 TPUs run batched products well: ``build_round`` applies this on CPU only.
@@ -98,6 +100,27 @@ def sum_of(terms):
   return terms[0]
 
 
+def swapped_dot(operands, params, permutation):
+  """``transpose(dot_general(lhs, rhs), permutation)`` as ``dot_general(rhs, lhs)`` when the
+  permutation only swaps the free dimensions of the two sides (else None).
+
+  Reverse-mode autodiff writes a weight gradient this way; XLA's CPU backend then runs the
+  product and a strided transpose (about 0.6 ms a step for a 1024 x 512 dense layer), where the
+  swapped product writes the gradient in place.
+  """
+  lhs, rhs = operands
+  (lc, rc), (lb, rb) = params['dimension_numbers']
+  lf, rf, _, _, _ = _sizes(lhs.shape, rhs.shape, params['dimension_numbers'])
+  nb, nl = len(lb), len(lf)
+  if tuple(permutation) != (*range(nb), *range(nb + nl, nb + nl + len(rf)), *range(nb, nb + nl)):
+    return None
+  precision = params.get('precision')
+  if isinstance(precision, tuple):
+    precision = precision[::-1]
+  return lax.dot_general(rhs, lhs, ((rc, lc), (rb, lb)), precision=precision,
+                         preferred_element_type=params.get('preferred_element_type'))
+
+
 def _eval(jaxpr, consts, args, limits):
   """``jax.core.eval_jaxpr`` with small batched products fused and nested ``jit``s inlined."""
   env = {}
@@ -109,6 +132,7 @@ def _eval(jaxpr, consts, args, limits):
     env[v] = x
   for v, x in zip(jaxpr.invars, args):
     env[v] = x
+  dots = {}   # output var -> (operands, params) of the library products
   for eqn in jaxpr.eqns:
     invals = [read(v) for v in eqn.invars]
     p = eqn.params
@@ -116,7 +140,14 @@ def _eval(jaxpr, consts, args, limits):
     if eqn.primitive is lax.dot_general_p:
       how = strategy(eqn.invars[0].aval.shape, eqn.invars[1].aval.shape,
                      p['dimension_numbers'], *limits)
-    if how is not None:
+      if how is None:
+        dots[eqn.outvars[0]] = (invals, p)
+    swapped = None
+    if eqn.primitive is lax.transpose_p and eqn.invars[0] in dots:
+      swapped = swapped_dot(*dots[eqn.invars[0]], p['permutation'])
+    if swapped is not None:
+      outs = [swapped]
+    elif how is not None:
       outs = [fused_dot(*invals, p['dimension_numbers'], p.get('preferred_element_type'), how)]
     elif eqn.primitive.name in ('jit', 'pjit'):
       inner = p['jaxpr']

@@ -5,6 +5,7 @@ from fedjax_gel.models.base import (Model, cross_entropy_loss, from_linen, from_
                                     max_entropy_loss, num_params, per_example_cross_entropy)
 from fedjax_gel.models.cnn import (CelebACNN, TwoConvCNN, celeba_cnn, cifar_cnn, femnist_cnn,
                                    gel_femnist_cnn)
+from fedjax_gel.models.layers import max_pool_2x2, patches_conv
 from fedjax_gel.models.logistic import MLP, LogisticRegression, logistic, mlp
 from fedjax_gel.models.rnn import StackedLSTM, sent140_lstm, shakespeare_lstm
 
@@ -28,5 +29,5 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
 __all__ = ['CelebACNN', 'MLP', 'MODELS', 'LogisticRegression', 'Model', 'StackedLSTM', 'TOKEN_MODELS',
            'TwoConvCNN', 'celeba_cnn', 'cifar_cnn', 'cross_entropy_loss', 'femnist_cnn',
            'from_linen', 'from_nnx', 'gel_femnist_cnn', 'get_model', 'logistic', 'masked_mean',
-           'max_entropy_loss', 'mlp', 'num_params', 'per_example_cross_entropy', 'sent140_lstm',
+           'max_entropy_loss', 'max_pool_2x2', 'mlp', 'patches_conv', 'num_params', 'per_example_cross_entropy', 'sent140_lstm',
            'shakespeare_lstm']

@@ -12,8 +12,10 @@ import math
 
 import flax.linen as nn
 import jax.numpy as jnp
+from jax import lax
 
 from fedjax_gel.models.base import Model, from_linen
+from fedjax_gel.models.layers import conv_general_dilated, max_pool_2x2
 
 
 def as_nhwc(x):
@@ -29,7 +31,7 @@ def as_nhwc(x):
   raise ValueError(f'expected images [B, H, W, C], [B, H, W] or [B, side*side]; got {x.shape}')
 
 
-def _pool(x, padding: str = 'VALID'):
+def _xla_pool(x, padding: str = 'VALID'):
   return nn.max_pool(x, (2, 2), strides=(2, 2), padding=padding)
 
 
@@ -39,23 +41,29 @@ class TwoConvCNN(nn.Module):
 
   ``padding`` is the convolutions' (``'SAME'`` as in TF/LEAF, ``'VALID'`` as PyTorch's
   default); the pools are unpadded. ``features`` are the ``hidden`` ReLU activations.
+  ``xla_layers`` runs the convolutions and pools as XLA's own ``conv_general_dilated`` and
+  ``nn.max_pool`` on every backend (the same function; slower when vmapped on CPU, see
+  ``models.layers``), for comparison.
   """
   num_classes: int
   kernel: int = 5
   padding: str = 'SAME'
   hidden: int = 2048
   channels: tuple = (32, 64)
+  xla_layers: bool = False
 
   def setup(self):
     k = (self.kernel, self.kernel)
-    self.conv1 = nn.Conv(self.channels[0], k, padding=self.padding)
-    self.conv2 = nn.Conv(self.channels[1], k, padding=self.padding)
+    conv = lax.conv_general_dilated if self.xla_layers else conv_general_dilated
+    self.conv1 = nn.Conv(self.channels[0], k, padding=self.padding, conv_general_dilated=conv)
+    self.conv2 = nn.Conv(self.channels[1], k, padding=self.padding, conv_general_dilated=conv)
+    self.pool = _xla_pool if self.xla_layers else max_pool_2x2
     self.dense = nn.Dense(self.hidden)
     self.out = nn.Dense(self.num_classes)
 
   def features(self, x):
-    x = _pool(nn.relu(self.conv1(as_nhwc(x))))
-    x = _pool(nn.relu(self.conv2(x)))
+    x = self.pool(nn.relu(self.conv1(as_nhwc(x))))
+    x = self.pool(nn.relu(self.conv2(x)))
     return nn.relu(self.dense(x.reshape((x.shape[0], -1))))
 
   def __call__(self, x):
@@ -107,13 +115,15 @@ class CelebACNN(nn.Module):
   channels: int = 32
 
   def setup(self):
-    self.convs = [nn.Conv(self.channels, (3, 3), padding='SAME') for _ in range(self.blocks)]
+    self.convs = [nn.Conv(self.channels, (3, 3), padding='SAME',
+                          conv_general_dilated=conv_general_dilated)
+                  for _ in range(self.blocks)]
     self.out = nn.Dense(self.num_classes)
 
   def features(self, x):
     x = as_nhwc(x)
     for conv in self.convs:
-      x = nn.relu(_pool(conv(x), 'SAME'))
+      x = nn.relu(max_pool_2x2(conv(x), 'SAME'))
     return x.reshape((x.shape[0], -1))
 
   def __call__(self, x):

@@ -65,15 +65,20 @@ def mlp_loss(params, batch):
   return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, batch['y']))
 
 
-def batched_dots(fn, *args):
-  eqns, todo = [], [jax.make_jaxpr(fn)(*args).jaxpr]
+def all_eqns(jaxpr):
+  """The equations of ``jaxpr`` and of every jaxpr nested in them."""
+  eqns, todo = [], [jaxpr]
   while todo:
     jaxpr = todo.pop()
+    eqns.extend(jaxpr.eqns)
     for e in jaxpr.eqns:
-      if e.primitive is lax.dot_general_p and e.params['dimension_numbers'][1][0]:
-        eqns.append(e)
       todo.extend(jax.extend.core.jaxprs_in_params(e.params))
   return eqns
+
+
+def batched_dots(fn, *args):
+  return [e for e in all_eqns(jax.make_jaxpr(fn)(*args).jaxpr)
+          if e.primitive is lax.dot_general_p and e.params['dimension_numbers'][1][0]]
 
 
 def test_vmapped_gradient_equals_the_library_and_has_no_batched_dots_left():
@@ -112,3 +117,33 @@ def test_round_with_fused_dots_equals_the_library_round(data, model):
     out[fuse] = rf(alg.server_init(params), c, data, jax.random.key(0), jnp.int32(3))
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                out[True], out[False])
+
+
+def transposed_dots(fn, *args) -> int:
+  """How many ``transpose`` equations read a ``dot_general``'s output directly."""
+  eqns = all_eqns(jax.make_jaxpr(fn)(*args).jaxpr)
+  dot_outs = {v for e in eqns if e.primitive is lax.dot_general_p for v in e.outvars}
+  return sum(e.primitive is lax.transpose_p and e.invars[0] in dot_outs for e in eqns)
+
+
+def test_weight_gradient_transpose_becomes_a_swapped_product():
+  """A dense layer too large to fuse: autodiff writes its weight gradient as a product and a
+  transpose; the rewrite computes the product with its operands swapped instead."""
+  clients = 3
+  w = jax.random.normal(jax.random.key(0), (clients, 256, 128))
+  x = jax.random.normal(jax.random.key(1), (clients, 4, 256))
+  grad = jax.vmap(jax.grad(lambda w, x: jnp.sum(jnp.tanh(x @ w))))
+  fused = small_dots.fuse_small_dots(grad)
+  assert transposed_dots(grad, w, x) >= 1
+  assert transposed_dots(fused, w, x) == 0
+  np.testing.assert_allclose(jax.jit(fused)(w, x), jax.jit(grad)(w, x), rtol=1e-5, atol=1e-5)
+
+
+def test_swapped_dot_only_for_a_swap_of_the_free_dimensions():
+  lhs, rhs = jnp.ones((2, 5, 3)), jnp.arange(24.).reshape((2, 3, 4))
+  params = {'dimension_numbers': (((2,), (1,)), ((0,), (0,))), 'precision': None,
+            'preferred_element_type': None}
+  out = small_dots.swapped_dot((lhs, rhs), params, (0, 2, 1))
+  np.testing.assert_allclose(out, jnp.swapaxes(jnp.einsum('bmk,bkn->bmn', lhs, rhs), 1, 2))
+  assert small_dots.swapped_dot((lhs, rhs), params, (1, 0, 2)) is None
+  assert small_dots.swapped_dot((lhs, rhs), params, (0, 1, 2)) is None

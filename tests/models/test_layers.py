@@ -1,0 +1,105 @@
+"""models.layers: the patch convolution and the reshape max pool against XLA's own ops."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from fedjax_gel import models
+from fedjax_gel.models import layers
+
+# (lhs shape, rhs shape, strides, padding, lhs dilation, rhs dilation, dimension numbers)
+CASES = [
+    ((2, 9, 9, 3), (3, 3, 3, 4), (1, 1), 'VALID', None, None, ('NHWC', 'HWIO', 'NHWC')),
+    ((2, 9, 9, 3), (3, 3, 3, 4), (2, 2), 'SAME', None, None, ('NHWC', 'HWIO', 'NHWC')),
+    ((2, 9, 8, 3), (3, 2, 3, 4), (2, 1), [(1, 2), (0, 1)], (2, 1), (1, 2),
+     ('NHWC', 'HWIO', 'NHWC')),
+    ((2, 3, 9, 9), (4, 3, 3, 3), (1, 2), 'SAME', None, (2, 2), ('NCHW', 'OIHW', 'NCHW')),
+    ((2, 3, 9, 9), (4, 3, 3, 3), (1, 1), [(-1, 2), (1, 0)], None, None,
+     ('NCHW', 'OIHW', 'NHWC')),
+    ((2, 11, 3), (3, 3, 4), (2,), 'SAME', None, None, ('NWC', 'WIO', 'NWC')),
+    ((2, 5, 6, 7, 2), (2, 3, 2, 2, 3), (1, 2, 1), 'VALID', None, None,
+     ('NHWDC', 'HWDIO', 'NHWDC')),
+]
+
+
+def _conv(impl, case):
+  _, _, strides, padding, lhs_d, rhs_d, dn = case
+  return lambda x, w: impl(x, w, strides, padding, lhs_d, rhs_d, dn)
+
+
+@pytest.mark.parametrize('case', CASES, ids=[str(i) for i in range(len(CASES))])
+def test_patches_conv_equals_xla_conv_and_its_gradients(case):
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.standard_normal(case[0]), jnp.float32)
+  w = jnp.asarray(rng.standard_normal(case[1]), jnp.float32)
+  ours, xla = _conv(layers.patches_conv, case), _conv(lax.conv_general_dilated, case)
+  np.testing.assert_allclose(ours(x, w), xla(x, w), rtol=1e-5, atol=1e-4)
+  grad = lambda f: jax.grad(lambda x, w: jnp.sum(jnp.sin(f(x, w))), (0, 1))(x, w)
+  for a, b in zip(grad(ours), grad(xla)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_grouped_convolution_is_left_to_xla():
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.standard_normal((2, 6, 6, 4)), jnp.float32)
+  w = jnp.asarray(rng.standard_normal((3, 3, 2, 6)), jnp.float32)
+  args = ((1, 1), 'SAME', None, None, ('NHWC', 'HWIO', 'NHWC'), 2)
+  np.testing.assert_array_equal(layers.patches_conv(x, w, *args),
+                                lax.conv_general_dilated(x, w, *args))
+
+
+@pytest.mark.parametrize('ties', [False, True])
+@pytest.mark.parametrize('padding', ['VALID', 'SAME'])
+def test_max_pool_2x2_equals_flax_max_pool_and_its_gradient(padding, ties):
+  """Values and gradients, odd sides included; with ties (integers 0..2) the gradient goes to
+  the first maximum of each block, as ``nn.max_pool``'s ``select_and_scatter`` gives it."""
+  rng = np.random.default_rng(2)
+  x = rng.integers(0, 3, (3, 7, 8, 4)) if ties else rng.standard_normal((3, 7, 8, 4))
+  x = jnp.asarray(x, jnp.float32)
+  flax_pool = lambda x: nn.max_pool(x, (2, 2), strides=(2, 2), padding=padding)
+  np.testing.assert_array_equal(layers.max_pool_2x2(x, padding), flax_pool(x))
+  weights = jnp.arange(flax_pool(x).size, dtype=jnp.float32).reshape(flax_pool(x).shape)
+  grad = lambda f: jax.grad(lambda x: jnp.sum(weights * f(x)))(x)
+  np.testing.assert_array_equal(grad(lambda x: layers.max_pool_2x2(x, padding)),
+                                grad(flax_pool))
+  with pytest.raises(ValueError, match='padding'):
+    layers.max_pool_2x2(x, 'CIRCULAR')
+
+
+def _primitives(jaxpr) -> set:
+  """The primitive names in ``jaxpr`` and every jaxpr nested in it."""
+  names, todo = set(), [jaxpr]
+  while todo:
+    jaxpr = todo.pop()
+    for eqn in jaxpr.eqns:
+      names.add(eqn.primitive.name)
+      todo.extend(jax.extend.core.jaxprs_in_params(eqn.params))
+  return names
+
+
+def test_cnn_fast_layers_equal_xla_layers_and_vmap_without_batched_convolutions():
+  """GeL's FEMNIST CNN: the default layers give XLA's outputs and per-client gradients, and
+  the vmapped client gradient has no convolution or reduce_window left (on CPU)."""
+  fast = models.TwoConvCNN(62, padding='VALID', hidden=512)
+  xla = models.TwoConvCNN(62, padding='VALID', hidden=512, xla_layers=True)
+  rng = np.random.default_rng(3)
+  x = jnp.asarray(rng.random((3, 4, 784)), jnp.float32)       # 3 clients, 4 images each
+  y = jnp.asarray(rng.integers(0, 62, (3, 4)))
+  params = fast.init(jax.random.key(0), x[0])
+  np.testing.assert_allclose(fast.apply(params, x[0]), xla.apply(params, x[0]),
+                             rtol=1e-5, atol=1e-5)
+
+  def client_grads(module):
+    loss = lambda p, xb, yb: jnp.mean(
+        -jax.nn.log_softmax(module.apply(p, xb))[jnp.arange(4), yb])
+    return jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))
+
+  for a, b in zip(jax.tree.leaves(client_grads(fast)(params, x, y)),
+                  jax.tree.leaves(client_grads(xla)(params, x, y))):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  prims = _primitives(jax.make_jaxpr(client_grads(fast))(params, x, y).jaxpr)
+  assert 'conv_general_dilated' not in prims and 'reduce_window_max' not in prims, prims
+  xla_prims = _primitives(jax.make_jaxpr(client_grads(xla))(params, x, y).jaxpr)
+  assert {'conv_general_dilated', 'reduce_window_max'} <= xla_prims, xla_prims
