@@ -1,13 +1,19 @@
 """Where a round's time goes: the compiled round's kernels ranked by time (``jax.profiler``).
 
-FedAvgCM on LEAF Synthetic (logistic regression, client SGD lr 0.01 with momentum 0.9,
-``tau = 13``, ``B = 5``), one chunk on one device. After a warm-up round, ``--rounds`` rounds run
+FedAvgCM (client SGD lr 0.01 with momentum 0.9) on one device, one of two workloads:
+``--workload synthetic``, LEAF Synthetic (logistic regression, ``tau = 13``, ``B = 5``) in one
+chunk; ``--workload cnn``, GeL's FEMNIST CNN on FEMNIST-shaped data (``tau = 8``, ``B = 20``;
+``common.femnist_like_workload``) with ``launch/run.py``'s default chunk (one client at a time
+for this model), ``--xla_layers`` building it with XLA's own convolution and max pool.
+Every kernel's name is followed by the shape it writes. After a warm-up round, ``--rounds``
+rounds run
 under ``jax.profiler.trace``; the trace's events are summed per kernel name (thunk runtime events
 on CPU; the wrappers of loops and whole executions are left out) and divided by the rounds.
 ``share`` is a kernel's time over the summed time of all kernels (on CPU two threads may run
 kernels at once, so the sum can exceed the round's wall time, which is printed too).
 
-Usage: ``python benchmarks/profile_round.py [--clients 200] [--fuse_dots true|false] [--top 12]``
+Usage: ``python benchmarks/profile_round.py [--workload synthetic|cnn] [--clients 200]
+[--fuse_dots true|false] [--xla_layers] [--top 12]``
 """
 from __future__ import annotations
 
@@ -24,13 +30,21 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-TAU, BATCH = 13, 5
+import re  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
+
+WORKLOADS = {'synthetic': (13, 5), 'cnn': (8, 20)}   # (tau, B)
 WRAPPERS = ('ThunkExecutor', 'while', 'PjitFunction', 'block_until_ready')
 
 
-def profile(clients: int, fuse_dots: bool, rounds: int) -> tuple[float, list[tuple[str, float, float]]]:
-  """``(median round ms, [(kernel, us per round, calls per round)])``, slowest first."""
-  _, data, _, loss, root, params = common.synthetic_workload(cpu_devices=1)
+def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, rounds: int):
+  """``(median round ms, [(kernel, us per round, calls per round)], chunk, compiled HLO text)``,
+  slowest first."""
+  tau, batch = WORKLOADS[workload]
+  if workload == 'cnn':
+    _, data, _, loss, root, params = common.femnist_like_workload(
+        max(clients, 100), 200, cpu_devices=1, xla_layers=xla_layers)
+  else:
+    _, data, _, loss, root, params = common.synthetic_workload(cpu_devices=1)
   import jax
   import numpy as np
 
@@ -39,10 +53,13 @@ def profile(clients: int, fuse_dots: bool, rounds: int) -> tuple[float, list[tup
 
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
   state = alg.server_init(params)
-  rf = round_lib.build_round(alg, batch_size=BATCH, max_budget=TAU, chunk_size=clients,
+  example_bytes = sum(v[0].nbytes for v in data.examples.values())
+  chunk = (round_lib.default_chunk_size(clients, params, example_bytes, batch)
+           if workload == 'cnn' else clients)
+  rf = round_lib.build_round(alg, batch_size=batch, max_budget=tau, chunk_size=chunk,
                              fuse_dots=fuse_dots)
   cohorts = [sampling.sample_cohort(root, r, data.counts, cohort_size=clients,
-                                    budget_range=(TAU, TAU), replace=True, batch_size=BATCH)
+                                    budget_range=(tau, tau), replace=True, batch_size=batch)
              for r in range(rounds + 1)]
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
   jax.block_until_ready(compiled(state, cohorts[0], data, root, np.int32(0)))
@@ -67,27 +84,45 @@ def profile(clients: int, fuse_dots: bool, rounds: int) -> tuple[float, list[tup
             total[event.name] += event.duration_ns
             calls[event.name] += 1
   ranked = [(k, v / rounds / 1e3, calls[k] / rounds) for k, v in total.most_common()]
-  return statistics.median(times) * 1e3, ranked
+  return statistics.median(times) * 1e3, ranked, chunk, compiled.as_text()
+
+
+def output_shape(hlo: str, kernel: str) -> str:
+  """The shape the instruction named ``kernel`` writes, from the compiled HLO ('' if absent)."""
+  match = re.search(r'\n\s*%?' + re.escape(kernel) + r' = (\S+) ', hlo)
+  return match.group(1).split('{')[0] if match else ''
 
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument('--clients', type=int, default=200)
+  p.add_argument('--workload', default='synthetic', choices=tuple(WORKLOADS))
+  p.add_argument('--clients', type=int, default=0,
+                 help='clients per round (default: 200 for synthetic, 20 for cnn)')
   p.add_argument('--fuse_dots', default='true', choices=('true', 'false'),
                  help="the round's fused small products (core.small_dots) on or off")
-  p.add_argument('--rounds', type=int, default=20)
+  p.add_argument('--xla_layers', action='store_true',
+                 help="cnn: XLA's own convolution and max pool instead of models.layers")
+  p.add_argument('--rounds', type=int, default=0, help='default: 20 (synthetic), 3 (cnn)')
   p.add_argument('--top', type=int, default=12)
   a = p.parse_args(argv)
-  if min(a.clients, a.rounds, a.top) <= 0:
+  cnn = a.workload == 'cnn'
+  clients = a.clients or (20 if cnn else 200)
+  rounds = a.rounds or (3 if cnn else 20)
+  if min(clients, rounds, a.top) <= 0:
     p.exit(2, 'error: --clients, --rounds and --top must be positive\n')
-  round_ms, ranked = profile(a.clients, a.fuse_dots == 'true', a.rounds)
+  if a.xla_layers and not cnn:
+    p.exit(2, 'error: --xla_layers: only with --workload cnn\n')
+  round_ms, ranked, chunk, hlo = profile(a.workload, clients, a.fuse_dots == 'true',
+                                         a.xla_layers, rounds)
   summed = sum(us for _, us, _ in ranked)
-  print(f'{a.clients} clients, fuse_dots={a.fuse_dots}: round {round_ms:.2f} ms (median of '
-        f'{a.rounds}); kernels sum to {summed / 1e3:.2f} ms a round\n')
-  print('| kernel | us per round | calls per round | share |')
-  print('|---|---:|---:|---:|')
+  layers = (', xla_layers' if a.xla_layers else '') if cnn else ''
+  print(f'{a.workload}, {clients} clients (chunk {chunk}), fuse_dots={a.fuse_dots}{layers}: '
+        f'round {round_ms:.2f} ms (median of {rounds}); kernels sum to {summed / 1e3:.2f} ms a '
+        'round\n')
+  print('| kernel | writes | us per round | calls per round | share |')
+  print('|---|---|---:|---:|---:|')
   for name, us, n in ranked[:a.top]:
-    print(f'| `{name}` | {us:,.0f} | {n:.0f} | {us / summed:.2f} |')
+    print(f'| `{name}` | `{output_shape(hlo, name)}` | {us:,.0f} | {n:.0f} | {us / summed:.2f} |')
 
 
 if __name__ == '__main__':

@@ -3,8 +3,9 @@
 
 Vmapping a client's training step over a cohort turns every convolution into a batched one
 with a different kernel per client. XLA's CPU backend runs that, and the transposed
-convolutions of its gradient, an order of magnitude slower than the same arithmetic as matrix
-products (``benchmarks/vs_torch_loop.py``: 173 against 3,300 examples/s for GeL's FEMNIST CNN).
+convolutions of its gradient, more than an order of magnitude slower than the same arithmetic
+as matrix products (GeL's FEMNIST CNN: ``benchmarks/vs_torch_loop.py`` with and without
+``--xla_layers``, figures in ``benchmarks/RESULTS.md``).
 ``patches_conv`` computes the same convolution as the window's shifted strided slices stacked
 into patches ``[N, *out_spatial, window * C_in]`` and one ``dot_general`` with the kernel
 reshaped to ``[window * C_in, C_out]``. Its gradient is slices, pads and products too, and
