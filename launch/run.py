@@ -52,6 +52,7 @@ flags.DEFINE_string('model', D.model, 'Model name (see fedjax_gel.models.MODELS)
 flags.DEFINE_list('algorithm', [D.algorithm],
                   f'One or more (comma-separated, run one after another with the same seed, '
                   f'into WORKDIR/<algorithm>/) of {", ".join(config_lib.ALGORITHMS)}.')
+flags.DEFINE_alias('algorithms', 'algorithm')
 flags.DEFINE_integer('num_rounds', D.num_rounds, 'Communication rounds.')
 flags.DEFINE_integer('clients_per_round', D.clients_per_round, 'Cohort size C.')
 flags.DEFINE_bool('sample_with_replacement', D.sample_with_replacement,
@@ -171,7 +172,7 @@ def main(argv):
   from fedjax_gel.core.devices import use_all_cpu_cores
   use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
   from fedjax_gel.data.leaf import DataError
-  from fedjax_gel.experiment import report, runner
+  from fedjax_gel.experiment import plots, report, runner
   try:
     configs = [config_lib.validate(c) for c in configs_from_flags()]
     c = configs[0]
@@ -184,8 +185,7 @@ def main(argv):
     workdirs = [run_dir(workdir, x, levels) for x in configs]
     for w in workdirs:
       runner.check_workdir(w, F.overwrite)
-    if levels != (False, False, False):
-      runner.check_workdir(workdir, F.overwrite, 'report.md')
+    runner.check_workdir(workdir, F.overwrite, 'report.md')
     base = runner.prepare(c)   # data, model, chunks: shared by every run
     for w in workdirs:
       runner.make_workdir(w)
@@ -199,13 +199,16 @@ def main(argv):
     print(f'{x.run_name} on {x.dataset}, seed {x.seed}, client lr {x.client_lr:g}: final test '
           f'accuracy {summary["final_accuracy"]:.4f}, best {summary["best_accuracy"]:.4f}, '
           f'rounds to {x.target_accuracy:.0%}: {target if target is not None else "not reached"}')
+  text = report.report_text(results, levels[2])
   if len(results) > 1:
-    text = report.report_text(results, levels[2])
     print(text)
-    with open(os.path.join(workdir, 'report.md'), 'w') as f:
-      f.write(text + '\n')
+  runner.write_text(os.path.join(workdir, 'report.md'), text + '\n')
+  plotted = plots.accuracy_plots(report.kept_runs(results, levels[2]),
+                                 os.path.join(workdir, 'plots'), c.target_accuracy)
+  if not plotted:
+    print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')")
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json'
-        f'{"" if len(configs) == 1 else " per run; report.md"})')
+        f'{"" if len(configs) == 1 else " per run"}; report.md{"; plots/" if plotted else ""})')
 
 
 def parse_flags(argv):

@@ -1,8 +1,34 @@
-"""Paired-run summaries as a Markdown table (rounds to target per seed, means)."""
+"""Paired-run summaries as Markdown tables: rounds to target per seed, GeL's Tables 1 and 2
+(mean rounds with a 95% confidence interval, speedup, accuracy beyond the target, gradient
+computations and network volume), FedGBO's cost table."""
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Sequence
+
+# Two-sided 95% quantiles of Student's t with 1..30 degrees of freedom (beyond 30: 1.96).
+T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+  """``(mean, half-width)`` of the 95% confidence interval ``mean +- t_{0.975, n-1} s / sqrt(n)``
+  (Student's t over seeds; half-width NaN for one value)."""
+  n = len(values)
+  mean = statistics.mean(values)
+  if n < 2:
+    return mean, math.nan
+  t = T_95[n - 2] if n - 1 <= len(T_95) else 1.96
+  return mean, t * statistics.stdev(values) / math.sqrt(n)
+
+
+def baseline_of(name: str, names: Sequence[str]) -> str:
+  """The run ``name`` is compared with: ``X`` for ``X_gel`` (``fedavgcm`` for ``gel``) when it
+  ran, else the first algorithm."""
+  base = 'fedavgcm' if name == 'gel' else name.removesuffix('_gel')
+  return base if base != name and base in names else names[0]
 
 
 def rounds_table(summaries: Sequence[dict]) -> str:
@@ -92,16 +118,80 @@ def best_learning_rates(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
   return {name: lr for name, (lr, _) in best.items()}
 
 
+def _fmt_ci(values, digits=1) -> str:
+  mean, half = mean_ci(values)
+  return f'{mean:.{digits}f}' + ('' if math.isnan(half) else f' +- {half:.{digits}f}')
+
+
+def paired_table(results: Sequence[tuple[dict, Sequence[dict]]]) -> str:
+  """GeL's Tables 1 and 2 over seeds: per algorithm, rounds to the target (mean +- the 95%
+  confidence half-width over the seeds that reached it), the speedup over its baseline
+  (``baseline_of``: ``(R_base - R) / R`` of the mean rounds, GeL's definition: 148 -> 112 is
+  32.1%), the accuracy beyond the target at the round the baseline reaches it (paired by seed:
+  ``acc(R_base) - target`` in percentage points, mean over the seeds where both have that
+  evaluation), and the cumulative gradient computations and network volume (MiB uploaded and
+  downloaded: parameters x bytes x clients x rounds) spent until the target.
+  """
+  by_alg: dict[str, dict[int, tuple[dict, Sequence[dict]]]] = {}
+  for summary, records in results:
+    by_alg.setdefault(summary['algorithm'], {})[summary['seed']] = (summary, records)
+  names = list(by_alg)
+  target = results[0][0]['target_accuracy']
+  mib = 2 ** 20
+  lines = [f'| algorithm | baseline | seeds reaching {target:.0%} | rounds to {target:.0%} '
+           '(mean +- 95% CI) | speedup | accuracy beyond target at baseline\'s round (pp) | '
+           'gradient computations to target | MiB up to target | MiB down to target |',
+           '|---|---|---:|---:|---:|---:|---:|---:|---:|']
+  for name, runs in by_alg.items():
+    base = baseline_of(name, names)
+    hits = {seed: first_reaching(rec, target) for seed, (_, rec) in runs.items()}
+    hits = {seed: h for seed, h in hits.items() if h is not None}
+    row = [name, '-' if base == name else base, f'{len(hits)}/{len(runs)}']
+    if hits:
+      rounds = [h['round'] for h in hits.values()]
+      row.append(_fmt_ci(rounds))
+    else:
+      row.append('-')
+    base_hits = {seed: first_reaching(rec, target) for seed, (_, rec) in by_alg[base].items()}
+    base_rounds = [h['round'] for h in base_hits.values() if h is not None]
+    if base != name and hits and base_rounds:
+      mean_r = statistics.mean(h['round'] for h in hits.values())
+      row.append(f'{(statistics.mean(base_rounds) - mean_r) / mean_r:+.1%}')
+    else:
+      row.append('-')
+    beyond = []
+    for seed, hit in base_hits.items():
+      at = [r for r in runs.get(seed, (None, []))[1] if hit is not None and r['round'] == hit['round']]
+      if at:
+        beyond.append(100 * (at[0]['test_accuracy'] - target))
+    row.append(_fmt_ci(beyond, 2) if base != name and beyond else '-')
+    for key, scale, digits in (('grad_computations', 1, 0), ('bytes_up', mib, 2),
+                               ('bytes_down', mib, 2)):
+      row.append(f'{statistics.mean(h[key] for h in hits.values()) / scale:,.{digits}f}'
+                 if hits else '-')
+    lines.append('| ' + ' | '.join(row) + ' |')
+  return '\n'.join(lines)
+
+
+def kept_runs(results: Sequence[tuple[dict, Sequence[dict]]], grid: bool) -> list:
+  """The runs a report shows: with a client learning-rate grid, each algorithm's best lr."""
+  if not grid:
+    return list(results)
+  best = best_learning_rates(results)
+  return [(s, r) for s, r in results if best[s['algorithm']] == s['client_lr']]
+
+
 def report_text(results: Sequence[tuple[dict, Sequence[dict]]], grid: bool) -> str:
-  """``report.md`` for several runs; with a learning-rate grid, the best lr per algorithm is
-  kept. Ends with the cost table when FedAvg is among the runs."""
+  """``report.md``: with a learning-rate grid, the best lr per algorithm is kept; the rounds
+  per seed, GeL's paired table, and FedGBO's cost table when FedAvg is among the runs."""
   out = []
   if grid:
     best = best_learning_rates(results)
     out.append('Client learning rate per algorithm (best mean max accuracy over the grid): ' +
                ', '.join(f'{name} {lr:g}' for name, lr in best.items()))
-    results = [(s, r) for s, r in results if best[s['algorithm']] == s['client_lr']]
+  results = kept_runs(results, grid)
   out.append(rounds_table([s for s, _ in results]))
+  out.append(paired_table(results))
   if any(s['algorithm'] == 'fedavg' for s, _ in results):
     out.append(cost_table(results))
   return '\n\n'.join(out)

@@ -322,12 +322,16 @@ def finite(obj):
   return obj
 
 
-def write_json(path: str, obj):
+def write_text(path: str, text: str):
+  """Writes ``path`` whole or not at all (a temporary file renamed over it)."""
   tmp = path + '.tmp'
   with open(tmp, 'w') as f:
-    json.dump(finite(obj), f, indent=2, allow_nan=False)
-    f.write('\n')
+    f.write(text)
   os.replace(tmp, path)
+
+
+def write_json(path: str, obj):
+  write_text(path, json.dumps(finite(obj), indent=2, allow_nan=False) + '\n')
 
 
 def read_metrics(workdir: str) -> list[dict]:
@@ -407,16 +411,19 @@ def train(exp: Experiment, workdir: str,
     pending.clear()
     params = exp.algorithm.server_params(state)
     test, tr = evaluate(params, exp.test_pool), evaluate(params, exp.train_pool)
+    accuracy = float(test['accuracy'])
     rec = {'round': done, 'algorithm': c.run_name, 'seed': c.seed,
-           'test_accuracy': float(test['accuracy']), 'test_loss': float(test['loss']),
+           'test_accuracy': accuracy,
+           'best_test_accuracy': max([accuracy] + [r['best_test_accuracy'] for r in records]),
+           'test_loss': float(test['loss']),
            'train_loss': float(tr['loss']), **totals,
            'client_distance': last_distance[0],
            'elapsed_s': round(time.perf_counter() - t0, 3)}
     records.append(rec)
     with open(metrics_path, 'a') as f:
       f.write(json.dumps(finite(rec), allow_nan=False) + '\n')
-    best = max(r['test_accuracy'] for r in records)
-    progress.update(done, f'test acc {rec["test_accuracy"]:.4f} (best {best:.4f})', force=True)
+    progress.update(done, f'test acc {accuracy:.4f} (best {rec["best_test_accuracy"]:.4f})',
+                    force=True)
 
   record(0)
   progress.begin(0)

@@ -129,15 +129,20 @@ def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   assert summary['rounds_to_target'] == next(r['round'] for r in records
                                              if r['test_accuracy'] >= 0.01)
 
-  before = {p.name: p.read_bytes() for p in workdir.iterdir()}
+  assert '| fedavg | - | 1/1 |' in (workdir / 'report.md').read_text()   # the paired table
+  assert sorted(p.name for p in (workdir / 'plots').iterdir()) == [
+      'accuracy_gradients.png', 'accuracy_rounds.png']
+
+  before = {p.relative_to(workdir): p.read_bytes() for p in workdir.rglob('*') if p.is_file()}
   again = run(*common, '--algorithm=fedavgcm')
   assert_one_line_error(again, '--workdir', '--overwrite')
-  assert {p.name: p.read_bytes() for p in workdir.iterdir()} == before
+  assert {p.relative_to(workdir): p.read_bytes()
+          for p in workdir.rglob('*') if p.is_file()} == before
 
   replaced = run(*common, '--algorithm=fedavg', '--seed=1', '--overwrite')
   assert replaced.returncode == 0, replaced.stderr
   assert json.loads((workdir / 'summary.json').read_text())['seed'] == 1
-  assert (workdir / 'metrics.jsonl').read_bytes() != before['metrics.jsonl']
+  assert (workdir / 'metrics.jsonl').read_bytes() != before[pathlib.Path('metrics.jsonl')]
 
 
 def load_launcher():

@@ -1,4 +1,7 @@
-"""The rounds-to-target table against hand-made summaries."""
+"""The report's tables against hand-made summaries and metrics."""
+import math
+
+from fedjax_gel.experiment import report
 from fedjax_gel.experiment.report import cost_table, rounds_table
 
 
@@ -35,3 +38,53 @@ def test_cost_table_by_hand():
                      '10 | 2.00 | 200 |')
   assert rows[3] == ('| fedgbo_sgdm | 0.3 | 204.80 | 409.60 | 1.00e-03 | 0.8000 | 10 | 4.00 | '
                      '200 | 5 | 2.00 | 100 |')
+
+
+def run(alg, seed, accs, step=10):
+  """A run evaluated every ``step`` rounds with test accuracies ``accs``; 1 MiB up, 2 down and
+  10 gradients per round."""
+  mib = 2 ** 20
+  records = [{'round': step * i, 'test_accuracy': a, 'bytes_up': step * i * mib,
+              'bytes_down': 2 * step * i * mib, 'grad_computations': 10 * step * i}
+             for i, a in enumerate(accs)]
+  return {'algorithm': alg, 'seed': seed, 'target_accuracy': 0.85}, records
+
+
+def test_mean_ci_by_hand():
+  mean, half = report.mean_ci([100, 110])
+  assert mean == 105 and abs(half - 12.706 * 7.0710678 / 1.4142136) < 1e-3   # t_{0.975, 1}
+  mean, half = report.mean_ci([1., 2., 3., 4., 5.])
+  assert mean == 3 and abs(half - 2.776 * 1.5811388 / 2.2360680) < 1e-4     # t_{0.975, 4}
+  assert math.isnan(report.mean_ci([7.])[1])
+
+
+def test_baseline_pairing():
+  names = ['fedprox', 'fedprox_gel', 'fedavgcm', 'gel', 'fednova_gel', 'fedyogi']
+  assert report.baseline_of('fedprox_gel', names) == 'fedprox'
+  assert report.baseline_of('gel', names) == 'fedavgcm'
+  assert report.baseline_of('fednova_gel', names) == 'fedprox'   # fednova did not run: first
+  assert report.baseline_of('fedyogi', names) == 'fedprox'
+
+
+def test_paired_table_by_hand():
+  #            round:  0    10   20   30    40    50
+  runs = [run('fedavgcm', 0, [0.1, 0.5, 0.8, 0.84, 0.86, 0.88]),    # reaches 85% at 40
+          run('fedavgcm', 1, [0.1, 0.6, 0.8, 0.86, 0.87, 0.88]),    # at 30
+          run('gel', 0, [0.1, 0.7, 0.86, 0.87, 0.89, 0.90]),        # at 20
+          run('gel', 1, [0.1, 0.7, 0.84, 0.88, 0.89, 0.90])]        # at 30
+  rows = report.paired_table(runs).splitlines()
+  assert rows[0].startswith('| algorithm | baseline | seeds reaching 85% | rounds to 85% (mean')
+  half = 12.706 * 7.0710678 / 1.4142136   # both pairs of rounds differ by 10
+  assert rows[2] == (f'| fedavgcm | - | 2/2 | 35.0 +- {half:.1f} | - | - | 350 | 35.00 | '
+                     '70.00 |')
+  # speedup (35 - 25) / 25; beyond: gel at 40 (seed 0) 0.89, at 30 (seed 1) 0.88 -> +4, +3 pp
+  beyond_half = 12.706 * 0.7071068 / 1.4142136
+  assert rows[3] == (f'| gel | fedavgcm | 2/2 | 25.0 +- {half:.1f} | +40.0% | '
+                     f'3.50 +- {beyond_half:.2f} | 250 | 25.00 | 50.00 |')
+
+
+def test_paired_table_when_a_run_never_reaches_the_target():
+  runs = [run('fedprox', 0, [0.1, 0.9]), run('fedprox_gel', 0, [0.1, 0.5])]
+  rows = report.paired_table(runs).splitlines()
+  assert rows[2] == '| fedprox | - | 1/1 | 10.0 | - | - | 100 | 10.00 | 20.00 |'
+  assert rows[3] == '| fedprox_gel | fedprox | 0/1 | - | - | -35.00 | - | - | - |'

@@ -17,7 +17,8 @@ from fedjax_gel.experiment import progress as progress_lib
 from fedjax_gel.experiment import runner
 from fedjax_gel.experiment.config import Config, ConfigError
 
-METRIC_KEYS = {'round', 'algorithm', 'seed', 'test_accuracy', 'test_loss', 'train_loss',
+METRIC_KEYS = {'round', 'algorithm', 'seed', 'test_accuracy', 'best_test_accuracy', 'test_loss',
+               'train_loss',
                'bytes_up', 'bytes_down', 'client_rounds', 'client_distance',
                'grad_computations', 'examples', 'elapsed_s'}
 
@@ -78,6 +79,9 @@ def test_metrics_rounds_and_keys(runs):
     assert set(r) == METRIC_KEYS
     assert r['algorithm'] == c.algorithm and r['seed'] == c.seed
     assert 0 <= r['test_accuracy'] <= 1 and np.isfinite(r['test_loss'])
+  # the running best, GeL's evaluation protocol
+  assert [r['best_test_accuracy'] for r in records] == list(
+      np.maximum.accumulate([r['test_accuracy'] for r in records]))
 
 
 def test_grad_computations_are_cohort_budgets(runs):

@@ -1,0 +1,109 @@
+"""The work directory's ``plots/*.png`` (matplotlib, optional: ``pip install -e '.[plot]'``).
+
+* ``accuracy_rounds.png``: test accuracy against communication rounds, per algorithm the mean
+  over seeds with its 95% confidence band (GeL Fig. 4, rows 1-2);
+* ``accuracy_gradients.png``: the same means against the cumulative gradient computations of
+  all clients (GeL Fig. 4, row 3);
+* ``grid_<algorithm>.png``: a learning-rate grid's final test accuracy as a heat map (GeL
+  Fig. 7), diverged cells marked.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Sequence
+
+import numpy as np
+
+from fedjax_gel.experiment.report import mean_ci
+
+
+def _pyplot():
+  """``matplotlib.pyplot`` with the file-only backend, or None when matplotlib is missing."""
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
+
+
+def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
+  """Per run name: ``(rounds, mean accuracy, 95% half-width, mean gradient computations)`` over
+  the evaluations every seed has (seeds share the evaluation schedule)."""
+  by_alg: dict[str, list[Sequence[dict]]] = {}
+  for summary, records in results:
+    by_alg.setdefault(summary['algorithm'], []).append(records)
+  out = {}
+  for name, runs in by_alg.items():
+    common = sorted(set.intersection(*({r['round'] for r in rec} for rec in runs)))
+    at = [{r['round']: r for r in rec} for rec in runs]
+    acc = [[a[t]['test_accuracy'] for a in at] for t in common]
+    stats = [mean_ci(v) for v in acc]
+    out[name] = (np.array(common), np.array([m for m, _ in stats]),
+                 np.array([0. if math.isnan(h) else h for _, h in stats]),
+                 np.array([np.mean([a[t]['grad_computations'] for a in at]) for t in common]))
+  return out
+
+
+def accuracy_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
+                   target: float | None = None) -> list[str]:
+  """Writes the two accuracy plots; returns their paths ([] without matplotlib)."""
+  plt = _pyplot()
+  if plt is None:
+    return []
+  os.makedirs(plot_dir, exist_ok=True)
+  data = curves(results)
+  seeds = max(sum(1 for s, _ in results if s['algorithm'] == name) for name in data)
+  paths = []
+  for x_key, xlabel, file in ((0, 'communication rounds', 'accuracy_rounds.png'),
+                              (3, 'cumulative gradient computations', 'accuracy_gradients.png')):
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for name, c in data.items():
+      x, mean, half = c[x_key], c[1], c[2]
+      ax.plot(x, mean, label=name)
+      if half.any():
+        ax.fill_between(x, mean - half, mean + half, alpha=0.2)
+    if target is not None:
+      ax.axhline(target, color='gray', linestyle=':', linewidth=1, label=f'target {target:.0%}')
+    band = f', mean and 95% CI over {seeds} seeds' if seeds > 1 else ''
+    ax.set(xlabel=xlabel, ylabel='test accuracy', title=f'test accuracy{band}')
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize='small')
+    fig.tight_layout()
+    path = os.path.join(plot_dir, file)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    paths.append(path)
+  return paths
+
+
+def grid_heatmap(accuracy: np.ndarray, diverged: np.ndarray, client_lrs: Sequence[float],
+                 server_lrs: Sequence[float], title: str, path: str) -> str | None:
+  """``accuracy[i, j]`` of client lr ``i`` and server lr ``j`` as a heat map with the values
+  written in; diverged cells are grey and marked ``x``. Returns the path (None without
+  matplotlib)."""
+  plt = _pyplot()
+  if plt is None:
+    return None
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  shown = np.ma.masked_where(diverged, accuracy)
+  fig, ax = plt.subplots(figsize=(1.0 + 0.62 * len(server_lrs), 1.0 + 0.5 * len(client_lrs)))
+  cmap = plt.get_cmap('viridis').copy()
+  cmap.set_bad('lightgrey')
+  im = ax.imshow(shown, origin='lower', cmap=cmap, vmin=0., vmax=1., aspect='auto')
+  for i in range(len(client_lrs)):
+    for j in range(len(server_lrs)):
+      text = 'x' if diverged[i, j] else f'{100 * accuracy[i, j]:.0f}'
+      ax.text(j, i, text, ha='center', va='center', fontsize=7,
+              color='black' if diverged[i, j] or accuracy[i, j] > 0.6 else 'white')
+  log = lambda v: f'{math.log10(v):g}'
+  ax.set_xticks(range(len(server_lrs)), [log(v) for v in server_lrs])
+  ax.set_yticks(range(len(client_lrs)), [log(v) for v in client_lrs])
+  ax.set(xlabel='log10 server learning rate', ylabel='log10 client learning rate', title=title)
+  fig.colorbar(im, ax=ax, label='final test accuracy')
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
