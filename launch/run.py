@@ -63,6 +63,10 @@ flags.DEFINE_string('budget_range', '%d,%d' % D.budget_range,
 flags.DEFINE_float('client_lr', D.client_lr, 'Client learning rate.')
 flags.DEFINE_list('client_lr_grid', [], 'Several client learning rates: every algorithm runs with '
                   'each, and the report keeps, per algorithm, the one with the best accuracy.')
+flags.DEFINE_list('server_lr_grid', [], 'Several server learning rates: every algorithm (and seed) '
+                  'trains the grid --client_lr_grid (else --client_lr) x --server_lr_grid as one '
+                  'vmapped program, each cell its own model, into WORKDIR/.../grid.json with a '
+                  'heat map in plots/grid.png; diverged cells are marked.')
 flags.DEFINE_float('client_momentum', D.client_momentum,
                    'Client momentum of the SGDM clients (fedavgcm, GeL, FedProx, FedNova).')
 flags.DEFINE_float('prox_mu', D.prox_mu, 'FedProx proximal weight mu (fedprox, fedprox_gel).')
@@ -124,27 +128,38 @@ flags.DEFINE_integer('num_devices', D.num_devices,
                      'is a device.')
 
 
+def distinct(flag, items, kind=str):
+  """``items`` as ``kind``s, or a ConfigError naming ``--flag`` (bad values or repeats)."""
+  try:
+    items = [kind(x) for x in items]
+  except ValueError:
+    raise config_lib.ConfigError(f'--{flag} must hold {kind.__name__}s (got {",".join(items)})'
+                                 ) from None
+  if not items or len(set(items)) != len(items):
+    raise config_lib.ConfigError(f'--{flag} needs distinct values (got {items})')
+  return items
+
+
+def lr_grid(flag: str, items) -> list[float]:
+  values = distinct(flag, items, float)
+  if min(values) <= 0:
+    raise config_lib.ConfigError(f'--{flag} needs positive learning rates (got {items})')
+  return values
+
+
 def configs_from_flags() -> list[config_lib.Config]:
   """One Config per run: ``--seeds`` (else ``--seed``) x ``--algorithm`` (the FedGBO family once
-  per ``--gbo_optimizer``) x ``--client_lr_grid`` (else ``--client_lr``)."""
+  per ``--gbo_optimizer``) x ``--client_lr_grid`` (else ``--client_lr``; with
+  ``--server_lr_grid`` the client lrs are the grid's rows, not separate runs)."""
   skip = ('budget_range', 'algorithm', 'seed', 'gbo_optimizer', 'client_lr')
   values = {f.name: getattr(F, f.name) for f in dataclasses.fields(config_lib.Config)
             if f.name not in skip}
   values['budget_range'] = config_lib.parse_budget_range(F.budget_range)
-
-  def distinct(flag, items, kind=str):
-    try:
-      items = [kind(x) for x in items]
-    except ValueError:
-      raise config_lib.ConfigError(f'--{flag} must hold {kind.__name__}s (got {",".join(items)})'
-                                   ) from None
-    if not items or len(set(items)) != len(items):
-      raise config_lib.ConfigError(f'--{flag} needs distinct values (got {items})')
-    return items
-
   algorithms = distinct('algorithm', F.algorithm)
   seeds = distinct('seeds', F.seeds, int) if F.seeds else [F.seed]
-  lrs = distinct('client_lr_grid', F.client_lr_grid, float) if F.client_lr_grid else [F.client_lr]
+  lrs = lr_grid('client_lr_grid', F.client_lr_grid) if F.client_lr_grid else [F.client_lr]
+  if F.server_lr_grid:
+    lrs = lrs[:1]   # the grid's rows: one program per algorithm and seed
   gbo_kinds = distinct('gbo_optimizer', F.gbo_optimizer)
   return [config_lib.Config(algorithm=a, seed=s, gbo_optimizer=k, client_lr=lr, **values)
           for s in seeds for a in algorithms
@@ -172,9 +187,15 @@ def main(argv):
   from fedjax_gel.core.devices import use_all_cpu_cores
   use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
   from fedjax_gel.data.leaf import DataError
-  from fedjax_gel.experiment import plots, report, runner
+  from fedjax_gel.experiment import grid, plots, report, runner
   try:
     configs = [config_lib.validate(c) for c in configs_from_flags()]
+    grids = None
+    if F.server_lr_grid:
+      grids = (lr_grid('client_lr_grid', F.client_lr_grid) if F.client_lr_grid else
+               [F.client_lr], lr_grid('server_lr_grid', F.server_lr_grid))
+      for x in configs:
+        grid.check_grid(x)
     c = configs[0]
     names = list(dict.fromkeys(x.run_name for x in configs))
     levels = (len({x.seed for x in configs}) > 1, len(names) > 1,
@@ -191,6 +212,9 @@ def main(argv):
       runner.make_workdir(w)
   except (config_lib.ConfigError, DataError) as e:
     fail(str(e))
+  if grids is not None:
+    run_grids(configs, workdirs, workdir, base, grids)
+    return
   results, compiled = [], {}
   for x, w in zip(configs, workdirs):
     summary = runner.train(runner.with_config(base, x), w, compiled=compiled)
@@ -209,6 +233,28 @@ def main(argv):
     print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')")
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json'
         f'{"" if len(configs) == 1 else " per run"}; report.md{"; plots/" if plotted else ""})')
+
+
+def run_grids(configs, workdirs, workdir, base, grids):
+  """``--server_lr_grid``: each config's learning-rate grid as one program; report.md holds
+  the grids' tables."""
+  from fedjax_gel.experiment import grid, runner  # pylint: disable=g-import-not-at-top
+  tables = []
+  for x, w in zip(configs, workdirs):
+    result = grid.train_grid(runner.with_config(base, x), *grids, w)
+    diverged = sum(cell['diverged'] for cell in result['cells'])
+    finals = [(cell['final_accuracy'], cell) for cell in result['cells']
+              if cell['final_accuracy'] is not None]
+    best = max(finals, key=lambda t: t[0])[1] if finals else None
+    print(f'{x.run_name} on {x.dataset}, seed {x.seed}: {len(result["cells"])} cells, '
+          f'{diverged} diverged' + (f', best final test accuracy {best["final_accuracy"]:.4f} '
+                                    f'at client lr {best["client_lr"]:g}, server lr '
+                                    f'{best["server_lr"]:g}' if best else ''))
+    tables.append(grid.grid_table(result) + f'\n\nHeat map: `{os.path.relpath(w, workdir)}/'
+                  'plots/grid.png`')
+  runner.write_text(os.path.join(workdir, 'report.md'), '\n\n'.join(tables) + '\n')
+  print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, grid.json, '
+        'summary.json, plots/grid.png per grid; report.md)')
 
 
 def parse_flags(argv):

@@ -345,6 +345,33 @@ def rounds_to_target(records, target: float) -> Optional[int]:
   return None if hit is None else hit['round']
 
 
+def make_sampler(exp: Experiment, root) -> Callable:
+  """``sample(round, server_state) -> Cohort`` of the config's selection rule (power-of-d reads
+  the candidates' losses at ``server_state``'s model; the others ignore it)."""
+  c = exp.config
+  example_loss = models.per_example_cross_entropy(exp.model)
+
+  def sample(r, server_state):
+    ids = None
+    if c.client_selection == 'power_of_d':   # the candidates' losses at the current model
+      ids = selection.power_of_d(
+          root, r, exp.algorithm.server_params(server_state), exp.train,
+          per_example_loss=example_loss, d=c.candidates, cohort_size=c.clients_per_round,
+          mode=c.power_loss, batch_size=c.batch_size)
+    return sampling.sample_cohort(
+        root, r, exp.train.counts, cohort_size=c.clients_per_round,
+        budget_range=tuple(c.budget_range), replace=c.sample_with_replacement,
+        batch_size=c.batch_size, weighting=c.aggregation_weights,
+        guess_policy=c.guess_policy_value(), selection=c.client_selection,
+        groups=c.cyclic_groups, client_ids=ids)
+  return sample
+
+
+def json_line(record: dict) -> str:
+  """One ``metrics.jsonl`` line (NaN and infinities written as null)."""
+  return json.dumps(finite(record), allow_nan=False) + '\n'
+
+
 def train(exp: Experiment, workdir: str,
           on_round: Callable[[int, sampling.Cohort, round_lib.RoundMetrics], None] | None = None,
           progress: Progress | None = None, compiled: dict | None = None) -> dict:
@@ -365,21 +392,7 @@ def train(exp: Experiment, workdir: str,
                             exp.mesh)
   if exp.algorithm.store_row is not None:   # the per-client store, sharded over the mesh
     state = state._replace(clients=store.place(state.clients, exp.mesh))
-  counts = exp.train.counts
-  example_loss = models.per_example_cross_entropy(exp.model)
-
-  def sample(r, server_state):
-    ids = None
-    if c.client_selection == 'power_of_d':   # the candidates' losses at the current model
-      ids = selection.power_of_d(
-          root, r, exp.algorithm.server_params(server_state), exp.train,
-          per_example_loss=example_loss, d=c.candidates, cohort_size=c.clients_per_round,
-          mode=c.power_loss, batch_size=c.batch_size)
-    return sampling.sample_cohort(
-        root, r, counts, cohort_size=c.clients_per_round, budget_range=tuple(c.budget_range),
-        replace=c.sample_with_replacement, batch_size=c.batch_size,
-        weighting=c.aggregation_weights, guess_policy=c.guess_policy_value(),
-        selection=c.client_selection, groups=c.cyclic_groups, client_ids=ids)
+  sample = make_sampler(exp, root)
   compiled = {} if compiled is None else compiled
   evaluate = compiled.setdefault('evaluate', evaluation.build_evaluate(exp.model.apply))
 
@@ -421,7 +434,7 @@ def train(exp: Experiment, workdir: str,
            'elapsed_s': round(time.perf_counter() - t0, 3)}
     records.append(rec)
     with open(metrics_path, 'a') as f:
-      f.write(json.dumps(finite(rec), allow_nan=False) + '\n')
+      f.write(json_line(rec))
     progress.update(done, f'test acc {accuracy:.4f} (best {rec["best_test_accuracy"]:.4f})',
                     force=True)
 

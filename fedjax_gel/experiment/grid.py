@@ -1,0 +1,213 @@
+"""A ``(client lr, server lr)`` grid trained as one vmapped program (GeL's Fig. 7).
+
+Every cell is its own run: its own server model and optimiser state, started from the same
+initial model and trained on the same cohorts, budgets and shuffles (the seed's), with its own
+pair of learning rates. The algorithm is built *inside* the vmapped function from traced
+learning rates (optax takes arrays as learning rates), so the whole grid is one compiled round:
+``jax.vmap`` over the cells of the engine's round. A cell that diverges (a non-finite server
+model or test loss) is marked and keeps running on its own NaNs; the other cells are unaffected.
+
+Outputs in the work directory: ``config.json``; ``metrics.jsonl`` with one record per cell and
+evaluation (``round, algorithm, seed, client_lr, server_lr, test_accuracy, best_test_accuracy,
+test_loss, train_loss`` (the round's mean client minibatch loss), ``diverged``);
+``grid.json`` with each cell's final and best accuracy, rounds to target and divergence;
+``summary.json``; ``plots/grid.png``, the heat map of final test accuracy.
+
+Algorithms with per-client state (the store) and power-of-d selection (which ranks clients by
+each model's loss) are not supported in a grid. FedExP and the FedGBO family set their own server
+step: their grid's server learning rates change nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_gel.core import keys, round as round_lib
+from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment import plots, runner
+from fedjax_gel.experiment.progress import Progress
+
+
+def check_grid(c: config_lib.Config):
+  """The grid's incompatible settings, as a ConfigError naming the flag."""
+  if c.algorithm in config_lib.STATEFUL_ALGORITHMS:
+    raise config_lib.ConfigError(
+        f'--server_lr_grid: --algorithm={c.algorithm} keeps per-client state, which a '
+        'learning-rate grid does not support; run its learning rates one by one')
+  if c.client_selection == 'power_of_d':
+    raise config_lib.ConfigError(
+        '--server_lr_grid: --client_selection=power_of_d ranks clients by each model\'s loss, '
+        'which a learning-rate grid does not support')
+
+
+def cells(client_lrs, server_lrs) -> tuple[np.ndarray, np.ndarray]:
+  """The grid's ``[I * J]`` client and server learning rates, client lr major."""
+  lc, ls = np.meshgrid(np.asarray(client_lrs, np.float32), np.asarray(server_lrs, np.float32),
+                       indexing='ij')
+  return lc.reshape(-1), ls.reshape(-1)
+
+
+def grid_chunk_size(exp: runner.Experiment, num_cells: int) -> int:
+  """Clients per chunk and cell: the automatic chunk of a cohort of ``C x cells`` clients,
+  shared among the cells (``--chunk_size`` when given)."""
+  c = exp.config
+  if c.chunk_size:
+    return min(c.chunk_size, c.clients_per_round)
+  params = jax.eval_shape(exp.model.init, jax.random.key(0))
+  total = round_lib.default_chunk_size(
+      c.clients_per_round * num_cells, params, runner.example_bytes(exp.train), c.batch_size,
+      budget_range=tuple(c.budget_range))
+  return max(1, min(total // num_cells, c.clients_per_round))
+
+
+def build_grid_fns(exp: runner.Experiment, chunk: int):
+  """``(init(lc, ls), round(states, lc, ls, cohort, data, root, r), evaluate(states, lc, ls))``,
+  each jitted and vmapped over the cells."""
+  c = exp.config
+  counts = np.asarray(exp.train.counts)
+  params0 = exp.model.init(keys.init_key(keys.root_key(c.seed)))
+
+  def algorithm(lc, ls):   # traced learning rates: built inside the vmapped function
+    return runner.make_algorithm(dataclasses.replace(c, client_lr=lc, server_lr=ls), exp.model,
+                                 counts)
+
+  def cell_round(state, lc, ls, cohort, data, root, r):
+    round_fn = round_lib.build_round(algorithm(lc, ls), batch_size=c.batch_size,
+                                     max_budget=c.budget_range[1], chunk_size=chunk)
+    return round_fn(state, cohort, data, root, r)
+
+  from fedjax_gel.core import evaluation  # pylint: disable=g-import-not-at-top
+  evaluate = evaluation.build_evaluate(exp.model.apply)
+
+  def cell_eval(state, lc, ls):
+    params = algorithm(lc, ls).server_params(state)
+    test = evaluate(params, exp.test_pool)
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(params)]))
+    return test['accuracy'], test['loss'], ~(finite & jnp.isfinite(test['loss']))
+
+  init = jax.jit(jax.vmap(lambda lc, ls: algorithm(lc, ls).server_init(params0)))
+  round_fn = jax.jit(jax.vmap(cell_round, in_axes=(0, 0, 0, None, None, None, None)),
+                     donate_argnums=(0,))
+  return init, round_fn, jax.jit(jax.vmap(cell_eval))
+
+
+def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
+               progress: Progress | None = None) -> dict:
+  """Trains every cell of the grid for ``num_rounds`` rounds as one program, evaluating every
+  ``eval_every`` rounds and after the last; returns (and writes) ``grid.json``'s content."""
+  c = exp.config
+  check_grid(c)
+  runner.make_workdir(workdir)
+  runner.write_json(os.path.join(workdir, 'config.json'),
+                    {**c.to_json(), 'client_lr_grid': list(map(float, client_lrs)),
+                     'server_lr_grid': list(map(float, server_lrs))})
+  metrics_path = os.path.join(workdir, 'metrics.jsonl')
+  open(metrics_path, 'w').close()
+  lc, ls = cells(client_lrs, server_lrs)
+  chunk = grid_chunk_size(exp, lc.size)
+  root = keys.root_key(c.seed)
+  sample = runner.make_sampler(exp, root)
+
+  t0 = time.perf_counter()
+  init, round_fn, evaluate = build_grid_fns(exp, chunk)
+  states = init(lc, ls)
+  cohort0 = sample(0, None)
+  compiled = round_fn.lower(states, lc, ls, cohort0, exp.train, root, jnp.int32(0)).compile()
+  compile_s = time.perf_counter() - t0
+
+  num = lc.size
+  best = np.full(num, -np.inf)
+  ever_diverged = np.zeros(num, bool)
+  reached = np.full(num, -1)
+  history = []
+  train_loss = np.full(num, np.nan)
+
+  def record(done):
+    acc, loss, diverged = (np.asarray(a) for a in evaluate(states, lc, ls))
+    ever_diverged[:] |= diverged
+    acc = np.where(ever_diverged, np.nan, acc)
+    best[:] = np.where(ever_diverged, best, np.maximum(best, acc))
+    reached[:] = np.where((reached < 0) & (acc >= c.target_accuracy), done, reached)
+    history.append(acc)
+    lines = []
+    for i in range(num):
+      lines.append(runner.json_line({
+          'round': done, 'algorithm': c.run_name, 'seed': c.seed, 'client_lr': float(lc[i]),
+          'server_lr': float(ls[i]), 'test_accuracy': float(acc[i]),
+          'best_test_accuracy': float(best[i]), 'test_loss': float(loss[i]),
+          'train_loss': float(train_loss[i]), 'diverged': bool(ever_diverged[i])}))
+    with open(metrics_path, 'a') as f:
+      f.write(''.join(lines))
+    alive = acc[~ever_diverged]
+    progress.update(done, f'{alive.size}/{num} cells finite, best test acc '
+                    f'{alive.max() if alive.size else float("nan"):.4f}', force=True)
+
+  progress = progress or Progress(c.num_rounds)
+  record(0)
+  progress.begin(0)
+  t_train = time.perf_counter()
+  for r in range(c.num_rounds):
+    cohort = cohort0 if r == 0 else sample(r, None)
+    states, metrics = compiled(states, lc, ls, cohort, exp.train, root, jnp.int32(r))
+    done = r + 1
+    if done % c.eval_every == 0 or done == c.num_rounds:
+      train_loss = np.asarray(metrics.train_loss)
+      record(done)
+    else:
+      progress.update(done)
+  progress.close()
+  train_s = time.perf_counter() - t_train
+
+  shape = (len(client_lrs), len(server_lrs))
+  final = history[-1]
+  result = {
+      'algorithm': c.run_name, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
+      'client_lrs': [float(x) for x in client_lrs], 'server_lrs': [float(x) for x in server_lrs],
+      'target_accuracy': c.target_accuracy,
+      'cells': [{'client_lr': float(lc[i]), 'server_lr': float(ls[i]),
+                 'final_accuracy': None if ever_diverged[i] else float(final[i]),
+                 'best_accuracy': None if not math.isfinite(best[i]) else float(best[i]),
+                 'rounds_to_target': None if reached[i] < 0 else int(reached[i]),
+                 'diverged': bool(ever_diverged[i])} for i in range(num)],
+  }
+  runner.write_json(os.path.join(workdir, 'grid.json'), result)
+  finite = np.where(ever_diverged, -np.inf, final)
+  top = int(np.argmax(finite))
+  runner.write_json(os.path.join(workdir, 'summary.json'), {
+      'algorithm': c.run_name, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
+      'cells': num, 'diverged_cells': int(ever_diverged.sum()),
+      'best_cell': result['cells'][top], 'chunk_size': chunk,
+      'compile_s': round(compile_s, 3), 'train_s': round(train_s, 3),
+      'rounds_per_s': round(c.num_rounds / train_s, 3) if train_s > 0 else None})
+  plots.grid_heatmap(np.nan_to_num(final.reshape(shape)), ever_diverged.reshape(shape),
+                     client_lrs, server_lrs,
+                     f'{c.run_name}: final test accuracy, {c.num_rounds} rounds',
+                     os.path.join(workdir, 'plots', 'grid.png'))
+  return result
+
+
+def grid_table(result: dict) -> str:
+  """The grid's final test accuracy (%) as Markdown: client lr rows, server lr columns; ``x``
+  marks a diverged cell and ``*`` the best."""
+  by = {(cell['client_lr'], cell['server_lr']): cell for cell in result['cells']}
+  finals = [cell['final_accuracy'] for cell in result['cells'] if cell['final_accuracy'] is not None]
+  top = max(finals) if finals else None
+  lines = [f'{result["algorithm"]}, seed {result["seed"]}: final test accuracy (%) after '
+           f'{result["rounds"]} rounds (rows: log10 client lr, columns: log10 server lr; x: '
+           'diverged, *: best)', '',
+           '| | ' + ' | '.join(f'{math.log10(s):g}' for s in result['server_lrs']) + ' |',
+           '|---:|' + '---:|' * len(result['server_lrs'])]
+  for lr in result['client_lrs']:
+    row = []
+    for s in result['server_lrs']:
+      cell = by[(float(np.float32(lr)), float(np.float32(s)))]
+      acc = cell['final_accuracy']
+      row.append('x' if cell['diverged'] else f'{100 * acc:.1f}{"*" if acc == top else ""}')
+    lines.append(f'| {math.log10(lr):g} | ' + ' | '.join(row) + ' |')
+  return '\n'.join(lines)
