@@ -90,8 +90,7 @@ def grid_heatmap(accuracy: np.ndarray, diverged: np.ndarray, client_lrs: Sequenc
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   shown = np.ma.masked_where(diverged, accuracy)
   fig, ax = plt.subplots(figsize=(1.0 + 0.62 * len(server_lrs), 1.0 + 0.5 * len(client_lrs)))
-  cmap = plt.get_cmap('viridis').copy()
-  cmap.set_bad('lightgrey')
+  cmap = plt.get_cmap('viridis').with_extremes(bad='lightgrey')
   im = ax.imshow(shown, origin='lower', cmap=cmap, vmin=0., vmax=1., aspect='auto')
   for i in range(len(client_lrs)):
     for j in range(len(server_lrs)):

@@ -75,6 +75,11 @@ BAD_INPUT = [
     ('--dataset=shakespeare --data_path={data} --split_gap=0', 'must be strings'),
     ('--dataset=leaf --data_path={data} --model=shakespeare_lstm', '--model=shakespeare_lstm'),
     ('--dataset=leaf --data_path={data} --partition=pachinko', '--partition=pachinko'),
+    ('--dataset=leaf --data_path={data} --server_lr_grid=0.1,-1', '--server_lr_grid'),
+    ('--dataset=leaf --data_path={data} --server_lr_grid=1 --client_lr_grid=0.1,0.1',
+     '--client_lr_grid'),
+    ('--dataset=leaf --data_path={data} --server_lr_grid=1,2 --algorithm=scaffold',
+     '--algorithm=scaffold'),
 ]
 PARALLEL = 4   # bad-input commands in flight at once
 
@@ -156,6 +161,19 @@ def load_launcher():
 @pytest.fixture(scope='module')
 def launcher():
   return load_launcher()
+
+
+def test_grid_run_writes_its_grids_and_report(paths, tmp_path):
+  workdir = tmp_path / 'grid'
+  proc = run('--dataset=leaf', f'--data_path={paths["data"]}', '--algorithms=fedavgcm,gel',
+             '--num_rounds=2', '--clients_per_round=3', '--budget_range=1,2',
+             '--client_lr_grid=0.01,0.1', '--server_lr_grid=0.5,1,2', f'--workdir={workdir}')
+  assert proc.returncode == 0, proc.stderr
+  for name in ('fedavgcm', 'gel'):
+    result = json.loads((workdir / name / 'grid.json').read_text())
+    assert len(result['cells']) == 6 and result['algorithm'] == name
+  text = (workdir / 'report.md').read_text()
+  assert 'fedavgcm, seed 0: final test accuracy' in text and '`gel/plots/grid.png`' in text
 
 
 @pytest.mark.parametrize('flagfile', sorted((REPO / 'launch' / 'configs').glob('*.flags')),

@@ -1,0 +1,86 @@
+"""Learning-rate grids as one vmapped program: each cell is the run of its own learning rates,
+diverged cells are marked and do not disturb the others."""
+import dataclasses
+import io
+import json
+
+import numpy as np
+import pytest
+
+from fedjax_gel.experiment import grid, progress as progress_lib, runner
+from fedjax_gel.experiment.config import Config, ConfigError
+
+CLIENT_LRS, SERVER_LRS = [0.03, 0.1, 1e38], [0.5, 1.0]   # client lr 1e38 overflows
+
+
+def quiet(c):
+  return progress_lib.Progress(c.num_rounds, stream=io.StringIO())
+
+
+def read_jsonl(path):
+  return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope='module', params=['gel', 'fedyogi'])
+def grid_run(request, tiny_leaf_file, tmp_path_factory):
+  c = Config(dataset='leaf', data_path=str(tiny_leaf_file), algorithm=request.param,
+             num_rounds=4, eval_every=2, clients_per_round=3, batch_size=2, budget_range=(1, 3),
+             target_accuracy=0.5)
+  workdir = tmp_path_factory.mktemp(f'grid_{request.param}')
+  exp = runner.prepare(c)
+  result = grid.train_grid(exp, CLIENT_LRS, SERVER_LRS, str(workdir), progress=quiet(c))
+  return c, exp, workdir, result
+
+
+def test_each_cell_is_the_run_of_its_learning_rates(grid_run, tmp_path):
+  """Every finite cell's test accuracy at every evaluation equals that of a separate run with
+  the same seed and the cell's (client lr, server lr)."""
+  c, exp, workdir, _ = grid_run
+  records = read_jsonl(workdir / 'metrics.jsonl')
+  for lc in CLIENT_LRS[:2]:
+    for ls in SERVER_LRS:
+      single = dataclasses.replace(c, client_lr=lc, server_lr=ls)
+      out = tmp_path / f'{lc}_{ls}'
+      runner.train(runner.with_config(exp, single), str(out), progress=quiet(c))
+      alone = [(r['round'], r['test_accuracy'], r['test_loss'])
+               for r in read_jsonl(out / 'metrics.jsonl')]
+      cell = [(r['round'], r['test_accuracy'], r['test_loss']) for r in records
+              if np.isclose(r['client_lr'], lc) and np.isclose(r['server_lr'], ls)]
+      assert [r for r, _, _ in cell] == [r for r, _, _ in alone] == [0, 2, 4]
+      np.testing.assert_allclose([a for _, a, _ in cell], [a for _, a, _ in alone], atol=1e-6)
+      np.testing.assert_allclose([l for _, _, l in cell], [l for _, _, l in alone], rtol=1e-4)
+
+
+def test_diverged_cells_are_marked_and_the_rest_are_not(grid_run):
+  c, _, workdir, result = grid_run
+  assert result['client_lrs'] == CLIENT_LRS and result['server_lrs'] == SERVER_LRS
+  for cell in result['cells']:
+    assert cell['diverged'] == (cell['client_lr'] > 1e3), cell
+    assert (cell['final_accuracy'] is None) == cell['diverged']
+  assert json.loads((workdir / 'grid.json').read_text()) == result
+  last = [r for r in read_jsonl(workdir / 'metrics.jsonl') if r['round'] == c.num_rounds]
+  assert len(last) == len(CLIENT_LRS) * len(SERVER_LRS)
+  assert all(r['diverged'] == (r['client_lr'] > 1e3) for r in last)
+  summary = json.loads((workdir / 'summary.json').read_text())
+  assert summary['diverged_cells'] == 2 and summary['cells'] == 6
+  finals = [cell['final_accuracy'] for cell in result['cells'] if not cell['diverged']]
+  assert summary['best_cell']['final_accuracy'] == max(finals)
+
+
+def test_heat_map_and_table(grid_run):
+  _, _, workdir, result = grid_run
+  pytest.importorskip('matplotlib')
+  assert (workdir / 'plots' / 'grid.png').stat().st_size > 0
+  table = grid.grid_table(result).splitlines()
+  assert table[2] == '| | -0.30103 | 0 |'
+  assert table[-1] == "| 38 | x | x |"
+  assert sum(row.count('*') for row in table[4:]) >= 1
+
+
+@pytest.mark.parametrize('changes,flag', [
+    ({'algorithm': 'scaffold'}, '--algorithm=scaffold'),
+    ({'client_selection': 'power_of_d'}, 'power_of_d'),
+])
+def test_unsupported_grids_name_the_flag(changes, flag):
+  with pytest.raises(ConfigError, match=flag):
+    grid.check_grid(dataclasses.replace(Config(), **changes))
