@@ -201,7 +201,7 @@ def grid_table(result: dict) -> str:
   lines = [f'{result["algorithm"]}, seed {result["seed"]}: final test accuracy (%) after '
            f'{result["rounds"]} rounds (rows: log10 client lr, columns: log10 server lr; x: '
            'diverged, *: best)', '',
-           '| | ' + ' | '.join(f'{math.log10(s):g}' for s in result['server_lrs']) + ' |',
+           '| | ' + ' | '.join(f'{round(math.log10(s), 2):g}' for s in result['server_lrs']) + ' |',
            '|---:|' + '---:|' * len(result['server_lrs'])]
   for lr in result['client_lrs']:
     row = []
@@ -209,5 +209,5 @@ def grid_table(result: dict) -> str:
       cell = by[(float(np.float32(lr)), float(np.float32(s)))]
       acc = cell['final_accuracy']
       row.append('x' if cell['diverged'] else f'{100 * acc:.1f}{"*" if acc == top else ""}')
-    lines.append(f'| {math.log10(lr):g} | ' + ' | '.join(row) + ' |')
+    lines.append(f'| {round(math.log10(lr), 2):g} | ' + ' | '.join(row) + ' |')
   return '\n'.join(lines)

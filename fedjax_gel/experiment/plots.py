@@ -97,7 +97,7 @@ def grid_heatmap(accuracy: np.ndarray, diverged: np.ndarray, client_lrs: Sequenc
       text = 'x' if diverged[i, j] else f'{100 * accuracy[i, j]:.0f}'
       ax.text(j, i, text, ha='center', va='center', fontsize=7,
               color='black' if diverged[i, j] or accuracy[i, j] > 0.6 else 'white')
-  log = lambda v: f'{math.log10(v):g}'
+  log = lambda v: f'{round(math.log10(v), 2):g}'
   ax.set_xticks(range(len(server_lrs)), [log(v) for v in server_lrs])
   ax.set_yticks(range(len(client_lrs)), [log(v) for v in client_lrs])
   ax.set(xlabel='log10 server learning rate', ylabel='log10 client learning rate', title=title)

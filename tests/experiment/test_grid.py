@@ -72,7 +72,7 @@ def test_heat_map_and_table(grid_run):
   pytest.importorskip('matplotlib')
   assert (workdir / 'plots' / 'grid.png').stat().st_size > 0
   table = grid.grid_table(result).splitlines()
-  assert table[2] == '| | -0.30103 | 0 |'
+  assert table[2] == '| | -0.3 | 0 |'
   assert table[-1] == "| 38 | x | x |"
   assert sum(row.count('*') for row in table[4:]) >= 1
 
