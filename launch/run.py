@@ -123,7 +123,7 @@ flags.DEFINE_float('target_accuracy', D.target_accuracy, 'Accuracy for rounds_to
 flags.DEFINE_integer('chunk_size', D.chunk_size, 'Clients vmapped together; 0 = automatic.')
 flags.DEFINE_integer('num_devices', D.num_devices,
                      'Devices the cohort is split over (mesh axis "clients"); 0 = automatic: '
-                     'all when each gets at least 256 clients or the per-client store would '
+                     'all when each gets at least 200 clients or the per-client store would '
                      "take more than half of one device's memory, else one. On CPU every core "
                      'is a device.')
 
