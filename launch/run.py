@@ -118,6 +118,9 @@ flags.DEFINE_string('aggregation_weights', D.aggregation_weights,
 flags.DEFINE_integer('seed', D.seed, 'Seed of cohorts, budgets, initial model and shuffles.')
 flags.DEFINE_list('seeds', [], 'Several seeds (overrides --seed): every algorithm runs with each, '
                   'paired, into WORKDIR/seed<S>/; a table of rounds to target ends the output.')
+flags.DEFINE_bool('vmap_seeds', True, 'Run the --seeds of each algorithm as one program vmapped '
+                  'over the seeds where they fit (one device, no per-client state or power-of-d; '
+                  'the same numbers as one run per seed).')
 flags.DEFINE_integer('eval_every', D.eval_every, 'Evaluate every this many rounds.')
 flags.DEFINE_float('target_accuracy', D.target_accuracy, 'Accuracy for rounds_to_target.')
 flags.DEFINE_integer('chunk_size', D.chunk_size, 'Clients vmapped together; 0 = automatic.')
@@ -215,9 +218,20 @@ def main(argv):
   if grids is not None:
     run_grids(configs, workdirs, workdir, base, grids)
     return
-  results, compiled = [], {}
-  for x, w in zip(configs, workdirs):
-    summary = runner.train(runner.with_config(base, x), w, compiled=compiled)
+  by_index = {}
+  compiled = {}
+  for group in seed_groups(configs):   # the seeds of one run: one vmapped program where they fit
+    exp = runner.with_config(base, configs[group[0]])
+    if F.vmap_seeds and runner.seeds_fit(exp, len(group)):
+      summaries = runner.train_seeds(exp, [configs[i] for i in group],
+                                     [workdirs[i] for i in group], compiled=compiled)
+    else:
+      summaries = [runner.train(runner.with_config(base, configs[i]), workdirs[i],
+                                compiled=compiled) for i in group]
+    by_index.update(zip(group, summaries))
+  results = []
+  for i, (x, w) in enumerate(zip(configs, workdirs)):
+    summary = by_index[i]
     results.append((summary, runner.read_metrics(w)))
     target = summary['rounds_to_target']
     print(f'{x.run_name} on {x.dataset}, seed {x.seed}, client lr {x.client_lr:g}: final test '
@@ -233,6 +247,14 @@ def main(argv):
     print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')")
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json'
         f'{"" if len(configs) == 1 else " per run"}; report.md{"; plots/" if plotted else ""})')
+
+
+def seed_groups(configs) -> list[list[int]]:
+  """Indices of ``configs`` grouped by everything but the seed (first-seen order)."""
+  groups: dict = {}
+  for i, x in enumerate(configs):
+    groups.setdefault(dataclasses.replace(x, seed=0), []).append(i)
+  return list(groups.values())
 
 
 def run_grids(configs, workdirs, workdir, base, grids):

@@ -372,6 +372,21 @@ def json_line(record: dict) -> str:
   return json.dumps(finite(record), allow_nan=False) + '\n'
 
 
+def seeds_fit(exp: Experiment, num_seeds: int) -> bool:
+  """Whether ``num_seeds`` seeds of ``exp`` run as one vmapped program: on one device, without
+  per-client state or power-of-d selection, and with all seeds' chunks within the memory of one
+  automatic chunk (``round.default_chunk_size`` of the seeds' cohorts together)."""
+  c = exp.config
+  if (num_seeds < 2 or exp.mesh is not None or exp.algorithm.store_row is not None or
+      c.client_selection == 'power_of_d'):
+    return False
+  params = jax.eval_shape(exp.model.init, jax.random.key(0))
+  chunk = round_lib.chunk_layout(c.clients_per_round, exp.chunk_size)[0]
+  fit = round_lib.default_chunk_size(num_seeds * c.clients_per_round, params,
+                                     example_bytes(exp.train), c.batch_size)
+  return num_seeds * chunk <= fit
+
+
 def train(exp: Experiment, workdir: str,
           on_round: Callable[[int, sampling.Cohort, round_lib.RoundMetrics], None] | None = None,
           progress: Progress | None = None, compiled: dict | None = None) -> dict:
@@ -381,62 +396,97 @@ def train(exp: Experiment, workdir: str,
   in the seed reuse the compiled round (the seed is an argument of the round, not a constant).
   Returns the summary (also written to ``summary.json``).
   """
-  c = exp.config
-  make_workdir(workdir)
-  write_json(os.path.join(workdir, 'config.json'), c.to_json())
-  metrics_path = os.path.join(workdir, 'metrics.jsonl')
-  open(metrics_path, 'w').close()
+  return train_runs(exp, [exp.config], [workdir], on_round, progress, compiled)[0]
 
-  root = keys.root_key(c.seed)
-  state = devices.replicate(exp.algorithm.server_init(exp.model.init(keys.init_key(root))),
-                            exp.mesh)
-  if exp.algorithm.store_row is not None:   # the per-client store, sharded over the mesh
-    state = state._replace(clients=store.place(state.clients, exp.mesh))
-  sample = make_sampler(exp, root)
+
+def train_seeds(exp: Experiment, configs, workdirs, progress: Progress | None = None,
+                compiled: dict | None = None) -> list[dict]:
+  """``train`` for configs that differ only in the seed, as one program vmapped over the seeds
+  (each seed its own model, cohorts, budgets and shuffles: the same as its own run); one
+  summary per seed. Use where ``seeds_fit``."""
+  base = dataclasses.replace(configs[0], seed=0)
+  if any(dataclasses.replace(x, seed=0) != base for x in configs):
+    raise ValueError('train_seeds: the configs may differ only in the seed')
+  return train_runs(exp, list(configs), list(workdirs), None, progress, compiled)
+
+
+def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=None):
+  """One run (``len(configs) == 1``) or several seeds vmapped (``train_seeds``)."""
+  batched = len(configs) > 1
+  c = configs[0]
+  for x, w in zip(configs, workdirs):
+    make_workdir(w)
+    write_json(os.path.join(w, 'config.json'), x.to_json())
+    open(os.path.join(w, 'metrics.jsonl'), 'w').close()
+
+  roots = [keys.root_key(x.seed) for x in configs]
+  init = lambda root: exp.algorithm.server_init(exp.model.init(keys.init_key(root)))
+  samplers = [make_sampler(exp, root) for root in roots]
   compiled = {} if compiled is None else compiled
   evaluate = compiled.setdefault('evaluate', evaluation.build_evaluate(exp.model.apply))
-
+  stack = lambda trees: jax.tree.map(lambda *a: jnp.stack(a), *trees)
   t0 = time.perf_counter()
+  if batched:
+    root = jnp.stack(roots)
+    state = jax.jit(jax.vmap(init))(root)
+    sample = lambda r, state: stack([f(r, None) for f in samplers])
+  else:
+    root = roots[0]
+    state = devices.replicate(init(root), exp.mesh)
+    if exp.algorithm.store_row is not None:   # the per-client store, sharded over the mesh
+      state = state._replace(clients=store.place(state.clients, exp.mesh))
+    sample = samplers[0]
   cohort0 = sample(0, state)
-  key = ('round', dataclasses.replace(c, seed=0))
+  key = ('round', dataclasses.replace(c, seed=0), len(configs))
   if key not in compiled:
-    compiled[key] = round_lib.build_round(
+    round_fn = round_lib.build_round(
         exp.algorithm, batch_size=c.batch_size, max_budget=c.budget_range[1],
-        chunk_size=exp.chunk_size, mesh=exp.mesh, donate_state=True).lower(
-            state, cohort0, exp.train, root, jnp.int32(0)).compile()
+        chunk_size=exp.chunk_size, mesh=exp.mesh, donate_state=True)
+    if batched:
+      round_fn = jax.jit(jax.vmap(round_fn, in_axes=(0, 0, None, 0, None)), donate_argnums=(0,))
+    compiled[key] = round_fn.lower(state, cohort0, exp.train, root, jnp.int32(0)).compile()
   round_fn = compiled[key]
   compile_s = time.perf_counter() - t0
 
   progress = progress or Progress(c.num_rounds)
-  records, pending = [], []
-  totals = dict(grad_computations=0, examples=0, bytes_up=0, bytes_down=0, client_rounds=0)
-  last_distance = [0.]
+  runs = [dict(records=[], totals=dict(grad_computations=0, examples=0, bytes_up=0,
+                                       bytes_down=0, client_rounds=0), distance=0.)
+          for _ in configs]
+  pending = []
+  pick = (lambda tree, i: jax.tree.map(lambda a: a[i], tree)) if batched else (lambda t, i: t)
 
   def record(done):
     for m in pending:   # host sync only when evaluating
-      totals['grad_computations'] += int(m.grad_computations)
-      totals['examples'] += int(m.examples)
-      totals['bytes_up'] += int(m.uploaded_bytes)
-      totals['bytes_down'] += int(m.downloaded_bytes)
-      totals['client_rounds'] += int(m.num_clients)
-    if pending:
-      last_distance[0] = float(pending[-1].client_distance)
+      m = jax.device_get(m)
+      for i, run in enumerate(runs):
+        mi = pick(m, i)
+        for total, field in (('grad_computations', 'grad_computations'),
+                             ('examples', 'examples'), ('bytes_up', 'uploaded_bytes'),
+                             ('bytes_down', 'downloaded_bytes'), ('client_rounds', 'num_clients')):
+          run['totals'][total] += int(getattr(mi, field))
+    for i, run in enumerate(runs):
+      if pending:
+        run['distance'] = float(pick(jax.device_get(pending[-1].client_distance), i))
     pending.clear()
-    params = exp.algorithm.server_params(state)
-    test, tr = evaluate(params, exp.test_pool), evaluate(params, exp.train_pool)
-    accuracy = float(test['accuracy'])
-    rec = {'round': done, 'algorithm': c.run_name, 'seed': c.seed,
-           'test_accuracy': accuracy,
-           'best_test_accuracy': max([accuracy] + [r['best_test_accuracy'] for r in records]),
-           'test_loss': float(test['loss']),
-           'train_loss': float(tr['loss']), **totals,
-           'client_distance': last_distance[0],
-           'elapsed_s': round(time.perf_counter() - t0, 3)}
-    records.append(rec)
-    with open(metrics_path, 'a') as f:
-      f.write(json_line(rec))
-    progress.update(done, f'test acc {accuracy:.4f} (best {rec["best_test_accuracy"]:.4f})',
-                    force=True)
+    for i, (x, w, run) in enumerate(zip(configs, workdirs, runs)):
+      # each seed's model on its own: the numbers of its separate run, to the bit
+      params = pick(exp.algorithm.server_params(state), i)
+      test, tr = evaluate(params, exp.test_pool), evaluate(params, exp.train_pool)
+      accuracy = float(test['accuracy'])
+      rec = {'round': done, 'algorithm': x.run_name, 'seed': x.seed, 'test_accuracy': accuracy,
+             'best_test_accuracy': max([accuracy] +
+                                       [r['best_test_accuracy'] for r in run['records']]),
+             'test_loss': float(test['loss']), 'train_loss': float(tr['loss']), **run['totals'],
+             'client_distance': run['distance'],
+             'elapsed_s': round(time.perf_counter() - t0, 3)}
+      run['records'].append(rec)
+      with open(os.path.join(w, 'metrics.jsonl'), 'a') as f:
+        f.write(json_line(rec))
+    best = max(run['records'][-1]['best_test_accuracy'] for run in runs)
+    last = runs[0]['records'][-1]
+    status = (f'test acc {last["test_accuracy"]:.4f} (best {last["best_test_accuracy"]:.4f})'
+              if not batched else f'{len(runs)} seeds, best test acc {best:.4f}')
+    progress.update(done, status, force=True)
 
   record(0)
   progress.begin(0)
@@ -455,19 +505,23 @@ def train(exp: Experiment, workdir: str,
   progress.close()
   train_s = time.perf_counter() - t_train
 
-  summary = {
-      'algorithm': c.run_name, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
-      'client_lr': c.client_lr,
-      'final_accuracy': records[-1]['test_accuracy'],
-      'best_accuracy': max(r['test_accuracy'] for r in records),
-      'target_accuracy': c.target_accuracy,
-      'rounds_to_target': rounds_to_target(records, c.target_accuracy),
-      **totals,
-      'compile_s': round(compile_s, 3), 'train_s': round(train_s, 3),
-      'rounds_per_s': round(c.num_rounds / train_s, 3) if train_s > 0 else None,
-      'chunk_size': exp.chunk_size,
-      'client_state_bytes': (0 if exp.algorithm.store_row is None else
-                             round_lib.tree_bytes(state.clients)),
-  }
-  write_json(os.path.join(workdir, 'summary.json'), summary)
-  return summary
+  summaries = []
+  for i, (x, w, run) in enumerate(zip(configs, workdirs, runs)):
+    records = run['records']
+    summary = {
+        'algorithm': x.run_name, 'dataset': x.dataset, 'seed': x.seed, 'rounds': x.num_rounds,
+        'client_lr': x.client_lr,
+        'final_accuracy': records[-1]['test_accuracy'],
+        'best_accuracy': max(r['test_accuracy'] for r in records),
+        'target_accuracy': x.target_accuracy,
+        'rounds_to_target': rounds_to_target(records, x.target_accuracy),
+        **run['totals'],
+        'compile_s': round(compile_s, 3), 'train_s': round(train_s, 3),
+        'rounds_per_s': round(x.num_rounds / train_s, 3) if train_s > 0 else None,
+        'chunk_size': exp.chunk_size, 'seeds_vmapped': len(configs),
+        'client_state_bytes': (0 if exp.algorithm.store_row is None else
+                               round_lib.tree_bytes(pick(state.clients, i))),
+    }
+    write_json(os.path.join(w, 'summary.json'), summary)
+    summaries.append(summary)
+  return summaries

@@ -403,3 +403,31 @@ def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
   records = runner.read_metrics(str(tmp_path / 'fp'))
   assert records[-1]['train_loss'] < 0.9 * records[0]['train_loss']
   assert records[-1]['test_accuracy'] > records[0]['test_accuracy']
+
+
+def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path):
+  """Three seeds as one vmapped program write exactly the metrics of three separate runs."""
+  configs = [dataclasses.replace(base_config, algorithm='gel', seed=s) for s in (0, 1, 2)]
+  exp = runner.prepare(configs[0])
+  assert runner.seeds_fit(exp, 3)
+  together = runner.train_seeds(exp, configs, [str(tmp_path / f'v{s}') for s in (0, 1, 2)],
+                                progress=progress_lib.Progress(5, stream=io.StringIO()))
+  assert [s['seeds_vmapped'] for s in together] == [3, 3, 3]
+  for s, c in enumerate(configs):
+    alone = runner.train(runner.with_config(exp, c), str(tmp_path / f's{s}'),
+                         progress=progress_lib.Progress(5, stream=io.StringIO()))
+    strip = lambda recs: [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in recs]
+    assert strip(read_jsonl(tmp_path / f'v{s}' / 'metrics.jsonl')) == strip(
+        read_jsonl(tmp_path / f's{s}' / 'metrics.jsonl'))
+    for key in ('final_accuracy', 'best_accuracy', 'rounds_to_target', 'grad_computations'):
+      assert together[s][key] == alone[key]
+
+
+def test_seeds_fit_and_train_seeds_guards(base_config):
+  exp = runner.prepare(base_config)
+  assert not runner.seeds_fit(exp, 1)
+  assert not runner.seeds_fit(runner.with_config(exp, dataclasses.replace(
+      base_config, algorithm='scaffold')), 3)          # per-client state: one run per seed
+  with pytest.raises(ValueError, match='only in the seed'):
+    runner.train_seeds(exp, [base_config, dataclasses.replace(base_config, client_lr=0.5)],
+                       ['a', 'b'])
