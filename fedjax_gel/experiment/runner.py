@@ -424,12 +424,13 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
   samplers = [make_sampler(exp, root) for root in roots]
   compiled = {} if compiled is None else compiled
   evaluate = compiled.setdefault('evaluate', evaluation.build_evaluate(exp.model.apply))
-  stack = lambda trees: jax.tree.map(lambda *a: jnp.stack(a), *trees)
   t0 = time.perf_counter()
   if batched:
     root = jnp.stack(roots)
     state = jax.jit(jax.vmap(init))(root)
-    sample = lambda r, state: stack([f(r, None) for f in samplers])
+    # every seed's cohort in one call (the same draws as its own run's sampler)
+    cohorts = jax.jit(jax.vmap(lambda key, r: make_sampler(exp, key)(r, None), in_axes=(0, None)))
+    sample = lambda r, state: cohorts(root, r)
   else:
     root = roots[0]
     state = devices.replicate(init(root), exp.mesh)
