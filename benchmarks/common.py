@@ -64,6 +64,39 @@ def femnist_like_workload(num_clients: int, per_client: int, cpu_devices: int | 
           model.init(keys.init_key(root)))
 
 
+def launch_round(algorithm, params, data, root, cohort: int, tau: int, batch: int,
+                 replace: bool, example_bytes: int) -> dict:
+  """The round as ``launch/run.py`` sets it up for ``cohort`` clients of budget ``tau``: the
+  automatic devices and chunk, state and pool placed on the devices once, compiled and run once
+  (warm-up). Returns ``compiled, state, pool, sample`` (round -> cohort), ``devices``, ``chunk``
+  (clients per chunk as the round runs them) and ``compile_s``."""
+  import time  # pylint: disable=g-import-not-at-top
+
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
+
+  mesh = devices.client_mesh(devices.auto_num_devices(cohort, jax.device_count()))
+  num_used = 1 if mesh is None else mesh.size
+  chunk = round_lib.default_chunk_size(cohort, params, example_bytes, batch, num_used)
+  round_fn = round_lib.build_round(algorithm, batch_size=batch, max_budget=tau, chunk_size=chunk,
+                                   mesh=mesh)
+
+  def sample(r):
+    return sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
+                                  budget_range=(tau, tau), replace=replace, batch_size=batch)
+
+  state, pool = devices.replicate((algorithm.server_init(params), data), mesh)
+  t = time.perf_counter()
+  compiled = round_fn.lower(state, sample(0), pool, root, np.int32(0)).compile()
+  compile_s = time.perf_counter() - t
+  jax.block_until_ready(compiled(state, sample(0), pool, root, np.int32(0)))
+  return dict(compiled=compiled, state=state, pool=pool, sample=sample, devices=num_used,
+              chunk=round_lib.chunk_layout(cohort, chunk, num_used)[0], compile_s=compile_s)
+
+
 def int_list(parser, flag: str, text: str) -> list[int]:
   """``'a,b,...'`` -> ints, or exit 2 with one line naming ``--flag``."""
   try:

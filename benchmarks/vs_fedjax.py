@@ -66,7 +66,7 @@ def measure(cohorts: list[int], repeats: int) -> list[dict]:
   import numpy as np
 
   from fedjax_gel import algorithms
-  from fedjax_gel.core import devices, federated_data, round as round_lib, sampling
+  from fedjax_gel.core import federated_data
 
   names = [f'c{i:04d}'.encode() for i in range(split.train.num_clients)]
   train_np = {names[i]: federated_data.client_examples(split.train, i)
@@ -76,22 +76,8 @@ def measure(cohorts: list[int], repeats: int) -> list[dict]:
 
   rows = []
   for cohort in cohorts:
-    mesh = devices.client_mesh(devices.auto_num_devices(cohort, jax.device_count()))
-    num_used = 1 if mesh is None else mesh.size
-    chunk = round_lib.default_chunk_size(cohort, params, 61 * 4, BATCH, num_used)
-    rf = round_lib.build_round(ours, batch_size=BATCH, max_budget=TAU, chunk_size=chunk,
-                               mesh=mesh)
-
-    def sample(r):
-      return sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
-                                    budget_range=(TAU, TAU), replace=True, batch_size=BATCH)
-
-    # placed on the devices once, as launch/run.py does
-    state, pool = devices.replicate((ours.server_init(params), data), mesh)
-    t = time.perf_counter()
-    compiled = rf.lower(state, sample(0), pool, root, np.int32(0)).compile()
-    ours_compile = time.perf_counter() - t
-    jax.block_until_ready(compiled(state, sample(0), pool, root, np.int32(0)))
+    ran = common.launch_round(ours, params, data, root, cohort, TAU, BATCH, True, 61 * 4)
+    compiled, state, pool, sample = ran['compiled'], ran['state'], ran['pool'], ran['sample']
 
     their_state = theirs.init(params)
     ids = [np.asarray(sample(r).client_ids) for r in range(repeats + 1)]
@@ -116,7 +102,7 @@ def measure(cohorts: list[int], repeats: int) -> list[dict]:
     apply_s = statistics.median(apply_t)
     examples = cohort * TAU * BATCH
     rows.append({
-        'cohort': cohort, 'devices': num_used, 'fedjax_gel_compile_s': ours_compile,
+        'cohort': cohort, 'devices': ran['devices'], 'fedjax_gel_compile_s': ran['compile_s'],
         'fedjax_first_round_s': their_first, 'fedjax_gel_round_s': ours_s,
         'fedjax_round_s': theirs_s, 'fedjax_apply_s': apply_s,
         'fedjax_gel_examples_per_s': examples / ours_s,

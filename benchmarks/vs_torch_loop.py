@@ -149,8 +149,6 @@ def measure(cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
   import torch  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
 
   ours = algorithms.fedavgcm(loss, LR, MOMENTUM)
   _, init, torch_round = torch_side(params)
@@ -160,21 +158,8 @@ def measure(cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
   generator = torch.Generator().manual_seed(0)
   rows = []
   for cohort in cohorts:
-    mesh = devices.client_mesh(devices.auto_num_devices(cohort, jax.device_count()))
-    num_used = 1 if mesh is None else mesh.size
-    chunk = round_lib.default_chunk_size(cohort, params, 785 * 4, BATCH, num_used)
-    rf = round_lib.build_round(ours, batch_size=BATCH, max_budget=TAU, chunk_size=chunk,
-                               mesh=mesh)
-
-    def sample(r):
-      return sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
-                                    budget_range=(TAU, TAU), replace=False, batch_size=BATCH)
-
-    state, pool = devices.replicate((ours.server_init(params), data), mesh)
-    t = time.perf_counter()
-    compiled = rf.lower(state, sample(0), pool, root, np.int32(0)).compile()
-    ours_compile = time.perf_counter() - t
-    jax.block_until_ready(compiled(state, sample(0), pool, root, np.int32(0)))
+    ran = common.launch_round(ours, params, data, root, cohort, TAU, BATCH, False, 785 * 4)
+    compiled, state, pool, sample = ran['compiled'], ran['state'], ran['pool'], ran['sample']
     clients = [to_torch(host, np.asarray(sample(r).client_ids)) for r in range(repeats + 1)]
     torch_round(init, clients[0], TAU, generator)   # warm-up
 
@@ -189,9 +174,8 @@ def measure(cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
     ours_s, theirs_s = statistics.median(ours_t), statistics.median(theirs_t)
     examples = cohort * TAU * BATCH
     rows.append({
-        'cohort': cohort, 'devices': num_used, 'chunk': round_lib.chunk_layout(
-            cohort, chunk, num_used)[0], 'layers': 'xla' if xla_layers else 'fedjax_gel',
-        'fedjax_gel_compile_s': ours_compile, 'fedjax_gel_round_s': ours_s,
+        'cohort': cohort, 'devices': ran['devices'], 'chunk': ran['chunk'],
+        'layers': 'xla' if xla_layers else 'fedjax_gel', 'fedjax_gel_compile_s': ran['compile_s'], 'fedjax_gel_round_s': ours_s,
         'torch_round_s': theirs_s, 'fedjax_gel_examples_per_s': examples / ours_s,
         'torch_examples_per_s': examples / theirs_s, 'ratio': theirs_s / ours_s,
         'max_abs_diff': diff, 'torch': f'{torch.__version__}, {torch.get_num_threads()} threads',
