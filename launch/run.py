@@ -122,6 +122,9 @@ flags.DEFINE_bool('vmap_seeds', True, 'Run the --seeds of each algorithm as one 
                   'over the seeds where they fit (one device, no per-client state or power-of-d; '
                   'the same numbers as one run per seed).')
 flags.DEFINE_integer('eval_every', D.eval_every, 'Evaluate every this many rounds.')
+flags.DEFINE_integer('checkpoint_every', D.checkpoint_every,
+                     'Rounds between checkpoints (0: none). Running the same command again in '
+                     'the same --workdir resumes from the last one; finished runs are kept.')
 flags.DEFINE_float('target_accuracy', D.target_accuracy, 'Accuracy for rounds_to_target.')
 flags.DEFINE_integer('chunk_size', D.chunk_size, 'Clients vmapped together; 0 = automatic.')
 flags.DEFINE_integer('num_devices', D.num_devices,
@@ -207,9 +210,12 @@ def main(argv):
         'runs', f'{"_".join(dict.fromkeys(x.algorithm for x in configs))}_{c.dataset}_'
         f'{time.strftime("%Y%m%d-%H%M%S")}')
     workdirs = [run_dir(workdir, x, levels) for x in configs]
-    for w in workdirs:
-      runner.check_workdir(w, F.overwrite)
-    runner.check_workdir(workdir, F.overwrite, 'report.md')
+    if grids is None:   # the same command again resumes (see --checkpoint_every)
+      status = [runner.run_status(w, x, F.overwrite) for x, w in zip(configs, workdirs)]
+    else:
+      for w in workdirs:
+        runner.check_workdir(w, F.overwrite)
+      runner.check_workdir(workdir, F.overwrite, 'report.md')
     base = runner.prepare(c)   # data, model, chunks: shared by every run
     for w in workdirs:
       runner.make_workdir(w)
@@ -218,16 +224,22 @@ def main(argv):
   if grids is not None:
     run_grids(configs, workdirs, workdir, base, grids)
     return
-  by_index = {}
+  by_index = {i: runner.read_json(os.path.join(workdirs[i], 'summary.json'))
+              for i, st in enumerate(status) if st == 'done'}   # finished earlier: kept
   compiled = {}
   for group in seed_groups(configs):   # the seeds of one run: one vmapped program where they fit
+    group = [i for i in group if i not in by_index]
+    if not group:
+      continue
     exp = runner.with_config(base, configs[group[0]])
+    resume = any(status[i] == 'resume' for i in group)
     if F.vmap_seeds and runner.seeds_fit(exp, len(group)):
       summaries = runner.train_seeds(exp, [configs[i] for i in group],
-                                     [workdirs[i] for i in group], compiled=compiled)
+                                     [workdirs[i] for i in group], compiled=compiled,
+                                     resume=resume)
     else:
       summaries = [runner.train(runner.with_config(base, configs[i]), workdirs[i],
-                                compiled=compiled) for i in group]
+                                compiled=compiled, resume=status[i] == 'resume') for i in group]
     by_index.update(zip(group, summaries))
   results = []
   for i, (x, w) in enumerate(zip(configs, workdirs)):

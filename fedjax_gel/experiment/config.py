@@ -100,6 +100,7 @@ class Config:
   aggregation_weights: str = 'samples_seen'
   seed: int = 0
   eval_every: int = 5
+  checkpoint_every: int = 50            # rounds between checkpoints; 0: none
   target_accuracy: float = 0.85         # GeL paper: 85% on Synthetic (its code uses 81%)
   chunk_size: int = 0                   # 0: from model size and device memory
   num_devices: int = 0                  # devices the cohort is split over; 0: automatic
@@ -244,6 +245,8 @@ def validate(c: Config) -> Config:
   need(a <= b, f'--budget_range: a must not exceed b (got {a},{b})')
   need(c.num_devices >= 0, f'--num_devices must be >= 0, 0 meaning automatic (got {c.num_devices})')
   need(c.chunk_size >= 0, f'--chunk_size must be >= 0, 0 meaning automatic (got {c.chunk_size})')
+  need(c.checkpoint_every >= 0,
+       f'--checkpoint_every must be >= 0, 0 meaning no checkpoints (got {c.checkpoint_every})')
   need(0. < c.train_fraction < 1., f'--train_fraction must lie in (0, 1) (got {c.train_fraction})')
   need(c.client_lr > 0, f'--client_lr must be positive (got {c.client_lr})')
   need(c.server_lr > 0, f'--server_lr must be positive (got {c.server_lr})')

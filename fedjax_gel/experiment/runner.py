@@ -18,10 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import serialization
 
 from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import (devices, evaluation, federated_data, keys, round as round_lib,
                              sampling, selection, store)
+from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import report
 from fedjax_gel.experiment.config import Config, ConfigError, validate
@@ -305,6 +307,38 @@ def check_workdir(workdir: str, overwrite: bool, *outputs: str):
                         'directory or pass --overwrite')
 
 
+def run_status(workdir: str, c: Config, overwrite: bool) -> str:
+  """What ``workdir`` holds for the run ``c``: ``'new'`` (nothing, or ``overwrite``),
+  ``'done'`` (this run, finished: ``summary.json``) or ``'resume'`` (this run, unfinished: it
+  continues from its last checkpoint, or from the start without one). A run of another
+  configuration there is a ConfigError naming the first differing flag."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(f'--workdir={workdir} exists and is not a directory')
+  saved = os.path.join(workdir, 'config.json')
+  if overwrite or not os.path.exists(saved):
+    check_workdir(workdir, overwrite)
+    return 'new'
+  try:
+    with open(saved) as f:
+      before = json.load(f)
+  except (OSError, ValueError):
+    raise ConfigError(f'{saved} is unreadable; choose another --workdir or pass --overwrite'
+                      ) from None
+  now = json.loads(json.dumps(c.to_json()))
+  ignore = ('checkpoint_every',)
+  differ = [k for k in now if k not in ignore and before.get(k) != now[k]]
+  if differ:
+    k = differ[0]
+    raise ConfigError(f'--workdir={workdir} already holds a run of another configuration '
+                      f'(--{k}={before.get(k)} there, {now[k]} now); choose another directory '
+                      'or pass --overwrite')
+  if os.path.exists(os.path.join(workdir, 'summary.json')):
+    return 'done'
+  for r in checkpoint.rounds(workdir)[-1:]:
+    checkpoint.verify(workdir, r)
+  return 'resume'
+
+
 def make_workdir(workdir: str):
   """Creates the work directory; a path that cannot be one is a ConfigError."""
   try:
@@ -332,6 +366,11 @@ def write_text(path: str, text: str):
 
 def write_json(path: str, obj):
   write_text(path, json.dumps(finite(obj), indent=2, allow_nan=False) + '\n')
+
+
+def read_json(path: str) -> dict:
+  with open(path) as f:
+    return json.load(f)
 
 
 def read_metrics(workdir: str) -> list[dict]:
@@ -389,35 +428,50 @@ def seeds_fit(exp: Experiment, num_seeds: int) -> bool:
 
 def train(exp: Experiment, workdir: str,
           on_round: Callable[[int, sampling.Cohort, round_lib.RoundMetrics], None] | None = None,
-          progress: Progress | None = None, compiled: dict | None = None) -> dict:
-  """Runs ``num_rounds`` rounds, evaluating every ``eval_every`` and after the last.
+          progress: Progress | None = None, compiled: dict | None = None,
+          resume: bool = False) -> dict:
+  """Runs ``num_rounds`` rounds, evaluating every ``eval_every`` and after the last, with a
+  checkpoint every ``checkpoint_every`` rounds and the final server model in ``model.msgpack``.
 
   ``compiled``: a dict shared by runs of one ``Experiment``'s data; runs whose configs differ only
   in the seed reuse the compiled round (the seed is an argument of the round, not a constant).
-  Returns the summary (also written to ``summary.json``).
+  ``resume``: continue from the work directory's last checkpoint (``run_status`` said
+  ``'resume'``). Returns the summary (also written to ``summary.json``).
   """
-  return train_runs(exp, [exp.config], [workdir], on_round, progress, compiled)[0]
+  return train_runs(exp, [exp.config], [workdir], on_round, progress, compiled, resume)[0]
 
 
 def train_seeds(exp: Experiment, configs, workdirs, progress: Progress | None = None,
-                compiled: dict | None = None) -> list[dict]:
+                compiled: dict | None = None, resume: bool = False) -> list[dict]:
   """``train`` for configs that differ only in the seed, as one program vmapped over the seeds
   (each seed its own model, cohorts, budgets and shuffles: the same as its own run); one
   summary per seed. Use where ``seeds_fit``."""
   base = dataclasses.replace(configs[0], seed=0)
   if any(dataclasses.replace(x, seed=0) != base for x in configs):
     raise ValueError('train_seeds: the configs may differ only in the seed')
-  return train_runs(exp, list(configs), list(workdirs), None, progress, compiled)
+  return train_runs(exp, list(configs), list(workdirs), None, progress, compiled, resume)
 
 
-def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=None):
-  """One run (``len(configs) == 1``) or several seeds vmapped (``train_seeds``)."""
+def resume_round(workdirs) -> int:
+  """The last round every one of ``workdirs`` has a checkpoint of (0: none)."""
+  common = set.intersection(*(set(checkpoint.rounds(w)) for w in workdirs))
+  return max(common, default=0)
+
+
+def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=None,
+               resume: bool = False):
+  """One run (``len(configs) == 1``) or several seeds vmapped (``train_seeds``). ``resume``:
+  continue from the runs' last common checkpoint, if any (``run_status`` checked them)."""
   batched = len(configs) > 1
   c = configs[0]
+  start = resume_round(workdirs) if resume else 0
   for x, w in zip(configs, workdirs):
     make_workdir(w)
-    write_json(os.path.join(w, 'config.json'), x.to_json())
-    open(os.path.join(w, 'metrics.jsonl'), 'w').close()
+    if not start:
+      for old in checkpoint.rounds(w):
+        os.remove(checkpoint.path(w, old))
+      write_json(os.path.join(w, 'config.json'), x.to_json())
+      open(os.path.join(w, 'metrics.jsonl'), 'w').close()
 
   roots = [keys.root_key(x.seed) for x in configs]
   init = lambda root: exp.algorithm.server_init(exp.model.init(keys.init_key(root)))
@@ -437,7 +491,24 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
     if exp.algorithm.store_row is not None:   # the per-client store, sharded over the mesh
       state = state._replace(clients=store.place(state.clients, exp.mesh))
     sample = samplers[0]
-  cohort0 = sample(0, state)
+  runs = [dict(records=[], totals=dict(grad_computations=0, examples=0, bytes_up=0,
+                                       bytes_down=0, client_rounds=0), distance=0.)
+          for _ in configs]
+  if start:   # the checkpointed states, and the metrics as they stood then
+    loaded = [checkpoint.load(w, start, init(roots[0])) for w in workdirs]
+    if batched:
+      state = jax.tree.map(lambda *a: jnp.stack(a), *(st for st, _ in loaded))
+    else:
+      state = devices.replicate(loaded[0][0], exp.mesh)
+      if exp.algorithm.store_row is not None:
+        state = state._replace(clients=store.place(state.clients, exp.mesh))
+    for w, run, (_, meta) in zip(workdirs, runs, loaded):
+      metrics_path = os.path.join(w, 'metrics.jsonl')
+      with open(metrics_path, 'rb+') as f:   # drop lines written after the checkpoint
+        f.truncate(meta['metrics_bytes'])
+      run['records'] = read_metrics(w)
+      run['totals'], run['distance'] = dict(meta['totals']), meta['distance']
+  cohort0 = sample(start, state)
   key = ('round', dataclasses.replace(c, seed=0), len(configs))
   if key not in compiled:
     round_fn = round_lib.build_round(
@@ -445,19 +516,17 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
         chunk_size=exp.chunk_size, mesh=exp.mesh, donate_state=True)
     if batched:
       round_fn = jax.jit(jax.vmap(round_fn, in_axes=(0, 0, None, 0, None)), donate_argnums=(0,))
-    compiled[key] = round_fn.lower(state, cohort0, exp.train, root, jnp.int32(0)).compile()
+    compiled[key] = round_fn.lower(state, cohort0, exp.train, root, jnp.int32(start)).compile()
   round_fn = compiled[key]
   compile_s = time.perf_counter() - t0
 
   progress = progress or Progress(c.num_rounds)
-  runs = [dict(records=[], totals=dict(grad_computations=0, examples=0, bytes_up=0,
-                                       bytes_down=0, client_rounds=0), distance=0.)
-          for _ in configs]
   pending = []
   pick = (lambda tree, i: jax.tree.map(lambda a: a[i], tree)) if batched else (lambda t, i: t)
 
-  def record(done):
-    for m in pending:   # host sync only when evaluating
+  def flush():
+    """Adds the rounds since the last flush to the totals (a host sync)."""
+    for m in pending:
       m = jax.device_get(m)
       for i, run in enumerate(runs):
         mi = pick(m, i)
@@ -469,6 +538,16 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
       if pending:
         run['distance'] = float(pick(jax.device_get(pending[-1].client_distance), i))
     pending.clear()
+
+  def save(done):
+    flush()
+    for i, (w, run) in enumerate(zip(workdirs, runs)):
+      meta = {'metrics_bytes': os.path.getsize(os.path.join(w, 'metrics.jsonl')),
+              'totals': run['totals'], 'distance': run['distance']}
+      checkpoint.save(w, done, pick(state, i), meta)
+
+  def record(done):   # host sync only when evaluating
+    flush()
     for i, (x, w, run) in enumerate(zip(configs, workdirs, runs)):
       # each seed's model on its own: the numbers of its separate run, to the bit
       params = pick(exp.algorithm.server_params(state), i)
@@ -489,11 +568,12 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
               if not batched else f'{len(runs)} seeds, best test acc {best:.4f}')
     progress.update(done, status, force=True)
 
-  record(0)
-  progress.begin(0)
+  if not start:
+    record(0)
+  progress.begin(start)
   t_train = time.perf_counter()
-  for r in range(c.num_rounds):
-    cohort = cohort0 if r == 0 else sample(r, state)
+  for r in range(start, c.num_rounds):
+    cohort = cohort0 if r == start else sample(r, state)
     state, m = round_fn(state, cohort, exp.train, root, jnp.int32(r))
     pending.append(m)
     if on_round is not None:
@@ -503,6 +583,8 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
       record(done)
     else:
       progress.update(done)
+    if c.checkpoint_every and done % c.checkpoint_every == 0 and done < c.num_rounds:
+      save(done)
   progress.close()
   train_s = time.perf_counter() - t_train
 
@@ -523,6 +605,10 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
         'client_state_bytes': (0 if exp.algorithm.store_row is None else
                                round_lib.tree_bytes(pick(state.clients, i))),
     }
+    params = jax.device_get(pick(exp.algorithm.server_params(state), i))
+    checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
     write_json(os.path.join(w, 'summary.json'), summary)
+    for done in checkpoint.rounds(w):   # finished: model.msgpack and summary.json replace them
+      os.remove(checkpoint.path(w, done))
     summaries.append(summary)
   return summaries
