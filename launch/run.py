@@ -257,7 +257,7 @@ def main(argv):
                                  os.path.join(workdir, 'plots'), c.target_accuracy)
   if not plotted:
     print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')")
-  print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json'
+  print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, summary.json, model.msgpack'
         f'{"" if len(configs) == 1 else " per run"}; report.md{"; plots/" if plotted else ""})')
 
 
