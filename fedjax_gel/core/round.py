@@ -54,6 +54,7 @@ class RoundMetrics(NamedTuple):
   downloaded_bytes: jax.Array  # bytes the real clients downloaded
   client_distance: jax.Array   # mean pairwise cosine distance of the clients' final models
   num_clients: jax.Array       # real clients (sampled, with data)
+  finite: jax.Array            # the new server model holds no NaN or infinity
 
 
 FULL_BATCH_ROWS = 128   # rows per step of a full-batch anchor-gradient pass
@@ -306,7 +307,9 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     up, down = tree_bytes(uploads) // chunk, tree_bytes(bcast)
     metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), grads, examples, computed,
                            num_real * up, num_real * down,
-                           mean_pairwise_cosine_distance(*spread, num_real), num_real)
+                           mean_pairwise_cosine_distance(*spread, num_real), num_real,
+                           jnp.all(jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(
+                               algorithm.server_params(new_state))])))
     return new_state, metrics
 
   return jax.jit(round_fn, donate_argnums=(0,) if donate_state else ())

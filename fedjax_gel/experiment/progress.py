@@ -40,6 +40,11 @@ class Progress:
       self.stream.write(self.line(done, extra) + '\n')
       self.stream.flush()
 
+  def note(self, text: str):
+    """A line of its own (on a terminal, below the status line)."""
+    self.stream.write(('\r' + ' ' * 100 + '\r' if self.tty else '') + text + '\n')
+    self.stream.flush()
+
   def close(self):
     if self.tty:
       self.stream.write('\n')

@@ -492,8 +492,8 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
       state = state._replace(clients=store.place(state.clients, exp.mesh))
     sample = samplers[0]
   runs = [dict(records=[], totals=dict(grad_computations=0, examples=0, bytes_up=0,
-                                       bytes_down=0, client_rounds=0), distance=0.)
-          for _ in configs]
+                                       bytes_down=0, client_rounds=0), distance=0.,
+               diverged=None) for _ in configs]
   if start:   # the checkpointed states, and the metrics as they stood then
     loaded = [checkpoint.load(w, start, init(roots[0])) for w in workdirs]
     if batched:
@@ -525,23 +525,35 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
   pick = (lambda tree, i: jax.tree.map(lambda a: a[i], tree)) if batched else (lambda t, i: t)
 
   def flush():
-    """Adds the rounds since the last flush to the totals (a host sync)."""
-    for m in pending:
+    """Adds the rounds since the last flush to the totals (a host sync), and marks a run
+    diverged at the first round whose server model is not finite."""
+    for done, m in pending:
       m = jax.device_get(m)
       for i, run in enumerate(runs):
         mi = pick(m, i)
+        if run['diverged']:
+          continue
+        if not bool(mi.finite):
+          run['diverged'] = done
+          x = configs[i]
+          progress.note(f'{x.run_name} on {x.dataset}, seed {x.seed}: diverged (the server model '
+                        f'is not finite after round {done}); stopped, its last good checkpoint '
+                        'kept')
+          continue
         for total, field in (('grad_computations', 'grad_computations'),
                              ('examples', 'examples'), ('bytes_up', 'uploaded_bytes'),
                              ('bytes_down', 'downloaded_bytes'), ('client_rounds', 'num_clients')):
           run['totals'][total] += int(getattr(mi, field))
     for i, run in enumerate(runs):
-      if pending:
-        run['distance'] = float(pick(jax.device_get(pending[-1].client_distance), i))
+      if pending and not run['diverged']:
+        run['distance'] = float(pick(jax.device_get(pending[-1][1].client_distance), i))
     pending.clear()
 
   def save(done):
     flush()
     for i, (w, run) in enumerate(zip(workdirs, runs)):
+      if run['diverged']:   # its last good checkpoint stays the last one
+        continue
       meta = {'metrics_bytes': os.path.getsize(os.path.join(w, 'metrics.jsonl')),
               'totals': run['totals'], 'distance': run['distance']}
       checkpoint.save(w, done, pick(state, i), meta)
@@ -549,6 +561,8 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
   def record(done):   # host sync only when evaluating
     flush()
     for i, (x, w, run) in enumerate(zip(configs, workdirs, runs)):
+      if run['diverged']:
+        continue
       # each seed's model on its own: the numbers of its separate run, to the bit
       params = pick(exp.algorithm.server_params(state), i)
       test, tr = evaluate(params, exp.test_pool), evaluate(params, exp.train_pool)
@@ -564,6 +578,7 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
         f.write(json_line(rec))
     best = max(run['records'][-1]['best_test_accuracy'] for run in runs)
     last = runs[0]['records'][-1]
+
     status = (f'test acc {last["test_accuracy"]:.4f} (best {last["best_test_accuracy"]:.4f})'
               if not batched else f'{len(runs)} seeds, best test acc {best:.4f}')
     progress.update(done, status, force=True)
@@ -575,7 +590,7 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
   for r in range(start, c.num_rounds):
     cohort = cohort0 if r == start else sample(r, state)
     state, m = round_fn(state, cohort, exp.train, root, jnp.int32(r))
-    pending.append(m)
+    pending.append((r + 1, m))
     if on_round is not None:
       on_round(r, cohort, m)
     done = r + 1
@@ -585,6 +600,8 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
       progress.update(done)
     if c.checkpoint_every and done % c.checkpoint_every == 0 and done < c.num_rounds:
       save(done)
+    if all(run['diverged'] for run in runs):
+      break
   progress.close()
   train_s = time.perf_counter() - t_train
 
@@ -598,6 +615,8 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
         'best_accuracy': max(r['test_accuracy'] for r in records),
         'target_accuracy': x.target_accuracy,
         'rounds_to_target': rounds_to_target(records, x.target_accuracy),
+        'status': 'diverged' if run['diverged'] else 'finished',
+        'diverged_round': run['diverged'],
         **run['totals'],
         'compile_s': round(compile_s, 3), 'train_s': round(train_s, 3),
         'rounds_per_s': round(x.num_rounds / train_s, 3) if train_s > 0 else None,
@@ -605,6 +624,10 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
         'client_state_bytes': (0 if exp.algorithm.store_row is None else
                                round_lib.tree_bytes(pick(state.clients, i))),
     }
+    if run['diverged']:   # no final model; the last good checkpoint stays
+      write_json(os.path.join(w, 'summary.json'), summary)
+      summaries.append(summary)
+      continue
     params = jax.device_get(pick(exp.algorithm.server_params(state), i))
     checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
     write_json(os.path.join(w, 'summary.json'), summary)

@@ -7,11 +7,14 @@ import json
 import pathlib
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from fedjax_gel import models, optim
+from fedjax_gel.core import keys
 from fedjax_gel.core.sampling import GuessPolicy
+from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import progress as progress_lib
 from fedjax_gel.experiment import runner
@@ -431,3 +434,60 @@ def test_seeds_fit_and_train_seeds_guards(base_config):
   with pytest.raises(ValueError, match='only in the seed'):
     runner.train_seeds(exp, [base_config, dataclasses.replace(base_config, client_lr=0.5)],
                        ['a', 'b'])
+
+
+def poisoned_client_run(base_config, tmp_path):
+  """A run whose pool holds one client with infinite features, first sampled after a
+  checkpoint: ``(summary, workdir, the round its update reaches the server)``."""
+  c = dataclasses.replace(base_config, num_rounds=12, checkpoint_every=2, eval_every=2)
+  exp = runner.prepare(c)
+  sample = runner.make_sampler(exp, keys.root_key(c.seed))
+  first = {}
+  for r in range(c.num_rounds):
+    for i in np.asarray(sample(r, None).client_ids).tolist():
+      first.setdefault(i, r + 1)
+  client = max((i for i in first if first[i] > 3), key=lambda i: first[i])
+  lo, n = int(exp.train.offsets[client]), int(exp.train.counts[client])
+  x = exp.train.examples['x'].at[lo:lo + n].set(jnp.inf)
+  exp = exp._replace(train=exp.train._replace(examples={**exp.train.examples, 'x': x}))
+  summary = runner.train(exp, str(tmp_path), progress=progress_lib.Progress(
+      c.num_rounds, stream=io.StringIO()))
+  return summary, tmp_path, first[client]
+
+
+def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(base_config, tmp_path):
+  summary, workdir, bad_round = poisoned_client_run(base_config, tmp_path)
+  assert summary['status'] == 'diverged' and summary['diverged_round'] == bad_round
+  records = read_jsonl(workdir / 'metrics.jsonl')
+  assert records[-1]['round'] < bad_round and all(
+      np.isfinite(r['test_loss']) for r in records)
+  assert summary['final_accuracy'] == records[-1]['test_accuracy']
+  kept = checkpoint.rounds(str(workdir))
+  assert kept and max(kept) < bad_round <= max(kept) + 2   # the last one before it
+  assert not (workdir / 'model.msgpack').exists()
+  assert json.loads((workdir / 'summary.json').read_text())['status'] == 'diverged'
+
+
+def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
+  """Seeds 0 and 1 vmapped, seed 1's initial model NaN: seed 1 is marked diverged after round
+  1; seed 0 finishes with exactly the metrics of its own run."""
+  configs = [dataclasses.replace(base_config, algorithm='gel', seed=s) for s in (0, 1)]
+  exp = runner.prepare(configs[0])
+  bad = jax.random.key_data(keys.init_key(keys.root_key(1)))
+
+  def init(key):
+    poison = jnp.all(jax.random.key_data(key) == bad)
+    return jax.tree.map(lambda p: jnp.where(poison, jnp.nan, p), exp.model.init(key))
+
+  poisoned = exp._replace(model=exp.model._replace(init=init))
+  quiet = lambda: progress_lib.Progress(5, stream=io.StringIO())
+  out = runner.train_seeds(poisoned, configs, [str(tmp_path / 's0'), str(tmp_path / 's1')],
+                           progress=quiet())
+  assert [s['status'] for s in out] == ['finished', 'diverged']
+  assert out[1]['diverged_round'] == 1
+  alone = runner.train(runner.with_config(exp, configs[0]), str(tmp_path / 'alone'),
+                       progress=quiet())
+  strip = lambda recs: [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in recs]
+  assert strip(read_jsonl(tmp_path / 's0' / 'metrics.jsonl')) == strip(
+      read_jsonl(tmp_path / 'alone' / 'metrics.jsonl'))
+  assert alone['status'] == 'finished'
