@@ -98,6 +98,11 @@ def pad_and_sort(cohort: Cohort, num_chunks: int, chunk_size: int):
           jnp.maximum(slots[order], 0).reshape(shape), (slots[order] >= 0).reshape(shape))
 
 
+def all_finite(tree) -> jax.Array:
+  """Whether every array of ``tree`` holds no NaN or infinity (a scalar bool)."""
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(tree)]))
+
+
 def tree_bytes(tree) -> int:
   """Bytes of a pytree of arrays or shape structs (static)."""
   return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
@@ -308,8 +313,7 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
     metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), grads, examples, computed,
                            num_real * up, num_real * down,
                            mean_pairwise_cosine_distance(*spread, num_real), num_real,
-                           jnp.all(jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(
-                               algorithm.server_params(new_state))])))
+                           all_finite(algorithm.server_params(new_state)))
     return new_state, metrics
 
   return jax.jit(round_fn, donate_argnums=(0,) if donate_state else ())

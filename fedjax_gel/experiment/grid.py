@@ -88,8 +88,8 @@ def build_grid_fns(exp: runner.Experiment, chunk: int):
   def cell_eval(state, lc, ls):
     params = algorithm(lc, ls).server_params(state)
     test = evaluate(params, exp.test_pool)
-    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(params)]))
-    return test['accuracy'], test['loss'], ~(finite & jnp.isfinite(test['loss']))
+    finite = round_lib.all_finite(params) & jnp.isfinite(test['loss'])
+    return test['accuracy'], test['loss'], ~finite
 
   init = jax.jit(jax.vmap(lambda lc, ls: algorithm(lc, ls).server_init(params0)))
   round_fn = jax.jit(jax.vmap(cell_round, in_axes=(0, 0, 0, None, None, None, None)),

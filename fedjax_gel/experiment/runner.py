@@ -475,7 +475,12 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
 
   roots = [keys.root_key(x.seed) for x in configs]
   init = lambda root: exp.algorithm.server_init(exp.model.init(keys.init_key(root)))
-  samplers = [make_sampler(exp, root) for root in roots]
+
+  def place(state):   # on the mesh once; the per-client store sharded over it
+    state = devices.replicate(state, exp.mesh)
+    if exp.algorithm.store_row is not None:
+      state = state._replace(clients=store.place(state.clients, exp.mesh))
+    return state
   compiled = {} if compiled is None else compiled
   evaluate = compiled.setdefault('evaluate', evaluation.build_evaluate(exp.model.apply))
   t0 = time.perf_counter()
@@ -487,21 +492,18 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
     sample = lambda r, state: cohorts(root, r)
   else:
     root = roots[0]
-    state = devices.replicate(init(root), exp.mesh)
-    if exp.algorithm.store_row is not None:   # the per-client store, sharded over the mesh
-      state = state._replace(clients=store.place(state.clients, exp.mesh))
-    sample = samplers[0]
+    state = place(init(root))
+    sample = make_sampler(exp, root)
   runs = [dict(records=[], totals=dict(grad_computations=0, examples=0, bytes_up=0,
                                        bytes_down=0, client_rounds=0), distance=0.,
                diverged=None) for _ in configs]
   if start:   # the checkpointed states, and the metrics as they stood then
-    loaded = [checkpoint.load(w, start, init(roots[0])) for w in workdirs]
+    target = init(roots[0])
+    loaded = [checkpoint.load(w, start, target) for w in workdirs]
     if batched:
       state = jax.tree.map(lambda *a: jnp.stack(a), *(st for st, _ in loaded))
     else:
-      state = devices.replicate(loaded[0][0], exp.mesh)
-      if exp.algorithm.store_row is not None:
-        state = state._replace(clients=store.place(state.clients, exp.mesh))
+      state = place(loaded[0][0])
     for w, run, (_, meta) in zip(workdirs, runs, loaded):
       metrics_path = os.path.join(w, 'metrics.jsonl')
       with open(metrics_path, 'rb+') as f:   # drop lines written after the checkpoint
@@ -544,9 +546,11 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
                              ('examples', 'examples'), ('bytes_up', 'uploaded_bytes'),
                              ('bytes_down', 'downloaded_bytes'), ('client_rounds', 'num_clients')):
           run['totals'][total] += int(getattr(mi, field))
-    for i, run in enumerate(runs):
-      if pending and not run['diverged']:
-        run['distance'] = float(pick(jax.device_get(pending[-1][1].client_distance), i))
+    if pending:
+      distance = jax.device_get(pending[-1][1].client_distance)
+      for i, run in enumerate(runs):
+        if not run['diverged']:
+          run['distance'] = float(pick(distance, i))
     pending.clear()
 
   def save(done):
@@ -578,7 +582,6 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
         f.write(json_line(rec))
     best = max(run['records'][-1]['best_test_accuracy'] for run in runs)
     last = runs[0]['records'][-1]
-
     status = (f'test acc {last["test_accuracy"]:.4f} (best {last["best_test_accuracy"]:.4f})'
               if not batched else f'{len(runs)} seeds, best test acc {best:.4f}')
     progress.update(done, status, force=True)
@@ -624,14 +627,12 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
         'client_state_bytes': (0 if exp.algorithm.store_row is None else
                                round_lib.tree_bytes(pick(state.clients, i))),
     }
-    if run['diverged']:   # no final model; the last good checkpoint stays
-      write_json(os.path.join(w, 'summary.json'), summary)
-      summaries.append(summary)
-      continue
-    params = jax.device_get(pick(exp.algorithm.server_params(state), i))
-    checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
+    finished = not run['diverged']   # a diverged run: no final model, its last good checkpoint
+    if finished:
+      params = jax.device_get(pick(exp.algorithm.server_params(state), i))
+      checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
     write_json(os.path.join(w, 'summary.json'), summary)
-    for done in checkpoint.rounds(w):   # finished: model.msgpack and summary.json replace them
+    for done in checkpoint.rounds(w) if finished else ():   # replaced by model and summary
       os.remove(checkpoint.path(w, done))
     summaries.append(summary)
   return summaries

@@ -58,11 +58,13 @@ def uninterrupted(tiny_leaf_file, tmp_path_factory):
   return workdir
 
 
-def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted, tmp_path):
-  """Two seeds vmapped: kill -9, rerun the same command; every seed's metrics and final model
-  are bit-identical to the uninterrupted run's, and no checkpoint is left."""
+@pytest.mark.parametrize('extra', [[], ['--vmap_seeds=false']], ids=['vmapped', 'sequential'])
+def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted, tmp_path, extra):
+  """Two seeds, vmapped or one after another: kill -9, rerun the same command; every seed's
+  metrics and final model are bit-identical to the uninterrupted run's, and no checkpoint is
+  left."""
   workdir = tmp_path / 'killed'
-  cmd = command(tiny_leaf_file, workdir, '--algorithms=gel', '--seeds=0,1')
+  cmd = command(tiny_leaf_file, workdir, '--algorithms=gel', '--seeds=0,1', *extra)
   resumed = killed_then_resumed(cmd, workdir, workdir / 'seed0')
   assert resumed.returncode == 0, resumed.stderr
   for seed in ('seed0', 'seed1'):
@@ -71,18 +73,6 @@ def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted,
             (uninterrupted / seed / 'model.msgpack').read_bytes())
     assert not list((workdir / seed).glob('checkpoint-*'))
     assert json.loads((workdir / seed / 'summary.json').read_text())['rounds'] == 400
-
-
-def test_resumed_sequential_seeds_equal_the_uninterrupted_run(tiny_leaf_file, uninterrupted,
-                                                              tmp_path):
-  workdir = tmp_path / 'killed'
-  cmd = command(tiny_leaf_file, workdir, '--algorithms=gel', '--seeds=0,1', '--vmap_seeds=false')
-  resumed = killed_then_resumed(cmd, workdir, workdir / 'seed0')
-  assert resumed.returncode == 0, resumed.stderr
-  for seed in ('seed0', 'seed1'):
-    assert metrics(workdir / seed) == metrics(uninterrupted / seed)
-    assert ((workdir / seed / 'model.msgpack').read_bytes() ==
-            (uninterrupted / seed / 'model.msgpack').read_bytes())
 
 
 def test_same_command_twice_gives_the_same_metrics_bytes(tiny_leaf_file, uninterrupted, tmp_path):
