@@ -193,7 +193,7 @@ def main(argv):
   from fedjax_gel.core.devices import use_all_cpu_cores
   use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
   from fedjax_gel.data.leaf import DataError
-  from fedjax_gel.experiment import grid, plots, report, runner
+  from fedjax_gel.experiment import grid, runner
   try:
     configs = [config_lib.validate(c) for c in configs_from_flags()]
     grids = None
@@ -210,20 +210,40 @@ def main(argv):
         'runs', f'{"_".join(dict.fromkeys(x.algorithm for x in configs))}_{c.dataset}_'
         f'{time.strftime("%Y%m%d-%H%M%S")}')
     workdirs = [run_dir(workdir, x, levels) for x in configs]
-    if grids is None:   # the same command again resumes (see --checkpoint_every)
-      status = [runner.run_status(w, x, F.overwrite) for x, w in zip(configs, workdirs)]
-    else:
-      for w in workdirs:
-        runner.check_workdir(w, F.overwrite)
-      runner.check_workdir(workdir, F.overwrite, 'report.md')
+    # the same command again keeps finished runs and resumes the others (--checkpoint_every)
+    extra = None if grids is None else grid.grid_fields(*grids)
+    status = [runner.run_status(w, x, F.overwrite, extra) for x, w in zip(configs, workdirs)]
     base = runner.prepare(c)   # data, model, chunks: shared by every run
+    notes = list(base.notes)
+    for i, x in enumerate(configs):   # every run's algorithm, memory and checkpoints first
+      exp = runner.with_config(base, x)
+      notes += exp.notes
+      if grids is not None:
+        grid.grid_chunk_size(exp, len(grids[0]) * len(grids[1]))
+      if status[i] == 'resume' and grids is None:
+        runner.check_resume(exp, workdirs[i])
+      elif status[i] == 'resume':
+        grid.check_resume(exp, *grids, workdirs[i])
     for w in workdirs:
       runner.make_workdir(w)
   except (config_lib.ConfigError, DataError) as e:
     fail(str(e))
-  if grids is not None:
-    run_grids(configs, workdirs, workdir, base, grids)
-    return
+  for note in dict.fromkeys(notes):
+    print(f'note: {note}')
+  try:
+    if grids is not None:
+      run_grids(configs, workdirs, workdir, base, grids, status)
+    else:
+      train_all(configs, workdirs, workdir, base, status, levels)
+  except (config_lib.ConfigError, DataError) as e:   # checked above; a last line of defence
+    fail(str(e))
+
+
+def train_all(configs, workdirs, workdir, base, status, levels):
+  """Trains the runs ``run_status`` did not find finished (a run's seeds as one vmapped program
+  where they fit) and writes report.md and plots/."""
+  from fedjax_gel.experiment import plots, report, runner  # pylint: disable=g-import-not-at-top
+  c = configs[0]
   by_index = {i: runner.read_json(os.path.join(workdirs[i], 'summary.json'))
               for i, st in enumerate(status) if st == 'done'}   # finished earlier: kept
   compiled = {}
@@ -269,13 +289,16 @@ def seed_groups(configs) -> list[list[int]]:
   return list(groups.values())
 
 
-def run_grids(configs, workdirs, workdir, base, grids):
-  """``--server_lr_grid``: each config's learning-rate grid as one program; report.md holds
-  the grids' tables."""
+def run_grids(configs, workdirs, workdir, base, grids, status):
+  """``--server_lr_grid``: each config's learning-rate grid as one program (a finished grid
+  kept, an unfinished one resumed); report.md holds the grids' tables."""
   from fedjax_gel.experiment import grid, runner  # pylint: disable=g-import-not-at-top
   tables = []
-  for x, w in zip(configs, workdirs):
-    result = grid.train_grid(runner.with_config(base, x), *grids, w)
+  for x, w, st in zip(configs, workdirs, status):
+    if st == 'done':
+      result = runner.read_json(os.path.join(w, 'grid.json'))
+    else:
+      result = grid.train_grid(runner.with_config(base, x), *grids, w, resume=st == 'resume')
     diverged = sum(cell['diverged'] for cell in result['cells'])
     finals = [(cell['final_accuracy'], cell) for cell in result['cells']
               if cell['final_accuracy'] is not None]
@@ -291,8 +314,44 @@ def run_grids(configs, workdirs, workdir, base, grids):
         'summary.json, plots/grid.png per grid; report.md)')
 
 
+def flagfiles(argv) -> list[str]:
+  """The ``--flagfile`` paths named on the command line, in order."""
+  found = []
+  for i, arg in enumerate(argv):
+    name, eq, value = arg.lstrip('-').partition('=')
+    if arg.startswith('-') and name == 'flagfile':
+      found.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ''))
+  return found
+
+
+def check_flagfile(path: str, including: tuple = ()):
+  """A flag file's syntax, before absl reads it: UTF-8 text whose lines are blank, comments
+  (``#``, ``//``) or ``--name=value`` (``--name`` for booleans), its nested ``--flagfile``s too.
+  The first problem is one line naming the file and the line, and exit status 2."""
+  if path in including:
+    fail(f'--flagfile={path} includes itself (through {" -> ".join(including)})')
+  try:
+    with open(path, encoding='utf-8') as f:
+      lines = f.read().splitlines()
+  except OSError as e:
+    fail(f'--flagfile={path}: cannot be read ({e.strerror})')
+  except UnicodeDecodeError:
+    fail(f'--flagfile={path}: not a text file (not UTF-8)')
+  for number, line in enumerate(lines, 1):
+    text = line.strip()
+    if not text or text.startswith(('#', '//')):
+      continue
+    name, _, value = text.lstrip('-').partition('=')
+    if not text.startswith('-') or not name or name != name.strip() or ' ' in name:
+      fail(f'--flagfile={path} line {number}: {text!r} is not a flag; write --name=value')
+    if name == 'flagfile':
+      check_flagfile(value, including + (path,))
+
+
 def parse_flags(argv):
   """absl parsing, but a bad flag is one line and exit status 2 like every other input error."""
+  for path in flagfiles(argv[1:]):
+    check_flagfile(path)
   try:
     return F(argv)
   except flags.Error as e:

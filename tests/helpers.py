@@ -61,3 +61,11 @@ def minibatches(data, client_id, slot, tau, seed=0, round_idx=3):
 
 def assert_trees_close(a, b, tol=1e-6):
   jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(u, v, rtol=tol, atol=tol), a, b)
+
+
+def memory_for(exp, clients: int) -> int:
+  """A memory limit under which one chunk of the runner's ``exp`` holds exactly ``clients``
+  clients (the memory guard, ``runner.fit_memory``)."""
+  from fedjax_gel.experiment import runner  # pylint: disable=g-import-not-at-top
+  resident = runner.memory_limit() - exp.memory.free_bytes
+  return resident + int((clients + 0.5) * exp.memory.client_bytes / runner.CHUNK_MEMORY_FRACTION)

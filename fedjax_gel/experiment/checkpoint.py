@@ -77,15 +77,6 @@ def _error(file: str, e: Exception) -> CheckpointError:
                          '--overwrite')
 
 
-def verify(workdir: str, round_idx: int):
-  """Reads the checkpoint of ``round_idx`` (before anything runs): a CheckpointError if damaged."""
-  file = path(workdir, round_idx)
-  try:
-    _read(file)
-  except Exception as e:  # pylint: disable=broad-except  # any damage reads as one line
-    raise _error(file, e) from None
-
-
 def load(workdir: str, round_idx: int, target):
   """``(state, meta)`` of the checkpoint of ``round_idx``; ``target`` gives the state's structure
   (a freshly initialised state). A malformed or mismatching file is a CheckpointError."""

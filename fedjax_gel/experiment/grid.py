@@ -11,7 +11,9 @@ Outputs in the work directory: ``config.json``; ``metrics.jsonl`` with one recor
 evaluation (``round, algorithm, seed, client_lr, server_lr, test_accuracy, best_test_accuracy,
 test_loss, train_loss`` (the round's mean client minibatch loss), ``diverged``);
 ``grid.json`` with each cell's final and best accuracy, rounds to target and divergence;
-``summary.json``; ``plots/grid.png``, the heat map of final test accuracy.
+``summary.json``; ``plots/grid.png``, the heat map of final test accuracy. Every
+``checkpoint_every`` rounds all cells' states and the grid's bookkeeping go into one
+checkpoint, and the same command resumes an unfinished grid as it does a run.
 
 Algorithms with per-client state (the store) and power-of-d selection (which ranks clients by
 each model's loss) are not supported in a grid. FedExP and the FedGBO family set their own server
@@ -30,7 +32,7 @@ import numpy as np
 
 from fedjax_gel.core import keys, round as round_lib
 from fedjax_gel.experiment import config as config_lib
-from fedjax_gel.experiment import plots, runner
+from fedjax_gel.experiment import checkpoint, plots, runner
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -55,15 +57,23 @@ def cells(client_lrs, server_lrs) -> tuple[np.ndarray, np.ndarray]:
 
 def grid_chunk_size(exp: runner.Experiment, num_cells: int) -> int:
   """Clients per chunk and cell: the automatic chunk of a cohort of ``C x cells`` clients,
-  shared among the cells (``--chunk_size`` when given)."""
+  shared among the cells (``--chunk_size`` when given), within the memory guard's capacity
+  (``runner.chunk_capacity``) shared among the cells."""
   c = exp.config
+  fits = runner.chunk_capacity(exp.memory, 0) // num_cells
+  if fits < 1:
+    raise config_lib.ConfigError(
+        f'--server_lr_grid: {num_cells} cells of one client each need about '
+        f'{num_cells * exp.memory.client_bytes / 2**30:.2f} GiB in a round, more than the '
+        f'{runner.CHUNK_MEMORY_FRACTION * exp.memory.free_bytes / 2**30:.2f} GiB the device '
+        'memory has for it; use fewer learning rates')
   if c.chunk_size:
-    return min(c.chunk_size, c.clients_per_round)
+    return min(c.chunk_size, c.clients_per_round, fits)
   params = jax.eval_shape(exp.model.init, jax.random.key(0))
   total = round_lib.default_chunk_size(
       c.clients_per_round * num_cells, params, runner.example_bytes(exp.train), c.batch_size,
       budget_range=tuple(c.budget_range))
-  return max(1, min(total // num_cells, c.clients_per_round))
+  return max(1, min(total // num_cells, c.clients_per_round, fits))
 
 
 def build_grid_fns(exp: runner.Experiment, chunk: int):
@@ -97,75 +107,108 @@ def build_grid_fns(exp: runner.Experiment, chunk: int):
   return init, round_fn, jax.jit(jax.vmap(cell_eval))
 
 
+def grid_fields(client_lrs, server_lrs) -> dict:
+  """The grid's own fields of ``config.json`` (beside the Config's)."""
+  return {'client_lr_grid': [float(x) for x in client_lrs],
+          'server_lr_grid': [float(x) for x in server_lrs]}
+
+
+def check_resume(exp: runner.Experiment, client_lrs, server_lrs, workdir: str):
+  """The checkpoints of an unfinished grid in ``workdir`` hold this grid's states (read before
+  anything is written; another configuration's is a one-line ``CheckpointError``)."""
+  lc, ls = cells(client_lrs, server_lrs)
+  init = build_grid_fns(exp, 1)[0]
+  target = jax.eval_shape(init, lc, ls)
+  for r in checkpoint.rounds(workdir):
+    checkpoint.load(workdir, r, target)
+
+
 def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
-               progress: Progress | None = None) -> dict:
+               progress: Progress | None = None, resume: bool = False) -> dict:
   """Trains every cell of the grid for ``num_rounds`` rounds as one program, evaluating every
-  ``eval_every`` rounds and after the last; returns (and writes) ``grid.json``'s content."""
+  ``eval_every`` rounds and after the last; returns (and writes) ``grid.json``'s content.
+
+  Every ``checkpoint_every`` rounds the cells' states and the grid's bookkeeping are
+  checkpointed as a run's are (``experiment.checkpoint``); ``resume`` continues from the last
+  checkpoint (``runner.run_status`` said ``'resume'``), with ``metrics.jsonl`` cut back to it.
+  """
   c = exp.config
   check_grid(c)
-  runner.make_workdir(workdir)
-  runner.write_json(os.path.join(workdir, 'config.json'),
-                    {**c.to_json(), 'client_lr_grid': list(map(float, client_lrs)),
-                     'server_lr_grid': list(map(float, server_lrs))})
-  metrics_path = os.path.join(workdir, 'metrics.jsonl')
-  open(metrics_path, 'w').close()
   lc, ls = cells(client_lrs, server_lrs)
   chunk = grid_chunk_size(exp, lc.size)
+  runner.make_workdir(workdir)
+  metrics_path = os.path.join(workdir, 'metrics.jsonl')
+  start = checkpoint.rounds(workdir)[-1] if resume and checkpoint.rounds(workdir) else 0
+  if not start:
+    for old in checkpoint.rounds(workdir):
+      os.remove(checkpoint.path(workdir, old))
+    runner.write_json(os.path.join(workdir, 'config.json'),
+                      {**c.to_json(), **grid_fields(client_lrs, server_lrs)})
+    open(metrics_path, 'w').close()
   root = keys.root_key(c.seed)
   sample = runner.make_sampler(exp, root)
 
   t0 = time.perf_counter()
   init, round_fn, evaluate = build_grid_fns(exp, chunk)
-  states = init(lc, ls)
-  cohort0 = sample(0, None)
-  compiled = round_fn.lower(states, lc, ls, cohort0, exp.train, root, jnp.int32(0)).compile()
-  compile_s = time.perf_counter() - t0
-
   num = lc.size
-  best = np.full(num, -np.inf)
-  ever_diverged = np.zeros(num, bool)
-  reached = np.full(num, -1)
-  history = []
-  train_loss = np.full(num, np.nan)
+  track = {'best': np.full(num, -np.inf), 'diverged': np.zeros(num, bool),
+           'reached': np.full(num, -1), 'accuracy': np.full(num, np.nan),
+           'train_loss': np.full(num, np.nan)}
+  if start:   # the cells' states and the grid's bookkeeping as they stood then
+    states, meta = checkpoint.load(workdir, start, jax.eval_shape(init, lc, ls))
+    states = jax.device_put(states)
+    with open(metrics_path, 'rb+') as f:   # drop lines written after the checkpoint
+      f.truncate(meta['metrics_bytes'])
+    track = {k: np.asarray(meta[k], v.dtype) for k, v in track.items()}
+  else:
+    states = init(lc, ls)
+  cohort0 = sample(start, None)
+  compiled = round_fn.lower(states, lc, ls, cohort0, exp.train, root, jnp.int32(start)).compile()
+  compile_s = time.perf_counter() - t0
 
   def record(done):
     acc, loss, diverged = (np.asarray(a) for a in evaluate(states, lc, ls))
-    ever_diverged[:] |= diverged
-    acc = np.where(ever_diverged, np.nan, acc)
-    best[:] = np.where(ever_diverged, best, np.maximum(best, acc))
-    reached[:] = np.where((reached < 0) & (acc >= c.target_accuracy), done, reached)
-    history.append(acc)
+    ever = track['diverged'] = track['diverged'] | diverged
+    acc = track['accuracy'] = np.where(ever, np.nan, acc)
+    best = track['best'] = np.where(ever, track['best'], np.maximum(track['best'], acc))
+    reached = track['reached']
+    track['reached'] = np.where((reached < 0) & (acc >= c.target_accuracy), done, reached)
     lines = []
     for i in range(num):
       lines.append(runner.json_line({
           'round': done, 'algorithm': c.run_name, 'seed': c.seed, 'client_lr': float(lc[i]),
           'server_lr': float(ls[i]), 'test_accuracy': float(acc[i]),
           'best_test_accuracy': float(best[i]), 'test_loss': float(loss[i]),
-          'train_loss': float(train_loss[i]), 'diverged': bool(ever_diverged[i])}))
+          'train_loss': float(track['train_loss'][i]), 'diverged': bool(ever[i])}))
     with open(metrics_path, 'a') as f:
       f.write(''.join(lines))
-    alive = acc[~ever_diverged]
+    alive = acc[~ever]
     progress.update(done, f'{alive.size}/{num} cells finite, best test acc '
                     f'{alive.max() if alive.size else float("nan"):.4f}', force=True)
 
   progress = progress or Progress(c.num_rounds)
-  record(0)
-  progress.begin(0)
+  if not start:
+    record(0)
+  progress.begin(start)
   t_train = time.perf_counter()
-  for r in range(c.num_rounds):
-    cohort = cohort0 if r == 0 else sample(r, None)
+  for r in range(start, c.num_rounds):
+    cohort = cohort0 if r == start else sample(r, None)
     states, metrics = compiled(states, lc, ls, cohort, exp.train, root, jnp.int32(r))
     done = r + 1
     if done % c.eval_every == 0 or done == c.num_rounds:
-      train_loss = np.asarray(metrics.train_loss)
+      track['train_loss'] = np.asarray(metrics.train_loss)
       record(done)
     else:
       progress.update(done)
+    if c.checkpoint_every and done % c.checkpoint_every == 0 and done < c.num_rounds:
+      checkpoint.save(workdir, done, states,
+                      {'metrics_bytes': os.path.getsize(metrics_path), **track})
   progress.close()
   train_s = time.perf_counter() - t_train
 
+  best, ever_diverged, reached, final = (track[k] for k in ('best', 'diverged', 'reached',
+                                                            'accuracy'))
   shape = (len(client_lrs), len(server_lrs))
-  final = history[-1]
   result = {
       'algorithm': c.run_name, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
       'client_lrs': [float(x) for x in client_lrs], 'server_lrs': [float(x) for x in server_lrs],
@@ -189,6 +232,8 @@ def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
                      client_lrs, server_lrs,
                      f'{c.run_name}: final test accuracy, {c.num_rounds} rounds',
                      os.path.join(workdir, 'plots', 'grid.png'))
+  for done in checkpoint.rounds(workdir):   # replaced by grid.json and summary.json
+    os.remove(checkpoint.path(workdir, done))
   return result
 
 

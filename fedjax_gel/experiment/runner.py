@@ -21,8 +21,8 @@ import optax
 from flax import serialization
 
 from fedjax_gel import algorithms, models, optim
-from fedjax_gel.core import (devices, evaluation, federated_data, keys, round as round_lib,
-                             sampling, selection, store)
+from fedjax_gel.core import (devices, evaluation, federated_data, keys, memory,
+                             round as round_lib, sampling, selection, store)
 from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import report
@@ -160,6 +160,13 @@ def make_algorithm(c: Config, model: models.Model, counts) -> algorithms.Federat
   return algorithms.fedavg(loss, optax.sgd(lr), server, c.algorithm)   # fedadam, fedyogi, ...
 
 
+class MemoryPlan(NamedTuple):
+  """What the memory guard knows before compiling (``fit_memory``)."""
+  client_bytes: int   # one client's working set in a chunk (``core.memory.client_bytes``)
+  free_bytes: int     # per device, after the data and the server state; the store not included
+  devices: int        # devices a chunk is spread over with their own memory (1: shared, CPU)
+
+
 class Experiment(NamedTuple):
   """Everything a run needs, built and checked before the first round."""
   config: Config
@@ -170,6 +177,8 @@ class Experiment(NamedTuple):
   train_pool: evaluation.EvalPool
   chunk_size: int
   mesh: object = None   # jax.sharding.Mesh over the 'clients' axis, or None on one device
+  memory: MemoryPlan | None = None
+  notes: tuple = ()     # what was changed to make the run fit (printed by launch/run.py)
 
 
 def prepare(c: Config) -> Experiment:
@@ -203,16 +212,17 @@ def prepare(c: Config) -> Experiment:
   mesh = devices.client_mesh(c.num_devices or auto_num_devices(
       c.clients_per_round, store_bytes(algorithm, params), memory_limit(), jax.device_count(),
       shared_memory=jax.default_backend() == 'cpu'))
-  ex_bytes = example_bytes(split.train)
+  num_devices = 1 if mesh is None else mesh.size
   chunk = c.chunk_size or round_lib.default_chunk_size(
-      c.clients_per_round, params, ex_bytes, c.batch_size, 1 if mesh is None else mesh.size,
+      c.clients_per_round, params, example_bytes(split.train), c.batch_size, num_devices,
       budget_range=tuple(c.budget_range))
-  chunk = min(chunk, c.clients_per_round)
-  check_memory(c, chunk, round_lib.tree_bytes(params), ex_bytes)
-  check_store_memory(c, algorithm, params, 1 if mesh is None else mesh.size)
-  train = devices.replicate(train, mesh)   # placed once, not copied to the devices every round
-  return Experiment(c, model, algorithm, train, evaluation.make_eval_pool(split.test),
-                    evaluation.make_eval_pool(split.train), chunk, mesh)
+  test_pool, train_pool = (evaluation.make_eval_pool(split.test),
+                           evaluation.make_eval_pool(split.train))
+  plan = memory_plan(c, model, train, (test_pool, train_pool), num_devices)
+  exp = Experiment(c, model, algorithm, train, test_pool, train_pool,
+                   min(chunk, c.clients_per_round), mesh, plan)
+  exp = fit_memory(exp)
+  return exp._replace(train=devices.replicate(train, mesh))   # placed once, not every round
 
 
 def with_config(exp: Experiment, c: Config) -> Experiment:
@@ -222,9 +232,7 @@ def with_config(exp: Experiment, c: Config) -> Experiment:
   """
   validate(c)
   algorithm = make_algorithm(c, exp.model, np.asarray(exp.train.counts))
-  check_store_memory(c, algorithm, jax.eval_shape(exp.model.init, jax.random.key(0)),
-                     1 if exp.mesh is None else exp.mesh.size)
-  return exp._replace(config=c, algorithm=algorithm)
+  return fit_memory(exp._replace(config=c, algorithm=algorithm, notes=()))
 
 
 def example_bytes(data: federated_data.FederatedData) -> int:
@@ -239,19 +247,58 @@ def memory_limit() -> int:
   return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
 
-def check_memory(c: Config, chunk: int, model_bytes: int, ex_bytes: int):
-  """Fails early when one chunk's working set cannot fit (DESIGN §6: impossible memory).
+# A chunk's working set may take this much of the memory left after the data, the server state
+# and the per-client store (the rest: XLA's own buffers and the estimate's error).
+CHUNK_MEMORY_FRACTION = 0.75
 
-  Per client: the data-order buffers (``~4 x tau_max B`` int32), about eight model-sized buffers
-  and two minibatches.
+
+def memory_plan(c: Config, model, train, pools, num_devices: int) -> MemoryPlan:
+  """The memory of one client of a chunk and what is free for chunks on each device.
+
+  Resident on each device: the training pool and the evaluation pools (on CPU the devices are
+  one host's cores, each with its copy) and about four copies of the server model (the state,
+  its optimiser and the donated copy).
   """
-  per_client = 16 * c.budget_range[1] * c.batch_size + 8 * model_bytes + 2 * c.batch_size * ex_bytes
-  need, have = chunk * per_client, memory_limit()
-  if need > have:
+  params = jax.eval_shape(model.init, jax.random.key(0))
+  spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v[:1]).dtype)
+          for k, v in train.examples.items()}
+  per_client = memory.client_bytes(models.cross_entropy_loss(model), params, spec,
+                                   c.batch_size, c.budget_range[1])
+  shared = jax.default_backend() == 'cpu'
+  data = round_lib.tree_bytes((train.examples, pools)) * (num_devices if shared else 1)
+  free = memory_limit() - data - 4 * round_lib.tree_bytes(params)
+  return MemoryPlan(per_client, free, 1 if shared else num_devices)
+
+
+def chunk_capacity(plan: MemoryPlan, store_need: int) -> int:
+  """Clients one chunk can hold, over all its devices."""
+  room = int(CHUNK_MEMORY_FRACTION * (plan.free_bytes - store_need))
+  return max(0, room // plan.client_bytes) * plan.devices
+
+
+def fit_memory(exp: Experiment) -> Experiment:
+  """The memory guard (DESIGN §6), before anything compiles: a per-client store that cannot fit
+  fails (``check_store_memory``); a chunk larger than the memory left holds is shrunk to what
+  fits, with a note; a single client that cannot fit fails with one line saying what it needs."""
+  c = exp.config
+  params = jax.eval_shape(exp.model.init, jax.random.key(0))
+  num_devices = 1 if exp.mesh is None else exp.mesh.size
+  store_need = check_store_memory(c, exp.algorithm, params, num_devices)
+  fits = chunk_capacity(exp.memory, store_need)
+  if fits < 1:
+    gib = lambda b: f'{b / 2**30:.2f} GiB'
     raise ConfigError(
-        f'--budget_range={c.budget_range[0]},{c.budget_range[1]} with --batch_size={c.batch_size} '
-        f'and {chunk} clients per chunk needs about {need / 2**30:.1f} GiB, more than the '
-        f'{have / 2**30:.1f} GiB available; lower the budgets or --chunk_size')
+        f'--budget_range={c.budget_range[0]},{c.budget_range[1]} with --batch_size='
+        f'{c.batch_size}: one client needs about {gib(exp.memory.client_bytes)} in a round, but '
+        f'only {gib(max(0, exp.memory.free_bytes - store_need))} of device memory is left after '
+        'the data and model; lower the budgets or the batch size')
+  if exp.chunk_size <= fits:
+    return exp
+  asked = f'--chunk_size={c.chunk_size}' if c.chunk_size else f'the automatic {exp.chunk_size}'
+  note = (f'{asked} clients per chunk would need about '
+          f'{exp.chunk_size * exp.memory.client_bytes / 2**30:.1f} GiB; running {fits} per chunk '
+          'to fit the device memory')
+  return exp._replace(chunk_size=fits, notes=exp.notes + (note,))
 
 
 def store_bytes(algorithm, params, num_devices: int = 1) -> int:
@@ -273,14 +320,14 @@ def auto_num_devices(cohort_size: int, store_size: int, memory: int, available: 
   return devices.auto_num_devices(cohort_size, available)
 
 
-def check_store_memory(c: Config, algorithm, params, num_devices: int):
-  """Fails early when the per-client store (and the round's three cohort-sized copies of rows)
-  cannot fit in half of each device's memory.
+def check_store_memory(c: Config, algorithm, params, num_devices: int) -> int:
+  """Bytes of the per-client store on each device, with the round's three cohort-sized copies
+  of rows; fails early when they cannot fit in half of each device's memory.
 
   CPU devices are cores of one host: there the whole store must fit in the host's memory.
   """
   if algorithm.store_row is None:
-    return
+    return 0
   if jax.default_backend() == 'cpu':
     num_devices = 1
   clients = jax.eval_shape(algorithm.server_init, params).clients
@@ -295,6 +342,7 @@ def check_store_memory(c: Config, algorithm, params, num_devices: int):
         f'{num_devices} device(s), more than half of the {have / 2**30:.1f} GiB available; '
         'use fewer clients or a smaller model, or split it over more accelerators '
         '(--num_devices)')
+  return need
 
 
 def check_workdir(workdir: str, overwrite: bool, *outputs: str):
@@ -307,11 +355,12 @@ def check_workdir(workdir: str, overwrite: bool, *outputs: str):
                         'directory or pass --overwrite')
 
 
-def run_status(workdir: str, c: Config, overwrite: bool) -> str:
+def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = None) -> str:
   """What ``workdir`` holds for the run ``c``: ``'new'`` (nothing, or ``overwrite``),
   ``'done'`` (this run, finished: ``summary.json``) or ``'resume'`` (this run, unfinished: it
   continues from its last checkpoint, or from the start without one). A run of another
-  configuration there is a ConfigError naming the first differing flag."""
+  configuration there (``c`` and the ``extra`` fields of its ``config.json``) is a ConfigError
+  naming the first differing flag."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f'--workdir={workdir} exists and is not a directory')
   saved = os.path.join(workdir, 'config.json')
@@ -324,7 +373,7 @@ def run_status(workdir: str, c: Config, overwrite: bool) -> str:
   except (OSError, ValueError):
     raise ConfigError(f'{saved} is unreadable; choose another --workdir or pass --overwrite'
                       ) from None
-  now = json.loads(json.dumps(c.to_json()))
+  now = json.loads(json.dumps({**c.to_json(), **(extra or {})}))
   ignore = ('checkpoint_every',)
   differ = [k for k in now if k not in ignore and before.get(k) != now[k]]
   if differ:
@@ -334,9 +383,17 @@ def run_status(workdir: str, c: Config, overwrite: bool) -> str:
                       'or pass --overwrite')
   if os.path.exists(os.path.join(workdir, 'summary.json')):
     return 'done'
-  for r in checkpoint.rounds(workdir)[-1:]:
-    checkpoint.verify(workdir, r)
-  return 'resume'
+  return 'resume'   # its checkpoints are read by check_resume
+
+
+def check_resume(exp: Experiment, workdir: str):
+  """The checkpoints an unfinished run left in ``workdir`` hold states of ``exp``'s shapes: read
+  before anything is written, so that a checkpoint of another model or algorithm is one line
+  (``checkpoint.CheckpointError``) with nothing touched."""
+  target = jax.eval_shape(
+      lambda: exp.algorithm.server_init(exp.model.init(keys.init_key(keys.root_key(0)))))
+  for r in checkpoint.rounds(workdir):
+    checkpoint.load(workdir, r, target)
 
 
 def make_workdir(workdir: str):
@@ -414,7 +471,8 @@ def json_line(record: dict) -> str:
 def seeds_fit(exp: Experiment, num_seeds: int) -> bool:
   """Whether ``num_seeds`` seeds of ``exp`` run as one vmapped program: on one device, without
   per-client state or power-of-d selection, and with all seeds' chunks within the memory of one
-  automatic chunk (``round.default_chunk_size`` of the seeds' cohorts together)."""
+  automatic chunk (``round.default_chunk_size`` of the seeds' cohorts together) and within the
+  memory guard's capacity (``chunk_capacity``)."""
   c = exp.config
   if (num_seeds < 2 or exp.mesh is not None or exp.algorithm.store_row is not None or
       c.client_selection == 'power_of_d'):
@@ -423,7 +481,7 @@ def seeds_fit(exp: Experiment, num_seeds: int) -> bool:
   chunk = round_lib.chunk_layout(c.clients_per_round, exp.chunk_size)[0]
   fit = round_lib.default_chunk_size(num_seeds * c.clients_per_round, params,
                                      example_bytes(exp.train), c.batch_size)
-  return num_seeds * chunk <= fit
+  return num_seeds * chunk <= min(fit, chunk_capacity(exp.memory, 0))
 
 
 def train(exp: Experiment, workdir: str,

@@ -36,65 +36,148 @@ def assert_one_line_error(proc, *names):
     assert name in lines[0]
 
 
+# Malformed LEAF files: name -> a change to a valid file's parsed JSON (returning a replacement
+# or changing it in place).
+def _set(d, key, value):
+  d[key] = value
+
+
+MALFORMED_LEAF = {
+    'xy_mismatch': lambda r: _set(r['user_data']['u1'], 'y', r['user_data']['u1']['y'][:-1]),
+    'ragged': lambda r: r['user_data']['u2']['x'][3].append(0.5),
+    'float_label': lambda r: _set(r['user_data']['u0']['y'], 2, 1.5),
+    'nan_feature': lambda r: _set(r['user_data']['u0']['x'][0], 0, None),
+    'num_samples_type': lambda r: _set(r, 'num_samples', 12),
+    'num_samples_wrong': lambda r: _set(r['num_samples'], 3, 11),
+    'not_object': lambda r: [r],
+    'missing_user': lambda r: r['user_data'].pop('u4'),
+    'users_not_names': lambda r: _set(r, 'users', [['u0']]),
+}
+FLAGFILES = {
+    'noflag': 'num_rounds=3\n',
+    'spaced': '# a comment\n--num_rounds 3\n',
+    'badvalue': '--dataset=leaf\n--num_rounds=three\n',
+    'binary': b'\xff\xfe--num_rounds=3\n',
+}
+
+
 @pytest.fixture(scope='module')
 def paths(tmp_path_factory, tiny_leaf_file):
   d = tmp_path_factory.mktemp('cli')
   malformed = d / 'malformed.json'
   malformed.write_text('{"users": ["a"], "user_data": {')
-  return {'dir': d, 'data': str(tiny_leaf_file), 'malformed': str(malformed),
-          'missing': str(d / 'missing.json')}
+  out = {'dir': d, 'data': str(tiny_leaf_file), 'malformed': str(malformed),
+         'missing': str(d / 'missing.json')}
+  for name, change in MALFORMED_LEAF.items():
+    raw = json.loads(pathlib.Path(tiny_leaf_file).read_text())
+    replaced = change(raw)
+    out[name] = d / f'{name}.json'
+    out[name].write_text(json.dumps(replaced if isinstance(replaced, list) else raw))
+  twice = d / 'twice'   # a directory of two files holding the same users
+  twice.mkdir()
+  for name in ('a.json', 'b.json'):
+    (twice / name).write_bytes(pathlib.Path(tiny_leaf_file).read_bytes())
+  out['twice'] = twice
+  for name, text in FLAGFILES.items():
+    out[name] = d / f'{name}.flags'
+    write = out[name].write_bytes if isinstance(text, bytes) else out[name].write_text
+    write(text)
+  out['loop'] = d / 'loop.flags'
+  out['loop'].write_text(f'--num_rounds=3\n--flagfile={out["loop"]}\n')
+  return out
 
 
-# (arguments, text the error line must contain); {name} is filled from ``paths``.
+LEAF = '--dataset=leaf --data_path={data}'
+# (arguments, texts the error line must contain); {name} is filled from ``paths``.
 BAD_INPUT = [
     ('--num_rounds=0', '--num_rounds'),
     ('--num_rounds=-3', '--num_rounds'),
-    ('--budget_range=9,4', '--budget_range'),
+    ('--budget_range=9,4', '--budget_range', 'a must not exceed b'),
+    ('--budget_range=0,3', '--budget_range', 'at least 1'),
     ('--dataset=nope', '--dataset'),
     ('--algorithm=nope', '--algorithm'),
     ('--model=nope', '--model'),
     ('--dataset=leaf --data_path={missing}', '{missing}'),
     ('--dataset=leaf --data_path={malformed}', '{malformed}'),
-    ('--dataset=leaf --data_path={data} --sample_with_replacement=false --clients_per_round=9',
-     '--clients_per_round'),
+    (f'{LEAF} --sample_with_replacement=false --clients_per_round=9', '--clients_per_round'),
     ('--no_such_flag=1', 'no_such_flag'),
     ('--num_rounds=abc', '--num_rounds'),
     ('--flagfile={missing}', '{missing}'),
-    ('--dataset=leaf --data_path={data} --num_devices=4096', '--num_devices'),
+    (f'{LEAF} --num_devices=4096', '--num_devices'),
     ('--data_path={data}', '--data_path'),
-    ('--dataset=leaf --data_path={data} --budget_range=1,1000000000', '--budget_range'),
-    ('--dataset=leaf --data_path={data} --workdir=/proc/no/such', '/proc/no/such'),
-    ('--dataset=leaf --data_path={data} --seeds=1,x', '--seeds'),
-    ('--dataset=leaf --data_path={data} --algorithm=gel,gel', '--algorithm'),
-    ('--dataset=leaf --data_path={data} --algorithm=fedavg_gel --guess_policy=inf',
-     '--guess_policy'),
-    ('--dataset=leaf --data_path={data} --algorithm=fedmax', '--algorithm=fedmax'),
+    (f'{LEAF} --budget_range=1,1000000000', '--budget_range', 'one client needs about'),
+    (f'{LEAF} --workdir=/proc/no/such', '/proc/no/such'),
+    (f'{LEAF} --seeds=1,x', '--seeds'),
+    (f'{LEAF} --algorithm=gel,gel', '--algorithm'),
+    (f'{LEAF} --algorithm=fedavg_gel --guess_policy=inf', '--guess_policy'),
+    # FedNova's normaliser ||a_i||_1 (Lemma 1) covers zero-proxy guesses only
+    (f'{LEAF} --algorithm=fednova_gel --guess_proxy=last_gradient', '--guess_proxy=last_gradient',
+     'fednova_gel'),
+    (f'{LEAF} --algorithm=fedyogi --server_optimizer=adam', '--server_optimizer=adam'),
+    (f'{LEAF} --algorithm=fedmax', '--algorithm=fedmax'),
     ('--dataset=celeba --data_path={data}', '--image_dir'),
     ('--dataset=mnist --data_dir={dir}/no_tfds_here', 'mnist'),
     ('--dataset=shakespeare --data_path={data}', 'no user has both train and test'),
     ('--dataset=shakespeare --data_path={data} --split_gap=0', 'must be strings'),
-    ('--dataset=leaf --data_path={data} --model=shakespeare_lstm', '--model=shakespeare_lstm'),
-    ('--dataset=leaf --data_path={data} --partition=pachinko', '--partition=pachinko'),
-    ('--dataset=leaf --data_path={data} --server_lr_grid=0.1,-1', '--server_lr_grid'),
-    ('--dataset=leaf --data_path={data} --server_lr_grid=1 --client_lr_grid=0.1,0.1',
-     '--client_lr_grid'),
-    ('--dataset=leaf --data_path={data} --server_lr_grid=1,2 --algorithm=scaffold',
-     '--algorithm=scaffold'),
+    (f'{LEAF} --model=shakespeare_lstm', '--model=shakespeare_lstm'),
+    (f'{LEAF} --partition=pachinko', '--partition=pachinko'),
+    (f'{LEAF} --server_lr_grid=0.1,-1', '--server_lr_grid'),
+    (f'{LEAF} --server_lr_grid=1 --client_lr_grid=0.1,0.1', '--client_lr_grid'),
+    (f'{LEAF} --server_lr_grid=1,2 --algorithm=scaffold', '--algorithm=scaffold'),
+    # malformed LEAF JSON files
+    ('--dataset=leaf --data_path={xy_mismatch}', '{xy_mismatch}', "user 'u1' has 12 samples in x "
+     'but 11 in y'),
+    ('--dataset=leaf --data_path={ragged}', '{ragged}', "user 'u2' has ragged"),
+    ('--dataset=leaf --data_path={float_label}', '{float_label}', 'non-integer label 1.5'),
+    ('--dataset=leaf --data_path={nan_feature}', '{nan_feature}', 'null, NaN or infinite'),
+    ('--dataset=leaf --data_path={num_samples_type}', '{num_samples_type}',
+     "'num_samples' must be a list of integers"),
+    ('--dataset=leaf --data_path={num_samples_wrong}', '{num_samples_wrong}',
+     "'num_samples' says 11 for user 'u3' but it has 12"),
+    ('--dataset=leaf --data_path={not_object}', '{not_object}', 'expected a JSON object'),
+    ('--dataset=leaf --data_path={missing_user}', '{missing_user}', "user 'u4' has no 'x'/'y'"),
+    ('--dataset=leaf --data_path={users_not_names}', '{users_not_names}',
+     "'users' must be a list of user names"),
+    ('--dataset=leaf --data_path={twice}', 'b.json', "user 'u0' already appears in"),
+    # flag files
+    ('--flagfile={noflag}', '--flagfile={noflag} line 1', "'num_rounds=3' is not a flag"),
+    ('--flagfile={spaced}', '--flagfile={spaced} line 2', "'--num_rounds 3' is not a flag"),
+    ('--flagfile={badvalue}', '--num_rounds=three'),
+    ('--flagfile={binary}', '--flagfile={binary}', 'not a text file'),
+    ('--flagfile={loop}', '--flagfile={loop} includes itself'),
 ]
 PARALLEL = 4   # bad-input commands in flight at once
 
 
+EARLIER_RUN = {   # what an earlier run left in the work directory (odd cases: with --overwrite)
+    'config.json': b'{"algorithm": "fedavg"}', 'metrics.jsonl': b'{"round": 0}\n',
+    'summary.json': b'{"status": "finished"}', 'checkpoint-5.msgpack': b'\x81\xa1a\x01',
+    'plots/accuracy_rounds.png': b'\x89PNG'}
+
+
+def earlier_run(workdir):
+  for name, data in EARLIER_RUN.items():
+    (workdir / name).parent.mkdir(parents=True, exist_ok=True)
+    (workdir / name).write_bytes(data)
+
+
 @pytest.fixture(scope='module')
 def bad_runs(paths):
-  """All bad-input commands, a few at a time; index -> (finished process, workdir)."""
+  """All bad-input commands, a few at a time; index -> (finished process, workdir or None).
+  Even cases name a fresh work directory; odd ones one that holds an earlier run, with
+  ``--overwrite``."""
   out = []
   for lo in range(0, len(BAD_INPUT), PARALLEL):
     started = []
     for i in range(lo, min(lo + PARALLEL, len(BAD_INPUT))):
-      workdir = paths['dir'] / f'workdir{i}'
       args = BAD_INPUT[i][0].format(**paths).split()
+      workdir = None
       if not any(a.startswith('--workdir=') for a in args):
+        workdir = paths['dir'] / f'workdir{i}'
         args.append(f'--workdir={workdir}')
+        if i % 2:
+          earlier_run(workdir)
+          args.append('--overwrite')
       started.append((start(*args), workdir))
     for proc, workdir in started:
       stdout, stderr = proc.communicate(timeout=120)
@@ -103,12 +186,16 @@ def bad_runs(paths):
   return out
 
 
-@pytest.mark.parametrize('i', range(len(BAD_INPUT)), ids=[a for a, _ in BAD_INPUT])
-def test_bad_input_is_one_line_and_writes_nothing(bad_runs, paths, i):
+@pytest.mark.parametrize('i', range(len(BAD_INPUT)), ids=[case[0] for case in BAD_INPUT])
+def test_bad_input_is_one_line_and_nothing_is_written_or_lost(bad_runs, paths, i):
   proc, workdir = bad_runs[i]
-  assert_one_line_error(proc, BAD_INPUT[i][1].format(**paths))
+  assert_one_line_error(proc, *(text.format(**paths) for text in BAD_INPUT[i][1:]))
   assert proc.stdout == ''
-  assert not workdir.exists()
+  if workdir is not None and i % 2:
+    assert {str(p.relative_to(workdir)): p.read_bytes()
+            for p in workdir.rglob('*') if p.is_file()} == EARLIER_RUN
+  elif workdir is not None:
+    assert not workdir.exists()
 
 
 def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):

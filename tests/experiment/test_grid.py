@@ -10,6 +10,8 @@ import pytest
 from fedjax_gel.experiment import grid, progress as progress_lib, runner
 from fedjax_gel.experiment.config import Config, ConfigError
 
+import helpers
+
 CLIENT_LRS, SERVER_LRS = [0.03, 0.1, 1e38], [0.5, 1.0]   # client lr 1e38 overflows
 
 
@@ -84,3 +86,16 @@ def test_heat_map_and_table(grid_run):
 def test_unsupported_grids_name_the_flag(changes, flag):
   with pytest.raises(ConfigError, match=flag):
     grid.check_grid(dataclasses.replace(Config(), **changes))
+
+
+def test_the_memory_guard_shares_a_chunk_among_the_cells(tiny_leaf_file, monkeypatch):
+  """Memory for 5 clients at once: 2 cells get 2 clients per chunk each; 6 cells cannot fit."""
+  c = Config(dataset='leaf', data_path=str(tiny_leaf_file), clients_per_round=4, batch_size=2,
+             budget_range=(1, 3))
+  exp = runner.prepare(c)
+  limit = helpers.memory_for(exp, 5)
+  monkeypatch.setattr(runner, 'memory_limit', lambda: limit)
+  exp = runner.prepare(c)
+  assert exp.chunk_size == 4 and grid.grid_chunk_size(exp, 2) == 2
+  with pytest.raises(ConfigError, match=r'^--server_lr_grid: 6 cells of one client each need'):
+    grid.grid_chunk_size(exp, 6)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -32,6 +33,11 @@ def metrics(workdir):
   for r in records:
     r.pop('elapsed_s')
   return records
+
+
+def snapshot(workdir):
+  """Every file under ``workdir`` with its bytes."""
+  return {p: p.read_bytes() for p in workdir.rglob('*') if p.is_file()}
 
 
 def killed_then_resumed(cmd, workdir, checkpoints_dir):
@@ -103,3 +109,44 @@ def test_finished_runs_are_kept_and_a_damaged_checkpoint_is_one_line(tiny_leaf_f
   assert len(damaged.stderr.splitlines()) == 1
   assert 'checkpoint-10.msgpack' in damaged.stderr and '--overwrite' in damaged.stderr
   assert (workdir / 'gel' / 'metrics.jsonl').read_bytes() == before[workdir / 'gel' / 'metrics.jsonl']
+
+
+@pytest.mark.parametrize('other', [{'model': 'mlp'}, {'algorithm': 'fedadam'}],
+                         ids=['another_model', 'another_algorithm'])
+def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_path, other):
+  """An unfinished run whose checkpoint holds another model's (or server optimiser's) state:
+  one line naming the checkpoint, exit status 2, every file left as it was."""
+  from fedjax_gel.experiment import checkpoint, runner  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment.config import Config  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'run'
+  cmd = command(tiny_leaf_file, workdir, '--num_rounds=20', '--algorithm=fedavg')
+  assert run(cmd).returncode == 0
+  (workdir / 'summary.json').unlink()   # unfinished; its checkpoint from another configuration
+  exp = runner.prepare(Config(**{'dataset': 'leaf', 'data_path': str(tiny_leaf_file),
+                                 'algorithm': 'fedavg', **other}))
+  foreign = exp.algorithm.server_init(exp.model.init(jax.random.key(0)))
+  checkpoint.save(str(workdir), 10, foreign, {'metrics_bytes': 0})
+  before = snapshot(workdir)
+  proc = run(cmd)
+  assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
+  (line,) = proc.stderr.splitlines()
+  assert 'checkpoint-10.msgpack: unreadable checkpoint' in line and '--overwrite' in line
+  assert snapshot(workdir) == before
+
+
+def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
+  """A learning-rate grid killed with kill -9 and run again: its metrics.jsonl and grid.json
+  are bit-identical to an uninterrupted grid's; a finished grid is kept on a third run."""
+  grid_flags = ('--algorithm=gel', '--client_lr_grid=0.03,0.1', '--server_lr_grid=0.5,1')
+  whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
+  assert run(command(tiny_leaf_file, whole, *grid_flags)).returncode == 0
+  proc = killed_then_resumed(command(tiny_leaf_file, resumed, *grid_flags), resumed, resumed)
+  assert proc.returncode == 0, proc.stderr
+  for name in ('metrics.jsonl', 'grid.json'):
+    assert (resumed / name).read_bytes() == (whole / name).read_bytes()
+  assert not list(resumed.glob('checkpoint-*'))
+  before = snapshot(resumed)
+  again = run(command(tiny_leaf_file, resumed, *grid_flags))
+  assert again.returncode == 0, again.stderr
+  assert {p: b for p, b in snapshot(resumed).items() if p.name != 'report.md'} == {
+      p: b for p, b in before.items() if p.name != 'report.md'}

@@ -20,6 +20,8 @@ from fedjax_gel.experiment import progress as progress_lib
 from fedjax_gel.experiment import runner
 from fedjax_gel.experiment.config import Config, ConfigError
 
+import helpers
+
 METRIC_KEYS = {'round', 'algorithm', 'seed', 'test_accuracy', 'best_test_accuracy', 'test_loss',
                'train_loss',
                'bytes_up', 'bytes_down', 'client_rounds', 'client_distance',
@@ -491,3 +493,32 @@ def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
   assert strip(read_jsonl(tmp_path / 's0' / 'metrics.jsonl')) == strip(
       read_jsonl(tmp_path / 'alone' / 'metrics.jsonl'))
   assert alone['status'] == 'finished'
+
+
+@pytest.mark.parametrize('chunk_size,asked', [(0, 'the automatic 12'), (12, '--chunk_size=12')])
+def test_memory_guard_shrinks_the_chunk_before_compiling(base_config, monkeypatch, tmp_path,
+                                                         chunk_size, asked):
+  c = dataclasses.replace(base_config, clients_per_round=12, chunk_size=chunk_size, num_rounds=2)
+  roomy = runner.prepare(c)
+  assert roomy.chunk_size == 12 and roomy.notes == ()
+  limit = helpers.memory_for(roomy, 5)
+  monkeypatch.setattr(runner, 'memory_limit', lambda: limit)
+  exp = runner.prepare(c)
+  assert exp.chunk_size == 5
+  (note,) = exp.notes
+  assert note.startswith(asked) and note.endswith('running 5 per chunk to fit the device memory')
+  summary = runner.train(exp, str(tmp_path / 'run'))
+  assert summary['chunk_size'] == 5 and summary['status'] == 'finished'
+  # Two seeds together would need 10 clients per chunk: they run one by one.
+  assert not runner.seeds_fit(exp, 2)
+
+
+def test_memory_guard_fails_in_one_line_when_one_client_cannot_fit(base_config, monkeypatch):
+  exp = runner.prepare(base_config)
+  limit = helpers.memory_for(exp, 0)
+  monkeypatch.setattr(runner, 'memory_limit', lambda: limit)
+  with pytest.raises(ConfigError) as e:
+    runner.prepare(base_config)
+  message = str(e.value)
+  assert message.startswith('--budget_range=1,3 with --batch_size=2: one client needs about')
+  assert 'lower the budgets or the batch size' in message and '\n' not in message

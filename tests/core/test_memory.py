@@ -1,0 +1,69 @@
+"""Memory estimates against a hand count and against XLA's own memory analysis."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedjax_gel import algorithms, models
+from fedjax_gel.core import federated_data as fd
+from fedjax_gel.core import memory
+from fedjax_gel.core.round import build_round
+from fedjax_gel.core.sampling import sample_cohort
+
+
+def test_peak_bytes_counts_what_is_live_at_once():
+  def f(x):        # x: 1,000 float32 (4,000 bytes, an input: not counted)
+    a = jnp.exp(x)                 # a live
+    b = a * 2.                     # a and b live: 8,000, the peak; a dies here
+    return jnp.sum(b) + jnp.sum(x)  # b dies at its sum
+  jaxpr = jax.make_jaxpr(f)(jnp.ones(1000)).jaxpr
+  assert memory.peak_bytes(jaxpr) == 8000
+
+
+def test_peak_bytes_adds_an_inner_programs_peak():
+  inner = jax.jit(lambda x: jnp.exp(x) * 2.)   # its own peak: 8,000 bytes
+
+  def f(x):
+    a = jnp.sin(x)                 # 4,000 bytes live across the call
+    return inner(x) + a
+  jaxpr = jax.make_jaxpr(f)(jnp.ones(1000)).jaxpr
+  # a (4,000) + the call's inner peak (8,000) + its output (4,000)
+  assert memory.peak_bytes(jaxpr) == 16000
+
+
+def xla_bytes_per_client(loss, params, pool, tau, batch, chunks=(4, 12)):
+  """The growth of the compiled round's temporary memory per client added to the chunk."""
+  alg = algorithms.fedavg(loss, optax.sgd(0.01, momentum=0.9))
+  temp = []
+  for k in chunks:
+    cohort = sample_cohort(jax.random.key(0), 0, pool.counts, cohort_size=k,
+                           budget_range=(tau, tau), replace=True, batch_size=batch)
+    round_fn = build_round(alg, batch_size=batch, max_budget=tau, chunk_size=k)
+    compiled = round_fn.lower(alg.server_init(params), cohort, pool, jax.random.key(1),
+                              jnp.int32(0)).compile()
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+      pytest.skip('this backend gives no memory analysis')
+    temp.append(analysis.temp_size_in_bytes)
+  return (temp[1] - temp[0]) / (chunks[1] - chunks[0])
+
+
+@pytest.mark.parametrize('name,features,tau,batch', [
+    ('logistic', 60, 13, 5),     # a short order: the L x L comparisons
+    ('logistic', 60, 400, 5),    # a long order: the sort
+    ('mlp', 60, 100, 10),        # activations and a larger model
+])
+def test_client_bytes_bounds_xla_without_waste(name, features, tau, batch):
+  rng = np.random.default_rng(0)
+  pool = fd.to_device(fd.from_client_arrays([
+      {'x': rng.normal(size=(40, features)).astype(np.float32),
+       'y': rng.integers(0, 5, 40).astype(np.int32)} for _ in range(16)]))
+  model = models.get_model(name, (features,), 5)
+  loss = models.cross_entropy_loss(model)
+  params = model.init(jax.random.key(0))
+  spec = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in pool.examples.items()}
+  estimate = memory.client_bytes(loss, params, spec, batch, tau)
+  measured = xla_bytes_per_client(loss, params, pool, tau, batch)
+  assert measured <= estimate <= 2.5 * measured, (estimate, measured)
