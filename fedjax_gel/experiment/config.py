@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 DATASETS = ('leaf_synthetic', 'fedprox_synthetic', 'leaf', 'femnist', 'shakespeare', 'sent140',
@@ -169,6 +170,10 @@ def validate(c: Config) -> Config:
   def one_of(flag, value, known):
     need(value in known, f'--{flag}: unknown value {value!r}; known: {", ".join(known)}')
 
+  for field in dataclasses.fields(c):
+    value = getattr(c, field.name)
+    need(not isinstance(value, float) or math.isfinite(value),
+         f'--{field.name} must be a finite number (got {value})')
   one_of('dataset', c.dataset, DATASETS)
   one_of('algorithm', c.algorithm, ALGORITHMS)
   one_of('model', c.model, tuple(sorted(MODELS)))

@@ -414,11 +414,8 @@ def finite(obj):
 
 
 def write_text(path: str, text: str):
-  """Writes ``path`` whole or not at all (a temporary file renamed over it)."""
-  tmp = path + '.tmp'
-  with open(tmp, 'w') as f:
-    f.write(text)
-  os.replace(tmp, path)
+  """Writes ``path`` whole or not at all (``checkpoint.write_atomic``)."""
+  checkpoint.write_atomic(path, text.encode())
 
 
 def write_json(path: str, obj):

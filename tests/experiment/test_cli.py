@@ -102,6 +102,7 @@ BAD_INPUT = [
     (f'{LEAF} --sample_with_replacement=false --clients_per_round=9', '--clients_per_round'),
     ('--no_such_flag=1', 'no_such_flag'),
     ('--num_rounds=abc', '--num_rounds'),
+    ('--client_lr=inf', '--client_lr must be a finite number'),
     ('--flagfile={missing}', '{missing}'),
     (f'{LEAF} --num_devices=4096', '--num_devices'),
     ('--data_path={data}', '--data_path'),
