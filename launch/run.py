@@ -148,8 +148,9 @@ def distinct(flag, items, kind=str):
 
 def lr_grid(flag: str, items) -> list[float]:
   values = distinct(flag, items, float)
-  if min(values) <= 0:
-    raise config_lib.ConfigError(f'--{flag} needs positive learning rates (got {items})')
+  if not all(0 < v < 3e38 for v in values):   # float32 cells: 3e38 is about their largest value
+    raise config_lib.ConfigError(f'--{flag} needs positive, finite learning rates below 3e38 '
+                                 f'(got {",".join(items)})')
   return values
 
 
@@ -228,7 +229,7 @@ def main(argv):
       runner.make_workdir(w)
   except (config_lib.ConfigError, DataError) as e:
     fail(str(e))
-  for note in dict.fromkeys(notes):
+  for note in dict.fromkeys(notes if grids is None else ()):   # a grid sizes its own chunks
     print(f'note: {note}')
   try:
     if grids is not None:
@@ -244,8 +245,11 @@ def train_all(configs, workdirs, workdir, base, status, levels):
   where they fit) and writes report.md and plots/."""
   from fedjax_gel.experiment import plots, report, runner  # pylint: disable=g-import-not-at-top
   c = configs[0]
-  by_index = {i: runner.read_json(os.path.join(workdirs[i], 'summary.json'))
-              for i, st in enumerate(status) if st == 'done'}   # finished earlier: kept
+  by_index = {}
+  for i, st in enumerate(status):
+    if st == 'done':   # finished earlier: kept (checkpoints a kill left behind removed)
+      by_index[i] = runner.read_json(os.path.join(workdirs[i], 'summary.json'))
+      runner.remove_checkpoints(workdirs[i])
   compiled = {}
   for group in seed_groups(configs):   # the seeds of one run: one vmapped program where they fit
     group = [i for i in group if i not in by_index]
@@ -297,6 +301,7 @@ def run_grids(configs, workdirs, workdir, base, grids, status):
   for x, w, st in zip(configs, workdirs, status):
     if st == 'done':
       result = runner.read_json(os.path.join(w, 'grid.json'))
+      runner.remove_checkpoints(w)
     else:
       result = grid.train_grid(runner.with_config(base, x), *grids, w, resume=st == 'resume')
     diverged = sum(cell['diverged'] for cell in result['cells'])
@@ -315,20 +320,25 @@ def run_grids(configs, workdirs, workdir, base, grids, status):
 
 
 def flagfiles(argv) -> list[str]:
-  """The ``--flagfile`` paths named on the command line, in order."""
+  """The ``--flagfile`` paths named on the command line, in order (as absl reads them: stripped,
+  ``~`` expanded; empty ones are ignored)."""
   found = []
   for i, arg in enumerate(argv):
-    name, eq, value = arg.lstrip('-').partition('=')
+    if arg == '--':
+      break
+    name, eq, value = arg.removeprefix('-').removeprefix('-').partition('=')
     if arg.startswith('-') and name == 'flagfile':
       found.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ''))
-  return found
+  return [os.path.expanduser(p.strip()) for p in found if p.strip()]
 
 
 def check_flagfile(path: str, including: tuple = ()):
   """A flag file's syntax, before absl reads it: UTF-8 text whose lines are blank, comments
-  (``#``, ``//``) or ``--name=value`` (``--name`` for booleans), its nested ``--flagfile``s too.
-  The first problem is one line naming the file and the line, and exit status 2."""
-  if path in including:
+  (``#`` or ``//`` in the first column) or ``--name=value`` (``--name`` for booleans), its nested
+  ``--flagfile``s too. The first problem is one line naming the file and the line, and exit
+  status 2."""
+  real = os.path.realpath(path)
+  if real in (os.path.realpath(p) for p in including):
     fail(f'--flagfile={path} includes itself (through {" -> ".join(including)})')
   try:
     with open(path, encoding='utf-8') as f:
@@ -338,14 +348,14 @@ def check_flagfile(path: str, including: tuple = ()):
   except UnicodeDecodeError:
     fail(f'--flagfile={path}: not a text file (not UTF-8)')
   for number, line in enumerate(lines, 1):
-    text = line.strip()
-    if not text or text.startswith(('#', '//')):
+    if not line.strip() or line.startswith(('#', '//')):
       continue
-    name, _, value = text.lstrip('-').partition('=')
-    if not text.startswith('-') or not name or name != name.strip() or ' ' in name:
+    text = line.strip()
+    name, _, value = text.removeprefix('-').removeprefix('-').partition('=')
+    if not text.startswith('-') or not name or any(ch.isspace() for ch in name):
       fail(f'--flagfile={path} line {number}: {text!r} is not a flag; write --name=value')
-    if name == 'flagfile':
-      check_flagfile(value, including + (path,))
+    if name == 'flagfile' and value.strip():
+      check_flagfile(os.path.expanduser(value.strip()), including + (path,))
 
 
 def parse_flags(argv):

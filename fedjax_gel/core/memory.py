@@ -4,16 +4,18 @@ A chunk of ``k`` clients takes about ``k x client_bytes(...)`` of device memory:
 vmapped, so every per-client buffer is ``k`` times as large. One client holds
 
 * its data order for the round (``shuffle.order_bytes(tau_max * B)``);
-* the peak of the intermediates of one local step, ``value_and_grad(loss)`` on one minibatch
-  (``peak_bytes``: a linear scan of the step's jaxpr in program order, each value live from its
-  definition to its last use; this counts activations, which the model's size does not tell);
-* ``MODEL_COPIES`` model-sized buffers (its params, the optimiser state and the update) and two
-  minibatches.
+* the peak of the intermediates of one local step, the algorithm's ``client_step`` on one
+  minibatch (``peak_bytes``: a linear scan of the step's jaxpr in program order, each value live
+  from its definition to its last use; this counts activations, which the model's size does not
+  tell, and the algorithm's own terms: momentum, proximal terms, control variates, guesses);
+* the client's state (model and optimiser state), its starting model, its upload, the anchor
+  gradient and store row it reads, and two minibatches.
 
 Checked against XLA's own figures (``compiled.memory_analysis()``, the growth of the round's
 temporary memory per client added to a chunk; ``tests/core/test_memory.py``): on CPU the estimate
-lies between 1.0x and 2.5x of XLA's for the logistic and MLP models (GeL's FEMNIST CNN: 1.15x) and short and long
-data orders. It is meant as an upper bound that is not wasteful, to pick a chunk that fits.
+lies between 1x and 2.5x of XLA's for FedAvgCM, GeL and SCAFFOLD with the logistic and MLP
+models and short and long data orders (GeL's FEMNIST CNN with FedAvgCM: 1.3x, measured once).
+It is meant as an upper bound that is not wasteful, to pick a chunk that fits.
 """
 from __future__ import annotations
 
@@ -23,8 +25,6 @@ import jax
 from jax.extend import core as jcore
 
 from fedjax_gel.core.shuffle import order_bytes
-
-MODEL_COPIES = 3
 
 
 def _nbytes(v) -> int:
@@ -67,19 +67,34 @@ def peak_bytes(jaxpr) -> int:
   return peak
 
 
-def step_bytes(loss_fn, params, example_spec: dict, batch_size: int) -> int:
-  """Peak intermediate bytes of ``value_and_grad(loss_fn)`` on one minibatch (traced, not run).
+def _bytes(tree) -> int:
+  return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def _shapes(tree):
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+
+
+def client_bytes(algorithm, params, example_spec: dict, batch_size: int, max_budget: int) -> int:
+  """Estimated device bytes one client of a chunk takes during a round of ``algorithm`` (a
+  ``FederatedAlgorithm``; see the module doc). Traced with shapes only, nothing runs.
   ``example_spec``: one example's ``ShapeDtypeStruct`` per feature."""
+  from fedjax_gel.algorithms.base import ClientContext  # pylint: disable=g-import-not-at-top
+  params = _shapes(params)
+  scalar = lambda dtype: jax.ShapeDtypeStruct((), dtype)
+  stored = None
+  if algorithm.store_row is not None:   # this client's row of the store
+    clients = jax.eval_shape(algorithm.server_init, params).clients
+    stored = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), clients)
+  anchor = params if algorithm.anchor != 'none' else None
+  ctx = ClientContext(scalar('int32'), scalar('int32'), scalar('int32'), scalar('float32'),
+                      scalar('float32'), jax.eval_shape(lambda: jax.random.key(0)), anchor,
+                      stored)
+  bcast = jax.eval_shape(algorithm.broadcast, jax.eval_shape(algorithm.server_init, params))
+  state = jax.eval_shape(algorithm.client_init, bcast, ctx)
+  upload = jax.eval_shape(algorithm.client_final, state, bcast, ctx)
   batch = {k: jax.ShapeDtypeStruct((batch_size,) + tuple(s.shape), s.dtype)
            for k, s in example_spec.items()}
-  params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
-  return peak_bytes(jax.make_jaxpr(jax.value_and_grad(loss_fn))(params, batch).jaxpr)
-
-
-def client_bytes(loss_fn, params, example_spec: dict, batch_size: int, max_budget: int) -> int:
-  """Estimated device bytes one client of a chunk takes during a round (see the module doc)."""
-  model = sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(params))
-  example = sum(math.prod(s.shape) * s.dtype.itemsize for s in example_spec.values())
-  return (order_bytes(max_budget * batch_size) + step_bytes(loss_fn, params, example_spec,
-                                                            batch_size)
-          + MODEL_COPIES * model + 2 * batch_size * example)
+  step = peak_bytes(jax.make_jaxpr(algorithm.client_step)(state, batch, bcast).jaxpr)
+  return (order_bytes(max_budget * batch_size) + step + _bytes(state) + _bytes(params)
+          + _bytes(upload) + _bytes((anchor, stored)) + 2 * _bytes(batch))

@@ -117,7 +117,7 @@ def _check_file(raw: Any, path: str) -> dict:
     raise DataError(f"{path}: 'users' must be a list of user names (strings)")
   num_samples = raw.get('num_samples')
   if num_samples is not None and not (isinstance(num_samples, list) and all(
-      isinstance(n, int) for n in num_samples)):
+      isinstance(n, int) and not isinstance(n, bool) for n in num_samples)):
     raise DataError(f"{path}: 'num_samples' must be a list of integers")
   if num_samples is not None and len(num_samples) != len(users):
     raise DataError(f"{path}: 'num_samples' has {len(num_samples)} entries for {len(users)} users")

@@ -71,23 +71,42 @@ def _read(file: str) -> dict:
   return data
 
 
-def _error(file: str, e: Exception) -> CheckpointError:
+def _error(file: str, e: Exception, what: str = 'unreadable checkpoint') -> CheckpointError:
   reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-  return CheckpointError(f'{file}: unreadable checkpoint ({reason}); remove it or pass '
-                         '--overwrite')
+  return CheckpointError(f'{file}: {what} ({reason}); remove it or pass --overwrite')
 
 
 def load(workdir: str, round_idx: int, target):
   """``(state, meta)`` of the checkpoint of ``round_idx``; ``target`` gives the state's structure
-  (a freshly initialised state). A malformed or mismatching file is a CheckpointError."""
+  (a freshly initialised state, or its shapes). A damaged file, or one holding a state of other
+  shapes (another model or algorithm), is a CheckpointError."""
   file = path(workdir, round_idx)
   try:
     data = _read(file)
+  except Exception as e:  # pylint: disable=broad-except  # any damage reads as one line
+    raise _error(file, e) from None
+  try:
     state = serialization.from_state_dict(target, data['state'])
     for a, b in zip(jax.tree.leaves(target), jax.tree.leaves(state)):
       if a.shape != b.shape or a.dtype != b.dtype:
         raise ValueError(f'an array of shape {b.shape} {b.dtype} where the run has {a.shape} '
                          f'{a.dtype}')
-    return state, data['meta']
-  except Exception as e:  # pylint: disable=broad-except  # any damage reads as one line
-    raise _error(file, e) from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise _error(file, e, "holds another configuration's state") from None
+  return state, data['meta']
+
+
+def check(workdir: str, target, meta_keys: tuple):
+  """Reads every checkpoint in ``workdir`` before a run resumes from them: each must fit
+  ``target`` (see ``load``), hold ``meta_keys``, and fit the ``metrics.jsonl`` there."""
+  metrics = os.path.join(workdir, 'metrics.jsonl')
+  for r in rounds(workdir):
+    _, meta = load(workdir, r, target)
+    missing = [k for k in ('metrics_bytes',) + tuple(meta_keys) if k not in meta]
+    if missing:
+      raise _error(path(workdir, r), ValueError(f'no {missing[0]!r} in its meta'))
+    size = os.path.getsize(metrics) if os.path.isfile(metrics) else -1
+    if size < meta['metrics_bytes']:
+      raise CheckpointError(
+          f'{path(workdir, r)}: {metrics} is {"missing" if size < 0 else "shorter"} than at '
+          'the checkpoint; remove the checkpoint or pass --overwrite')

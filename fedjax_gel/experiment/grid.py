@@ -107,6 +107,10 @@ def build_grid_fns(exp: runner.Experiment, chunk: int):
   return init, round_fn, jax.jit(jax.vmap(cell_eval))
 
 
+# The grid's bookkeeping per cell, kept in its checkpoints' meta.
+TRACKED = ('best', 'diverged', 'reached', 'accuracy', 'train_loss')
+
+
 def grid_fields(client_lrs, server_lrs) -> dict:
   """The grid's own fields of ``config.json`` (beside the Config's)."""
   return {'client_lr_grid': [float(x) for x in client_lrs],
@@ -118,9 +122,7 @@ def check_resume(exp: runner.Experiment, client_lrs, server_lrs, workdir: str):
   anything is written; another configuration's is a one-line ``CheckpointError``)."""
   lc, ls = cells(client_lrs, server_lrs)
   init = build_grid_fns(exp, 1)[0]
-  target = jax.eval_shape(init, lc, ls)
-  for r in checkpoint.rounds(workdir):
-    checkpoint.load(workdir, r, target)
+  checkpoint.check(workdir, jax.eval_shape(init, lc, ls), TRACKED)
 
 
 def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
@@ -140,8 +142,7 @@ def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
   metrics_path = os.path.join(workdir, 'metrics.jsonl')
   start = checkpoint.rounds(workdir)[-1] if resume and checkpoint.rounds(workdir) else 0
   if not start:
-    for old in checkpoint.rounds(workdir):
-      os.remove(checkpoint.path(workdir, old))
+    runner.remove_checkpoints(workdir)
     runner.write_json(os.path.join(workdir, 'config.json'),
                       {**c.to_json(), **grid_fields(client_lrs, server_lrs)})
     open(metrics_path, 'w').close()
@@ -153,7 +154,7 @@ def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
   num = lc.size
   track = {'best': np.full(num, -np.inf), 'diverged': np.zeros(num, bool),
            'reached': np.full(num, -1), 'accuracy': np.full(num, np.nan),
-           'train_loss': np.full(num, np.nan)}
+           'train_loss': np.full(num, np.nan)}   # TRACKED, per cell; checkpointed
   if start:   # the cells' states and the grid's bookkeeping as they stood then
     states, meta = checkpoint.load(workdir, start, jax.eval_shape(init, lc, ls))
     states = jax.device_put(states)
@@ -220,20 +221,19 @@ def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
                  'diverged': bool(ever_diverged[i])} for i in range(num)],
   }
   runner.write_json(os.path.join(workdir, 'grid.json'), result)
+  plots.grid_heatmap(np.nan_to_num(final.reshape(shape)), ever_diverged.reshape(shape),
+                     client_lrs, server_lrs,
+                     f'{c.run_name}: final test accuracy, {c.num_rounds} rounds',
+                     os.path.join(workdir, 'plots', 'grid.png'))
   finite = np.where(ever_diverged, -np.inf, final)
   top = int(np.argmax(finite))
-  runner.write_json(os.path.join(workdir, 'summary.json'), {
+  runner.write_json(os.path.join(workdir, 'summary.json'), {   # last: the grid is finished
       'algorithm': c.run_name, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
       'cells': num, 'diverged_cells': int(ever_diverged.sum()),
       'best_cell': result['cells'][top], 'chunk_size': chunk,
       'compile_s': round(compile_s, 3), 'train_s': round(train_s, 3),
       'rounds_per_s': round(c.num_rounds / train_s, 3) if train_s > 0 else None})
-  plots.grid_heatmap(np.nan_to_num(final.reshape(shape)), ever_diverged.reshape(shape),
-                     client_lrs, server_lrs,
-                     f'{c.run_name}: final test accuracy, {c.num_rounds} rounds',
-                     os.path.join(workdir, 'plots', 'grid.png'))
-  for done in checkpoint.rounds(workdir):   # replaced by grid.json and summary.json
-    os.remove(checkpoint.path(workdir, done))
+  runner.remove_checkpoints(workdir)   # replaced by grid.json and summary.json
   return result
 
 

@@ -218,7 +218,7 @@ def prepare(c: Config) -> Experiment:
       budget_range=tuple(c.budget_range))
   test_pool, train_pool = (evaluation.make_eval_pool(split.test),
                            evaluation.make_eval_pool(split.train))
-  plan = memory_plan(c, model, train, (test_pool, train_pool), num_devices)
+  plan = memory_plan(c, model, algorithm, train, (test_pool, train_pool), num_devices)
   exp = Experiment(c, model, algorithm, train, test_pool, train_pool,
                    min(chunk, c.clients_per_round), mesh, plan)
   exp = fit_memory(exp)
@@ -252,7 +252,7 @@ def memory_limit() -> int:
 CHUNK_MEMORY_FRACTION = 0.75
 
 
-def memory_plan(c: Config, model, train, pools, num_devices: int) -> MemoryPlan:
+def memory_plan(c: Config, model, algorithm, train, pools, num_devices: int) -> MemoryPlan:
   """The memory of one client of a chunk and what is free for chunks on each device.
 
   Resident on each device: the training pool and the evaluation pools (on CPU the devices are
@@ -262,8 +262,7 @@ def memory_plan(c: Config, model, train, pools, num_devices: int) -> MemoryPlan:
   params = jax.eval_shape(model.init, jax.random.key(0))
   spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v[:1]).dtype)
           for k, v in train.examples.items()}
-  per_client = memory.client_bytes(models.cross_entropy_loss(model), params, spec,
-                                   c.batch_size, c.budget_range[1])
+  per_client = memory.client_bytes(algorithm, params, spec, c.batch_size, c.budget_range[1])
   shared = jax.default_backend() == 'cpu'
   data = round_lib.tree_bytes((train.examples, pools)) * (num_devices if shared else 1)
   free = memory_limit() - data - 4 * round_lib.tree_bytes(params)
@@ -285,8 +284,12 @@ def fit_memory(exp: Experiment) -> Experiment:
   num_devices = 1 if exp.mesh is None else exp.mesh.size
   store_need = check_store_memory(c, exp.algorithm, params, num_devices)
   fits = chunk_capacity(exp.memory, store_need)
+  gib = lambda b: f'{b / 2**30:.2f} GiB'
+  if exp.memory.free_bytes - store_need <= 0:
+    raise ConfigError(
+        f'--dataset={c.dataset}: the data, the model and the client state take more than the '
+        f'{gib(memory_limit())} of device memory; use a smaller dataset or model')
   if fits < 1:
-    gib = lambda b: f'{b / 2**30:.2f} GiB'
     raise ConfigError(
         f'--budget_range={c.budget_range[0]},{c.budget_range[1]} with --batch_size='
         f'{c.batch_size}: one client needs about {gib(exp.memory.client_bytes)} in a round, but '
@@ -375,12 +378,12 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
                       ) from None
   now = json.loads(json.dumps({**c.to_json(), **(extra or {})}))
   ignore = ('checkpoint_every',)
-  differ = [k for k in now if k not in ignore and before.get(k) != now[k]]
+  differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
   if differ:
     k = differ[0]
     raise ConfigError(f'--workdir={workdir} already holds a run of another configuration '
-                      f'(--{k}={before.get(k)} there, {now[k]} now); choose another directory '
-                      'or pass --overwrite')
+                      f'(--{k}={before.get(k)} there, {now.get(k)} now); choose another '
+                      'directory or pass --overwrite')
   if os.path.exists(os.path.join(workdir, 'summary.json')):
     return 'done'
   return 'resume'   # its checkpoints are read by check_resume
@@ -392,8 +395,14 @@ def check_resume(exp: Experiment, workdir: str):
   (``checkpoint.CheckpointError``) with nothing touched."""
   target = jax.eval_shape(
       lambda: exp.algorithm.server_init(exp.model.init(keys.init_key(keys.root_key(0)))))
+  checkpoint.check(workdir, target, ('metrics_bytes', 'totals', 'distance'))
+
+
+def remove_checkpoints(workdir: str):
+  """Removes the checkpoints of a finished run (also those a run killed between writing its
+  summary and removing them left behind)."""
   for r in checkpoint.rounds(workdir):
-    checkpoint.load(workdir, r, target)
+    os.remove(checkpoint.path(workdir, r))
 
 
 def make_workdir(workdir: str):
@@ -410,6 +419,8 @@ def finite(obj):
     return None
   if isinstance(obj, dict):
     return {k: finite(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [finite(v) for v in obj]
   return obj
 
 
@@ -523,8 +534,7 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
   for x, w in zip(configs, workdirs):
     make_workdir(w)
     if not start:
-      for old in checkpoint.rounds(w):
-        os.remove(checkpoint.path(w, old))
+      remove_checkpoints(w)
       write_json(os.path.join(w, 'config.json'), x.to_json())
       open(os.path.join(w, 'metrics.jsonl'), 'w').close()
 
@@ -686,8 +696,8 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
     if finished:
       params = jax.device_get(pick(exp.algorithm.server_params(state), i))
       checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
-    write_json(os.path.join(w, 'summary.json'), summary)
-    for done in checkpoint.rounds(w) if finished else ():   # replaced by model and summary
-      os.remove(checkpoint.path(w, done))
+    write_json(os.path.join(w, 'summary.json'), summary)   # last: the run is finished
+    if finished:   # replaced by model and summary
+      remove_checkpoints(w)
     summaries.append(summary)
   return summaries

@@ -33,9 +33,8 @@ def test_peak_bytes_adds_an_inner_programs_peak():
   assert memory.peak_bytes(jaxpr) == 16000
 
 
-def xla_bytes_per_client(loss, params, pool, tau, batch, chunks=(4, 12)):
+def xla_bytes_per_client(alg, params, pool, tau, batch, chunks=(4, 12)):
   """The growth of the compiled round's temporary memory per client added to the chunk."""
-  alg = algorithms.fedavg(loss, optax.sgd(0.01, momentum=0.9))
   temp = []
   for k in chunks:
     cohort = sample_cohort(jax.random.key(0), 0, pool.counts, cohort_size=k,
@@ -50,20 +49,24 @@ def xla_bytes_per_client(loss, params, pool, tau, batch, chunks=(4, 12)):
   return (temp[1] - temp[0]) / (chunks[1] - chunks[0])
 
 
-@pytest.mark.parametrize('name,features,tau,batch', [
-    ('logistic', 60, 13, 5),     # a short order: the L x L comparisons
-    ('logistic', 60, 400, 5),    # a long order: the sort
-    ('mlp', 60, 100, 10),        # activations and a larger model
+@pytest.mark.parametrize('algorithm,name,tau,batch', [
+    ('fedavgcm', 'logistic', 13, 5),    # a short order: the L x L comparisons
+    ('fedavgcm', 'logistic', 400, 5),   # a long order: the sort
+    ('gel', 'mlp', 100, 10),            # activations, a larger model, guesses
+    ('scaffold', 'mlp', 13, 5),         # control variates: a store row in, a new row out
 ])
-def test_client_bytes_bounds_xla_without_waste(name, features, tau, batch):
+def test_client_bytes_bounds_xla_without_waste(algorithm, name, tau, batch):
   rng = np.random.default_rng(0)
   pool = fd.to_device(fd.from_client_arrays([
-      {'x': rng.normal(size=(40, features)).astype(np.float32),
+      {'x': rng.normal(size=(40, 60)).astype(np.float32),
        'y': rng.integers(0, 5, 40).astype(np.int32)} for _ in range(16)]))
-  model = models.get_model(name, (features,), 5)
+  model = models.get_model(name, (60,), 5)
   loss = models.cross_entropy_loss(model)
   params = model.init(jax.random.key(0))
+  alg = {'fedavgcm': lambda: algorithms.fedavg(loss, optax.sgd(0.01, momentum=0.9)),
+         'gel': lambda: algorithms.gel(loss, 0.01, 0.9),
+         'scaffold': lambda: algorithms.scaffold(loss, 0.01, 16)}[algorithm]()
   spec = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in pool.examples.items()}
-  estimate = memory.client_bytes(loss, params, spec, batch, tau)
-  measured = xla_bytes_per_client(loss, params, pool, tau, batch)
+  estimate = memory.client_bytes(alg, params, spec, batch, tau)
+  measured = xla_bytes_per_client(alg, params, pool, tau, batch)
   assert measured <= estimate <= 2.5 * measured, (estimate, measured)

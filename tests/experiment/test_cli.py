@@ -125,6 +125,8 @@ BAD_INPUT = [
     (f'{LEAF} --server_lr_grid=0.1,-1', '--server_lr_grid'),
     (f'{LEAF} --server_lr_grid=1 --client_lr_grid=0.1,0.1', '--client_lr_grid'),
     (f'{LEAF} --server_lr_grid=1,2 --algorithm=scaffold', '--algorithm=scaffold'),
+    (f'{LEAF} --server_lr_grid=1,inf', '--server_lr_grid', 'finite'),
+    (f'{LEAF} --server_lr_grid=1 --client_lr_grid=0.1,1e39', '--client_lr_grid', 'below 3e38'),
     # malformed LEAF JSON files
     ('--dataset=leaf --data_path={xy_mismatch}', '{xy_mismatch}', "user 'u1' has 12 samples in x "
      'but 11 in y'),
@@ -265,6 +267,12 @@ def test_grid_run_writes_its_grids_and_report(paths, tmp_path):
     assert len(result['cells']) == 6 and result['algorithm'] == name
   text = (workdir / 'report.md').read_text()
   assert 'fedavgcm, seed 0: final test accuracy' in text and '`gel/plots/grid.png`' in text
+  before = {p: p.read_bytes() for p in workdir.rglob('*') if p.is_file()}
+  plain = run('--dataset=leaf', f'--data_path={paths["data"]}', '--algorithms=fedavgcm,gel',
+              '--num_rounds=2', '--clients_per_round=3', '--budget_range=1,2',
+              f'--workdir={workdir}')   # the same runs, not as grids: another configuration
+  assert_one_line_error(plain, '--client_lr_grid=[0.01, 0.1] there, None now')
+  assert {p: p.read_bytes() for p in workdir.rglob('*') if p.is_file()} == before
 
 
 @pytest.mark.parametrize('flagfile', sorted((REPO / 'launch' / 'configs').glob('*.flags')),

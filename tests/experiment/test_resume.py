@@ -111,11 +111,16 @@ def test_finished_runs_are_kept_and_a_damaged_checkpoint_is_one_line(tiny_leaf_f
   assert (workdir / 'gel' / 'metrics.jsonl').read_bytes() == before[workdir / 'gel' / 'metrics.jsonl']
 
 
-@pytest.mark.parametrize('other', [{'model': 'mlp'}, {'algorithm': 'fedadam'}],
-                         ids=['another_model', 'another_algorithm'])
-def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_path, other):
-  """An unfinished run whose checkpoint holds another model's (or server optimiser's) state:
-  one line naming the checkpoint, exit status 2, every file left as it was."""
+@pytest.mark.parametrize('other,error', [
+    ({'model': 'mlp'}, "holds another configuration's state"),
+    ({'algorithm': 'fedadam'}, "holds another configuration's state"),
+    ({}, 'metrics.jsonl is shorter than at the checkpoint')],
+    ids=['another_model', 'another_algorithm', 'metrics_cut_short'])
+def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_path, other,
+                                                           error):
+  """An unfinished run whose checkpoint holds another model's (or server optimiser's) state, or
+  counts more metrics than metrics.jsonl holds: one line naming the checkpoint, exit status 2,
+  every file left as it was."""
   from fedjax_gel.experiment import checkpoint, runner  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment.config import Config  # pylint: disable=g-import-not-at-top
   workdir = tmp_path / 'run'
@@ -125,19 +130,22 @@ def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_p
   exp = runner.prepare(Config(**{'dataset': 'leaf', 'data_path': str(tiny_leaf_file),
                                  'algorithm': 'fedavg', **other}))
   foreign = exp.algorithm.server_init(exp.model.init(jax.random.key(0)))
-  checkpoint.save(str(workdir), 10, foreign, {'metrics_bytes': 0})
+  checkpoint.save(str(workdir), 10, foreign,
+                  {'metrics_bytes': 0 if other else 10**6, 'totals': {}, 'distance': 0.})
   before = snapshot(workdir)
   proc = run(cmd)
   assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
   (line,) = proc.stderr.splitlines()
-  assert 'checkpoint-10.msgpack: unreadable checkpoint' in line and '--overwrite' in line
+  assert 'checkpoint-10.msgpack: ' in line and error in line and '--overwrite' in line
   assert snapshot(workdir) == before
 
 
 def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
   """A learning-rate grid killed with kill -9 and run again: its metrics.jsonl and grid.json
   are bit-identical to an uninterrupted grid's; a finished grid is kept on a third run."""
-  grid_flags = ('--algorithm=gel', '--client_lr_grid=0.03,0.1', '--server_lr_grid=0.5,1')
+  grid_flags = ('--algorithm=gel', '--client_lr_grid=0.03,0.1', '--server_lr_grid=0.5,1',
+                '--eval_every=3',   # checkpoints between evaluations too
+                '--num_rounds=1500')   # long enough to be killed before it ends
   whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
   assert run(command(tiny_leaf_file, whole, *grid_flags)).returncode == 0
   proc = killed_then_resumed(command(tiny_leaf_file, resumed, *grid_flags), resumed, resumed)
