@@ -168,6 +168,7 @@ def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
   compile_s = time.perf_counter() - t0
 
   def record(done):
+    track['train_loss'] = np.asarray(track['train_loss'])
     acc, loss, diverged = (np.asarray(a) for a in evaluate(states, lc, ls))
     ever = track['diverged'] = track['diverged'] | diverged
     acc = track['accuracy'] = np.where(ever, np.nan, acc)
@@ -188,24 +189,19 @@ def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
                     f'{alive.max() if alive.size else float("nan"):.4f}', force=True)
 
   progress = progress or Progress(c.num_rounds)
-  if not start:
-    record(0)
-  progress.begin(start)
-  t_train = time.perf_counter()
-  for r in range(start, c.num_rounds):
+
+  def step(r):
+    nonlocal states
     cohort = cohort0 if r == start else sample(r, None)
     states, metrics = compiled(states, lc, ls, cohort, exp.train, root, jnp.int32(r))
-    done = r + 1
-    if done % c.eval_every == 0 or done == c.num_rounds:
-      track['train_loss'] = np.asarray(metrics.train_loss)
-      record(done)
-    else:
-      progress.update(done)
-    if c.checkpoint_every and done % c.checkpoint_every == 0 and done < c.num_rounds:
-      checkpoint.save(workdir, done, states,
-                      {'metrics_bytes': os.path.getsize(metrics_path), **track})
-  progress.close()
-  train_s = time.perf_counter() - t_train
+    track['train_loss'] = metrics.train_loss   # fetched only when evaluated
+
+  def save(done):
+    track['train_loss'] = np.asarray(track['train_loss'])
+    checkpoint.save(workdir, done, states,
+                    {'metrics_bytes': os.path.getsize(metrics_path), **track})
+
+  train_s = runner.run_rounds(c, start, progress, step, record, save)
 
   best, ever_diverged, reached, final = (track[k] for k in ('best', 'diverged', 'reached',
                                                             'accuracy'))

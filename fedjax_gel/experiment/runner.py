@@ -518,6 +518,32 @@ def train_seeds(exp: Experiment, configs, workdirs, progress: Progress | None = 
   return train_runs(exp, list(configs), list(workdirs), None, progress, compiled, resume)
 
 
+def run_rounds(c: Config, start: int, progress: Progress, step, record, save,
+               stopped=lambda: False) -> float:
+  """The loop of a run (or of a grid's cells): ``step(r)`` trains round ``r`` for rounds
+  ``start .. num_rounds - 1``; ``record(done)`` evaluates at round 0 (unless resuming), every
+  ``eval_every`` rounds and after the last; ``save(done)`` checkpoints every
+  ``checkpoint_every`` rounds but the last; ``stopped()`` ends it early (every run diverged).
+  Returns the seconds the rounds took."""
+  if not start:
+    record(0)
+  progress.begin(start)
+  t = time.perf_counter()
+  for r in range(start, c.num_rounds):
+    step(r)
+    done = r + 1
+    if done % c.eval_every == 0 or done == c.num_rounds:
+      record(done)
+    else:
+      progress.update(done)
+    if c.checkpoint_every and done % c.checkpoint_every == 0 and done < c.num_rounds:
+      save(done)
+    if stopped():
+      break
+  progress.close()
+  return time.perf_counter() - t
+
+
 def resume_round(workdirs) -> int:
   """The last round every one of ``workdirs`` has a checkpoint of (0: none)."""
   common = set.intersection(*(set(checkpoint.rounds(w)) for w in workdirs))
@@ -651,27 +677,16 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
               if not batched else f'{len(runs)} seeds, best test acc {best:.4f}')
     progress.update(done, status, force=True)
 
-  if not start:
-    record(0)
-  progress.begin(start)
-  t_train = time.perf_counter()
-  for r in range(start, c.num_rounds):
+  def step(r):
+    nonlocal state
     cohort = cohort0 if r == start else sample(r, state)
     state, m = round_fn(state, cohort, exp.train, root, jnp.int32(r))
     pending.append((r + 1, m))
     if on_round is not None:
       on_round(r, cohort, m)
-    done = r + 1
-    if done % c.eval_every == 0 or done == c.num_rounds:
-      record(done)
-    else:
-      progress.update(done)
-    if c.checkpoint_every and done % c.checkpoint_every == 0 and done < c.num_rounds:
-      save(done)
-    if all(run['diverged'] for run in runs):
-      break
-  progress.close()
-  train_s = time.perf_counter() - t_train
+
+  train_s = run_rounds(c, start, progress, step, record, save,
+                       stopped=lambda: all(run['diverged'] for run in runs))
 
   summaries = []
   for i, (x, w, run) in enumerate(zip(configs, workdirs, runs)):
