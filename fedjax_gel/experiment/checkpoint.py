@@ -96,6 +96,15 @@ def load(workdir: str, round_idx: int, target):
   return state, data['meta']
 
 
+def restore(workdir: str, round_idx: int, target):
+  """``load``, and ``metrics.jsonl`` cut back to its length at the checkpoint (the lines of
+  later rounds are written again as the run resumes)."""
+  state, meta = load(workdir, round_idx, target)
+  with open(os.path.join(workdir, 'metrics.jsonl'), 'rb+') as f:
+    f.truncate(meta['metrics_bytes'])
+  return state, meta
+
+
 def check(workdir: str, target, meta_keys: tuple):
   """Reads every checkpoint in ``workdir`` before a run resumes from them: each must fit
   ``target`` (see ``load``), hold ``meta_keys``, and fit the ``metrics.jsonl`` there."""

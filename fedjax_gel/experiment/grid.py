@@ -156,10 +156,8 @@ def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
            'reached': np.full(num, -1), 'accuracy': np.full(num, np.nan),
            'train_loss': np.full(num, np.nan)}   # TRACKED, per cell; checkpointed
   if start:   # the cells' states and the grid's bookkeeping as they stood then
-    states, meta = checkpoint.load(workdir, start, jax.eval_shape(init, lc, ls))
+    states, meta = checkpoint.restore(workdir, start, jax.eval_shape(init, lc, ls))
     states = jax.device_put(states)
-    with open(metrics_path, 'rb+') as f:   # drop lines written after the checkpoint
-      f.truncate(meta['metrics_bytes'])
     track = {k: np.asarray(meta[k], v.dtype) for k, v in track.items()}
   else:
     states = init(lc, ls)

@@ -218,7 +218,7 @@ def prepare(c: Config) -> Experiment:
       budget_range=tuple(c.budget_range))
   test_pool, train_pool = (evaluation.make_eval_pool(split.test),
                            evaluation.make_eval_pool(split.train))
-  plan = memory_plan(c, model, algorithm, train, (test_pool, train_pool), num_devices)
+  plan = memory_plan(c, params, algorithm, train, (test_pool, train_pool), num_devices)
   exp = Experiment(c, model, algorithm, train, test_pool, train_pool,
                    min(chunk, c.clients_per_round), mesh, plan)
   exp = fit_memory(exp)
@@ -252,14 +252,14 @@ def memory_limit() -> int:
 CHUNK_MEMORY_FRACTION = 0.75
 
 
-def memory_plan(c: Config, model, algorithm, train, pools, num_devices: int) -> MemoryPlan:
-  """The memory of one client of a chunk and what is free for chunks on each device.
+def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int) -> MemoryPlan:
+  """The memory of one client of a chunk and what is free for chunks on each device
+  (``params``: the model's parameters or their shapes).
 
   Resident on each device: the training pool and the evaluation pools (on CPU the devices are
   one host's cores, each with its copy) and about four copies of the server model (the state,
   its optimiser and the donated copy).
   """
-  params = jax.eval_shape(model.init, jax.random.key(0))
   spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v[:1]).dtype)
           for k, v in train.examples.items()}
   per_client = memory.client_bytes(algorithm, params, spec, c.batch_size, c.budget_range[1])
@@ -590,15 +590,12 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
                diverged=None) for _ in configs]
   if start:   # the checkpointed states, and the metrics as they stood then
     target = init(roots[0])
-    loaded = [checkpoint.load(w, start, target) for w in workdirs]
+    loaded = [checkpoint.restore(w, start, target) for w in workdirs]
     if batched:
       state = jax.tree.map(lambda *a: jnp.stack(a), *(st for st, _ in loaded))
     else:
       state = place(loaded[0][0])
     for w, run, (_, meta) in zip(workdirs, runs, loaded):
-      metrics_path = os.path.join(w, 'metrics.jsonl')
-      with open(metrics_path, 'rb+') as f:   # drop lines written after the checkpoint
-        f.truncate(meta['metrics_bytes'])
       run['records'] = read_metrics(w)
       run['totals'], run['distance'] = dict(meta['totals']), meta['distance']
   cohort0 = sample(start, state)
