@@ -7,7 +7,7 @@ from fedjax_gel import models
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
-from fedjax_gel.core.sampling import Cohort
+from fedjax_gel.core.sampling import Cohort, CohortSpec
 from fedjax_gel.core.shuffle import cycled_permutation
 
 B, TAU_MAX = 3, 6
@@ -34,16 +34,23 @@ def init_params(model, seed=0):
   return model.init(keys.init_key(keys.root_key(seed)))
 
 
-def cohort(ids, budgets, weights=None, guesses=None):
+def cohort(ids, budgets, weights=None, batch_size=B, max_budget=TAU_MAX):
+  """A hand-made cohort (batch ``B``, budgets up to ``TAU_MAX`` unless given)."""
   ids = jnp.asarray(ids, jnp.int32)
   w = jnp.ones(ids.shape, jnp.float32) if weights is None else jnp.asarray(weights, jnp.float32)
-  g = jnp.zeros(ids.shape, jnp.float32) if guesses is None else jnp.asarray(guesses, jnp.float32)
-  return Cohort(ids, jnp.asarray(budgets, jnp.int32), w, g)
+  spec = CohortSpec(int(ids.shape[0]), (1, max_budget), batch_size)
+  return Cohort(ids, jnp.asarray(budgets, jnp.int32), w, spec)
+
+
+def with_guesses(alg, guesses):
+  """``alg`` with the given guess count per cohort slot (instead of its guess policy)."""
+  counts = jnp.asarray(guesses, jnp.float32)
+  return alg._replace(client_guesses=lambda budgets, max_budget: counts)
 
 
 def run(alg, data, c, params, chunk_size, seed=0, round_idx=3):
   """One engine round from ``params``; returns ``(server_state, metrics)``."""
-  rf = build_round(alg, batch_size=B, max_budget=TAU_MAX, chunk_size=chunk_size)
+  rf = build_round(alg, chunk_size=chunk_size)
   return rf(alg.server_init(params), c, data, keys.root_key(seed), jnp.int32(round_idx))
 
 

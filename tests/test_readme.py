@@ -2,6 +2,10 @@
 import pathlib
 import re
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
 README = pathlib.Path(__file__).resolve().parents[1] / 'README.md'
 
 
@@ -21,12 +25,22 @@ def test_readme_engine_example_trains():
   assert 0 < float(scope['metrics'].train_loss) < 1.0   # from ln(5) = 1.61 at the start
 
 
-def test_readme_guessed_updates_example_fits_better_than_without_guesses():
+def test_readme_budgeted_learner_fits_better_with_guesses_than_without():
   code = python_blocks()[1]
+  assert 'guesses = 2' in code
   scope = run_block(code)
-  without = run_block(code.replace('opt.guess(state, w, 2)', 'opt.guess(state, w, 0)'))
+  without = run_block(code.replace('guesses = 2', 'guesses = 0'))
   loss = scope['loss']
-  assert float(loss(scope['w'])) < 0.5 * float(loss(without['w'])) < float(loss(0 * scope['w']))
+  start = float(loss(without['model'].init(jax.random.key(1), without['x'])))
+  assert float(loss(scope['params'])) < 0.8 * float(loss(without['params'])) < 0.8 * start
+
+
+def test_readme_fedgbo_example_reaches_the_mean_client_model_and_tracks_statistics():
+  scope = run_block(python_blocks()[2])
+  np.testing.assert_allclose(scope['x']['w'], 1. - scope['delta']['w'], rtol=1e-6)
+  # Both clients move from 1 towards their targets (mean [0, 1, 2]); m is no longer zero.
+  assert float(scope['x']['w'][0]) < 1. < float(scope['x']['w'][2])
+  assert float(jnp.abs(scope['server_state'].stats.m['w']).min()) > 0
 
 
 def test_readme_quick_start_names_the_shipped_files():
@@ -39,7 +53,7 @@ def test_readme_quick_start_names_the_shipped_files():
 def test_readme_stateful_example_keeps_a_row_per_client():
   """The SCAFFOLD block continues the engine example's session (its data, model and keys)."""
   scope = run_block(python_blocks()[0].replace('range(100)', 'range(1)'))
-  exec(compile(python_blocks()[2], 'README.md', 'exec'), scope)   # pylint: disable=exec-used
+  exec(compile(python_blocks()[3], 'README.md', 'exec'), scope)   # pylint: disable=exec-used
   rows = scope['state'].clients['Dense_0']['kernel']
   touched = int((abs(rows).sum(axis=(1, 2)) > 0).sum())
   assert 0 < touched <= 60   # the clients of three rounds of 20 wrote their c_i

@@ -25,7 +25,8 @@ class ClientContext(NamedTuple):
     client_id: int32 population id.
     num_examples: int32 ``n_i``.
     budget: int32 ``tau_i``, local gradient steps this round.
-    guesses: float32 ``tau'_i``, guessed steps after the budget (GeL); may be ``inf``.
+    guesses: float32 ``tau'_i``, guessed steps after the budget (GeL: from
+      ``FederatedAlgorithm.client_guesses``; 0 for other algorithms); may be ``inf``.
     weight: float32 unnormalised aggregation weight.
     key: PRNG key for the algorithm's own draws (independent of the data shuffle).
     anchor: the gradient at the broadcast model the engine computed before local training when
@@ -75,6 +76,10 @@ class FederatedAlgorithm(NamedTuple):
       ``(upload, new_row)``. ``server_update`` sees the store as it was before the round; the
       engine then writes into the store ``server_update`` returns, for every row that real clients
       (sampled, with data) wrote, the mean of what they wrote. Other rows keep their values.
+    client_guesses: ``None`` for an algorithm without guessed steps. Otherwise ``(budgets,
+      max_budget) -> tau'_i``: the round asks it for every client's guess count (float32
+      ``[C]`` from the cohort's budgets ``[C]`` and the largest budget ``b`` of its spec) and
+      hands it over as ``ClientContext.guesses`` (GeL; ``fedjax_gel.algorithms.GuessPolicy``).
   """
   name: str
   server_init: Callable[[PyTree], PyTree]
@@ -88,3 +93,4 @@ class FederatedAlgorithm(NamedTuple):
   anchor_grad: Optional[Callable[[PyTree, PyTree], PyTree]] = None
   client_model: Callable[[PyTree], PyTree] = lambda state: state.params
   store_row: Optional[Callable[[jax.Array], jax.Array]] = None
+  client_guesses: Optional[Callable[[jax.Array, int], jax.Array]] = None

@@ -5,9 +5,10 @@
 ``x <- sum_i p_i y_i`` (FedAvg, McMahan et al. 2017). FedAvgCM is client SGD with momentum
 ``v <- alpha v - lr g; y <- y + v`` (== ``optax.sgd(lr, momentum=alpha)``), reset every round.
 
-``local_sgd`` adds the three ingredients the GeL paper combines (seed 000, Table 3): guessed
-steps after the budget (a client optimiser with a ``guess`` method, ``fedjax_gel.optim``), a
-proximal term (FedProx) and normalised averaging (FedNova).
+``local_sgd`` adds the three ingredients the GeL paper combines (Boukhari et al. 2023, GeL,
+Table 3): guessed steps after the budget (a guess policy and a client optimiser holding a GeL
+state, taken through ``fedjax_gel.optim.guess``), a proximal term (FedProx) and normalised
+averaging (FedNova).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.optim import guessed
 
 
 class ServerState(NamedTuple):
@@ -39,26 +41,41 @@ class NormalizedUpload(NamedTuple):
 def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
               prox_mu: float = 0.0,
               normalizer: Callable[[ClientContext], jax.Array] | None = None,
+              client_guesses: Callable[[jax.Array, int], jax.Array] | None = None,
               name: str = 'local_sgd') -> FederatedAlgorithm:
   """Clients run ``client_optimizer`` for ``tau_i`` steps; the server steps on the mean update.
 
   Args:
     loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
     client_optimizer: an optax ``GradientTransformation``, restarted every round (stateless
-      clients). If it has a ``guess`` method (``fedjax_gel.optim.GuessingTransformation``), each
-      client then takes ``ctx.guesses`` guessed steps (GeL, seed 000 Alg. 1 lines 19-20).
+      clients).
     server_optimizer: optax transformation applied to the aggregate; default ``optax.sgd(1.0)``.
     prox_mu: FedProx (Li et al. 2020): the client gradient is ``g + mu (y - x)``; guessed steps
       use the optimiser's state only and so ignore the proximal term.
     normalizer: FedNova (Wang et al. 2020): ``ctx -> ||a_i||_1``; clients upload
       ``Delta_i / ||a_i||_1`` and the server steps on ``tau_eff * sum_i p_i Delta_i / ||a_i||_1``
       with ``tau_eff = sum_i p_i ||a_i||_1``.
+    client_guesses: GeL (``FederatedAlgorithm.client_guesses``, e.g. a ``GuessPolicy``'s
+      ``counts``): after its budget each client takes ``ctx.guesses`` guessed steps with
+      ``fedjax_gel.optim.guess`` (GeL, Alg. 1 lines 19-20), which needs a GeL state in the client
+      optimiser's state (``gel_sgdm``, ``guessing``; at any depth of ``optax.chain`` and co.).
     name: display name.
+
+  Raises (from ``server_init``, before any round): ``ValueError`` when ``client_guesses`` is
+  given but the client optimiser holds no GeL state, or when it holds one but ``client_guesses``
+  is ``None`` (its guesses would silently never be taken).
   """
   server_optimizer = server_optimizer or optax.sgd(1.0)
-  guesses = hasattr(client_optimizer, 'guess')
 
   def server_init(params):
+    holds_gel = guessed.has_guess_state(jax.eval_shape(client_optimizer.init, params))
+    if client_guesses is not None and not holds_gel:
+      raise ValueError(f'{name}: guessed steps need a GeL client optimiser '
+                       '(fedjax_gel.optim.gel_sgdm or guessing(...)); this one holds no GeL state')
+    if client_guesses is None and holds_gel:
+      raise ValueError(f'{name}: the client optimiser takes guessed steps but the algorithm has '
+                       'no guess policy, so none would be taken; use fedjax_gel.algorithms.gel '
+                       '(or local_sgd(..., client_guesses=GuessPolicy(...).counts))')
     return ServerState(params, server_optimizer.init(params))
 
   def client_init(x, ctx: ClientContext):
@@ -75,8 +92,8 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
 
   def client_final(state: ClientState, x, ctx: ClientContext):
     y = state.params
-    if guesses:
-      updates, _ = client_optimizer.guess(state.opt_state, y, ctx.guesses)
+    if client_guesses is not None:
+      updates, _ = guessed.guess(state.opt_state, y, ctx.guesses)
       y = optax.apply_updates(y, updates)
     delta = optax.tree_utils.tree_sub(x, y)
     if normalizer is None:
@@ -95,7 +112,8 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
     return ServerState(optax.apply_updates(state.params, updates), opt_state)
 
   return FederatedAlgorithm(name, server_init, lambda s: s.params, client_init, client_step,
-                            client_final, server_update, lambda s: s.params)
+                            client_final, server_update, lambda s: s.params,
+                            client_guesses=client_guesses)
 
 
 def fedavg(loss_fn: Callable, client_optimizer: optax.GradientTransformation,

@@ -1,7 +1,9 @@
-"""FedGBO and its competitors: MFL, Mimelite, MimeXlite (seed 004, Algorithm 1, Tables 1-2).
+"""FedGBO and its competitors: MFL, Mimelite, MimeXlite (Mills, Hu, Min 2022, "Accelerating
+Federated Learning with a Global Biased Optimiser", Algorithm 1, Tables 1-2).
 
 All share global optimiser statistics ``S`` (``fedjax_gel.optim.gbo``; ``m = 0``, ``v = 1`` at
-the start) that the server broadcasts with the model:
+the start) that the server broadcasts with the model; every step below is one of
+``GlobalBiasedOptimizer``'s optax transformations:
 
 * **FedGBO**: clients step with ``S`` frozen; the server averages the models to ``x_bar``,
   recovers the average client gradient with the inverse step (old ``S``, ``K`` the weighted mean
@@ -33,8 +35,10 @@ tree_map = jax.tree_util.tree_map
 
 
 class GBOServerState(NamedTuple):
+  """The global model and the state of the server's transformation (its ``stats`` field, or
+  itself for Mime and MFL, is ``S``)."""
   params: Any
-  stats: Any
+  opt_state: Any
 
 
 class GBOUpload(NamedTuple):
@@ -45,72 +49,88 @@ class GBOUpload(NamedTuple):
 
 
 def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, frozen: bool,
-                extra: Callable, server_stats: Callable, anchor: str = 'none') -> FederatedAlgorithm:
-  """Shared body. ``frozen``: clients step with the broadcast statistics (kept out of the client
-  state, so they are neither copied per client nor masked every step); otherwise they carry and
-  update their own (MFL). ``extra(state, ctx)`` is the upload beyond Delta;
-  ``server_stats(x, x_bar, stats, mean_extra)`` the new statistics."""
-  client_opt = opt.client_optimizer if frozen else opt.tracking_optimizer
-
+                extra: Callable, server: optax.GradientTransformationExtraArgs,
+                stats_of: Callable, server_step: Callable, anchor: str = 'none'
+                ) -> FederatedAlgorithm:
+  """Shared body. ``frozen``: clients step with ``opt.client`` and the broadcast statistics as
+  its extra argument (kept out of the client state, so they are neither copied per client nor
+  masked every step); otherwise with ``opt.adaptive`` started from them (MFL).
+  ``extra(state, ctx)`` is the upload beyond Delta; ``server`` the server's transformation,
+  ``stats_of(server_state) -> S`` and ``server_step(server, opt_state, delta, mean_extra, x) ->
+  (updates, opt_state)``."""
   def server_init(params):
-    return GBOServerState(params, opt.init_stats(params))
+    return GBOServerState(params, server.init(params))
+
+  def broadcast(state):
+    return state.params, stats_of(state.opt_state)
 
   def client_init(bcast, ctx: ClientContext):
     del ctx
     x, stats = bcast
-    return ClientState(x, None if frozen else stats)
+    if frozen:
+      return ClientState(x, opt.client.init(x))
+    return ClientState(x, opt.adaptive.init(x)._replace(stats=stats))
 
   def client_step(state: ClientState, batch, bcast):
     loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)
-    stats = bcast[1] if frozen else state.opt_state
-    updates, stats = client_opt(stats).update(grads, stats, state.params)
-    return ClientState(optax.apply_updates(state.params, updates),
-                       None if frozen else stats), loss
+    if frozen:
+      updates, opt_state = opt.client.update(grads, state.opt_state, state.params, stats=bcast[1])
+    else:
+      updates, opt_state = opt.adaptive.update(grads, state.opt_state, state.params)
+    return ClientState(optax.apply_updates(state.params, updates), opt_state), loss
 
   def client_final(state: ClientState, bcast, ctx: ClientContext):
     return GBOUpload(optax.tree_utils.tree_sub(bcast[0], state.params), extra(state, ctx))
 
   def server_update(state: GBOServerState, upload: GBOUpload, info: RoundInfo):
     del info
-    x = state.params
-    x_bar = optax.tree_utils.tree_sub(x, upload.delta)
-    return GBOServerState(x_bar, server_stats(x, x_bar, state.stats, upload.extra))
+    updates, opt_state = server_step(state.opt_state, upload.delta, upload.extra, state.params)
+    return GBOServerState(optax.apply_updates(state.params, updates), opt_state)
 
   def anchor_grad(bcast, batch):
     return jax.grad(loss_fn)(bcast[0], batch)
 
-  return FederatedAlgorithm(name, server_init, lambda s: (s.params, s.stats), client_init,
-                            client_step, client_final, server_update, lambda s: s.params,
-                            anchor, anchor_grad if anchor != 'none' else None)
+  return FederatedAlgorithm(name, server_init, broadcast, client_init, client_step, client_final,
+                            server_update, lambda s: s.params, anchor,
+                            anchor_grad if anchor != 'none' else None)
 
 
 def fedgbo(loss_fn: Callable, opt: GlobalBiasedOptimizer) -> FederatedAlgorithm:
-  """FedGBO: frozen global statistics on clients; inverse and tracking steps on the server.
-
-  Rounds in which no client took a step leave the statistics as they are.
-  """
-  def server_stats(x, x_bar, stats, mean_steps):
-    new = opt.server_update(x, x_bar, stats, jnp.maximum(mean_steps, 1e-30))
-    return tree_map(lambda n, o: jnp.where(mean_steps > 0, n, o), new, stats)
+  """FedGBO: frozen global statistics on clients (``opt.client``); ``opt.server`` on the mean
+  model change with ``K`` the weighted mean number of local steps (inverse step, tracking,
+  ``x <- x_bar``). Rounds in which no client took a step leave the statistics as they are."""
+  def server_step(opt_state, delta, mean_steps, x):
+    return opt.server.update(delta, opt_state, x, num_steps=mean_steps)
 
   return _gbo_family(f'fedgbo_{opt.kind}', loss_fn, opt, frozen=True,
-                     extra=lambda state, ctx: ctx.budget.astype(jnp.float32),
-                     server_stats=server_stats)
+                     extra=lambda state, ctx: ctx.budget.astype(jnp.float32), server=opt.server,
+                     stats_of=lambda opt_state: opt_state.stats, server_step=server_step)
+
+
+def _average(opt_state, delta, mean_stats, x):
+  """MFL's server: ``x <- x_bar``, ``S <-`` the mean of the clients' statistics."""
+  del opt_state, x
+  return jax.tree.map(jnp.negative, delta), mean_stats
 
 
 def mfl(loss_fn: Callable, opt: GlobalBiasedOptimizer) -> FederatedAlgorithm:
-  """MFL: clients update the downloaded statistics; the server averages models and statistics."""
+  """MFL: clients update the downloaded statistics (``opt.adaptive``); the server averages
+  models and statistics."""
   return _gbo_family(f'mfl_{opt.kind}', loss_fn, opt, frozen=False,
-                     extra=lambda state, ctx: state.opt_state,
-                     server_stats=lambda x, x_bar, stats, mean_stats: mean_stats)
+                     extra=lambda state, ctx: state.opt_state.stats, server=opt.track,
+                     stats_of=lambda stats: stats, server_step=_average)
 
 
 def mime(loss_fn: Callable, opt: GlobalBiasedOptimizer, full_batch: bool = True
          ) -> FederatedAlgorithm:
   """Mimelite (``full_batch=True``) or MimeXlite (one minibatch): frozen statistics on clients,
-  tracked on the server with the mean client gradient at ``x``."""
+  tracked on the server (``opt.track``) with the mean client gradient at ``x``; ``x <- x_bar``."""
+  def server_step(stats, delta, mean_grad, x):
+    _, stats = opt.track.update(mean_grad, stats, x)
+    return jax.tree.map(jnp.negative, delta), stats
+
   name = 'mimelite' if full_batch else 'mimexlite'
   return _gbo_family(f'{name}_{opt.kind}', loss_fn, opt, frozen=True,
-                     extra=lambda state, ctx: ctx.anchor,
-                     server_stats=lambda x, x_bar, stats, mean_grad: opt.track(stats, mean_grad),
+                     extra=lambda state, ctx: ctx.anchor, server=opt.track,
+                     stats_of=lambda stats: stats, server_step=server_step,
                      anchor='full_batch' if full_batch else 'minibatch')

@@ -1,48 +1,114 @@
-"""GeL, guess and learn (Dhasade et al., AAAI; seed 000 Algorithm 1, Table 3).
+"""GeL, guess and learn (Boukhari et al. 2023, "Boosting Federated Learning in Resource-Constrained
+Networks", Algorithm 1, Table 3), and its guess policies.
 
 Clients run SGD with momentum for their ``tau_i`` gradient steps, then take ``tau'_i`` guessed
-steps (``ClientContext.guesses``, set by the cohort's guess policy). With the zero proxy the
-guesses are eq. 5's nudge ``alpha (1 - alpha^tau') / (1 - alpha) v`` in closed form; with the
-last-gradient proxy (seed 001) the client optimiser is re-applied with the last gradient.
+steps. The algorithm owns its guess policy (``GuessPolicy``; default the paper's ``tau' = tau -
+tau_i`` with ``tau = b + 5`` for budgets ``U{a..b}``): the round asks it for every client's
+count. With the zero proxy the guesses are eq. 5's nudge ``alpha (1 - alpha^tau') / (1 - alpha)
+v`` in closed form; with the last-gradient proxy (Dhasade et al. 2021, "GeL: guess and learn")
+the client optimiser is re-applied with the last gradient.
 
 * ``gel``: FedAvgCM + GeL (client SGDM with guesses, server SGD or any optax server optimiser;
   FedYogi + GeL is ``gel`` with ``fedjax_gel.optim.fedyogi`` on the server).
-* ``fedavg_gel``: FedAvg's plain client SGD with guesses. Table 3 of seed 000 lists FedAvg's GeL
+* ``fedavg_gel``: FedAvg's plain client SGD with guesses. Table 3 of GeL lists FedAvg's GeL
   version as SGDM with guesses, which is ``gel`` itself; with SGD the zero proxy guesses nothing,
-  so ``fedavg_gel`` uses the last-gradient proxy of seed 001 by default.
+  so ``fedavg_gel`` uses the last-gradient proxy.
+* ``fedprox_gel`` and ``fednova_gel`` are in ``fedprox.py`` and ``fednova.py``.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
+import jax
+import jax.numpy as jnp
 import optax
 
 from fedjax_gel.algorithms.base import FederatedAlgorithm
 from fedjax_gel.algorithms.fedavg import local_sgd
-from fedjax_gel.optim.guessed import gel_sgdm, guessing
+from fedjax_gel.optim.guessed import PROXIES, gel_sgdm
+
+GUESS_POLICIES = ('none', 'remaining', 'cohort_max', 'inf', 'fixed', 'percent')
+MAX_GUESSES = 100_000   # a guess count above this is surely a typo (guesses may run in a loop)
 
 
-def gel_client_optimizer(client_lr: float, momentum: float, proxy: str = 'zero'):
-  """GeL's ClientOpt: SGDM whose guesses are eq. 5 (zero proxy) or last-gradient steps."""
-  if proxy == 'zero':
-    return gel_sgdm(client_lr, momentum)
-  return guessing(optax.sgd(client_lr, momentum=momentum or None), proxy)
+class GuessPolicy(NamedTuple):
+  """How many guessed steps ``tau'_i`` each client takes (GeL §3.1 and App. F).
+
+  ``kind``:
+    ``remaining`` (default): ``max(tau - tau_i, 0)``, ``tau`` the steps the server asks for;
+      ``tau=None`` means ``b + 5`` for budgets ``U{a..b}`` (GeL's experiments).
+    ``cohort_max``: ``max_j tau_j + k - tau_i`` over the round's cohort (the authors' code).
+    ``inf``: infinitely many (the ``alpha / (1 - alpha)`` nudge; zero proxy only).
+    ``fixed``: ``count`` for every client.
+    ``percent``: ``floor(percent / 100 * tau_i)`` (the earlier report's "x% guesses").
+    ``none``: no guesses (GeL's client optimiser then trains as FedAvgCM; asked for explicitly).
+  """
+  kind: str = 'remaining'
+  tau: int | None = None
+  k: int = 0
+  count: int = 0
+  percent: float = 0.0
+
+  def check(self) -> 'GuessPolicy':
+    """Raises ``ValueError`` naming the field that is out of range; returns the policy."""
+    if self.kind not in GUESS_POLICIES:
+      raise ValueError(f'unknown guess policy {self.kind!r}; known: {", ".join(GUESS_POLICIES)}')
+    for field in ('tau', 'k', 'count'):
+      value = getattr(self, field)
+      if value is not None and not 0 <= value <= MAX_GUESSES:
+        raise ValueError(f'GuessPolicy.{field} must lie in [0, {MAX_GUESSES}], got {value}')
+    if not 0 <= self.percent <= 100 * MAX_GUESSES:
+      raise ValueError(f'GuessPolicy.percent must be >= 0, got {self.percent}')
+    return self
+
+  def counts(self, budgets: jax.Array, max_budget: int) -> jax.Array:
+    """``tau'_i`` for every client of a cohort (float32 ``[C]``); ``max_budget`` is ``b``."""
+    b = budgets.astype(jnp.float32)
+    if self.kind == 'none':
+      return jnp.zeros_like(b)
+    if self.kind == 'remaining':
+      tau = max_budget + 5 if self.tau is None else self.tau
+      return jnp.maximum(tau - b, 0.)
+    if self.kind == 'cohort_max':
+      return jnp.max(b) + self.k - b
+    if self.kind == 'inf':
+      return jnp.full_like(b, jnp.inf)
+    if self.kind == 'fixed':
+      return jnp.full_like(b, self.count)
+    return jnp.floor(self.percent / 100. * b)
 
 
-def gel(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
+def checked_policy(name: str, policy: GuessPolicy, proxy: str, momentum: float) -> GuessPolicy:
+  """The policy, checked against the proxy: infinitely many last-gradient guesses, or zero-proxy
+  guesses without momentum, would be meaningless."""
+  policy = policy.check()
+  if proxy not in PROXIES:
+    raise ValueError(f'{name}: unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
+  if policy.kind == 'inf' and proxy != 'zero':
+    raise ValueError(f'{name}: infinitely many guesses need the zero proxy (the closed-form '
+                     f'alpha/(1-alpha) nudge); with the {proxy} proxy they diverge')
+  if proxy == 'zero' and momentum == 0 and policy.kind != 'none':
+    raise ValueError(f'{name}: zero-proxy guesses without momentum do nothing; use the '
+                     'last_gradient proxy or a momentum in (0, 1)')
+  return policy
+
+
+def gel(loss_fn: Callable, client_lr: optax.ScalarOrSchedule, momentum: float = 0.9,
         server_optimizer: optax.GradientTransformation | None = None, proxy: str = 'zero',
-        name: str = 'gel') -> FederatedAlgorithm:
-  """FedAvgCM + GeL."""
-  return local_sgd(loss_fn, gel_client_optimizer(client_lr, momentum, proxy), server_optimizer,
-                   name=name)
+        guess_policy: GuessPolicy = GuessPolicy(), name: str = 'gel') -> FederatedAlgorithm:
+  """FedAvgCM + GeL: client SGDM with ``guess_policy``'s guessed steps (default ``tau' = b + 5 -
+  tau_i``, the paper's)."""
+  policy = checked_policy(name, guess_policy, proxy, momentum)
+  return local_sgd(loss_fn, gel_sgdm(client_lr, momentum, proxy), server_optimizer,
+                   client_guesses=policy.counts, name=name)
 
 
-def fedavg_gel(loss_fn: Callable, client_lr: float,
+def fedavg_gel(loss_fn: Callable, client_lr: optax.ScalarOrSchedule,
                server_optimizer: optax.GradientTransformation | None = None,
-               proxy: str = 'last_gradient') -> FederatedAlgorithm:
-  """FedAvg + GeL: client SGD with guessed steps (last-gradient proxy by default)."""
-  if proxy == 'zero':
-    raise ValueError('fedavg_gel: plain SGD has no momentum, so zero-proxy guesses are no-ops; '
-                     'use the last_gradient proxy, or gel for SGDM with guesses')
-  return local_sgd(loss_fn, guessing(optax.sgd(client_lr), proxy), server_optimizer,
-                   name='fedavg_gel')
+               proxy: str = 'last_gradient', guess_policy: GuessPolicy = GuessPolicy()
+               ) -> FederatedAlgorithm:
+  """FedAvg + GeL: client SGD with guessed steps (last-gradient proxy; the zero proxy would
+  guess nothing without momentum)."""
+  policy = checked_policy('fedavg_gel', guess_policy, proxy, 0.)
+  return local_sgd(loss_fn, gel_sgdm(client_lr, 0., proxy), server_optimizer,
+                   client_guesses=policy.counts, name='fedavg_gel')

@@ -81,21 +81,29 @@ def masked(active, new, old):
   return tree_map(pick, new, old)
 
 
-def pad_and_sort(cohort: Cohort, num_chunks: int, chunk_size: int):
-  """Pads the cohort to ``num_chunks * chunk_size`` with empty clients and sorts it by budget.
+class Clients(NamedTuple):
+  """The per-client inputs of the chunks, each ``[num_chunks, chunk_size]``."""
+  client_ids: jax.Array
+  budgets: jax.Array
+  weights: jax.Array
+  guesses: jax.Array
+  slots: jax.Array     # positions in the sampled cohort (for the clients' keys)
+  valid: jax.Array     # real clients (not padding)
 
-  Returns ``(cohort, slots, valid)`` reshaped to ``[num_chunks, chunk_size]``; ``slots`` are the
-  clients' positions in the sampled cohort and ``valid`` marks real clients. Padding clients have
-  budget 0 and weight 0, so they sort into the first (cheapest) chunk.
-  """
+
+def pad_and_sort(cohort: Cohort, guesses, num_chunks: int, chunk_size: int) -> Clients:
+  """Pads the cohort to ``num_chunks * chunk_size`` with empty clients, sorts it by budget and
+  cuts it into ``[num_chunks, chunk_size]``. Padding clients have budget 0 and weight 0, so they
+  sort into the first (cheapest) chunk."""
   size = cohort.budgets.shape[0]
   pad = num_chunks * chunk_size - size
-  padded = Cohort(*(jnp.pad(a, (pad, 0)) for a in cohort))
+  fields = [jnp.pad(a, (pad, 0)) for a in (cohort.client_ids, cohort.budgets, cohort.weights,
+                                            guesses)]
   slots = jnp.arange(-pad, size, dtype=jnp.int32)
-  order = jnp.argsort(padded.budgets, stable=True)
+  order = jnp.argsort(fields[1], stable=True)
   shape = (num_chunks, chunk_size)
-  return (Cohort(*(a[order].reshape(shape) for a in padded)),
-          jnp.maximum(slots[order], 0).reshape(shape), (slots[order] >= 0).reshape(shape))
+  return Clients(*(a[order].reshape(shape) for a in fields),
+                 jnp.maximum(slots[order], 0).reshape(shape), (slots[order] >= 0).reshape(shape))
 
 
 def all_finite(tree) -> jax.Array:
@@ -148,16 +156,15 @@ def chunk_layout(cohort_size: int, chunk_size: int, num_devices: int = 1) -> tup
   return chunk, math.ceil(cohort_size / chunk)
 
 
-def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: int,
-                chunk_size: int, mesh: Mesh | None = None, donate_state: bool = False,
-                fuse_dots: bool | None = None):
+def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | None = None,
+                donate_state: bool = False, fuse_dots: bool | None = None):
   """Builds the jitted round function.
+
+  The batch size ``B`` and the largest budget ``b`` are read from the cohort's ``CohortSpec``
+  (static: ``b B`` sizes the data-order buffer), so the sampler and the round cannot disagree.
 
   Args:
     algorithm: the federated algorithm.
-    batch_size: ``B``, examples per local step.
-    max_budget: the largest ``tau_i`` (static: sizes the data-order buffer); larger budgets are
-      cut to it.
     chunk_size: the most clients processed together (vmapped); the scan over chunks is
       sequential. The cohort is cut into equal chunks of at most this size.
     mesh: a device mesh with an axis named ``'clients'``: each chunk's clients are split over it
@@ -170,124 +177,138 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
 
   Returns:
     ``round_fn(server_state, cohort, data, root_key, round_idx)``, jitted; it compiles once per
-    cohort size and never again from round to round.
+    cohort spec and never again from round to round. ``data`` must be on the device
+    (``fedjax_gel.to_device``); host data raises ``TypeError``.
   """
-  order_len = max_budget * batch_size
   if fuse_dots is None:
     fuse_dots = jax.default_backend() == 'cpu'
   stateful = algorithm.store_row is not None
 
-  def anchor_gradients(bcast, data: FederatedData, n, offsets, rows, real):
-    """Each client's gradient at the broadcast model: ``(grads, computations, examples)``."""
-    grad = jax.vmap(algorithm.anchor_grad, in_axes=(None, 0))
-    if algorithm.anchor == 'minibatch':
-      # The client's first minibatch at the broadcast model: the gradient of its first local
-      # step, which a real client reuses; recomputed here, so it is not counted again.
-      batch = tree_map(lambda a: a[rows[:, :batch_size]], data.examples)
-      batch['mask'] = jnp.ones(rows[:, :batch_size].shape, bool)
-      return grad(bcast, batch), jnp.int32(0), jnp.int32(0)
+  def kernels(batch_size: int, max_budget: int):
+    """The chunk functions for minibatches of ``batch_size`` and budgets up to ``max_budget``
+    (static: ``max_budget * batch_size`` sizes the data-order buffer)."""
+    order_len = max_budget * batch_size
 
-    pos = jnp.arange(FULL_BATCH_ROWS)
+    def anchor_gradients(bcast, data: FederatedData, n, offsets, rows, real):
+      """Each client's gradient at the broadcast model: ``(grads, computations, examples)``."""
+      grad = jax.vmap(algorithm.anchor_grad, in_axes=(None, 0))
+      if algorithm.anchor == 'minibatch':
+        # The client's first minibatch at the broadcast model: the gradient of its first local
+        # step, which a real client reuses; recomputed here, so it is not counted again.
+        batch = tree_map(lambda a: a[rows[:, :batch_size]], data.examples)
+        batch['mask'] = jnp.ones(rows[:, :batch_size].shape, bool)
+        return grad(bcast, batch), jnp.int32(0), jnp.int32(0)
 
-    def add_rows(b, acc):   # rows b*R .. b*R + R - 1 of every client, masked beyond n_i
-      p = b * FULL_BATCH_ROWS + pos
-      mask = p[None, :] < n[:, None]
-      idx = offsets[:, None] + jnp.minimum(p[None, :], jnp.maximum(n - 1, 0)[:, None])
-      batch = dict(tree_map(lambda a: a[idx], data.examples), mask=mask)
-      count = jnp.sum(mask, axis=1).astype(jnp.float32)
-      g = grad(bcast, batch)
-      return tree_map(lambda a, u: a + count.reshape((-1,) + (1,) * (u.ndim - 1)) * u, acc, g)
+      pos = jnp.arange(FULL_BATCH_ROWS)
 
-    shapes = jax.eval_shape(lambda: grad(bcast, dict(
-        tree_map(lambda a: a[jnp.zeros((n.shape[0], 1), jnp.int32)], data.examples),
-        mask=jnp.ones((n.shape[0], 1), bool))))
-    zeros = tree_map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
-    n_real = jnp.where(real, n, 0)
-    trips = -(-jnp.max(n_real) // FULL_BATCH_ROWS)
-    total = jax.lax.fori_loop(0, trips, add_rows, zeros)
-    scale = 1. / jnp.maximum(n_real, 1).astype(jnp.float32)
-    grads = tree_map(lambda t, s: (scale.reshape((-1,) + (1,) * (t.ndim - 1)) * t).astype(s.dtype),
-                     total, shapes)
-    return grads, jnp.sum(-(-n_real // batch_size)), jnp.sum(n_real)
+      def add_rows(b, acc):   # rows b*R .. b*R + R - 1 of every client, masked beyond n_i
+        p = b * FULL_BATCH_ROWS + pos
+        mask = p[None, :] < n[:, None]
+        idx = offsets[:, None] + jnp.minimum(p[None, :], jnp.maximum(n - 1, 0)[:, None])
+        batch = dict(tree_map(lambda a: a[idx], data.examples), mask=mask)
+        count = jnp.sum(mask, axis=1).astype(jnp.float32)
+        g = grad(bcast, batch)
+        return tree_map(lambda a, u: a + count.reshape((-1,) + (1,) * (u.ndim - 1)) * u, acc, g)
 
-  def train_chunk(bcast, data: FederatedData, client_key_root, chunk) -> ChunkWork:
-    """Local work of one chunk. Uploads and weights of padding clients and clients without data
-    are zero."""
-    cohort, slots, valid, stored = chunk
-    n = data.counts[cohort.client_ids]
-    offsets = data.offsets[cohort.client_ids]
-    ckeys = jax.vmap(lambda i, s: keys.client_key(client_key_root, i, s))(cohort.client_ids, slots)
-    shuffle_keys, algo_keys = jax.vmap(lambda k: tuple(jax.random.split(k)))(ckeys)
-    order = jax.vmap(cycled_permutation, in_axes=(0, 0, None))(shuffle_keys, n, order_len)
-    rows = offsets[:, None] + order                       # [chunk, tau_max * B] pool rows
-    real = valid & (n > 0)                                # clients without data take no step
-    budgets = jnp.where(real, jnp.minimum(cohort.budgets, max_budget), 0)
-    anchor, anchor_grads, anchor_examples = None, jnp.int32(0), jnp.int32(0)
-    if algorithm.anchor != 'none':
-      anchor, anchor_grads, anchor_examples = anchor_gradients(bcast, data, n, offsets, rows, real)
-    ctx = ClientContext(cohort.client_ids, n, budgets, jnp.where(real, cohort.guesses, 0.),
-                        cohort.weights, algo_keys, anchor, stored)
-    state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
-    start = jax.vmap(algorithm.client_model)(state)
-    step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
-    if fuse_dots:
-      step = small_dots.fuse_small_dots(step)
+      shapes = jax.eval_shape(lambda: grad(bcast, dict(
+          tree_map(lambda a: a[jnp.zeros((n.shape[0], 1), jnp.int32)], data.examples),
+          mask=jnp.ones((n.shape[0], 1), bool))))
+      zeros = tree_map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
+      n_real = jnp.where(real, n, 0)
+      trips = -(-jnp.max(n_real) // FULL_BATCH_ROWS)
+      total = jax.lax.fori_loop(0, trips, add_rows, zeros)
+      scale = 1. / jnp.maximum(n_real, 1).astype(jnp.float32)
+      grads = tree_map(lambda t, s: (scale.reshape((-1,) + (1,) * (t.ndim - 1)) * t).astype(s.dtype),
+                       total, shapes)
+      return grads, jnp.sum(-(-n_real // batch_size)), jnp.sum(n_real)
 
-    def local_step(k, carry):
-      state, loss_sum = carry
-      idx = jax.lax.dynamic_slice_in_dim(rows, k * batch_size, batch_size, axis=1)
-      batch = tree_map(lambda a: a[idx], data.examples)     # [chunk, B, ...]
-      new_state, loss = step(state, batch, bcast)
-      active = k < budgets
-      return masked(active, new_state, state), loss_sum + jnp.where(active, loss, 0.)
+    def train_chunk(bcast, data: FederatedData, client_key_root, chunk) -> ChunkWork:
+      """Local work of one chunk. Uploads and weights of padding clients and clients without data
+      are zero."""
+      cohort, stored = chunk
+      n = data.counts[cohort.client_ids]
+      offsets = data.offsets[cohort.client_ids]
+      ckeys = jax.vmap(lambda i, s: keys.client_key(client_key_root, i, s))(cohort.client_ids,
+                                                                            cohort.slots)
+      shuffle_keys, algo_keys = jax.vmap(lambda k: tuple(jax.random.split(k)))(ckeys)
+      order = jax.vmap(cycled_permutation, in_axes=(0, 0, None))(shuffle_keys, n, order_len)
+      rows = offsets[:, None] + order                       # [chunk, tau_max * B] pool rows
+      real = cohort.valid & (n > 0)                                # clients without data take no step
+      budgets = jnp.where(real, jnp.minimum(cohort.budgets, max_budget), 0)
+      anchor, anchor_grads, anchor_examples = None, jnp.int32(0), jnp.int32(0)
+      if algorithm.anchor != 'none':
+        anchor, anchor_grads, anchor_examples = anchor_gradients(bcast, data, n, offsets, rows, real)
+      ctx = ClientContext(cohort.client_ids, n, budgets, jnp.where(real, cohort.guesses, 0.),
+                          cohort.weights, algo_keys, anchor, stored)
+      state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
+      start = jax.vmap(algorithm.client_model)(state)
+      step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
+      if fuse_dots:
+        step = small_dots.fuse_small_dots(step)
 
-    trips = jnp.max(budgets)
-    state, loss_sum = jax.lax.fori_loop(0, trips, local_step, (state, jnp.zeros(n.shape)))
-    upload = jax.vmap(algorithm.client_final, in_axes=(0, None, 0))(state, bcast, ctx)
-    new_rows = None
-    if stateful:
-      upload, new_rows = upload
-      new_rows = masked(real, new_rows, stored)
-    w = jnp.where(real, cohort.weights, 0.)
-    upload = masked(real, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
-    return ChunkWork(upload, w, budgets, loss_sum / jnp.maximum(budgets, 1), real, trips,
-                     model_spread(jax.vmap(algorithm.client_model)(state), start, real),
-                     anchor_grads, anchor_examples, new_rows)
+      def local_step(k, carry):
+        state, loss_sum = carry
+        idx = jax.lax.dynamic_slice_in_dim(rows, k * batch_size, batch_size, axis=1)
+        batch = tree_map(lambda a: a[idx], data.examples)     # [chunk, B, ...]
+        new_state, loss = step(state, batch, bcast)
+        active = k < budgets
+        return masked(active, new_state, state), loss_sum + jnp.where(active, loss, 0.)
 
-  def chunk_totals(bcast, data, client_key_root, chunk):
-    """One chunk's ``sum_i w_i upload_i`` (float32), model directions and scalar totals."""
-    work = train_chunk(bcast, data, client_key_root, chunk)
-    w, budgets = work.weights, work.budgets
-    sums = tree_map(lambda u: jnp.tensordot(w, u.astype(jnp.float32), axes=1), work.upload)
-    w_trained = jnp.where(budgets > 0, w, 0.)
-    totals = (jnp.sum(w), jnp.sum(work.real).astype(jnp.float32),
-              jnp.sum(w_trained * work.mean_loss), jnp.sum(w_trained),
-              jnp.sum(budgets) + work.anchor_grads, batch_size * jnp.sum(budgets) +
-              work.anchor_examples, work.trips * budgets.shape[0])
-    return (sums, work.model_spread, totals), (work.new_rows, work.real)
+      trips = jnp.max(budgets)
+      state, loss_sum = jax.lax.fori_loop(0, trips, local_step, (state, jnp.zeros(n.shape)))
+      upload = jax.vmap(algorithm.client_final, in_axes=(0, None, 0))(state, bcast, ctx)
+      new_rows = None
+      if stateful:
+        upload, new_rows = upload
+        new_rows = masked(real, new_rows, stored)
+      w = jnp.where(real, cohort.weights, 0.)
+      upload = masked(real, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
+      return ChunkWork(upload, w, budgets, loss_sum / jnp.maximum(budgets, 1), real, trips,
+                       model_spread(jax.vmap(algorithm.client_model)(state), start, real),
+                       anchor_grads, anchor_examples, new_rows)
 
-  def accumulate(bcast, data, client_key_root, chunks):
-    """Scan over chunks, adding each chunk's weighted sums and totals; the chunks' new rows
-    and real-client masks come out stacked (stateful algorithms; else None)."""
-    def body(acc, chunk_inputs):
-      add, rows = chunk_totals(bcast, data, client_key_root, chunk_inputs)
-      return tree_map(jnp.add, acc, add), rows if stateful else None
+    def chunk_totals(bcast, data, client_key_root, chunk):
+      """One chunk's ``sum_i w_i upload_i`` (float32), model directions and scalar totals."""
+      work = train_chunk(bcast, data, client_key_root, chunk)
+      w, budgets = work.weights, work.budgets
+      sums = tree_map(lambda u: jnp.tensordot(w, u.astype(jnp.float32), axes=1), work.upload)
+      w_trained = jnp.where(budgets > 0, w, 0.)
+      totals = (jnp.sum(w), jnp.sum(work.real).astype(jnp.float32),
+                jnp.sum(w_trained * work.mean_loss), jnp.sum(w_trained),
+                jnp.sum(budgets) + work.anchor_grads, batch_size * jnp.sum(budgets) +
+                work.anchor_examples, work.trips * budgets.shape[0])
+      return (sums, work.model_spread, totals), (work.new_rows, work.real)
 
-    acc0 = jax.eval_shape(chunk_totals, bcast, data, client_key_root,
-                          tree_map(lambda a: a[0], chunks))[0]
-    acc0 = tree_map(lambda s: jnp.zeros(s.shape, s.dtype), acc0)
-    return jax.lax.scan(body, acc0, chunks)
+    def accumulate(bcast, data, client_key_root, chunks):
+      """Scan over chunks, adding each chunk's weighted sums and totals; the chunks' new rows
+      and real-client masks come out stacked (stateful algorithms; else None)."""
+      def body(acc, chunk_inputs):
+        add, rows = chunk_totals(bcast, data, client_key_root, chunk_inputs)
+        return tree_map(jnp.add, acc, add), rows if stateful else None
+
+      acc0 = jax.eval_shape(chunk_totals, bcast, data, client_key_root,
+                            tree_map(lambda a: a[0], chunks))[0]
+      acc0 = tree_map(lambda s: jnp.zeros(s.shape, s.dtype), acc0)
+      return jax.lax.scan(body, acc0, chunks)
+
+    return train_chunk, accumulate
 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
+    spec = cohort.spec
+    train_chunk, accumulate = kernels(spec.batch_size, spec.max_budget)
     size = cohort.budgets.shape[0]
     devices = 1 if mesh is None else mesh.shape[CLIENT_AXIS]
     chunk, num_chunks = chunk_layout(size, chunk_size, devices)
-    chunks = pad_and_sort(cohort, num_chunks, chunk)
+    if algorithm.client_guesses is None:
+      guesses = jnp.zeros(cohort.budgets.shape, jnp.float32)
+    else:
+      guesses = jnp.asarray(algorithm.client_guesses(cohort.budgets, spec.max_budget), jnp.float32)
+    clients = pad_and_sort(cohort, guesses, num_chunks, chunk)
     stored = None
     if stateful:
-      row_idx = algorithm.store_row(chunks[0].client_ids)
+      row_idx = algorithm.store_row(clients.client_ids)
       stored = store_lib.gather(server_state.clients, row_idx)
-    chunks = chunks + (stored,)
+    chunks = (clients, stored)
     bcast = algorithm.broadcast(server_state)
     client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
     if mesh is None:
@@ -316,7 +337,33 @@ def build_round(algorithm: FederatedAlgorithm, *, batch_size: int, max_budget: i
                            all_finite(algorithm.server_params(new_state)))
     return new_state, metrics
 
-  return jax.jit(round_fn, donate_argnums=(0,) if donate_state else ())
+  return RoundFunction(jax.jit(round_fn, donate_argnums=(0,) if donate_state else ()))
+
+
+class RoundFunction:
+  """The jitted round; refuses a data pool still on the host before jit sees it."""
+
+  def __init__(self, jitted):
+    self.jitted = jitted
+
+  def __call__(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
+    check_on_device(data)
+    return self.jitted(server_state, cohort, data, root_key, round_idx)
+
+  def lower(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
+    """``jax.jit``'s ``lower`` (for ``.compile()``, memory and cost analyses)."""
+    check_on_device(data)
+    return self.jitted.lower(server_state, cohort, data, root_key, round_idx)
+
+
+def check_on_device(data) -> None:
+  """Raises ``TypeError`` (one line naming ``to_device``) for a pool still on the host."""
+  if not isinstance(data, FederatedData):
+    raise TypeError(f'round_fn: data must be a FederatedData on the device, got '
+                    f'{type(data).__name__}')
+  if data.client_names or any(isinstance(a, np.ndarray) for a in jax.tree.leaves(data)):
+    raise TypeError('round_fn: the data pool is on the host; pass fedjax_gel.to_device(data) '
+                    '(done once, not every round)')
 
 
 CPU_CHUNK_BYTES = 16 << 20   # per device: chunks about this size run fastest on CPU caches

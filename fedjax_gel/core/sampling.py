@@ -1,8 +1,8 @@
 """Cohort and budget samplers, paired across algorithms by (seed, round)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -10,62 +10,71 @@ import jax.numpy as jnp
 from fedjax_gel.core import keys
 
 WEIGHTINGS = ('samples_seen', 'num_examples', 'uniform')
+SELECTIONS = ('uniform', 'cyclic')
 
 
-GUESS_POLICIES = ('none', 'remaining', 'cohort_max', 'inf', 'fixed', 'percent')
+@dataclasses.dataclass(frozen=True)
+class CohortSpec:
+  """How a round's cohort is drawn: given once, read by the sampler and by the round.
+
+  Attributes:
+    cohort_size: ``C``, clients per round.
+    budget_range: ``(a, b)``: budgets ``tau_i ~ U{a..b}``, ``1 <= a <= b``; ``b`` sizes the
+      round's data-order buffer.
+    batch_size: ``B``, examples per local step (also in the ``samples_seen`` weights).
+    replace: sample clients with replacement (the GeL code does).
+    weighting: aggregation weights, one of ``WEIGHTINGS``.
+    selection: ``'uniform'`` or ``'cyclic'`` (``groups`` groups; Cho et al. 2023).
+    groups: cyclic participation's number of groups ``K``.
+  """
+  cohort_size: int
+  budget_range: tuple[int, int]
+  batch_size: int
+  replace: bool = True
+  weighting: str = 'samples_seen'
+  selection: str = 'uniform'
+  groups: int = 1
+
+  def __post_init__(self):
+    object.__setattr__(self, 'budget_range', tuple(int(b) for b in self.budget_range))
+    if len(self.budget_range) != 2:
+      raise ValueError(f'CohortSpec: budget_range must be (a, b), got {self.budget_range}')
+    a, b = self.budget_range
+    if not 1 <= a <= b:
+      raise ValueError(f'CohortSpec: budget_range (a, b) needs 1 <= a <= b, got ({a}, {b})')
+    for name in ('cohort_size', 'batch_size', 'groups'):
+      if not int(getattr(self, name)) >= 1:
+        raise ValueError(f'CohortSpec: {name} must be a positive integer, got '
+                         f'{getattr(self, name)}')
+    if self.weighting not in WEIGHTINGS:
+      raise ValueError(f'CohortSpec: unknown weighting {self.weighting!r}; known: '
+                       f'{", ".join(WEIGHTINGS)}')
+    if self.selection not in SELECTIONS:
+      raise ValueError(f'CohortSpec: unknown selection {self.selection!r}; known: '
+                       f'{", ".join(SELECTIONS)}')
+
+  @property
+  def max_budget(self) -> int:
+    """The largest budget ``b``."""
+    return self.budget_range[1]
 
 
-class Cohort(NamedTuple):
-  """The clients of one round; every field has leading axis ``C`` (cohort size).
+@functools.partial(jax.tree_util.register_dataclass,
+                   data_fields=['client_ids', 'budgets', 'weights'], meta_fields=['spec'])
+@dataclasses.dataclass(frozen=True)
+class Cohort:
+  """The clients of one round; the arrays have leading axis ``C`` (cohort size).
 
   Attributes:
     client_ids: ``[C]`` int32 ids into the population.
     budgets: ``[C]`` int32 local gradient steps ``tau_i``.
     weights: ``[C]`` float32 unnormalised aggregation weights (``p_i`` after normalising).
-    guesses: ``[C]`` float32 guessed steps ``tau'_i`` after the budget (GeL; ``inf`` allowed);
-      zeros for algorithms without guesses.
+    spec: the ``CohortSpec`` it was drawn with (static: the round reads ``B`` and ``b`` from it).
   """
   client_ids: jax.Array
   budgets: jax.Array
   weights: jax.Array
-  guesses: jax.Array
-
-
-class GuessPolicy(NamedTuple):
-  """How many guessed steps ``tau'_i`` each client takes (GeL, seed 000 §3.1 and App. F).
-
-  ``kind``:
-    ``none``: 0.
-    ``remaining``: ``max(tau - tau_i, 0)``, ``tau`` the steps the server asks for (seed 000:
-      the remaining work; GeL's Synthetic runs use ``tau = b + 5`` for budgets ``U{a..b}``).
-    ``cohort_max``: ``max_j tau_j + k - tau_i`` over the round's cohort (the authors' code).
-    ``inf``: infinitely many (the ``alpha / (1 - alpha)`` nudge; zero proxy only).
-    ``fixed``: ``count`` for every client.
-    ``percent``: ``floor(percent / 100 * tau_i)`` (seed 001's "x% guesses").
-  """
-  kind: str = 'none'
-  tau: int = 0
-  k: int = 0
-  count: int = 0
-  percent: float = 0.0
-
-
-def guess_counts(policy: GuessPolicy, budgets: jax.Array) -> jax.Array:
-  """``tau'_i`` for every client of a cohort, float32 ``[C]``."""
-  b = budgets.astype(jnp.float32)
-  if policy.kind == 'none':
-    return jnp.zeros_like(b)
-  if policy.kind == 'remaining':
-    return jnp.maximum(policy.tau - b, 0.)
-  if policy.kind == 'cohort_max':
-    return jnp.max(b) + policy.k - b
-  if policy.kind == 'inf':
-    return jnp.full_like(b, jnp.inf)
-  if policy.kind == 'fixed':
-    return jnp.full_like(b, policy.count)
-  if policy.kind == 'percent':
-    return jnp.floor(policy.percent / 100. * b)
-  raise ValueError(f'unknown guess policy {policy.kind!r}; known: {", ".join(GUESS_POLICIES)}')
+  spec: CohortSpec
 
 
 def sample_clients(key, num_clients: int, cohort_size: int, replace: bool) -> jax.Array:
@@ -121,30 +130,25 @@ def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) 
   return jnp.asarray(w, jnp.float32)
 
 
-@functools.partial(jax.jit, static_argnames=(
-    'cohort_size', 'budget_range', 'replace', 'batch_size', 'weighting', 'guess_policy',
-    'selection', 'groups'))
-def sample_cohort(root, round_idx, counts, *, cohort_size: int, budget_range: tuple[int, int],
-                  replace: bool, batch_size: int, weighting: str = 'samples_seen',
-                  guess_policy: GuessPolicy = GuessPolicy(), selection: str = 'uniform',
-                  groups: int = 1, client_ids=None) -> Cohort:
-  """The cohort of round ``round_idx``.
+@functools.partial(jax.jit, static_argnames=('spec',))
+def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None) -> Cohort:
+  """The cohort of round ``round_idx`` under ``spec``.
 
-  Clients and budgets depend on (seed, round) only, never on the algorithm; guess counts are a
-  function of the budgets. ``selection``: ``'uniform'`` or ``'cyclic'`` (over ``groups``);
-  ``client_ids`` given (e.g. by ``selection.power_of_d``) replace the sampled clients.
+  Clients and budgets depend on (seed, round) only, never on the algorithm (guess counts and other
+  per-client extras are the algorithm's, computed in the round). ``client_ids`` given (e.g. by
+  ``selection.power_of_d``) replace the sampled clients.
   """
+  if not isinstance(spec, CohortSpec):
+    raise TypeError(f'sample_cohort: spec must be a CohortSpec, got {type(spec).__name__}')
   cohort_key = keys.round_key(root, round_idx, keys.COHORT)
   if client_ids is not None:
     ids = jnp.asarray(client_ids, jnp.int32)
-  elif selection == 'cyclic':
-    ids = sample_clients_cyclic(cohort_key, counts.shape[0], cohort_size, replace, groups,
-                                round_idx)
-  elif selection == 'uniform':
-    ids = sample_clients(cohort_key, counts.shape[0], cohort_size, replace)
+  elif spec.selection == 'cyclic':
+    ids = sample_clients_cyclic(cohort_key, counts.shape[0], spec.cohort_size, spec.replace,
+                                spec.groups, round_idx)
   else:
-    raise ValueError(f'unknown client selection {selection!r}; known: uniform, cyclic')
-  budgets = sample_budgets(keys.round_key(root, round_idx, keys.BUDGET), cohort_size,
-                           *budget_range)
-  weights = aggregation_weights(weighting, budgets, counts[ids], batch_size)
-  return Cohort(ids, budgets, weights, guess_counts(guess_policy, budgets))
+    ids = sample_clients(cohort_key, counts.shape[0], spec.cohort_size, spec.replace)
+  budgets = sample_budgets(keys.round_key(root, round_idx, keys.BUDGET), spec.cohort_size,
+                           *spec.budget_range)
+  weights = aggregation_weights(spec.weighting, budgets, counts[ids], spec.batch_size)
+  return Cohort(ids, budgets, weights, spec)

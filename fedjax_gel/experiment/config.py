@@ -29,7 +29,6 @@ FEDOPT_SERVERS = {'fedadam': 'fedadam', 'fedyogi': 'fedyogi', 'fedadagrad': 'fed
 SERVER_OPTIMIZERS = ('sgd', 'momentum', 'fedadam', 'fedyogi', 'fedadagrad', 'adam', 'yogi',
                      'adagrad')
 GUESS_PROXIES = ('default', 'zero', 'last_gradient')
-MAX_GUESSES = 100_000   # guess counts above this are surely a typo (guesses may run in a loop)
 
 
 class ConfigError(ValueError):
@@ -72,7 +71,7 @@ class Config:
   client_lr: float = 0.01
   client_momentum: float = 0.9          # SGDM clients: fedavgcm, GeL, FedProx, FedNova
   prox_mu: float = 0.01                 # fedprox, fedprox_gel (GeL's experiments: 0.01)
-  guess_policy: str = 'remaining'       # GeL algorithms: see core.sampling.GuessPolicy
+  guess_policy: str = 'remaining'       # GeL algorithms: see algorithms.GuessPolicy
   guess_tau: int = 0                    # remaining: tau' = tau - tau_i; 0 means b + 5
   guess_k: int = 0                      # cohort_max: tau' = max_j tau_j + k - tau_i
   guess_count: int = 5                  # fixed: tau' = count
@@ -140,12 +139,10 @@ class Config:
     return 'last_gradient' if self.algorithm == 'fedavg_gel' else 'zero'
 
   def guess_policy_value(self):
-    """The cohort's ``GuessPolicy`` (``none`` for algorithms without guesses)."""
-    from fedjax_gel.core.sampling import GuessPolicy
-    if not self.guesses:
-      return GuessPolicy()
-    return GuessPolicy(self.guess_policy, self.guess_tau or self.budget_range[1] + 5, self.guess_k,
-                       self.guess_count, self.guess_percent)
+    """The GeL algorithms' ``GuessPolicy`` (``--guess_tau=0``: ``b + 5``, from the budgets)."""
+    from fedjax_gel.algorithms.gel import GuessPolicy
+    return GuessPolicy(self.guess_policy, self.guess_tau or None, self.guess_k, self.guess_count,
+                       self.guess_percent)
 
 
 def parse_budget_range(text: str) -> tuple[int, int]:
@@ -160,7 +157,8 @@ def parse_budget_range(text: str) -> tuple[int, int]:
 
 def validate(c: Config) -> Config:
   """Checks every field; raises ConfigError with one line naming the flag and the problem."""
-  from fedjax_gel.core.sampling import GUESS_POLICIES, WEIGHTINGS
+  from fedjax_gel.algorithms.gel import GUESS_POLICIES, MAX_GUESSES
+  from fedjax_gel.core.sampling import WEIGHTINGS
   from fedjax_gel.models import MODELS
 
   def need(ok, msg):

@@ -88,8 +88,7 @@ def build_grid_fns(exp: runner.Experiment, chunk: int):
                                  counts)
 
   def cell_round(state, lc, ls, cohort, data, root, r):
-    round_fn = round_lib.build_round(algorithm(lc, ls), batch_size=c.batch_size,
-                                     max_budget=c.budget_range[1], chunk_size=chunk)
+    round_fn = round_lib.build_round(algorithm(lc, ls), chunk_size=chunk)
     return round_fn(state, cohort, data, root, r)
 
   from fedjax_gel.core import evaluation  # pylint: disable=g-import-not-at-top

@@ -109,10 +109,10 @@ def gbo_optimizer(c: Config) -> optim.GlobalBiasedOptimizer:
   """The FedGBO-family optimiser ``--gbo_optimizer`` names (``--gbo_beta`` is SGDm's and
   RMSProp's decay and Adam's beta1)."""
   if c.gbo_optimizer == 'sgdm':
-    return optim.gbo_sgdm(c.client_lr, c.gbo_beta)
+    return optim.gbo_sgdm(c.client_lr, b1=c.gbo_beta)
   if c.gbo_optimizer == 'rmsprop':
-    return optim.gbo_rmsprop(c.client_lr, c.gbo_beta, c.gbo_eps)
-  return optim.gbo_adam(c.client_lr, c.gbo_beta, c.gbo_beta2, c.gbo_eps)
+    return optim.gbo_rmsprop(c.client_lr, decay=c.gbo_beta, eps=c.gbo_eps)
+  return optim.gbo_adam(c.client_lr, b1=c.gbo_beta, b2=c.gbo_beta2, eps=c.gbo_eps)
 
 
 def memory_weights(c: Config, counts) -> np.ndarray:
@@ -130,17 +130,18 @@ def make_algorithm(c: Config, model: models.Model, counts) -> algorithms.Federat
   (the population of the stateful algorithms)."""
   loss = models.cross_entropy_loss(model)
   server, lr, mom = server_optimizer(c), c.client_lr, c.client_momentum
-  population = len(counts)
+  population, policy = len(counts), c.guess_policy_value()
   build = {
       'fedavg': lambda: algorithms.fedavg(loss, optax.sgd(lr), server),
       'fedavgcm': lambda: algorithms.fedavgcm(loss, lr, mom, server),
-      'gel': lambda: algorithms.gel(loss, lr, mom, server, c.proxy),
-      'fedavg_gel': lambda: algorithms.fedavg_gel(loss, lr, server, c.proxy),
+      'gel': lambda: algorithms.gel(loss, lr, mom, server, c.proxy, policy),
+      'fedavg_gel': lambda: algorithms.fedavg_gel(loss, lr, server, c.proxy, policy),
       'fedprox': lambda: algorithms.fedprox(loss, lr, c.prox_mu, mom, server),
-      'fedprox_gel': lambda: algorithms.fedprox(loss, lr, c.prox_mu, mom, server, True, c.proxy),
+      'fedprox_gel': lambda: algorithms.fedprox_gel(loss, lr, c.prox_mu, mom, server, policy),
       'fednova': lambda: algorithms.fednova(loss, lr, mom, server),
-      'fednova_gel': lambda: algorithms.fednova(loss, lr, mom, server, guesses=True),
-      'fedyogi_gel': lambda: algorithms.gel(loss, lr, mom, server, c.proxy, 'fedyogi_gel'),
+      'fednova_gel': lambda: algorithms.fednova_gel(loss, lr, mom, server, policy),
+      'fedyogi_gel': lambda: algorithms.gel(loss, lr, mom, server, c.proxy, policy,
+                                            'fedyogi_gel'),
       'fedgbo': lambda: algorithms.fedgbo(loss, gbo_optimizer(c)),
       'mfl': lambda: algorithms.mfl(loss, gbo_optimizer(c)),
       'mimelite': lambda: algorithms.mime(loss, gbo_optimizer(c), full_batch=True),
@@ -454,6 +455,7 @@ def make_sampler(exp: Experiment, root) -> Callable:
   the candidates' losses at ``server_state``'s model; the others ignore it)."""
   c = exp.config
   example_loss = models.per_example_cross_entropy(exp.model)
+  spec = cohort_spec(c)
 
   def sample(r, server_state):
     ids = None
@@ -462,13 +464,16 @@ def make_sampler(exp: Experiment, root) -> Callable:
           root, r, exp.algorithm.server_params(server_state), exp.train,
           per_example_loss=example_loss, d=c.candidates, cohort_size=c.clients_per_round,
           mode=c.power_loss, batch_size=c.batch_size)
-    return sampling.sample_cohort(
-        root, r, exp.train.counts, cohort_size=c.clients_per_round,
-        budget_range=tuple(c.budget_range), replace=c.sample_with_replacement,
-        batch_size=c.batch_size, weighting=c.aggregation_weights,
-        guess_policy=c.guess_policy_value(), selection=c.client_selection,
-        groups=c.cyclic_groups, client_ids=ids)
+    return sampling.sample_cohort(root, r, exp.train.counts, spec, client_ids=ids)
   return sample
+
+
+def cohort_spec(c: Config) -> sampling.CohortSpec:
+  """The config's ``CohortSpec`` (power-of-d hands the sampler its clients)."""
+  cyclic = c.client_selection == 'cyclic'
+  return sampling.CohortSpec(c.clients_per_round, tuple(c.budget_range), c.batch_size,
+                             c.sample_with_replacement, c.aggregation_weights,
+                             'cyclic' if cyclic else 'uniform', c.cyclic_groups if cyclic else 1)
 
 
 def json_line(record: dict) -> str:
@@ -601,9 +606,8 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
   cohort0 = sample(start, state)
   key = ('round', dataclasses.replace(c, seed=0), len(configs))
   if key not in compiled:
-    round_fn = round_lib.build_round(
-        exp.algorithm, batch_size=c.batch_size, max_budget=c.budget_range[1],
-        chunk_size=exp.chunk_size, mesh=exp.mesh, donate_state=True)
+    round_fn = round_lib.build_round(exp.algorithm, chunk_size=exp.chunk_size, mesh=exp.mesh,
+                                     donate_state=True)
     if batched:
       round_fn = jax.jit(jax.vmap(round_fn, in_axes=(0, 0, None, 0, None)), donate_argnums=(0,))
     compiled[key] = round_fn.lower(state, cohort0, exp.train, root, jnp.int32(start)).compile()

@@ -1,13 +1,25 @@
-"""optax-style transformations: GeL's guessed updates, FedGBO's global biased optimisers and the
-FedOpt server optimisers."""
+"""optax transformations: GeL's guessed updates, FedGBO's global biased optimisers and the FedOpt
+server optimisers.
+
+Every factory returns an ``optax.GradientTransformationExtraArgs`` (learning rates may be optax
+schedules), usable in any JAX training loop and inside optax's combinators. Guessed steps are
+taken by ``guess(opt_state, params, count)``, which finds the GeL state wherever it sits.
+"""
 from fedjax_gel.optim.fedopt import FedOptState, fedadagrad, fedadam, fedyogi
-from fedjax_gel.optim.gbo import (KINDS as GBO_KINDS, GBOStats, GlobalBiasedOptimizer, gbo,
-                                  gbo_adam, gbo_rmsprop, gbo_sgdm)
-from fedjax_gel.optim.guessed import (PROXIES, GuessingTransformation, GuessState, SGDMState,
-                                      gel_sgdm, guessing, momentum_coefficients,
+from fedjax_gel.optim.gbo import (KINDS as GBO_KINDS, GBOAdaptiveState, GBOCountState,
+                                  GBOServerState, GBOStats, GlobalBiasedOptimizer, gbo, gbo_adam,
+                                  gbo_adaptive, gbo_client, gbo_inverse, gbo_rmsprop, gbo_server,
+                                  gbo_sgdm, gbo_track)
+from fedjax_gel.optim.guessed import (MAX_INFINITE_GUESSES, PROXIES, GeLSGDMState,
+                                      GuessState, NoGuessStateError, gel_sgdm, guess, guessing,
+                                      has_guess_state, momentum_coefficients,
                                       momentum_coefficients_l1)
 
-__all__ = ['FedOptState', 'GBOStats', 'GBO_KINDS', 'GlobalBiasedOptimizer', 'gbo', 'gbo_adam',
-           'gbo_rmsprop', 'gbo_sgdm', 'GuessState', 'GuessingTransformation', 'PROXIES', 'SGDMState',
-           'fedadagrad', 'fedadam', 'fedyogi', 'gel_sgdm', 'guessing', 'momentum_coefficients',
-           'momentum_coefficients_l1']
+__all__ = [
+    'FedOptState', 'GBOAdaptiveState', 'GBOCountState', 'GBOServerState', 'GBOStats', 'GBO_KINDS',
+    'GeLSGDMState', 'GlobalBiasedOptimizer', 'GuessState', 'MAX_INFINITE_GUESSES',
+    'NoGuessStateError', 'PROXIES', 'fedadagrad', 'fedadam', 'fedyogi', 'gbo', 'gbo_adam',
+    'gbo_adaptive', 'gbo_client', 'gbo_inverse', 'gbo_rmsprop', 'gbo_server', 'gbo_sgdm',
+    'gbo_track', 'gel_sgdm', 'guess', 'guessing', 'has_guess_state', 'momentum_coefficients',
+    'momentum_coefficients_l1',
+]

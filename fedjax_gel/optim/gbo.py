@@ -1,211 +1,305 @@
 """Global biased optimisers (FedGBO): client optimisers whose statistics are frozen in a round.
 
-Mills, Hu, Min, "Accelerating Federated Learning with a Global Biased Optimiser", IEEE
-Transactions on Computers (seed 004 of the papers, Algorithm 1, Table 2). The server keeps global
-statistics ``S`` (pytrees like params): ``m`` for SGDm, ``v`` for RMSProp, both for Adam, with
-``m_0 = 0`` and ``v_0 = 1``. Each round:
+Mills, Hu, Min 2022, "Accelerating Federated Learning with a Global Biased Optimiser" (FedGBO;
+Algorithm 1, Table 2). The server keeps global statistics ``S`` (``GBOStats``, pytrees like
+params): ``m`` for SGDm, ``v`` for RMSProp, both for Adam, with ``m_0 = 0`` and ``v_0 = 1``. Each
+piece of a round is an optax transformation:
 
-* **update** (clients, ``S`` downloaded and never changed during local training), per step with
-  minibatch gradient ``g``::
+* ``gbo_client`` (clients; ``S`` passed as the extra argument ``stats`` and never changed), per
+  step with minibatch gradient ``g``::
 
-    SGDm:     y <- y - lr (beta m + (1 - beta) g)
+    SGDm:     y <- y - lr (b1 m + (1 - b1) g)
     RMSProp:  y <- y - lr g / (sqrt(v) + eps)
-    Adam:     y <- y - lr (beta1 m + (1 - beta1) g) / (sqrt(v) + eps)
+    Adam:     y <- y - lr (b1 m + (1 - b1) g) / (sqrt(v) + eps)
 
-* **inverse** (server, old ``S``): the average client gradient from the model change, with ``x``
-  the round's global model, ``x_bar`` the average client model and ``K`` the number of local
-  steps::
+* ``gbo_inverse`` (server, old ``S``): the average client gradient from the mean model change
+  ``Delta = x - x_bar`` and the number of local steps ``K`` (extra arguments ``stats``,
+  ``num_steps``)::
 
-    SGDm:     g = [(x - x_bar) / (lr K) - beta m] / (1 - beta)
-    RMSProp:  g = (x - x_bar) (sqrt(v) + eps) / (lr K)
-    Adam:     g = [(x - x_bar) (sqrt(v) + eps) / (lr K) - beta1 m] / (1 - beta1)
+    SGDm:     g = [Delta / (lr K) - b1 m] / (1 - b1)
+    RMSProp:  g = Delta (sqrt(v) + eps) / (lr K)
+    Adam:     g = [Delta (sqrt(v) + eps) / (lr K) - b1 m] / (1 - b1)
 
-* **track** (server): ``m <- beta1 m + (1 - beta1) g`` and ``v <- beta2 v + (1 - beta2) g^2``
-  (SGDm tracks ``m`` with its ``beta``, RMSProp ``v`` with its ``beta``); then ``x <- x_bar``.
+* ``gbo_track`` (server; its state is ``S``): ``m <- b1 m + (1 - b1) g``, ``v <- b2 v +
+  (1 - b2) g^2``; the updates pass through unchanged.
+* ``gbo_server``: both on ``Delta`` (its state is ``S``), with updates ``-Delta``, so that
+  ``x <- x_bar``; a round with ``K = 0`` leaves ``S`` as it is.
+* ``gbo_adaptive``: the ordinary optimiser (its state is ``S``, tracked every step), which MFL's
+  clients start from the downloaded ``S``.
 
 With ``S`` frozen the client step is affine in ``g``, so the inverse is exact: if client ``i``
-(weight ``p_i``, ``sum_i p_i = 1``) takes ``K_i`` steps with gradients ``g_ik`` and
-``x_bar = sum_i p_i y_i``, then ``inverse(x, x_bar, S, sum_i p_i K_i)`` is
-``sum_i p_i sum_k g_ik / sum_i p_i K_i``, the step-weighted mean gradient (equal ``K_i = K``:
-the plain mean over clients and steps).
+(weight ``p_i``) takes ``K_i`` steps with gradients ``g_ik`` and ``x_bar = sum_i p_i y_i``, the
+inverse with ``K = sum_i p_i K_i`` gives ``sum_i p_i sum_k g_ik / K``, the step-weighted mean
+gradient.
 
-Defaults follow the hyper-parameters of the paper's experiments (its code's settings table):
-``eps = 1e-3`` everywhere (the paper notes RMSProp and Adam need a large adaptivity parameter to be
-stable), ``beta = 0.9`` for SGDm and RMSProp (the most frequent tuned value), ``beta1 = 0.9`` and
-``beta2 = 0.99`` for Adam (``beta2`` was fixed at 0.99 in all runs). As in the paper there is no
-bias correction. Adam with ``beta1 = 0`` is RMSProp; SGDm is Adam with ``v = 1``, ``eps = 0``.
+Hyper-parameters are named as in optax: ``b1`` (the paper's ``beta`` for SGDm, ``beta1`` for
+Adam), ``b2`` (Adam's ``beta2``), ``decay`` (RMSProp's ``beta``), ``eps`` (the paper's ``epsilon``).
+Defaults follow the paper's experiments: ``eps = 1e-3`` (RMSProp and Adam need a large adaptivity
+parameter to be stable), ``b1 = decay = 0.9``, ``b2 = 0.99``. As in the paper there is no bias
+correction. Learning rates may be optax schedules, evaluated at the transformation's own step
+count (client steps; server rounds for the inverse, which is exact only for a learning rate the
+clients held constant in the round).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from fedjax_gel.optim.guessed import check_hyperparameter
 
 KINDS = ('sgdm', 'rmsprop', 'adam')
 
 
 class GBOStats(NamedTuple):
   """FedGBO's global statistics, pytrees like params: ``m`` (``None`` for RMSProp) and ``v``
-  (``None`` for SGDm). ``None`` is an empty pytree, so the stats ``jit``/``vmap`` as they are."""
+  (``None`` for SGDm)."""
   m: Any
   v: Any
 
 
+class GBOCountState(NamedTuple):
+  """The step count a learning-rate schedule is evaluated at (``gbo_client``, ``gbo_inverse``)."""
+  count: jax.Array
+
+
+class GBOServerState(NamedTuple):
+  """``gbo_server``'s state: the round count and the global statistics."""
+  count: jax.Array
+  stats: GBOStats
+
+
+class GBOAdaptiveState(NamedTuple):
+  """``gbo_adaptive``'s state: the step count and the statistics it tracks."""
+  count: jax.Array
+  stats: GBOStats
+
+
+def _check(learning_rate, b1, b2, eps, b2_name='b2'):
+  check_hyperparameter('learning_rate', learning_rate, lambda x: x > 0, 'positive')
+  if b1 is not None:
+    check_hyperparameter('b1', b1, lambda b: 0 <= b < 1, 'in [0, 1)')
+  if b2 is not None:
+    check_hyperparameter(b2_name, b2, lambda b: 0 <= b <= 1, 'in [0, 1]')
+    check_hyperparameter('eps', eps, lambda e: e >= 0, '>= 0')
+
+
+def init_stats(params, b1, b2) -> GBOStats:
+  """``m = 0`` where ``b1`` is given, ``v = 1`` where ``b2`` is."""
+  return GBOStats(None if b1 is None else optax.tree_utils.tree_zeros_like(params),
+                  None if b2 is None else optax.tree_utils.tree_ones_like(params))
+
+
+def _zip(fn, *trees, stats: GBOStats):
+  """``fn(*leaves, m, v)`` leaf by leaf; a missing statistic is ``None``."""
+  none = jax.tree.map(lambda _: None, trees[0])
+  m = none if stats.m is None else stats.m
+  v = none if stats.v is None else stats.v
+  return jax.tree.map(fn, *trees, m, v, is_leaf=lambda x: x is None)
+
+
+def _direction(b1, eps, g, m, v):
+  d = g if m is None else b1 * m + (1 - b1) * g
+  return d if v is None else d / (jnp.sqrt(v) + eps)
+
+
+def _lr(learning_rate, count):
+  return learning_rate(count) if callable(learning_rate) else learning_rate
+
+
+def gbo_client(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
+               b2: float | None = None, eps: float = 1e-3
+               ) -> optax.GradientTransformationExtraArgs:
+  """The client step with frozen global statistics; ``update(grads, state, params, stats=S)``.
+
+  ``b1`` set and ``b2 = None``: SGDm; ``b1 = None`` and ``b2`` set: RMSProp; both: Adam.
+  """
+  _check(learning_rate, b1, b2, eps)
+
+  def init(params):
+    del params
+    return GBOCountState(jnp.zeros([], jnp.int32))
+
+  def update(grads, state, params=None, *, stats: GBOStats | None = None, **extra_args):
+    del params, extra_args
+    if stats is None:
+      raise ValueError('gbo_client: update needs the frozen global statistics: '
+                       'update(grads, state, params, stats=GBOStats(m, v))')
+    lr = _lr(learning_rate, state.count)
+    updates = _zip(lambda g, m, v: (-lr * _direction(b1, eps, g, m, v)).astype(g.dtype), grads,
+                   stats=stats)
+    return updates, GBOCountState(optax.safe_increment(state.count))
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
+def inverse_step(delta, stats: GBOStats, lr, num_steps, b1, eps):
+  """FedGBO's inverse step: the mean client gradient from the mean model change ``delta``."""
+  lr_k = lr * jnp.asarray(num_steps, jnp.float32)
+
+  def leaf(d, m, v):
+    g = d / lr_k
+    if v is not None:
+      g = g * (jnp.sqrt(v) + eps)
+    if m is not None:
+      g = (g - b1 * m) / (1 - b1)
+    return g.astype(d.dtype)
+
+  return _zip(leaf, delta, stats=stats)
+
+
+def track(stats: GBOStats, grads, b1, b2) -> GBOStats:
+  """``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2`` (dtypes kept)."""
+  m = None if stats.m is None else jax.tree.map(
+      lambda m, g: (b1 * m + (1 - b1) * g).astype(m.dtype), stats.m, grads)
+  v = None if stats.v is None else jax.tree.map(
+      lambda v, g: (b2 * v + (1 - b2) * g * g).astype(v.dtype), stats.v, grads)
+  return GBOStats(m, v)
+
+
+def gbo_inverse(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
+                b2: float | None = None, eps: float = 1e-3
+                ) -> optax.GradientTransformationExtraArgs:
+  """``Delta -> g``: ``update(delta, state, params, stats=S, num_steps=K)``; ``K > 0`` (a
+  traced float is fine, e.g. the weighted mean number of local steps)."""
+  _check(learning_rate, b1, b2, eps)
+
+  def init(params):
+    del params
+    return GBOCountState(jnp.zeros([], jnp.int32))
+
+  def update(delta, state, params=None, *, stats: GBOStats | None = None, num_steps=None,
+             **extra_args):
+    del params, extra_args
+    if stats is None or num_steps is None:
+      raise ValueError('gbo_inverse: update needs stats=GBOStats(m, v) and num_steps=K')
+    g = inverse_step(delta, stats, _lr(learning_rate, state.count), num_steps, b1, eps)
+    return g, GBOCountState(optax.safe_increment(state.count))
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
+def gbo_track(b1: float | None = 0.9, b2: float | None = None
+              ) -> optax.GradientTransformationExtraArgs:
+  """Tracks the statistics (its state, ``GBOStats``) with the updates, which pass through."""
+  _check(1., b1, b2, 0.)
+
+  def init(params):
+    return init_stats(params, b1, b2)
+
+  def update(grads, state, params=None, **extra_args):
+    del params, extra_args
+    return grads, track(state, grads, b1, b2)
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
+def gbo_server(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
+               b2: float | None = None, eps: float = 1e-3
+               ) -> optax.GradientTransformationExtraArgs:
+  """FedGBO's server on ``Delta = x - x_bar``: the inverse step (old statistics), tracking,
+  updates ``-Delta``; ``update(delta, state, params, num_steps=K)``. ``K <= 0`` (no client took
+  a step) leaves the statistics unchanged."""
+  _check(learning_rate, b1, b2, eps)
+
+  def init(params):
+    return GBOServerState(jnp.zeros([], jnp.int32), init_stats(params, b1, b2))
+
+  def update(delta, state, params=None, *, num_steps=None, **extra_args):
+    del params, extra_args
+    if num_steps is None:
+      raise ValueError('gbo_server: update needs num_steps=K (the mean number of local steps)')
+    k = jnp.asarray(num_steps, jnp.float32)
+    g = inverse_step(delta, state.stats, _lr(learning_rate, state.count), jnp.maximum(k, 1e-30),
+                     b1, eps)
+    new = track(state.stats, g, b1, b2)
+    stats = jax.tree.map(lambda n, o: jnp.where(k > 0, n, o), new, state.stats)
+    return (jax.tree.map(jnp.negative, delta),
+            GBOServerState(optax.safe_increment(state.count), stats))
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
+def gbo_adaptive(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
+                 b2: float | None = None, eps: float = 1e-3
+                 ) -> optax.GradientTransformationExtraArgs:
+  """The ordinary optimiser in FedGBO's form: statistics tracked every step, the step taken with
+  the new ones (``b1 m + (1 - b1) g`` is the new ``m``); ``m_0 = 0``, ``v_0 = 1``."""
+  _check(learning_rate, b1, b2, eps)
+
+  def init(params):
+    return GBOAdaptiveState(jnp.zeros([], jnp.int32), init_stats(params, b1, b2))
+
+  def update(grads, state, params=None, **extra_args):
+    del params, extra_args
+    new = track(state.stats, grads, b1, b2)
+    lr = _lr(learning_rate, state.count)
+    updates = _zip(lambda g, m, v: (-lr * _direction(b1, eps, g, m, v)).astype(g.dtype), grads,
+                   stats=GBOStats(state.stats.m, new.v))
+    return updates, GBOAdaptiveState(optax.safe_increment(state.count), new)
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
 class GlobalBiasedOptimizer(NamedTuple):
-  """A FedGBO optimiser: hyper-parameters and the pure functions of one round.
+  """One FedGBO optimiser's transformations, with the same hyper-parameters.
 
   Attributes:
     kind: ``'sgdm'``, ``'rmsprop'`` or ``'adam'``.
-    learning_rate: the client learning rate ``lr`` (the inverse step divides by it).
-    beta1: the decay of ``m`` (SGDm's ``beta``, Adam's ``beta1``; ``None`` for RMSProp).
-    beta2: the decay of ``v`` (RMSProp's ``beta``, Adam's ``beta2``; ``None`` for SGDm).
-    eps: added to ``sqrt(v)`` (``None`` for SGDm).
-    init_stats: ``params -> GBOStats``: ``m = 0``, ``v = 1``.
-    client_optimizer: ``stats -> optax.GradientTransformation``: ``init(params)`` returns
-      ``stats``; ``update(grads, state, params=None)`` returns the update step above with the
-      statistics in ``state`` and the same ``state``.
-    inverse: ``(x, x_bar, stats, num_steps) -> g``; ``num_steps`` a positive scalar, possibly a
-      traced float (e.g. the weighted mean number of local steps).
-    track: ``(stats, g) -> stats``.
-    server_update: ``(x, x_bar, stats, num_steps) -> stats``: ``track(stats, inverse(...))``.
-    tracking_optimizer: ``stats -> optax.GradientTransformation``: the same optimiser with its
-      statistics updated every step (MFL's clients start it from the downloaded statistics).
+    client: ``gbo_client`` (frozen statistics, extra argument ``stats``).
+    inverse: ``gbo_inverse`` (``Delta -> g``).
+    track: ``gbo_track`` (state: the statistics).
+    server: ``gbo_server`` (inverse and tracking; updates ``-Delta``).
+    adaptive: ``gbo_adaptive`` (statistics tracked every step; MFL's clients).
   """
   kind: str
-  learning_rate: float
-  beta1: float | None
-  beta2: float | None
-  eps: float | None
-  init_stats: Callable
-  client_optimizer: Callable
-  inverse: Callable
-  track: Callable
-  server_update: Callable
-  tracking_optimizer: Callable
+  client: optax.GradientTransformationExtraArgs
+  inverse: optax.GradientTransformationExtraArgs
+  track: optax.GradientTransformationExtraArgs
+  server: optax.GradientTransformationExtraArgs
+  adaptive: optax.GradientTransformationExtraArgs
 
 
-def _check_decay(name: str, value: float, upper_open: bool) -> None:
-  ok = 0 <= value < 1 if upper_open else 0 <= value <= 1
-  if not ok:
-    raise ValueError(f'{name} must be in [0, {"1)" if upper_open else "1]"}, got {value}')
+def _bundle(kind, learning_rate, b1, b2, eps) -> GlobalBiasedOptimizer:
+  return GlobalBiasedOptimizer(kind, gbo_client(learning_rate, b1, b2, eps),
+                               gbo_inverse(learning_rate, b1, b2, eps), gbo_track(b1, b2),
+                               gbo_server(learning_rate, b1, b2, eps),
+                               gbo_adaptive(learning_rate, b1, b2, eps))
 
 
-def _make(kind: str, learning_rate: float, beta1: float | None, beta2: float | None,
-          eps: float | None) -> GlobalBiasedOptimizer:
-  """Shared body: ``beta1 is None`` means no ``m``, ``beta2 is None`` no ``v`` (and no ``eps``)."""
-  if isinstance(learning_rate, (int, float)) and not learning_rate > 0:
-    raise ValueError(f'{kind} needs a positive learning rate, got {learning_rate}')
-  if beta1 is not None:
-    _check_decay('beta' if kind == 'sgdm' else 'beta1', beta1, upper_open=True)
-  if beta2 is not None:
-    _check_decay('beta' if kind == 'rmsprop' else 'beta2', beta2, upper_open=False)
-    if not eps >= 0:
-      raise ValueError(f'{kind} needs eps >= 0, got {eps}')
-  lr = learning_rate
-  has_m, has_v = beta1 is not None, beta2 is not None
-  tree_map = jax.tree_util.tree_map
-
-  def init_stats(params):
-    m = tree_map(jnp.zeros_like, params) if has_m else None
-    v = tree_map(jnp.ones_like, params) if has_v else None
-    return GBOStats(m, v)
-
-  def _map(fn, *trees, stats):
-    """``fn(*leaves, m, v)`` over ``trees`` and the statistics; a missing statistic is ``None``."""
-    if has_m and has_v:
-      return tree_map(fn, *trees, stats.m, stats.v)
-    if has_m:
-      return tree_map(lambda *a: fn(*a, None), *trees, stats.m)
-    return tree_map(lambda *a: fn(*a[:-1], None, a[-1]), *trees, stats.v)
-
-  def _direction(g, m, v):
-    d = g if m is None else beta1 * m + (1 - beta1) * g
-    return d if v is None else d / (jnp.sqrt(v) + eps)
-
-  def update(grads, state, params=None):
-    del params
-    updates = _map(lambda g, m, v: (-lr * _direction(g, m, v)).astype(g.dtype), grads,
-                   stats=state)
-    return updates, state
-
-  def client_optimizer(stats):
-    return optax.GradientTransformation(lambda params: stats, update)
-
-  def inverse(x, x_bar, stats, num_steps):
-    lr_k = lr * jnp.asarray(num_steps, jnp.float32)
-
-    def leaf(x, x_bar, m, v):
-      d = (x - x_bar) / lr_k
-      if v is not None:
-        d = d * (jnp.sqrt(v) + eps)
-      if m is not None:
-        d = (d - beta1 * m) / (1 - beta1)
-      return d.astype(x.dtype)
-
-    return _map(leaf, x, x_bar, stats=stats)
-
-  def track(stats, g):
-    m = v = None
-    if has_m:
-      m = tree_map(lambda m, g: (beta1 * m + (1 - beta1) * g).astype(m.dtype), stats.m, g)
-    if has_v:
-      v = tree_map(lambda v, g: (beta2 * v + (1 - beta2) * g * g).astype(v.dtype), stats.v, g)
-    return GBOStats(m, v)
-
-  def server_update(x, x_bar, stats, num_steps):
-    return track(stats, inverse(x, x_bar, stats, num_steps))
-
-  def tracking_update(grads, state, params=None):
-    """The ordinary optimiser: statistics tracked every step, the step taken with the new ones
-    (``beta m + (1 - beta) g`` is the new ``m``)."""
-    del params
-    new = track(state, grads)
-    v_new = new.v if has_v else None
-    updates = _map(lambda g, m, v: (-lr * _direction(g, m, v)).astype(g.dtype), grads,
-                   stats=GBOStats(state.m, v_new))
-    return updates, new
-
-  def tracking_optimizer(stats):
-    return optax.GradientTransformation(lambda params: stats, tracking_update)
-
-  return GlobalBiasedOptimizer(kind, learning_rate, beta1, beta2, eps, init_stats,
-                               client_optimizer, inverse, track, server_update,
-                               tracking_optimizer)
+def gbo_sgdm(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9) -> GlobalBiasedOptimizer:
+  """FedGBO with SGDm: ``y <- y - lr (b1 m + (1 - b1) g)``; tracks ``m``; ``b1`` in [0, 1)."""
+  return _bundle('sgdm', learning_rate, b1, None, 0.)
 
 
-def gbo_sgdm(learning_rate: float, beta: float = 0.9) -> GlobalBiasedOptimizer:
-  """FedGBO with SGDm: ``y <- y - lr (beta m + (1 - beta) g)``; tracks ``m``; ``beta`` in [0, 1)."""
-  return _make('sgdm', learning_rate, beta, None, None)
-
-
-def gbo_rmsprop(learning_rate: float, beta: float = 0.9, eps: float = 1e-3
+def gbo_rmsprop(learning_rate: optax.ScalarOrSchedule, decay: float = 0.9, eps: float = 1e-3
                 ) -> GlobalBiasedOptimizer:
-  """FedGBO with RMSProp: ``y <- y - lr g / (sqrt(v) + eps)``; tracks ``v`` with ``beta``."""
-  return _make('rmsprop', learning_rate, None, beta, eps)
+  """FedGBO with RMSProp: ``y <- y - lr g / (sqrt(v) + eps)``; tracks ``v`` with ``decay``."""
+  _check(learning_rate, None, decay, eps, b2_name='decay')
+  return _bundle('rmsprop', learning_rate, None, decay, eps)
 
 
-def gbo_adam(learning_rate: float, beta1: float = 0.9, beta2: float = 0.99, eps: float = 1e-3
-             ) -> GlobalBiasedOptimizer:
-  """FedGBO with Adam: ``y <- y - lr (beta1 m + (1 - beta1) g) / (sqrt(v) + eps)``; no bias
-  correction; tracks ``m`` with ``beta1`` and ``v`` with ``beta2``."""
-  return _make('adam', learning_rate, beta1, beta2, eps)
+def gbo_adam(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
+             eps: float = 1e-3) -> GlobalBiasedOptimizer:
+  """FedGBO with Adam: ``y <- y - lr (b1 m + (1 - b1) g) / (sqrt(v) + eps)``; no bias
+  correction; tracks ``m`` with ``b1`` and ``v`` with ``b2``."""
+  return _bundle('adam', learning_rate, b1, b2, eps)
 
 
-_FACTORIES = {'sgdm': gbo_sgdm, 'rmsprop': gbo_rmsprop, 'adam': gbo_adam}
+_FACTORIES = {'sgdm': (gbo_sgdm, ('b1',)), 'rmsprop': (gbo_rmsprop, ('decay', 'eps')),
+              'adam': (gbo_adam, ('b1', 'b2', 'eps'))}
 
 
-def gbo(kind: str, learning_rate: float, **hparams) -> GlobalBiasedOptimizer:
-  """FedGBO optimiser by name: ``gbo('adam', 1e-3, beta1=0.9)``.
-
-  ``hparams`` are the keywords of ``gbo_sgdm`` (``beta``), ``gbo_rmsprop`` (``beta``, ``eps``) or
-  ``gbo_adam`` (``beta1``, ``beta2``, ``eps``); others raise ``ValueError``.
-  """
+def gbo(kind: str, learning_rate: optax.ScalarOrSchedule, **hparams) -> GlobalBiasedOptimizer:
+  """FedGBO optimiser by name: ``gbo('adam', 1e-3, b1=0.9)``; ``hparams`` are those of
+  ``gbo_sgdm`` (``b1``), ``gbo_rmsprop`` (``decay``, ``eps``) or ``gbo_adam`` (``b1``, ``b2``,
+  ``eps``); others raise ``ValueError``."""
   if kind not in _FACTORIES:
     raise ValueError(f'unknown FedGBO optimiser {kind!r}; known: {", ".join(KINDS)}')
-  allowed = {'sgdm': ('beta',), 'rmsprop': ('beta', 'eps'), 'adam': ('beta1', 'beta2', 'eps')}
-  unknown = sorted(set(hparams) - set(allowed[kind]))
+  factory, allowed = _FACTORIES[kind]
+  unknown = sorted(set(hparams) - set(allowed))
   if unknown:
-    raise ValueError(f'FedGBO {kind} takes {", ".join(allowed[kind])}; got {", ".join(unknown)}')
-  return _FACTORIES[kind](learning_rate, **hparams)
+    raise ValueError(f'FedGBO {kind} takes {", ".join(allowed)}; got {", ".join(unknown)}')
+  return factory(learning_rate, **hparams)

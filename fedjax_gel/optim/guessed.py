@@ -1,139 +1,299 @@
-"""Guessed updates (GeL): gradient-free extra steps for an optax client optimiser.
+"""Guessed updates (GeL): gradient-free extra steps for an optax optimiser.
 
 After exhausting its budget of ``tau_i`` gradient steps, a GeL client takes ``tau'_i`` *guessed*
 steps, each an optimiser update with a proxy in place of the gradient it cannot afford
-(Dhasade et al., "GeL: guess and learn", AAAI; seed 000 of the papers, §3.1, Algorithm 1):
+(Boukhari, Dhasade, Kermarrec, Pires, Safsafi, Sharma 2023, "Boosting Federated Learning in
+Resource-Constrained Networks", GeL; §3.1, Algorithm 1):
 
 * proxy *zero* with SGD momentum (``v <- alpha v - lr g; y <- y + v``, eqs. 1-2): each guess is
   ``v <- alpha v; y <- y + v``, so ``tau'`` of them add up to the nudge (eq. 5)
 
       y <- y + alpha (1 - alpha^tau') / (1 - alpha) * v,
 
-  ``alpha / (1 - alpha) * v`` for ``tau' = inf``. ``gel_sgdm`` computes it in closed form.
-* proxy *last gradient* (the earlier GeL report, seed 001, §3): the wrapped optimiser (e.g. Adam)
-  is re-applied ``tau'`` times with the last computed gradient. ``guessing`` wraps any optax
-  optimiser this way, or with the zero proxy.
+  ``alpha / (1 - alpha) * v`` for ``tau' = inf``.
+* proxy *last gradient* (Dhasade et al. 2021, "GeL: guess and learn", the earlier report): the
+  optimiser is re-applied ``tau'`` times with the last computed gradient.
 
-Both return a ``GuessingTransformation``: an optax ``GradientTransformation`` (``init``,
-``update``) plus ``guess(state, params, count) -> (updates, state)``, usable in any JAX training
-loop. ``count`` may differ per call (and per client under ``vmap``) without recompiling.
+The transformations are ordinary ``optax.GradientTransformationExtraArgs``; their *state* says how
+to guess. ``guess(opt_state, params, count)`` finds every GeL state inside an optimiser state,
+however it was built (``optax.chain``, ``named_chain``, ``inject_hyperparams``, ``MultiSteps``,
+``partition``, ...), takes ``count`` guessed steps with each and returns the summed updates and
+the new state; it raises ``NoGuessStateError`` when there is none. ``count`` may be a traced
+float, differ per call and per client under ``vmap``, and be ``inf``:
 
-Lemma 1 (seed 000, eq. 6): with momentum and zero proxy, the accumulated client update is
+* ``gel_sgdm`` (SGDM, either proxy): closed forms, any ``count``. Its state keeps the momentum and
+  the last step's learning rate as data, so ``inject_hyperparams(gel_sgdm)`` works under ``jit``.
+* ``guessing(inner, proxy)`` (any optax optimiser): ``inner`` re-applied ``count`` times. An
+  infinite count runs until the sum stops changing in floating point (at most
+  ``MAX_INFINITE_GUESSES`` steps; a sum that does not settle, e.g. the last-gradient proxy, is
+  returned as NaN: never a silent zero). Its state holds ``inner`` as static pytree data, so
+  hyper-parameters are injected into ``inner`` (``guessing(optax.inject_hyperparams(optax.adam)
+  (learning_rate=...))``), not around ``guessing``.
+
+Lemma 1 (GeL, eq. 6): with momentum and zero proxy, the accumulated client update is
 ``-lr * sum_k a_k g_k`` with ``a_k = (1 - alpha^(tau' + tau_i - k)) / (1 - alpha)``;
 ``momentum_coefficients`` returns ``a`` and ``momentum_coefficients_l1`` its sum (FedNova's
 ``||a_i||_1``).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+import dataclasses
+import numbers
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 PROXIES = ('zero', 'last_gradient')
+MAX_INFINITE_GUESSES = 10_000   # steps an infinite count may take before it is declared NaN
 
 
-class GuessingTransformation(NamedTuple):
-  """An optax ``GradientTransformation`` with gradient-free guessed steps.
+class NoGuessStateError(ValueError):
+  """``guess`` found no GeL state in an optimiser state."""
+
+
+def check_hyperparameter(name: str, value, ok, need: str) -> None:
+  """Raises ``ValueError`` when a concrete ``value`` fails ``ok``; traced values (e.g. under
+  ``inject_hyperparams`` inside ``jit``) and schedules are not checked."""
+  if isinstance(value, numbers.Number) or (isinstance(value, (np.ndarray, np.generic))):
+    if not ok(float(value)):
+      raise ValueError(f'{name} must be {need}, got {value}')
+
+
+def _f32(x) -> jax.Array:
+  return jnp.asarray(x, jnp.float32)
+
+
+class GeLSGDMState(NamedTuple):
+  """``gel_sgdm``'s state.
 
   Attributes:
-    init: ``params -> state``.
-    update: ``(grads, state, params) -> (updates, state)``, as in optax.
-    guess: ``(state, params, count) -> (updates, state)``: the summed updates of ``count``
-      guessed steps (``count`` a scalar, possibly traced; 0 gives zero updates).
+    count: gradient steps taken (the step a learning-rate schedule is evaluated at).
+    velocity: ``v``, like params.
+    last_grad: the last gradient (last-gradient proxy), else ``None``.
+    learning_rate: float32, the learning rate of the last gradient step (used by guesses).
+    momentum: float32 ``alpha``.
   """
-  init: Callable
-  update: Callable
-  guess: Callable
-
-
-class SGDMState(NamedTuple):
-  """GeL's momentum ``v`` (velocity): ``v <- alpha v - lr g``; the update is ``v``."""
+  count: jax.Array
   velocity: Any
-
-
-def gel_sgdm(learning_rate: float, momentum: float = 0.9) -> GuessingTransformation:
-  """SGD with momentum and GeL's zero-proxy guesses in closed form (seed 000, eqs. 1, 2, 5).
-
-  ``update``: ``v <- alpha v - lr g``, updates ``= v`` (equal to ``optax.sgd(lr, momentum)`` for a
-  constant ``lr``). ``guess(state, params, count)``: updates
-  ``alpha (1 - alpha^count) / (1 - alpha) v`` and ``v <- alpha^count v``; ``count`` may be a float,
-  ``inf`` included.
-  """
-  if not 0 <= momentum < 1:
-    raise ValueError(f'gel_sgdm needs a momentum in [0, 1), got {momentum}')
-  lr, alpha = learning_rate, momentum
-
-  def init(params):
-    return SGDMState(jax.tree_util.tree_map(jnp.zeros_like, params))
-
-  def update(grads, state, params=None):
-    del params
-    v = jax.tree_util.tree_map(lambda v, g: alpha * v - lr * g, state.velocity, grads)
-    return v, SGDMState(v)
-
-  def guess(state, params=None, count=0):
-    del params
-    decay = jnp.power(jnp.asarray(alpha, jnp.float32), jnp.asarray(count, jnp.float32))
-    nudge = alpha * (1. - decay) / (1. - alpha)
-    updates = jax.tree_util.tree_map(lambda v: (nudge * v).astype(v.dtype), state.velocity)
-    return updates, SGDMState(jax.tree_util.tree_map(lambda v: (decay * v).astype(v.dtype),
-                                                     state.velocity))
-
-  return GuessingTransformation(init, update, guess)
-
-
-class GuessState(NamedTuple):
-  """The wrapped optimiser's state and the last gradient (``None`` for the zero proxy)."""
-  inner: Any
   last_grad: Any
+  learning_rate: jax.Array
+  momentum: jax.Array
 
 
-def guessing(inner: optax.GradientTransformation, proxy: str = 'zero') -> GuessingTransformation:
-  """Gives any optax optimiser guessed steps: ``inner`` re-applied with a proxy gradient.
+def gel_sgdm(learning_rate: optax.ScalarOrSchedule, momentum: float = 0.9,
+             proxy: str = 'zero') -> optax.GradientTransformationExtraArgs:
+  """SGD with momentum whose guessed steps are taken in closed form (GeL, eqs. 1, 2, 5).
 
-  Args:
-    inner: the client optimiser, e.g. ``optax.adam(1e-3)`` or ``optax.sgd(lr, momentum=0.9)``.
-    proxy: ``'zero'`` (the gradient is taken as 0: momentum-type optimisers coast on their first
-      moment) or ``'last_gradient'`` (the last computed gradient stands in; seed 001).
+  ``update``: ``v <- alpha v - lr_t g``, updates ``= v`` (``optax.sgd(lr, momentum)`` for a
+  constant ``lr``; optax scales the trace instead, which differs under a schedule).
 
-  ``guess(state, params, count)`` runs ``count`` (a finite integer, possibly traced) updates of
-  ``inner`` with the proxy, moving a copy of ``params`` along, and returns their sum. A count
-  that is not finite gives no guesses (infinitely many need a closed form: ``gel_sgdm``).
+  Guesses (``guess``), ``c`` of them, with ``lr`` the last step's learning rate (a schedule is
+  not advanced by guesses):
+
+  * zero proxy: updates ``alpha (1 - alpha^c) / (1 - alpha) v``, ``v <- alpha^c v``;
+  * last gradient ``g``: updates ``alpha (1 - alpha^c)/(1 - alpha) v - lr g [c - alpha (1 -
+    alpha^c)/(1 - alpha)] / (1 - alpha)`` and ``v <- alpha^c v - lr g (1 - alpha^c)/(1 - alpha)``
+    (``-lr c g`` when ``alpha = 0``); infinite for ``c = inf``.
   """
   if proxy not in PROXIES:
     raise ValueError(f'unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
+  check_hyperparameter('gel_sgdm momentum', momentum, lambda a: 0 <= a < 1, 'in [0, 1)')
+  check_hyperparameter('gel_sgdm learning_rate', learning_rate, lambda x: x >= 0, '>= 0')
+  keep_last = proxy == 'last_gradient'
+
+  def lr_at(count):
+    return learning_rate(count) if callable(learning_rate) else learning_rate
+
+  def init(params):
+    zeros = optax.tree_utils.tree_zeros_like(params)
+    count = jnp.zeros([], jnp.int32)
+    return GeLSGDMState(count, zeros, zeros if keep_last else None, _f32(lr_at(count)),
+                        _f32(momentum))
+
+  def update(grads, state, params=None, **extra_args):
+    del params, extra_args
+    lr = lr_at(state.count)
+    v = jax.tree.map(lambda v, g: (momentum * v - lr * g).astype(v.dtype), state.velocity, grads)
+    last = jax.tree.map(lambda l, g: g.astype(l.dtype), state.last_grad, grads) if keep_last \
+        else None
+    return v, GeLSGDMState(optax.safe_increment(state.count), v, last, _f32(lr), _f32(momentum))
+
+  return optax.GradientTransformationExtraArgs(init, update)
+
+
+def _guess_sgdm(state: GeLSGDMState, params, count):
+  """Closed forms of ``count`` guessed SGDM steps (see ``gel_sgdm``)."""
+  del params
+  a, c = state.momentum, jnp.maximum(_f32(count), 0.)
+  decay = jnp.power(a, c)                      # alpha^c (1 for c = 0, 0 for c = inf)
+  nudge = a * (1. - decay) / (1. - a)          # sum_{j=1..c} alpha^j
+  updates = jax.tree.map(lambda v: (nudge * v).astype(v.dtype), state.velocity)
+  velocity = jax.tree.map(lambda v: (decay * v).astype(v.dtype), state.velocity)
+  if state.last_grad is not None:
+    lr = state.learning_rate
+    drift = (c - nudge) / (1. - a)             # sum_{j=1..c} (1 - alpha^j) / (1 - alpha)
+    pull = (1. - decay) / (1. - a)
+    updates = jax.tree.map(lambda u, g: (u - lr * drift * g).astype(u.dtype), updates,
+                           state.last_grad)
+    velocity = jax.tree.map(lambda v, g: (v - lr * pull * g).astype(v.dtype), velocity,
+                            state.last_grad)
+  return updates, state._replace(velocity=velocity)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GuessState:
+  """``guessing``'s state.
+
+  Attributes:
+    inner_state: the wrapped optimiser's state.
+    proxy_grad: the proxy, like params: the last gradient (last-gradient proxy) or one float32
+      zero per parameter leaf (zero proxy; broadcast to the leaf's shape).
+    inner: the wrapped ``optax`` transformation (static pytree data).
+    proxy: ``'zero'`` or ``'last_gradient'`` (static).
+  """
+  inner_state: Any
+  proxy_grad: Any
+  inner: Any
+  proxy: str
+
+
+jax.tree_util.register_dataclass(GuessState, data_fields=['inner_state', 'proxy_grad'],
+                                 meta_fields=['inner', 'proxy'])
+
+
+def guessing(inner: optax.GradientTransformation, proxy: str = 'zero'
+             ) -> optax.GradientTransformationExtraArgs:
+  """Gives any optax optimiser guessed steps: ``inner`` re-applied with a proxy gradient.
+
+  Args:
+    inner: the optimiser, e.g. ``optax.adam(1e-3)``; built once (its hyper-parameters may be
+      injected: ``optax.inject_hyperparams(optax.adam)(learning_rate=schedule)``).
+    proxy: ``'zero'`` (momentum-type optimisers coast on their first moment) or
+      ``'last_gradient'`` (the last computed gradient stands in; the earlier GeL report).
+
+  ``update`` is ``inner``'s; ``guess`` runs ``count`` updates of ``inner`` with the proxy,
+  moving a copy of the params along, and returns their sum.
+  """
+  if proxy not in PROXIES:
+    raise ValueError(f'unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
+  inner = optax.with_extra_args_support(inner)
   keep_last = proxy == 'last_gradient'
 
   def init(params):
-    last = jax.tree_util.tree_map(jnp.zeros_like, params) if keep_last else None
-    return GuessState(inner.init(params), last)
+    if keep_last:
+      proxy_grad = optax.tree_utils.tree_zeros_like(params)
+    else:
+      proxy_grad = jax.tree.map(lambda p: jnp.zeros([], jnp.float32), params)
+    return GuessState(inner.init(params), proxy_grad, inner, proxy)
 
-  def update(grads, state, params=None):
-    updates, inner_state = inner.update(grads, state.inner, params)
-    return updates, GuessState(inner_state, grads if keep_last else None)
+  def update(grads, state: GuessState, params=None, **extra_args):
+    if state.inner is not inner:
+      raise ValueError(
+          'guessing(...): this state was made by another guessing transformation; build '
+          'guessing(inner) once and reuse it (to change hyper-parameters, inject them into '
+          'inner: guessing(optax.inject_hyperparams(optax.adam)(learning_rate=...)), not '
+          'inject_hyperparams around guessing)')
+    updates, inner_state = inner.update(grads, state.inner_state, params, **extra_args)
+    proxy_grad = (jax.tree.map(lambda l, g: g.astype(l.dtype), state.proxy_grad, grads)
+                  if keep_last else state.proxy_grad)
+    return updates, GuessState(inner_state, proxy_grad, inner, proxy)
 
-  def guess(state, params, count):
-    proxy_grad = state.last_grad if keep_last else jax.tree_util.tree_map(jnp.zeros_like, params)
+  return optax.GradientTransformationExtraArgs(init, update)
 
-    def step(_, carry):
-      total, inner_state, p = carry
-      u, inner_state = inner.update(proxy_grad, inner_state, p)
-      return optax.tree_utils.tree_add(total, u), inner_state, optax.apply_updates(p, u)
 
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    count = jnp.asarray(count, jnp.float32)
-    count = jnp.where(jnp.isfinite(count), count, 0.).astype(jnp.int32)
-    total, inner_state, _ = jax.lax.fori_loop(0, count, step,
-                                              (zeros, state.inner, params))
-    return total, GuessState(inner_state, state.last_grad)
+def _guess_generic(state: GuessState, params, count):
+  """``count`` updates of ``state.inner`` with the proxy gradient, summed (see ``guessing``)."""
+  if params is None:
+    raise ValueError('guess: guessing(...) re-applies its optimiser and needs the params')
+  proxy = (state.proxy_grad if state.proxy == 'last_gradient' else
+           jax.tree.map(lambda z, p: jnp.zeros_like(p), state.proxy_grad, params))
+  count = _f32(count)
+  infinite = jnp.isposinf(count)
+  trips = jnp.where(infinite, MAX_INFINITE_GUESSES,
+                    jnp.clip(jnp.nan_to_num(count), 0, np.iinfo(np.int32).max)).astype(jnp.int32)
 
-  return GuessingTransformation(init, update, guess)
+  def cond(carry):
+    i, _, _, _, settled = carry
+    return (i < trips) & ~settled
+
+  def body(carry):
+    i, total, inner_state, p, _ = carry
+    u, inner_state = state.inner.update(proxy, inner_state, p)
+    new_total = jax.tree.map(lambda t, u: (t + u).astype(t.dtype), total, u)
+    settled = infinite & all_equal(new_total, total)
+    return i + 1, new_total, inner_state, optax.apply_updates(p, u), settled
+
+  zeros = optax.tree_utils.tree_zeros_like(params)
+  _, total, inner_state, _, settled = jax.lax.while_loop(
+      cond, body, (jnp.int32(0), zeros, state.inner_state, params, jnp.bool_(False)))
+  total = jax.tree.map(lambda t: jnp.where(infinite & ~settled, jnp.nan, t).astype(t.dtype), total)
+  return total, dataclasses.replace(state, inner_state=inner_state)
+
+
+def all_equal(a, b) -> jax.Array:
+  return jnp.all(jnp.stack([jnp.all(x == y) for x, y in zip(jax.tree.leaves(a),
+                                                            jax.tree.leaves(b))]))
+
+
+_GUESSES = {GeLSGDMState: _guess_sgdm, GuessState: _guess_generic}
+
+
+def is_guess_state(x) -> bool:
+  """Whether ``x`` is the state of a GeL transformation (``gel_sgdm`` or ``guessing``)."""
+  return type(x) in _GUESSES
+
+
+def has_guess_state(opt_state) -> bool:
+  """Whether ``opt_state`` holds a GeL state anywhere (``guess`` can take guessed steps)."""
+  return any(map(is_guess_state, jax.tree.leaves(opt_state, is_leaf=is_guess_state)))
+
+
+def _is_masked(x) -> bool:
+  return isinstance(x, optax.MaskedNode)
+
+
+def guess(opt_state, params, count):
+  """Takes ``count`` guessed steps with every GeL state inside ``opt_state``.
+
+  Args:
+    opt_state: the state of any optimiser holding a ``gel_sgdm`` or ``guessing`` state, at any
+      depth (``chain``, ``named_chain``, ``inject_hyperparams``, ``MultiSteps``, ``partition``).
+    params: the current params (the guesses start from them).
+    count: the number of guessed steps, a scalar (possibly traced; ``inf`` allowed).
+
+  Returns:
+    ``(updates, opt_state)``: the summed updates of the guessed steps, like ``params`` (zero
+    where no GeL state acts, e.g. other ``partition`` groups), and the state after them; apply
+    them with ``optax.apply_updates``.
+
+  Raises:
+    NoGuessStateError: ``opt_state`` holds no GeL state.
+  """
+  leaves, treedef = jax.tree.flatten(opt_state, is_leaf=is_guess_state)
+  found = [i for i, leaf in enumerate(leaves) if is_guess_state(leaf)]
+  if not found:
+    kinds = sorted({type(x).__name__ for x in jax.tree.leaves(
+        opt_state, is_leaf=lambda x: isinstance(x, tuple) and hasattr(x, '_fields'))})
+    raise NoGuessStateError(
+        'guess: the optimiser state holds no GeL state (gel_sgdm or guessing); found '
+        f'{", ".join(kinds) or "nothing"}. Build the client optimiser with '
+        'fedjax_gel.optim.gel_sgdm(...) or fedjax_gel.optim.guessing(optax_optimizer)')
+  total = optax.tree_utils.tree_zeros_like(params)
+  for i in found:
+    gel_state = leaves[i]
+    mirror = gel_state.velocity if isinstance(gel_state, GeLSGDMState) else gel_state.proxy_grad
+    part = jax.tree.map(lambda m, p: m if _is_masked(m) else p, mirror, params, is_leaf=_is_masked)
+    updates, leaves[i] = _GUESSES[type(gel_state)](gel_state, part, count)
+    total = jax.tree.map(lambda t, u: t if _is_masked(u) else (t + u).astype(t.dtype),
+                         total, updates, is_leaf=_is_masked)
+  return total, treedef.unflatten(leaves)
 
 
 def momentum_coefficients(tau: int, tau_prime, alpha: float) -> jax.Array:
-  """Lemma 1 (seed 000, eq. 6): ``a_k = (1 - alpha^(tau' + tau - k)) / (1 - alpha)``, k < tau.
+  """Lemma 1 (GeL, eq. 6): ``a_k = (1 - alpha^(tau' + tau - k)) / (1 - alpha)``, k < tau.
 
   With ``alpha = 0`` (plain SGD) every coefficient is 1.
   """
@@ -144,8 +304,7 @@ def momentum_coefficients(tau: int, tau_prime, alpha: float) -> jax.Array:
 
 
 def momentum_coefficients_l1(tau, tau_prime, alpha: float) -> jax.Array:
-  # alpha in [0, 1): the sums below are geometric series.
-  """``||a||_1 = [tau - alpha^(tau'+1) (1 - alpha^tau) / (1 - alpha)] / (1 - alpha)`` (DESIGN §4).
+  """``||a||_1 = [tau - alpha^(tau'+1) (1 - alpha^tau) / (1 - alpha)] / (1 - alpha)``.
 
   ``tau`` and ``tau'`` may be traced arrays (one per client); ``tau' = inf`` gives
   ``tau / (1 - alpha)``; ``alpha = 0`` gives ``tau``.
