@@ -1,4 +1,4 @@
-"""Reproduces GeL's Synthetic results (seed 000) and compares them with the paper.
+"""Reproduces GeL's Synthetic results (Boukhari et al. 2023) and compares them with the paper.
 
 Runs, into ``--out`` (default ``benchmarks/reproductions/gel_synthetic``):
 
@@ -31,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE1 = 'launch/configs/gel_table1_synthetic.flags'
 TABLE2 = 'launch/configs/gel_table2_synthetic.flags'
 FIG7 = 'launch/configs/gel_fig7_synthetic.flags'
-# (run, algorithm) -> the paper's rounds to 85% (seed 000, Tables 1 and 2)
+# (run, algorithm) -> the paper's rounds to 85% (Boukhari et al. 2023, Tables 1 and 2)
 PAPER = {('table1_lr0.01', 'fedavgcm'): 148, ('table1_lr0.01', 'gel'): 112,
          ('table1_lr0.005', 'fedavgcm'): 176, ('table1_lr0.005', 'gel'): 135,
          ('table2', 'fedprox'): 157, ('table2', 'fedprox_gel'): 112,
@@ -67,7 +67,7 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
            f'({minutes:.1f} minutes on this project\'s 2-core CPU machine):', '', '```bash',
            *commands, '```', '',
            'Rounds to 85% test accuracy (mean over the seeds that reached it), against the GeL '
-           'paper (seed 000, Tables 1 and 2):', '',
+           'paper (Boukhari et al. 2023, Tables 1 and 2):', '',
            '| run | algorithm | paper | here | seeds reaching | difference | within 25% |',
            '|---|---|---:|---:|---:|---:|---|']
   for (run, alg), paper in PAPER.items():

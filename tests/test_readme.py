@@ -35,8 +35,14 @@ def test_readme_budgeted_learner_fits_better_with_guesses_than_without():
   assert float(loss(scope['params'])) < 0.8 * float(loss(without['params'])) < 0.8 * start
 
 
-def test_readme_fedgbo_example_reaches_the_mean_client_model_and_tracks_statistics():
+def test_readme_fedopt_example_moves_the_server_model_to_the_target():
   scope = run_block(python_blocks()[2])
+  start = float(jnp.linalg.norm(scope['target']))
+  assert float(jnp.linalg.norm(scope['x'] - scope['target'])) < 0.5 * start
+
+
+def test_readme_fedgbo_example_reaches_the_mean_client_model_and_tracks_statistics():
+  scope = run_block(python_blocks()[3])
   np.testing.assert_allclose(scope['x']['w'], 1. - scope['delta']['w'], rtol=1e-6)
   # Both clients move from 1 towards their targets (mean [0, 1, 2]); m is no longer zero.
   assert float(scope['x']['w'][0]) < 1. < float(scope['x']['w'][2])
@@ -53,7 +59,7 @@ def test_readme_quick_start_names_the_shipped_files():
 def test_readme_stateful_example_keeps_a_row_per_client():
   """The SCAFFOLD block continues the engine example's session (its data, model and keys)."""
   scope = run_block(python_blocks()[0].replace('range(100)', 'range(1)'))
-  exec(compile(python_blocks()[3], 'README.md', 'exec'), scope)   # pylint: disable=exec-used
+  exec(compile(python_blocks()[4], 'README.md', 'exec'), scope)   # pylint: disable=exec-used
   rows = scope['state'].clients['Dense_0']['kernel']
   touched = int((abs(rows).sum(axis=(1, 2)) > 0).sum())
   assert 0 < touched <= 60   # the clients of three rounds of 20 wrote their c_i

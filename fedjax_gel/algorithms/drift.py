@@ -1,4 +1,4 @@
-"""Client-drift correction with per-client state: SCAFFOLD, FedDyn and AdaBest (seed 003).
+"""Client-drift correction with per-client state: SCAFFOLD, FedDyn and AdaBest (Varno et al. 2022, AdaBest).
 
 All three run local SGD on a corrected gradient, with a correction that is fixed for the round
 and comes from the client's row of the per-client store (``ClientContext.stored``)::
@@ -24,12 +24,12 @@ sampled twice (its row takes the mean of its two ``c_i+``) and for any weights `
 still upload ``(Delta_i, c_i+ - c_i)`` as in the paper, so the bytes counted are SCAFFOLD's
 (twice the model each way); the server reads only ``Delta``.
 
-FedDyn (Acar et al. 2021, in AdaBest's notation, seed 003 Alg. 2)::
+FedDyn (Acar et al. 2021, in AdaBest's notation, Varno et al. 2022, Alg. 2)::
 
     h_i <- h_i + mu Delta_i
     h   <- h + |P^t| / N * Delta;    x <- (x - Delta) - h
 
-AdaBest (Varno et al. 2022, seed 003 Alg. 2)::
+AdaBest (Varno et al. 2022, Alg. 2)::
 
     h_i <- h_i / (t - t_i') + mu Delta_i;   t_i' <- t      (t_i' = 0 before the first round)
     h   <- beta (theta_bar^{t-1} - theta_bar^t);   x <- theta_bar^t - h
@@ -41,7 +41,7 @@ Choices: the papers write uniform means over the cohort; here they are the engin
 means (``--aggregation_weights``; ``uniform`` without replacement gives the papers' form; with
 replacement a client sampled twice counts twice in ``Delta`` and ``|P^t|`` and once, averaged, in
 its row). AdaBest's running average of
-samples per client for unbalanced data (seed 003, App. B) is not applied: the weights already
+samples per client for unbalanced data (Varno et al. 2022, AdaBest, App. B) is not applied: the weights already
 carry the data sizes. Client state rows are float32 like the model.
 """
 from __future__ import annotations

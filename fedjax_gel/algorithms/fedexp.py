@@ -1,4 +1,4 @@
-"""FedExP (Jhunjhunwala et al., ICLR 2023; seed 002): FedAvg with an extrapolated server step.
+"""FedExP (Jhunjhunwala et al., ICLR 2023): FedAvg with an extrapolated server step.
 
 Clients run SGD as in FedAvg and also upload ``||Delta_i||^2``; the server steps
 ``x <- x - eta_g Delta`` with ``Delta = sum_i p_i Delta_i`` and

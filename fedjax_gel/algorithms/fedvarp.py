@@ -1,4 +1,4 @@
-"""FedVARP and ClusterFedVARP (Jhunjhunwala et al., UAI 2022; seed 002): server memory of updates.
+"""FedVARP and ClusterFedVARP (Jhunjhunwala et al., UAI 2022): server memory of updates.
 
 The server keeps each client's latest update ``y_j`` (initially 0) and steps on a SAGA-like
 variance-reduced direction::

@@ -137,7 +137,7 @@ def model_spread(models, starts, real):
 
 
 def mean_pairwise_cosine_distance(e_sum, e_sq, count):
-  """``mean_{i<j} (1 - cos(y_i, y_j)) = mean_{i<j} ||u_i - u_j||^2 / 2``, FedGBO's (seed 004)
+  """``mean_{i<j} (1 - cos(y_i, y_j)) = mean_{i<j} ||u_i - u_j||^2 / 2``, FedGBO's (Mills et al. 2022)
   Fig. 1 measure of client drift; 0 for fewer than two clients.
 
   With every ``u_i = r + e_i`` (one broadcast model), ``sum_{i<j} ||e_i - e_j||^2 =

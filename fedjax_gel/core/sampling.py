@@ -89,7 +89,7 @@ def sample_clients(key, num_clients: int, cohort_size: int, replace: bool) -> ja
 
 def sample_clients_cyclic(key, num_clients: int, cohort_size: int, replace: bool, groups: int,
                           round_idx) -> jax.Array:
-  """Cyclic participation (Cho et al., ICML 2023; seed 002): the clients form ``groups`` groups
+  """Cyclic participation (Cho et al., ICML 2023): the clients form ``groups`` groups
   (client ``i`` in group ``i mod K``) and round ``t`` samples uniformly from group ``t mod K``."""
   per_group = num_clients // groups   # the smallest group's size
   if per_group == 0:

@@ -1,4 +1,4 @@
-"""Loss-aware client selection: power-of-d choices (Cho et al., AISTATS 2022; seed 002).
+"""Loss-aware client selection: power-of-d choices (Cho et al., AISTATS 2022).
 
 1. ``d`` candidates are drawn without replacement with probability proportional to their data
    size (from the round's cohort key, so the candidates are paired by seed and round);

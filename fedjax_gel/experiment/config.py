@@ -39,7 +39,7 @@ class ConfigError(ValueError):
 class Config:
   """Every knob of a run; field names are the runner's flag names.
 
-  Defaults follow the GeL paper's Synthetic FedAvgCM setting (seed 000, §4 and App. E).
+  Defaults follow the GeL paper's Synthetic FedAvgCM setting (Boukhari et al. 2023, §4 and App. E).
   """
   dataset: str = 'leaf_synthetic'
   data_path: Optional[str] = None
@@ -76,16 +76,16 @@ class Config:
   guess_k: int = 0                      # cohort_max: tau' = max_j tau_j + k - tau_i
   guess_count: int = 5                  # fixed: tau' = count
   guess_percent: float = 25.0           # percent: tau' = floor(percent / 100 * tau_i)
-  guess_proxy: str = 'default'          # zero (eq. 5) or last_gradient (seed 001)
+  guess_proxy: str = 'default'          # zero (eq. 5) or last_gradient (Dhasade et al. 2021)
   gbo_optimizer: str = 'sgdm'           # fedgbo, mfl, mimelite, mimexlite: sgdm|rmsprop|adam
   gbo_beta: float = 0.9                 # SGDm / RMSProp decay, Adam's beta1
   gbo_beta2: float = 0.99               # Adam's beta2
   gbo_eps: float = 1e-3                 # RMSProp / Adam (FedGBO's experiments: 1e-3)
   fedmax_beta: float = 1.0              # FedMAX's entropy weight
   fedexp_eps: float = 1e-3              # FedExP's eps in eta_g
-  feddyn_mu: float = 0.02               # FedDyn's alpha (seed 003 App. D.5: 0.02)
-  adabest_mu: float = 0.02              # AdaBest's mu (seed 003 App. D.5: 0.02)
-  adabest_beta: float = 0.9             # AdaBest's beta (seed 003 Fig. 7: 0.8-1.0)
+  feddyn_mu: float = 0.02               # FedDyn's alpha (AdaBest, Varno et al. 2022, App. D.5: 0.02)
+  adabest_mu: float = 0.02              # AdaBest's mu (AdaBest, Varno et al. 2022, App. D.5: 0.02)
+  adabest_beta: float = 0.9             # AdaBest's beta (AdaBest, Varno et al. 2022, Fig. 7: 0.8-1.0)
   fedvarp_clusters: int = 10            # cluster_fedvarp: K memories, client i in cluster i mod K
   client_selection: str = 'uniform'     # uniform | cyclic | power_of_d
   cyclic_groups: int = 4                # cyclic: K groups, round t samples group t mod K

@@ -124,7 +124,7 @@ def memory_weights(c: Config, counts) -> np.ndarray:
 
 
 def make_algorithm(c: Config, model: models.Model, counts) -> algorithms.FederatedAlgorithm:
-  """The algorithm ``--algorithm`` names, with its client and server optimisers (seed 000,
+  """The algorithm ``--algorithm`` names, with its client and server optimisers (Boukhari et al. 2023,
   Table 3): SGD clients for FedAvg, FedOpt, FedExP, SCAFFOLD, FedDyn, AdaBest and FedVARP; SGDM
   for FedAvgCM, FedProx, FedNova and GeL. ``counts``: the training clients' example counts
   (the population of the stateful algorithms)."""

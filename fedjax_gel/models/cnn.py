@@ -81,7 +81,7 @@ def femnist_cnn(input_shape, num_classes: int) -> Model:
 
 
 def gel_femnist_cnn(input_shape, num_classes: int) -> Model:
-  """The FEMNIST CNN of GeL (Boukhari et al., seed 000; about 6.1e5 parameters, Table 1).
+  """The FEMNIST CNN of GeL (Boukhari et al. 2023; about 6.1e5 parameters, Table 1).
 
   The paper says only "CNN, 2 Conv2D layers" (Table 4), "the same models as McMahan et al.
   (2017) and Li et al. (2020b)" and 6.1e5 parameters. McMahan et al.'s CNN (conv 5x5 32,
@@ -95,7 +95,7 @@ def gel_femnist_cnn(input_shape, num_classes: int) -> Model:
 
 
 def cifar_cnn(input_shape, num_classes: int) -> Model:
-  """FedGBO's CIFAR100 CNN (Mills et al., seed 004 §5; layer sizes from the authors' code,
+  """FedGBO's CIFAR100 CNN (Mills et al. 2022, §5; layer sizes from the authors' code,
   github.com/JedMills/FedGBO ``models.py``): conv 3x3 32 'VALID' + ReLU, maxpool, conv 3x3 64
   'VALID' + ReLU, maxpool, dense 512 + ReLU, dense ``num_classes``.
 

@@ -45,7 +45,7 @@ class StackedLSTM(nn.Module):
 
 
 def shakespeare_lstm(input_shape, num_classes: int, vocab_size: int | None = None) -> Model:
-  """LEAF's Shakespeare next-character model (Caldas et al. 2018; also GeL's, seed 000):
+  """LEAF's Shakespeare next-character model (Caldas et al. 2018; also GeL's, Boukhari et al. 2023):
   embedding 8, two stacked LSTMs of 256 units, dense ``num_classes`` on the last position.
 
   ``input_shape = (L,)`` (80 in LEAF); ``vocab_size`` defaults to ``num_classes`` (the same

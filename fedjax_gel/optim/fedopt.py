@@ -13,8 +13,9 @@ equality case of Algorithm 2's requirement ``v_{-1} >= tau^2``)::
   updates = -lr m_t / (sqrt(v_t) + tau)
 
 so ``x_{t+1} = x_t + lr m_t^Reddi / (sqrt(v_t) + tau)``. There is no bias correction; ``tau`` is
-Reddi's degree of adaptivity. ``learning_rate`` may be a float or an optax schedule, evaluated
-at the number of updates applied so far (0 on the first call).
+Reddi's degree of adaptivity. The arguments are named as in optax: ``b1`` and ``b2`` are Reddi's
+``beta_1`` and ``beta_2``, ``eps`` is his ``tau``. ``learning_rate`` may be a float or an optax
+schedule, evaluated at the number of updates applied so far (0 on the first call).
 
 How these differ from the optax optimisers of the same name (optax 0.2.8):
 
@@ -44,48 +45,48 @@ class FedOptState(NamedTuple):
   count: jax.Array
 
 
-def _fedopt(learning_rate: optax.ScalarOrSchedule, beta1: float, tau: float,
+def _fedopt(learning_rate: optax.ScalarOrSchedule, b1: float, eps: float,
             initial_accumulator: float | None,
             second_moment: Callable[[jax.Array, jax.Array], jax.Array]
-            ) -> optax.GradientTransformation:
+            ) -> optax.GradientTransformationExtraArgs:
   """Shared body: ``second_moment(v_{t-1}, g) -> v_t`` selects the method."""
-  v0 = tau ** 2 if initial_accumulator is None else initial_accumulator
+  v0 = eps ** 2 if initial_accumulator is None else initial_accumulator
 
   def init_fn(params):
     return FedOptState(jax.tree.map(jnp.zeros_like, params),
                        jax.tree.map(lambda p: jnp.full_like(p, v0), params),
                        jnp.zeros([], jnp.int32))
 
-  def update_fn(updates, state: FedOptState, params=None):
-    del params
+  def update_fn(updates, state: FedOptState, params=None, **extra_args):
+    del params, extra_args
     lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
-    m = jax.tree.map(lambda m, g: beta1 * m + (1 - beta1) * g, state.m, updates)
-    v = jax.tree.map(second_moment, state.v, updates)
-    out = jax.tree.map(lambda m, v: (-lr * m / (jnp.sqrt(v) + tau)).astype(m.dtype), m, v)
+    m = jax.tree.map(lambda m, g: (b1 * m + (1 - b1) * g).astype(m.dtype), state.m, updates)
+    v = jax.tree.map(lambda v, g: second_moment(v, g).astype(v.dtype), state.v, updates)
+    out = jax.tree.map(lambda m, v: (-lr * m / (jnp.sqrt(v) + eps)).astype(m.dtype), m, v)
     return out, FedOptState(m, v, optax.safe_increment(state.count))
 
-  return optax.GradientTransformation(init_fn, update_fn)
+  return optax.GradientTransformationExtraArgs(init_fn, update_fn)
 
 
-def fedadagrad(learning_rate: optax.ScalarOrSchedule, beta1: float = 0.9, tau: float = 1e-3,
-               initial_accumulator: float | None = None) -> optax.GradientTransformation:
-  """FedAdagrad: ``v_t = v_{t-1} + g^2``; ``v_0 = initial_accumulator`` (default ``tau**2``)."""
-  return _fedopt(learning_rate, beta1, tau, initial_accumulator, lambda v, g: v + g * g)
+def fedadagrad(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, eps: float = 1e-3,
+               initial_accumulator: float | None = None) -> optax.GradientTransformationExtraArgs:
+  """FedAdagrad: ``v_t = v_{t-1} + g^2``; ``v_0 = initial_accumulator`` (default ``eps**2``)."""
+  return _fedopt(learning_rate, b1, eps, initial_accumulator, lambda v, g: v + g * g)
 
 
-def fedyogi(learning_rate: optax.ScalarOrSchedule, beta1: float = 0.9, beta2: float = 0.99,
-            tau: float = 1e-3, initial_accumulator: float | None = None
-            ) -> optax.GradientTransformation:
-  """FedYogi: ``v_t = v_{t-1} - (1 - beta2) g^2 sign(v_{t-1} - g^2)``; ``v_0`` as in FedAdagrad."""
+def fedyogi(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
+            eps: float = 1e-3, initial_accumulator: float | None = None
+            ) -> optax.GradientTransformationExtraArgs:
+  """FedYogi: ``v_t = v_{t-1} - (1 - b2) g^2 sign(v_{t-1} - g^2)``; ``v_0`` as in FedAdagrad."""
   def second_moment(v, g):
     g2 = g * g
-    return v - (1 - beta2) * g2 * jnp.sign(v - g2)
-  return _fedopt(learning_rate, beta1, tau, initial_accumulator, second_moment)
+    return v - (1 - b2) * g2 * jnp.sign(v - g2)
+  return _fedopt(learning_rate, b1, eps, initial_accumulator, second_moment)
 
 
-def fedadam(learning_rate: optax.ScalarOrSchedule, beta1: float = 0.9, beta2: float = 0.99,
-            tau: float = 1e-3, initial_accumulator: float | None = None
-            ) -> optax.GradientTransformation:
-  """FedAdam: ``v_t = beta2 v_{t-1} + (1 - beta2) g^2`` (no bias correction); ``v_0`` as above."""
-  return _fedopt(learning_rate, beta1, tau, initial_accumulator,
-                 lambda v, g: beta2 * v + (1 - beta2) * g * g)
+def fedadam(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
+            eps: float = 1e-3, initial_accumulator: float | None = None
+            ) -> optax.GradientTransformationExtraArgs:
+  """FedAdam: ``v_t = b2 v_{t-1} + (1 - b2) g^2`` (no bias correction); ``v_0`` as above."""
+  return _fedopt(learning_rate, b1, eps, initial_accumulator,
+                 lambda v, g: b2 * v + (1 - b2) * g * g)

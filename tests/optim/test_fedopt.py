@@ -64,9 +64,9 @@ def _assert_tree_close(got, want, rtol=1e-5, atol=1e-7):
 
 
 @pytest.mark.parametrize('name,make', [
-    ('adagrad', lambda: fedadagrad(LR, beta1=B1, tau=TAU)),
-    ('yogi', lambda: fedyogi(LR, beta1=B1, beta2=B2, tau=TAU)),
-    ('adam', lambda: fedadam(LR, beta1=B1, beta2=B2, tau=TAU)),
+    ('adagrad', lambda: fedadagrad(LR, b1=B1, eps=TAU)),
+    ('yogi', lambda: fedyogi(LR, b1=B1, b2=B2, eps=TAU)),
+    ('adam', lambda: fedadam(LR, b1=B1, b2=B2, eps=TAU)),
 ])
 def test_one_and_two_steps_match_hand_computation(name, make):
   """Default v_0 = tau^2; updates, m and v after steps 1 and 2 equal the numpy reference."""
@@ -146,7 +146,7 @@ def test_fedadam_differs_from_optax_adam():
   first step is lr g / (|g| + eps) whatever b1, b2 are. FedAdam's is
   lr (1 - b1) g / (sqrt(b2 tau^2 + (1 - b2) g^2) + tau): close to lr sign(g) only when |g| >> tau
   (at the defaults (1 - b1) / sqrt(1 - b2) = 1), noticeably smaller for moderate g (0.05 here)."""
-  ours, _ = fedadam(LR, beta1=B1, beta2=B2, tau=TAU).update(G1, fedadam(LR).init(PARAMS))
+  ours, _ = fedadam(LR, b1=B1, b2=B2, eps=TAU).update(G1, fedadam(LR).init(PARAMS))
   ref = optax.adam(LR, b1=B1, b2=B2, eps=TAU)
   theirs, _ = ref.update(G1, ref.init(PARAMS))
   g = _np(G1)
