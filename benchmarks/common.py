@@ -81,12 +81,11 @@ def launch_round(algorithm, params, data, root, cohort: int, tau: int, batch: in
   mesh = devices.client_mesh(devices.auto_num_devices(cohort, jax.device_count()))
   num_used = 1 if mesh is None else mesh.size
   chunk = round_lib.default_chunk_size(cohort, params, example_bytes, batch, num_used)
-  round_fn = round_lib.build_round(algorithm, batch_size=batch, max_budget=tau, chunk_size=chunk,
-                                   mesh=mesh)
+  round_fn = round_lib.build_round(algorithm, chunk_size=chunk, mesh=mesh)
+  spec = sampling.CohortSpec(cohort, (tau, tau), batch, replace=replace)
 
   def sample(r):
-    return sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
-                                  budget_range=(tau, tau), replace=replace, batch_size=batch)
+    return sampling.sample_cohort(root, r, data.counts, spec)
 
   state, pool = devices.replicate((algorithm.server_init(params), data), mesh)
   t = time.perf_counter()

@@ -46,18 +46,16 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
   alg = algorithms.fedavg(loss, optax.sgd(0.01))
   rows = []
   for cohort in cohorts:
-    samples = [sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
-                                      budget_range=(TAU, TAU), replace=True, batch_size=BATCH)
-               for r in range(repeats + 1)]
+    spec = sampling.CohortSpec(cohort, (TAU, TAU), BATCH)
+    samples = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
     runs = {}
     for n in counts:
       mesh = devices.client_mesh(n)
       state, pool = devices.replicate((alg.server_init(params), data), mesh)
       chunk = round_lib.default_chunk_size(cohort, params, 61 * 4, BATCH, n)
       t = time.perf_counter()
-      compiled = round_lib.build_round(alg, batch_size=BATCH, max_budget=TAU, chunk_size=chunk,
-                                       mesh=mesh).lower(
-                                           state, samples[0], pool, root, np.int32(0)).compile()
+      compiled = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh).lower(
+          state, samples[0], pool, root, np.int32(0)).compile()
       compile_s = time.perf_counter() - t
       out = jax.block_until_ready(compiled(state, samples[0], pool, root, np.int32(0))[0])
       runs[n] = dict(compiled=compiled, state=state, pool=pool, compile_s=compile_s,

@@ -16,6 +16,7 @@ Usage: ``python benchmarks/heterogeneous_budgets.py [--cohort 2000] [--chunk_siz
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import statistics
@@ -45,15 +46,17 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   mean_tau = (low + high) / 2
   lo, hi = math.floor(mean_tau), math.ceil(mean_tau)
   kinds = {'heterogeneous': (low, high), 'homogeneous_lo': (lo, lo), 'homogeneous_hi': (hi, hi)}
-  cohorts = {k: [sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
-                                        budget_range=b, replace=True, batch_size=batch)
-                 for r in range(repeats + 1)] for k, b in kinds.items()}
+  # Every kind runs in the round compiled for U{low..high}: its cohorts carry that spec (the
+  # round reads B and the largest budget from it), their budgets are still the kind's own.
+  spec = sampling.CohortSpec(cohort, (low, high), batch)
+  cohorts = {k: [dataclasses.replace(
+      sampling.sample_cohort(root, r, data.counts, dataclasses.replace(spec, budget_range=b)),
+      spec=spec) for r in range(repeats + 1)] for k, b in kinds.items()}
   rows = []
   for chunk_size in chunk_sizes:
     chunk = chunk_size or round_lib.default_chunk_size(cohort, params, 61 * 4, batch, num_used,
                                                        budget_range=(low, high))
-    rf = round_lib.build_round(alg, batch_size=batch, max_budget=high, chunk_size=chunk,
-                               mesh=mesh)
+    rf = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh)
     t = time.perf_counter()
     compiled = rf.lower(state, cohorts['heterogeneous'][0], data, root, jnp.int32(0)).compile()
     compile_s = time.perf_counter() - t

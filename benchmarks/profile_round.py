@@ -56,11 +56,9 @@ def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, roun
   example_bytes = sum(v[0].nbytes for v in data.examples.values())
   chunk = (round_lib.default_chunk_size(clients, params, example_bytes, batch)
            if workload == 'cnn' else clients)
-  rf = round_lib.build_round(alg, batch_size=batch, max_budget=tau, chunk_size=chunk,
-                             fuse_dots=fuse_dots)
-  cohorts = [sampling.sample_cohort(root, r, data.counts, cohort_size=clients,
-                                    budget_range=(tau, tau), replace=True, batch_size=batch)
-             for r in range(rounds + 1)]
+  rf = round_lib.build_round(alg, chunk_size=chunk, fuse_dots=fuse_dots)
+  spec = sampling.CohortSpec(clients, (tau, tau), batch)
+  cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
   jax.block_until_ready(compiled(state, cohorts[0], data, root, np.int32(0)))
   times = []

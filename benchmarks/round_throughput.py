@@ -66,11 +66,9 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   num_used = 1 if mesh is None else mesh.size
   if chunk_size == 0:
     chunk_size = round_lib.default_chunk_size(cohort, params, 61 * 4, batch, num_used)
-  rf = round_lib.build_round(alg, batch_size=batch, max_budget=tau, chunk_size=chunk_size,
-                             mesh=mesh)
-  cohorts = [sampling.sample_cohort(root, r, data.counts, cohort_size=cohort,
-                                    budget_range=(tau, tau), replace=True, batch_size=batch)
-             for r in range(repeats + 1)]
+  rf = round_lib.build_round(alg, chunk_size=chunk_size, mesh=mesh)
+  spec = sampling.CohortSpec(cohort, (tau, tau), batch)
+  cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
 
   t = time.perf_counter()
   compiled = rf.lower(state, cohorts[0], pool, root, jnp.int32(0)).compile()

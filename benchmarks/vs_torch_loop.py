@@ -125,9 +125,9 @@ def check(algorithm, params, host, round_fn, init):
                          counts=np.full(20, BATCH, np.int32))
   data = federated_data.to_device(small)
   root = keys.root_key(1)
-  cohort = sampling.sample_cohort(root, 0, data.counts, cohort_size=20, budget_range=(1, 1),
-                                  replace=False, batch_size=BATCH)
-  rf = round_lib.build_round(algorithm, batch_size=BATCH, max_budget=1, chunk_size=20)
+  cohort = sampling.sample_cohort(root, 0, data.counts,
+                                  sampling.CohortSpec(20, (1, 1), BATCH, replace=False))
+  rf = round_lib.build_round(algorithm, chunk_size=20)
   ours = rf(algorithm.server_init(params), cohort, data, root, np.int32(0))[0].params
   theirs = round_fn(init, to_torch(small, np.asarray(cohort.client_ids)), 1, torch.Generator())
   pairs = [(ours['conv1']['kernel'], theirs['conv1.weight'].permute(2, 3, 1, 0)),

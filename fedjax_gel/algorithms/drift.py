@@ -1,4 +1,5 @@
-"""Client-drift correction with per-client state: SCAFFOLD, FedDyn and AdaBest (Varno et al. 2022, AdaBest).
+"""Client-drift correction with per-client state: SCAFFOLD, FedDyn and AdaBest (Varno et al.
+2022, AdaBest).
 
 All three run local SGD on a corrected gradient, with a correction that is fixed for the round
 and comes from the client's row of the per-client store (``ClientContext.stored``)::
@@ -40,9 +41,9 @@ and ``beta = 1`` is FedDyn's server with ``|P^t| = N`` (Remark 5).
 Choices: the papers write uniform means over the cohort; here they are the engine's weighted
 means (``--aggregation_weights``; ``uniform`` without replacement gives the papers' form; with
 replacement a client sampled twice counts twice in ``Delta`` and ``|P^t|`` and once, averaged, in
-its row). AdaBest's running average of
-samples per client for unbalanced data (Varno et al. 2022, AdaBest, App. B) is not applied: the weights already
-carry the data sizes. Client state rows are float32 like the model.
+its row). AdaBest's running average of samples per client for unbalanced data (Varno et al. 2022,
+AdaBest, App. B) is not applied: the weights already carry the data sizes. Client state rows are
+float32 like the model.
 """
 from __future__ import annotations
 

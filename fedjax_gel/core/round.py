@@ -137,8 +137,8 @@ def model_spread(models, starts, real):
 
 
 def mean_pairwise_cosine_distance(e_sum, e_sq, count):
-  """``mean_{i<j} (1 - cos(y_i, y_j)) = mean_{i<j} ||u_i - u_j||^2 / 2``, FedGBO's (Mills et al. 2022)
-  Fig. 1 measure of client drift; 0 for fewer than two clients.
+  """``mean_{i<j} (1 - cos(y_i, y_j)) = mean_{i<j} ||u_i - u_j||^2 / 2``, FedGBO's (Mills et al.
+  2022) Fig. 1 measure of client drift; 0 for fewer than two clients.
 
   With every ``u_i = r + e_i`` (one broadcast model), ``sum_{i<j} ||e_i - e_j||^2 =
   C sum_i ||e_i||^2 - ||sum_i e_i||^2``: small terms, no cancellation of ``O(C^2)`` ones.
@@ -218,7 +218,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       trips = -(-jnp.max(n_real) // FULL_BATCH_ROWS)
       total = jax.lax.fori_loop(0, trips, add_rows, zeros)
       scale = 1. / jnp.maximum(n_real, 1).astype(jnp.float32)
-      grads = tree_map(lambda t, s: (scale.reshape((-1,) + (1,) * (t.ndim - 1)) * t).astype(s.dtype),
+      grads = tree_map(
+          lambda t, s: (scale.reshape((-1,) + (1,) * (t.ndim - 1)) * t).astype(s.dtype),
                        total, shapes)
       return grads, jnp.sum(-(-n_real // batch_size)), jnp.sum(n_real)
 
@@ -233,11 +234,12 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       shuffle_keys, algo_keys = jax.vmap(lambda k: tuple(jax.random.split(k)))(ckeys)
       order = jax.vmap(cycled_permutation, in_axes=(0, 0, None))(shuffle_keys, n, order_len)
       rows = offsets[:, None] + order                       # [chunk, tau_max * B] pool rows
-      real = cohort.valid & (n > 0)                                # clients without data take no step
+      real = cohort.valid & (n > 0)                          # clients without data take no step
       budgets = jnp.where(real, jnp.minimum(cohort.budgets, max_budget), 0)
       anchor, anchor_grads, anchor_examples = None, jnp.int32(0), jnp.int32(0)
       if algorithm.anchor != 'none':
-        anchor, anchor_grads, anchor_examples = anchor_gradients(bcast, data, n, offsets, rows, real)
+        anchor, anchor_grads, anchor_examples = anchor_gradients(bcast, data, n, offsets, rows,
+                                                                 real)
       ctx = ClientContext(cohort.client_ids, n, budgets, jnp.where(real, cohort.guesses, 0.),
                           cohort.weights, algo_keys, anchor, stored)
       state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)

@@ -83,9 +83,9 @@ class Config:
   gbo_eps: float = 1e-3                 # RMSProp / Adam (FedGBO's experiments: 1e-3)
   fedmax_beta: float = 1.0              # FedMAX's entropy weight
   fedexp_eps: float = 1e-3              # FedExP's eps in eta_g
-  feddyn_mu: float = 0.02               # FedDyn's alpha (AdaBest, Varno et al. 2022, App. D.5: 0.02)
+  feddyn_mu: float = 0.02               # FedDyn's alpha (Varno et al. 2022, App. D.5: 0.02)
   adabest_mu: float = 0.02              # AdaBest's mu (AdaBest, Varno et al. 2022, App. D.5: 0.02)
-  adabest_beta: float = 0.9             # AdaBest's beta (AdaBest, Varno et al. 2022, Fig. 7: 0.8-1.0)
+  adabest_beta: float = 0.9             # AdaBest's beta (Varno et al. 2022, Fig. 7: 0.8-1.0)
   fedvarp_clusters: int = 10            # cluster_fedvarp: K memories, client i in cluster i mod K
   client_selection: str = 'uniform'     # uniform | cyclic | power_of_d
   cyclic_groups: int = 4                # cyclic: K groups, round t samples group t mod K

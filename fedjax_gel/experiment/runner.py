@@ -124,10 +124,10 @@ def memory_weights(c: Config, counts) -> np.ndarray:
 
 
 def make_algorithm(c: Config, model: models.Model, counts) -> algorithms.FederatedAlgorithm:
-  """The algorithm ``--algorithm`` names, with its client and server optimisers (Boukhari et al. 2023,
-  Table 3): SGD clients for FedAvg, FedOpt, FedExP, SCAFFOLD, FedDyn, AdaBest and FedVARP; SGDM
-  for FedAvgCM, FedProx, FedNova and GeL. ``counts``: the training clients' example counts
-  (the population of the stateful algorithms)."""
+  """The algorithm ``--algorithm`` names, with its client and server optimisers (Boukhari et al.
+  2023, GeL, Table 3): SGD clients for FedAvg, FedOpt, FedExP, SCAFFOLD, FedDyn, AdaBest and
+  FedVARP; SGDM for FedAvgCM, FedProx, FedNova and GeL. ``counts``: the training clients' example
+  counts (the population of the stateful algorithms)."""
   loss = models.cross_entropy_loss(model)
   server, lr, mom = server_optimizer(c), c.client_lr, c.client_momentum
   population, policy = len(counts), c.guess_policy_value()

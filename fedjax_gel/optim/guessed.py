@@ -206,8 +206,6 @@ def guessing(inner: optax.GradientTransformation, proxy: str = 'zero'
 
 def _guess_generic(state: GuessState, params, count):
   """``count`` updates of ``state.inner`` with the proxy gradient, summed (see ``guessing``)."""
-  if params is None:
-    raise ValueError('guess: guessing(...) re-applies its optimiser and needs the params')
   proxy = (state.proxy_grad if state.proxy == 'last_gradient' else
            jax.tree.map(lambda z, p: jnp.zeros_like(p), state.proxy_grad, params))
   count = _f32(count)
@@ -272,6 +270,8 @@ def guess(opt_state, params, count):
   Raises:
     NoGuessStateError: ``opt_state`` holds no GeL state.
   """
+  if params is None:
+    raise ValueError('guess: pass the current params (the guessed steps start from them)')
   leaves, treedef = jax.tree.flatten(opt_state, is_leaf=is_guess_state)
   found = [i for i, leaf in enumerate(leaves) if is_guess_state(leaf)]
   if not found:

@@ -6,12 +6,13 @@ import optax
 import pytest
 
 from fedjax_gel import algorithms, optim
+from fedjax_gel.algorithms import GuessPolicy
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
-from fedjax_gel.core.sampling import GuessPolicy, guess_counts
 
-from helpers import assert_trees_close, cohort, init_params, minibatches, run
+from helpers import (TAU_MAX, assert_trees_close, cohort, init_params, minibatches, run,
+                     with_guesses)
 
 LR, ALPHA = 0.1, 0.9
 tree_map = jax.tree_util.tree_map
@@ -33,20 +34,43 @@ def weighted(trees, weights):
   return tree_map(lambda *ls: sum(w * l for w, l in zip(weights, ls)) / total, *trees)
 
 
-def test_gel_with_zero_guesses_is_fedavgcm(data, loss, model):
+@pytest.mark.parametrize('no_guesses', ['zero_counts', 'policy_none'])
+def test_gel_with_zero_guesses_is_fedavgcm(data, loss, model, no_guesses):
   x = init_params(model)
-  c = cohort([1, 5, 9], [2, 6, 4], [1., 2., 3.], guesses=[0, 0, 0])
-  gel, _ = run(algorithms.gel(loss, LR, ALPHA), data, c, x, chunk_size=3)
+  c = cohort([1, 5, 9], [2, 6, 4], [1., 2., 3.])
+  if no_guesses == 'zero_counts':
+    alg = with_guesses(algorithms.gel(loss, LR, ALPHA), [0, 0, 0])
+  else:
+    alg = algorithms.gel(loss, LR, ALPHA, guess_policy=GuessPolicy('none'))
+  gel, _ = run(alg, data, c, x, chunk_size=3)
   cm, _ = run(algorithms.fedavgcm(loss, LR, ALPHA), data, c, x, chunk_size=3)
-  assert_trees_close(gel.params, cm.params)
+  assert_trees_close(gel.params, cm.params, tol=1e-7)
+
+
+def test_gel_defaults_differ_from_fedavgcm_by_the_papers_nudge(data, loss, model):
+  """GeL from Python without extra arguments guesses tau'_i = b + 5 - tau_i (budgets U{1..b}):
+  x'_GeL - x'_CM = sum_i p_i alpha (1 - alpha^tau'_i) / (1 - alpha) v_i, v_i by hand."""
+  x = init_params(model)
+  ids, taus, w = [1, 5, 9, 3], [2, TAU_MAX, 4, 1], [1., 2., 3., 1.]
+  c = cohort(ids, taus, w, max_budget=TAU_MAX)   # spec budget_range (1, TAU_MAX)
+  gel, _ = run(algorithms.gel(loss, LR, ALPHA), data, c, x, chunk_size=2)
+  cm, _ = run(algorithms.fedavgcm(loss, LR, ALPHA), data, c, x, chunk_size=2)
+  nudges = []
+  for slot, (cid, tau) in enumerate(zip(ids, taus)):
+    _, v, _ = sgdm_by_hand(data, loss, x, cid, slot, tau)
+    tp = TAU_MAX + 5 - tau
+    nudges.append(tree_map(lambda v: ALPHA * (1 - ALPHA ** tp) / (1 - ALPHA) * v, v))
+  diff = tree_map(jnp.subtract, gel.params, cm.params)
+  assert max(float(jnp.abs(d).max()) for d in jax.tree_util.tree_leaves(diff)) > 1e-3
+  assert_trees_close(diff, weighted(nudges, w), tol=1e-5)
 
 
 def test_gel_clients_take_the_eq5_nudge_each_with_its_own_count(data, loss, model):
   """x' = sum_i p_i [y_i + alpha (1 - alpha^tau'_i) / (1 - alpha) v_i] (seed 000, eq. 5)."""
   x = init_params(model)
   ids, taus, guesses, w = [1, 5, 9], [2, 6, 4], [3., 0., jnp.inf], [1., 2., 3.]
-  state, _ = run(algorithms.gel(loss, LR, ALPHA), data, cohort(ids, taus, w, guesses), x,
-                 chunk_size=2)
+  state, _ = run(with_guesses(algorithms.gel(loss, LR, ALPHA), guesses), data,
+                 cohort(ids, taus, w), x, chunk_size=2)
   ys = []
   for slot, (cid, tau, tp) in enumerate(zip(ids, taus, guesses)):
     y, v, _ = sgdm_by_hand(data, loss, x, cid, slot, tau)
@@ -59,8 +83,8 @@ def test_fedavg_gel_guesses_with_the_last_gradient(data, loss, model):
   """Plain SGD clients; each guess repeats the last gradient step: y - tau' lr g_last."""
   x = init_params(model)
   ids, taus, guesses = [3, 7], [5, 2], [4., 1.]
-  state, _ = run(algorithms.fedavg_gel(loss, LR), data, cohort(ids, taus, guesses=guesses), x,
-                 chunk_size=2)
+  state, _ = run(with_guesses(algorithms.fedavg_gel(loss, LR), guesses), data,
+                 cohort(ids, taus), x, chunk_size=2)
   ys = []
   for slot, (cid, tau, tp) in enumerate(zip(ids, taus, guesses)):
     y, g = x, None
@@ -76,8 +100,9 @@ def test_fedprox_gradient_is_autodiff_of_the_proximal_objective(data, loss, mode
   """Client steps on f(y) + mu/2 ||y - x||^2; the guessed nudge ignores the proximal term."""
   mu, x = 0.5, init_params(model)
   ids, taus, tps = [5, 9], [6, 4], [2., 5.]
-  alg = algorithms.fedprox(loss, LR, mu, ALPHA, guesses=guesses)
-  state, _ = run(alg, data, cohort(ids, taus, guesses=tps if guesses else None), x, chunk_size=2)
+  alg = (with_guesses(algorithms.fedprox_gel(loss, LR, mu, ALPHA), tps) if guesses
+         else algorithms.fedprox(loss, LR, mu, ALPHA))
+  state, _ = run(alg, data, cohort(ids, taus), x, chunk_size=2)
 
   def proximal(y, batch):
     sq = sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree_util.tree_leaves(y),
@@ -107,8 +132,9 @@ def test_fednova_normalises_by_the_lemma1_coefficients(data, loss, model, guesse
   """x' = x - tau_eff sum_i p_i Delta_i / ||a_i||_1, ||a_i||_1 summed from eq. 6 by hand."""
   x = init_params(model)
   ids, taus, tps, w = [1, 5, 9], [2, 6, 4], [5., 2., 0.], [1., 2., 3.]
-  alg = algorithms.fednova(loss, LR, ALPHA, guesses=guesses)
-  state, _ = run(alg, data, cohort(ids, taus, w, tps if guesses else None), x, chunk_size=3)
+  alg = (with_guesses(algorithms.fednova_gel(loss, LR, ALPHA), tps) if guesses
+         else algorithms.fednova(loss, LR, ALPHA))
+  state, _ = run(alg, data, cohort(ids, taus, w), x, chunk_size=3)
   p = np.array(w) / sum(w)
   normalized, norms = [], []
   for slot, (cid, tau, tp) in enumerate(zip(ids, taus, tps)):
@@ -160,7 +186,7 @@ def test_fedyogi_gel_is_the_eq5_nudge_then_one_yogi_step(data, loss, model):
   x, lr, b1, b2, tau = init_params(model), 0.3, 0.9, 0.99, 1e-3
   ids, taus, tps, w = [2, 6], [3, 5], [4., 1.], [1., 3.]
   alg = algorithms.gel(loss, LR, ALPHA, optim.fedyogi(lr, b1, b2, tau), name='fedyogi_gel')
-  state, _ = run(alg, data, cohort(ids, taus, w, tps), x, chunk_size=2)
+  state, _ = run(with_guesses(alg, tps), data, cohort(ids, taus, w), x, chunk_size=2)
   ys = []
   for slot, (cid, t, tp) in enumerate(zip(ids, taus, tps)):
     y, v, _ = sgdm_by_hand(data, loss, x, cid, slot, t)
@@ -187,14 +213,34 @@ def test_fednova_client_without_steps_is_inert(data, loss, model):
 
 
 def test_guess_proxies_that_would_mislead_are_refused(loss):
-  with pytest.raises(ValueError, match='zero-proxy guesses are no-ops'):
+  with pytest.raises(ValueError, match='zero-proxy guesses without momentum do nothing'):
     algorithms.fedavg_gel(loss, LR, proxy='zero')
-  with pytest.raises(ValueError, match='zero proxy only'):
-    algorithms.fedprox(loss, LR, guesses=True, proxy='last_gradient')
+  with pytest.raises(ValueError, match='infinitely many guesses need the zero proxy'):
+    algorithms.gel(loss, LR, ALPHA, proxy='last_gradient', guess_policy=GuessPolicy('inf'))
+
+
+def test_gel_client_optimiser_and_guess_policy_go_together(data, loss, model):
+  """A GeL client optimiser without a guess policy, or a guess policy without one, is refused
+  by server_init; a GeL state inside optax.chain is found and guesses like gel's."""
+  x = init_params(model)
+  for alg in (algorithms.local_sgd(loss, optim.gel_sgdm(LR, ALPHA)),
+              algorithms.fedavg(loss, optim.gel_sgdm(LR, ALPHA))):
+    with pytest.raises(ValueError, match='no guess policy'):
+      alg.server_init(x)
+  with pytest.raises(ValueError, match='holds no GeL state'):
+    algorithms.local_sgd(loss, optax.sgd(LR), client_guesses=GuessPolicy().counts).server_init(x)
+  policy = GuessPolicy('fixed', count=3)
+  chained = optax.chain(optax.clip_by_global_norm(10.), optim.gel_sgdm(LR, ALPHA))
+  c = cohort([1, 5, 9], [2, 6, 4], [1., 2., 3.])
+  got, _ = run(algorithms.local_sgd(loss, chained, client_guesses=policy.counts), data, c, x,
+               chunk_size=2)
+  want, _ = run(algorithms.gel(loss, LR, ALPHA, guess_policy=policy), data, c, x, chunk_size=2)
+  assert_trees_close(got.params, want.params, tol=1e-6)
 
 
 @pytest.mark.parametrize('policy,expect', [
     (GuessPolicy('none'), [0, 0, 0, 0]),
+    (GuessPolicy(), [14, 9, 5, 6]),                     # tau = b + 5 = 18
     (GuessPolicy('remaining', tau=18), [14, 9, 5, 6]),
     (GuessPolicy('remaining', tau=10), [6, 1, 0, 0]),
     (GuessPolicy('cohort_max', k=2), [11, 6, 2, 3]),
@@ -203,7 +249,7 @@ def test_guess_proxies_that_would_mislead_are_refused(loss):
     (GuessPolicy('percent', percent=25.), [1, 2, 3, 3]),
 ])
 def test_guess_policies_by_hand(policy, expect):
-  np.testing.assert_array_equal(guess_counts(policy, jnp.array([4, 9, 13, 12])), expect)
+  np.testing.assert_array_equal(policy.counts(jnp.array([4, 9, 13, 12]), 13), expect)
 
 
 def test_guess_counts_do_not_recompile(data, loss, model):
@@ -213,15 +259,13 @@ def test_guess_counts_do_not_recompile(data, loss, model):
     traces.append(1)
     return loss(p, b)
 
-  alg = algorithms.gel(counting_loss, LR, ALPHA)
-  rf = build_round(alg, batch_size=3, max_budget=6, chunk_size=2)
+  alg = algorithms.gel(counting_loss, LR, ALPHA)   # tau'_i = b + 5 - tau_i, per cohort
+  rf = build_round(alg, chunk_size=2)
   state = alg.server_init(init_params(model))
-  state, _ = rf(state, cohort([1, 2], [3, 4], guesses=[0., 1.]), data, keys.root_key(0),
-                jnp.int32(0))
+  state, _ = rf(state, cohort([1, 2], [3, 4]), data, keys.root_key(0), jnp.int32(0))
   compiled_once = len(traces)
-  for guesses in ([7., jnp.inf], [2., 30.]):
-    state, _ = rf(state, cohort([1, 2], [3, 4], guesses=guesses), data, keys.root_key(0),
-                  jnp.int32(1))
+  for budgets in ([1, 6], [5, 2]):
+    state, _ = rf(state, cohort([1, 2], budgets), data, keys.root_key(0), jnp.int32(1))
   assert compiled_once > 0 and len(traces) == compiled_once
 
 

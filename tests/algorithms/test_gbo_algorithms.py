@@ -15,6 +15,16 @@ LR = 0.1
 tree_map = jax.tree_util.tree_map
 
 
+def global_stats(alg, state):
+  """The global statistics ``S`` the server broadcasts with the model."""
+  return alg.broadcast(state)[1]
+
+
+def frozen_step(opt, y, g, stats):
+  """One client step of ``opt`` with the frozen statistics ``stats``."""
+  return optax.apply_updates(y, opt.client.update(g, opt.client.init(y), y, stats=stats)[0])
+
+
 def sgd_by_hand(data, loss, x, cid, slot, tau, round_idx=3, direction=None):
   y = x
   for batch in minibatches(data, cid, slot, tau, round_idx=round_idx):
@@ -26,7 +36,7 @@ def sgd_by_hand(data, loss, x, cid, slot, tau, round_idx=3, direction=None):
 def test_fedgbo_sgdm_with_beta_zero_is_fedavg(data, loss, model):
   x = init_params(model)
   c = cohort([1, 5, 9], [2, 6, 4], [1., 2., 3.])
-  gbo, _ = run(algorithms.fedgbo(loss, optim.gbo_sgdm(LR, beta=0.)), data, c, x, chunk_size=3)
+  gbo, _ = run(algorithms.fedgbo(loss, optim.gbo_sgdm(LR, b1=0.)), data, c, x, chunk_size=3)
   avg, _ = run(algorithms.fedavg(loss, optax.sgd(LR)), data, c, x, chunk_size=3)
   assert_trees_close(gbo.params, avg.params)
 
@@ -38,16 +48,16 @@ def test_fedgbo_round_tracks_the_mean_client_gradient(data, loss, model, kind):
   opt = optim.gbo(kind, LR)
   x = init_params(model)
   ids, taus, w = [1, 5, 9], [2, 6, 4], [1., 2., 3.]
-  state, _ = run(algorithms.fedgbo(loss, opt), data, cohort(ids, taus, w), x, chunk_size=2)
-  stats = opt.init_stats(x)
-  step = opt.client_optimizer(stats)
+  alg = algorithms.fedgbo(loss, opt)
+  state, _ = run(alg, data, cohort(ids, taus, w), x, chunk_size=2)
+  stats = opt.track.init(x)
   ys, grad_sums = [], []
   for slot, (cid, tau) in enumerate(zip(ids, taus)):
     y, gsum = x, tree_map(jnp.zeros_like, x)
     for batch in minibatches(data, cid, slot, tau):
       g = jax.grad(loss)(y, batch)
       gsum = tree_map(jnp.add, gsum, g)
-      y = optax.apply_updates(y, step.update(g, stats)[0])
+      y = frozen_step(opt, y, g, stats)
     ys.append(y)
     grad_sums.append(gsum)
   p = np.array(w) / sum(w)
@@ -55,7 +65,7 @@ def test_fedgbo_round_tracks_the_mean_client_gradient(data, loss, model, kind):
   g_bar = tree_map(lambda *ls: sum(pi * l for pi, l in zip(p, ls)) / float(np.dot(p, taus)),
                    *grad_sums)
   assert_trees_close(state.params, x_bar, tol=1e-5)
-  assert_trees_close(state.stats, opt.track(stats, g_bar), tol=1e-4)
+  assert_trees_close(global_stats(alg, state), opt.track.update(g_bar, stats)[1], tol=1e-4)
 
 
 def test_mfl_with_one_client_is_centralised_training(data, loss, model):
@@ -64,7 +74,7 @@ def test_mfl_with_one_client_is_centralised_training(data, loss, model):
   from m = 0, v = 1 (no bias correction)."""
   b1, b2, eps = 0.9, 0.99, 1e-3
   alg = algorithms.mfl(loss, optim.gbo_adam(LR, b1, b2, eps))
-  rf = build_round(alg, batch_size=B, max_budget=6, chunk_size=1)
+  rf = build_round(alg, chunk_size=1)
   x = init_params(model)
   state = alg.server_init(x)
   for r in (3, 4):
@@ -78,21 +88,20 @@ def test_mfl_with_one_client_is_centralised_training(data, loss, model):
       v = tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, v, g)
       y = tree_map(lambda y, m, v: y - LR * m / (np.sqrt(v) + eps), y, m, v)
   assert_trees_close(state.params, y, tol=1e-5)
-  assert_trees_close(state.stats.m, m, tol=1e-5)
-  assert_trees_close(state.stats.v, v, tol=1e-5)
+  assert_trees_close(global_stats(alg, state).m, m, tol=1e-5)
+  assert_trees_close(global_stats(alg, state).v, v, tol=1e-5)
 
 
 @pytest.mark.parametrize('full_batch', [True, False])
 def test_mime_round_by_hand(data, loss, model, full_batch):
   """x' = mean y_i (frozen-statistics steps); S' = track(S, mean gradient at x), where the
   gradient is over all the client's examples (Mimelite) or its first minibatch (MimeXlite)."""
-  opt = optim.gbo_sgdm(LR, beta=0.9)
+  opt = optim.gbo_sgdm(LR, b1=0.9)
   x = init_params(model)
   ids, taus = [3, 5], [3, 2]
   alg = algorithms.mime(loss, opt, full_batch=full_batch)
   state, metrics = run(alg, data, cohort(ids, taus), x, chunk_size=2)
-  stats = opt.init_stats(x)
-  step = opt.client_optimizer(stats)
+  stats = opt.track.init(x)
   ys, anchors = [], []
   for slot, (cid, tau) in enumerate(zip(ids, taus)):
     batches = list(minibatches(data, cid, slot, tau))
@@ -104,11 +113,12 @@ def test_mime_round_by_hand(data, loss, model, full_batch):
       anchors.append(jax.grad(loss)(x, batches[0]))
     y = x
     for batch in batches:
-      y = optax.apply_updates(y, step.update(jax.grad(loss)(y, batch), stats)[0])
+      y = frozen_step(opt, y, jax.grad(loss)(y, batch), stats)
     ys.append(y)
   mean = lambda trees: tree_map(lambda a, b: (a + b) / 2, *trees)
   assert_trees_close(state.params, mean(ys), tol=1e-5)
-  assert_trees_close(state.stats, opt.track(stats, mean(anchors)), tol=1e-5)
+  assert_trees_close(global_stats(alg, state), opt.track.update(mean(anchors), stats)[1],
+                     tol=1e-5)
   # Mimelite's full batch costs ceil(n_i / B) minibatch gradients; MimeXlite's minibatch
   # gradient at x is its first local step's, reused (FedGBO §5: the same cost as FedGBO).
   n_anchor = (-(-int(data.counts[3]) // B) + -(-int(data.counts[5]) // B)) if full_batch else 0
@@ -121,16 +131,18 @@ def test_mimelite_full_batch_over_several_passes_with_padding_and_an_empty_clien
   slot), one client without data: S' tracks the mean of the exact full-batch gradients."""
   from fedjax_gel.core import round as round_lib  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(round_lib, 'FULL_BATCH_ROWS', 4)
-  opt = optim.gbo_sgdm(LR, beta=0.9)
+  opt = optim.gbo_sgdm(LR, b1=0.9)
   x = init_params(model)
   ids, taus = [5, EMPTY_CLIENT, 2], [2, 3, 1]
-  state, metrics = run(algorithms.mime(loss, opt), data, cohort(ids, taus), x, chunk_size=2)
+  alg = algorithms.mime(loss, opt)
+  state, metrics = run(alg, data, cohort(ids, taus), x, chunk_size=2)
   grads = []
   for cid in (5, 2):
     lo, n = int(data.offsets[cid]), int(data.counts[cid])
     grads.append(jax.grad(loss)(x, {k: v[lo:lo + n] for k, v in data.examples.items()}))
   mean = tree_map(lambda a, b: (a + b) / 2, *grads)   # uniform weights; the empty client has none
-  assert_trees_close(state.stats, opt.track(opt.init_stats(x), mean), tol=1e-5)
+  assert_trees_close(global_stats(alg, state), opt.track.update(mean, opt.track.init(x))[1],
+                     tol=1e-5)
   assert int(metrics.grad_computations) == 2 + 1 + -(-30 // B) + -(-9 // B)
 
 

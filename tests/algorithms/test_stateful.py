@@ -14,7 +14,7 @@ from fedjax_gel.algorithms.base import RoundInfo
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 
-from helpers import B, EMPTY_CLIENT, TAU_MAX, assert_trees_close, cohort, init_params, minibatches
+from helpers import EMPTY_CLIENT, TAU_MAX, assert_trees_close, cohort, init_params, minibatches
 
 LR, MU, BETA, N = 0.1, 0.05, 0.7, 13
 tree_map = jax.tree_util.tree_map
@@ -24,7 +24,7 @@ ROUNDS = [([0, 3, 5, EMPTY_CLIENT], [2, 1, 3, 4]), ([3, 7, 1], [1, 4, 2]),
 
 
 def engine(alg, params, data, rounds=ROUNDS, chunk_size=2):
-  rf = build_round(alg, batch_size=B, max_budget=TAU_MAX, chunk_size=chunk_size)
+  rf = build_round(alg, chunk_size=chunk_size)
   state = alg.server_init(params)
   for r, (ids, taus) in enumerate(rounds):
     state, _ = rf(state, cohort(ids, taus), data, keys.root_key(0), jnp.int32(r))

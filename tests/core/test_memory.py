@@ -10,7 +10,7 @@ from fedjax_gel import algorithms, models
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import memory
 from fedjax_gel.core.round import build_round
-from fedjax_gel.core.sampling import sample_cohort
+from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 
 
 def test_peak_bytes_counts_what_is_live_at_once():
@@ -37,9 +37,8 @@ def xla_bytes_per_client(alg, params, pool, tau, batch, chunks=(4, 12)):
   """The growth of the compiled round's temporary memory per client added to the chunk."""
   temp = []
   for k in chunks:
-    cohort = sample_cohort(jax.random.key(0), 0, pool.counts, cohort_size=k,
-                           budget_range=(tau, tau), replace=True, batch_size=batch)
-    round_fn = build_round(alg, batch_size=batch, max_budget=tau, chunk_size=k)
+    cohort = sample_cohort(jax.random.key(0), 0, pool.counts, CohortSpec(k, (tau, tau), batch))
+    round_fn = build_round(alg, chunk_size=k)
     compiled = round_fn.lower(alg.server_init(params), cohort, pool, jax.random.key(1),
                               jnp.int32(0)).compile()
     analysis = compiled.memory_analysis()

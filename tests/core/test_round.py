@@ -7,9 +7,10 @@ import optax
 import pytest
 
 from fedjax_gel import algorithms, models
+from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round, chunk_layout, default_chunk_size
-from fedjax_gel.core.sampling import sample_cohort
+from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 
 from helpers import B, TAU_MAX, cohort, init_params, minibatches, run
 
@@ -117,8 +118,7 @@ def test_chunk_size_does_not_change_the_result(data, model, algorithm):
   alg = (algorithms.fedavg(loss, optax.sgd(0.1)) if algorithm == 'fedavg'
          else algorithms.fedavgcm(loss, 0.05, 0.9))
   params = init_params(model)
-  c = sample_cohort(keys.root_key(1), 4, data.counts, cohort_size=19, budget_range=(1, TAU_MAX),
-                    replace=True, batch_size=B)
+  c = sample_cohort(keys.root_key(1), 4, data.counts, CohortSpec(19, (1, TAU_MAX), B))
   results = [run(alg, data, c, params, chunk_size=cs) for cs in (1, 7, 19, 100)]
   has_data = np.asarray(data.counts)[np.asarray(c.client_ids)] > 0
   assert not has_data.all()   # the empty client 12 is in this cohort: it must take no step
@@ -145,19 +145,38 @@ def test_round_compiles_once(data, model):
     return loss(p, b)
 
   alg = algorithms.fedavgcm(counting_loss, 0.1, 0.9)
-  rf = build_round(alg, batch_size=B, max_budget=TAU_MAX, chunk_size=4)
+  rf = build_round(alg, chunk_size=4)
   root = keys.root_key(0)
   state = alg.server_init(init_params(model))
+  spec = CohortSpec(10, (1, TAU_MAX), B, replace=False)
   for r in range(4):
-    c = sample_cohort(root, r, data.counts, cohort_size=10, budget_range=(1, TAU_MAX),
-                      replace=False, batch_size=B)
+    c = sample_cohort(root, r, data.counts, spec)
     state, _ = rf(state, c, data, root, jnp.int32(r))
   n_traces = len(traces)
   assert n_traces >= 1
-  c = sample_cohort(root, 9, data.counts, cohort_size=10, budget_range=(1, TAU_MAX),
-                    replace=False, batch_size=B)
+  c = sample_cohort(root, 9, data.counts, spec)
   rf(state, c, data, root, jnp.int32(9))
   assert len(traces) == n_traces   # no retrace for a new round
+
+
+def test_host_pool_raises_type_error_naming_to_device(model):
+  alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.1))
+  rng = np.random.default_rng(0)
+  host = fd.from_client_arrays([{'x': rng.normal(size=(n, 4)).astype(np.float32),
+                                 'y': np.zeros(n, np.int32)} for n in (3, 5)])
+  rf = build_round(alg, chunk_size=2)
+  with pytest.raises(TypeError, match='to_device'):
+    rf(alg.server_init(init_params(model)), cohort([0, 1], [2, 3]), host, keys.root_key(0),
+       jnp.int32(0))
+
+
+def test_round_for_one_spec_gives_the_same_result_twice(data, model):
+  alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.1, 0.9)
+  rf = build_round(alg, chunk_size=3)
+  params = init_params(model)
+  c = sample_cohort(keys.root_key(2), 1, data.counts, CohortSpec(7, (2, TAU_MAX), B))
+  out = [rf(alg.server_init(params), c, data, keys.root_key(2), jnp.int32(1)) for _ in range(2)]
+  jax.tree_util.tree_map(np.testing.assert_array_equal, out[0], out[1])
 
 
 def test_default_chunk_size_respects_memory(model):

@@ -29,12 +29,11 @@ POOL = textwrap.dedent('''
 
 SCRIPT = POOL.replace('SEED', '0') + textwrap.dedent('''
     alg = algorithms.fedavgcm(loss, 0.05, 0.9)
-    c = sampling.sample_cohort(root, 0, data.counts, cohort_size=21, budget_range=(1, 7),
-                               replace=True, batch_size=4)
+    spec = sampling.CohortSpec(21, (1, 7), 4)
+    c = sampling.sample_cohort(root, 0, data.counts, spec)
     out = []
     for devices, chunk in [(1, 21), (8, 5), (4, 21), (2, 3)]:
-      rf = build_round(alg, batch_size=4, max_budget=7, chunk_size=chunk,
-                       mesh=client_mesh(devices))
+      rf = build_round(alg, chunk_size=chunk, mesh=client_mesh(devices))
       state, m = rf(alg.server_init(params), c, data, root, jnp.int32(0))
       out.append((state.params, m))
     for params_d, m in out[1:]:
@@ -52,21 +51,20 @@ SCRIPT = POOL.replace('SEED', '0') + textwrap.dedent('''
 
 
 STATEFUL = POOL.replace('SEED', '1') + textwrap.dedent('''
+    spec = sampling.CohortSpec(21, (1, 7), 4)
     for alg in [algorithms.scaffold(loss, 0.05, 30),
                 algorithms.fedvarp(loss, 0.05, np.full(30, 1 / 30))]:
       out = []
       for devices, chunk in [(1, 21), (8, 5)]:
         mesh = client_mesh(devices)
-        rf = build_round(alg, batch_size=4, max_budget=7, chunk_size=chunk, mesh=mesh,
-                         donate_state=True)
+        rf = build_round(alg, chunk_size=chunk, mesh=mesh, donate_state=True)
         fresh = jax.tree_util.tree_map(jnp.copy, params)   # the donated state owns its buffers
         state, pool = replicate((alg.server_init(fresh), data), mesh)   # as the runner does
         state = state._replace(clients=store.place(state.clients, mesh))
         if mesh is not None:
           assert len(jax.tree_util.tree_leaves(pool)[0].sharding.device_set) == 8
         for r in range(3):
-          c = sampling.sample_cohort(root, r, data.counts, cohort_size=21, budget_range=(1, 7),
-                                     replace=True, batch_size=4)
+          c = sampling.sample_cohort(root, r, data.counts, spec)
           state, _ = rf(state, c, pool, root, jnp.int32(r))
         out.append(state)
       leaf = jax.tree_util.tree_leaves(out[1].clients)[0]

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from fedjax_gel.core import keys
-from fedjax_gel.core.sampling import aggregation_weights, sample_cohort
+from fedjax_gel.core.sampling import (CohortSpec, aggregation_weights, sample_budgets,
+                                      sample_clients, sample_cohort)
 from fedjax_gel.core.shuffle import (cycled_permutation, fisher_yates_draws, swaps_dense,
                                      swaps_parallel)
 
@@ -75,11 +76,11 @@ def test_cycles_through_a_permutation(n, length):
 
 def test_cohort_depends_on_seed_and_round_only():
   counts = jnp.arange(5, 105, dtype=jnp.int32)
-  kw = dict(cohort_size=30, budget_range=(4, 13), replace=False, batch_size=5)
-  a = sample_cohort(keys.root_key(3), 7, counts, **kw)
-  b = sample_cohort(keys.root_key(3), 7, counts, **kw)
-  c = sample_cohort(keys.root_key(3), 8, counts, **kw)
-  d = sample_cohort(keys.root_key(4), 7, counts, **kw)
+  spec = CohortSpec(30, (4, 13), 5, replace=False)
+  a = sample_cohort(keys.root_key(3), 7, counts, spec)
+  b = sample_cohort(keys.root_key(3), 7, counts, spec)
+  c = sample_cohort(keys.root_key(3), 8, counts, spec)
+  d = sample_cohort(keys.root_key(4), 7, counts, spec)
   np.testing.assert_array_equal(a.client_ids, b.client_ids)
   np.testing.assert_array_equal(a.budgets, b.budgets)
   assert not np.array_equal(a.client_ids, c.client_ids)
@@ -90,8 +91,7 @@ def test_cohort_depends_on_seed_and_round_only():
 
 def test_budgets_cover_the_whole_range():
   counts = jnp.full((50,), 10, jnp.int32)
-  c = sample_cohort(keys.root_key(0), 0, counts, cohort_size=2000, budget_range=(4, 13),
-                    replace=True, batch_size=5)
+  c = sample_cohort(keys.root_key(0), 0, counts, CohortSpec(2000, (4, 13), 5))
   assert set(np.asarray(c.budgets).tolist()) == set(range(4, 14))
   assert set(np.asarray(c.client_ids).tolist()) == set(range(50))   # with replacement
 
@@ -107,17 +107,17 @@ def test_aggregation_weights_by_hand():
 
 def test_cohort_larger_than_population_without_replacement():
   with pytest.raises(ValueError, match='exceeds the population'):
-    sample_cohort(keys.root_key(0), 0, jnp.ones((5,), jnp.int32), cohort_size=6,
-                  budget_range=(1, 2), replace=False, batch_size=1)
+    sample_cohort(keys.root_key(0), 0, jnp.ones((5,), jnp.int32),
+                  CohortSpec(6, (1, 2), 1, replace=False))
 
 
 @pytest.mark.parametrize('replace', [True, False])
 def test_cyclic_participation_never_leaves_the_current_group(replace):
   counts = jnp.full((103,), 10, jnp.int32)   # groups of 26, 26, 26 and 25 clients
   seen = {g: set() for g in range(4)}
+  spec = CohortSpec(20, (1, 3), 5, replace=replace, selection='cyclic', groups=4)
   for r in range(12):
-    c = sample_cohort(keys.root_key(5), r, counts, cohort_size=20, budget_range=(1, 3),
-                      replace=replace, batch_size=5, selection='cyclic', groups=4)
+    c = sample_cohort(keys.root_key(5), r, counts, spec)
     ids = np.asarray(c.client_ids)
     assert np.all(ids % 4 == r % 4) and ids.max() < 103
     if not replace:
@@ -128,5 +128,36 @@ def test_cyclic_participation_never_leaves_the_current_group(replace):
 
 def test_cyclic_group_too_small_without_replacement():
   with pytest.raises(ValueError, match='smallest cyclic group'):
-    sample_cohort(keys.root_key(0), 0, jnp.ones((10,), jnp.int32), cohort_size=4,
-                  budget_range=(1, 2), replace=False, batch_size=1, selection='cyclic', groups=3)
+    sample_cohort(keys.root_key(0), 0, jnp.ones((10,), jnp.int32),
+                  CohortSpec(4, (1, 2), 1, replace=False, selection='cyclic', groups=3))
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(budget_range=(5, 3)), '1 <= a <= b'),
+    (dict(budget_range=(0, 3)), '1 <= a <= b'),
+    (dict(batch_size=0), 'batch_size'),
+    (dict(weighting='bogus'), 'unknown weighting'),
+])
+def test_cohort_spec_rejects_bad_fields(kwargs, match):
+  fields = dict(cohort_size=4, budget_range=(1, 3), batch_size=2) | kwargs
+  with pytest.raises(ValueError, match=match):
+    CohortSpec(**fields)
+
+
+def test_sample_cohort_with_a_spec_draws_the_documented_streams():
+  """Clients from the round's COHORT key, budgets from its BUDGET key (the streams the keyword
+  form drew from), the same for two calls, in range, with ``samples_seen`` weights."""
+  counts = jnp.arange(3, 43, dtype=jnp.int32)
+  root, r = keys.root_key(6), 2
+  spec = CohortSpec(25, (2, 9), 4)
+  a, b = (sample_cohort(root, r, counts, spec) for _ in range(2))
+  assert a.spec == spec
+  np.testing.assert_array_equal(a.client_ids, b.client_ids)
+  np.testing.assert_array_equal(a.budgets, b.budgets)
+  np.testing.assert_array_equal(
+      a.client_ids, sample_clients(keys.round_key(root, r, keys.COHORT), 40, 25, True))
+  np.testing.assert_array_equal(
+      a.budgets, sample_budgets(keys.round_key(root, r, keys.BUDGET), 25, 2, 9))
+  ids, budgets = np.asarray(a.client_ids), np.asarray(a.budgets)
+  assert ids.min() >= 0 and ids.max() < 40 and budgets.min() >= 2 and budgets.max() <= 9
+  np.testing.assert_array_equal(a.weights, np.minimum(4 * budgets, np.asarray(counts)[ids]))

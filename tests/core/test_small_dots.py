@@ -11,7 +11,7 @@ from fedjax_gel import algorithms, models
 from fedjax_gel.core import small_dots
 from fedjax_gel.core.round import build_round
 
-from helpers import B, TAU_MAX, cohort, init_params
+from helpers import TAU_MAX, cohort, init_params
 
 # (lhs shape, rhs shape, dimension numbers): batch dims leading or not, several contracting or
 # free dims, both strategies and both orientations of 'rows'.
@@ -113,7 +113,7 @@ def test_round_with_fused_dots_equals_the_library_round(data, model):
   c = cohort([1, 4, 9, 4], [3, TAU_MAX, 1, 2])
   out = {}
   for fuse in (False, True):
-    rf = build_round(alg, batch_size=B, max_budget=TAU_MAX, chunk_size=2, fuse_dots=fuse)
+    rf = build_round(alg, chunk_size=2, fuse_dots=fuse)
     out[fuse] = rf(alg.server_init(params), c, data, jax.random.key(0), jnp.int32(3))
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                out[True], out[False])

@@ -10,7 +10,7 @@ from fedjax_gel.core import keys
 from fedjax_gel.core import store
 from fedjax_gel.core.round import build_round
 
-from helpers import B, TAU_MAX, cohort
+from helpers import cohort
 
 
 def test_write_mean_averages_duplicates_and_drops_non_writers():
@@ -54,7 +54,7 @@ def counting_algorithm(num_clients):
 
 def test_round_gathers_and_writes_rows_of_real_clients_only(data):
   alg = counting_algorithm(13)
-  rf = build_round(alg, batch_size=B, max_budget=TAU_MAX, chunk_size=2)
+  rf = build_round(alg, chunk_size=2)
   state = alg.server_init(jnp.zeros(3))
   ids, taus = [3, 7, 12, 3, 0], [2, 5, 4, 2, 1]   # 12 has no data; 3 sampled twice
   for r in range(3):

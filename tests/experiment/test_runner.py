@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from fedjax_gel import models, optim
+from fedjax_gel.algorithms import GuessPolicy
 from fedjax_gel.core import keys
-from fedjax_gel.core.sampling import GuessPolicy
+from fedjax_gel.core.sampling import CohortSpec
 from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import progress as progress_lib
@@ -288,20 +289,40 @@ def test_algorithm_names_build_their_algorithms_and_servers():
       if name in ('feddyn', 'adabest'):   # their server recursions replace a server optimiser
         continue
     if name in config_lib.GBO_ALGORITHMS:   # global statistics instead of a server optimiser
-      assert isinstance(server.stats, optim.GBOStats), name
+      assert isinstance(alg.broadcast(server)[1], optim.GBOStats), name
       continue
     fedopt = name in config_lib.FEDOPT_SERVERS
     assert isinstance(server.opt_state, optim.FedOptState) == fedopt, name
 
 
-def test_guess_settings_reach_the_cohort_policy():
-  assert Config(algorithm='fedavgcm').guess_policy_value() == GuessPolicy()
-  assert Config(algorithm='gel').guess_policy_value() == GuessPolicy('remaining', 18, 0, 5, 25.)
+def test_guess_settings_reach_the_algorithms_policy():
+  default = GuessPolicy('remaining', None, 0, 5, 25.)   # tau None: b + 5 from the budgets
+  assert Config(algorithm='fedavgcm').guess_policy_value() == default
+  assert Config(algorithm='gel').guess_policy_value() == default
   assert Config(algorithm='gel', guess_tau=20).guess_policy_value().tau == 20
   assert Config(algorithm='gel', guess_policy='cohort_max', guess_k=3,
-                budget_range=(1, 9)).guess_policy_value()[:3] == ('cohort_max', 14, 3)
+                budget_range=(1, 9)).guess_policy_value()[:3] == ('cohort_max', None, 3)
   assert Config(algorithm='gel').proxy == 'zero'
   assert Config(algorithm='fedavg_gel').proxy == 'last_gradient'
+  # The runner hands the policy to the GeL algorithms: tau' = b + 5 - tau_i for U{4..13}.
+  model, budgets = models.get_model('logistic', (3,), 3), jnp.array([4, 9, 13])
+  for name in ('gel', 'fedavg_gel', 'fedprox_gel', 'fednova_gel', 'fedyogi_gel'):
+    alg = runner.make_algorithm(Config(algorithm=name), model, np.arange(1, 26))
+    np.testing.assert_array_equal(alg.client_guesses(budgets, 13), [14, 9, 5])
+  alg = runner.make_algorithm(Config(algorithm='gel', guess_policy='fixed', guess_count=7), model,
+                              np.arange(1, 26))
+  np.testing.assert_array_equal(alg.client_guesses(budgets, 13), [7, 7, 7])
+  for name in ('fedavgcm', 'fedprox', 'fednova'):
+    assert runner.make_algorithm(Config(algorithm=name), model,
+                                 np.arange(1, 26)).client_guesses is None
+
+
+def test_cohort_spec_from_the_config():
+  c = Config(clients_per_round=7, budget_range=(2, 5), batch_size=4,
+             sample_with_replacement=False, aggregation_weights='uniform')
+  assert runner.cohort_spec(c) == CohortSpec(7, (2, 5), 4, False, 'uniform')
+  cyclic = dataclasses.replace(c, client_selection='cyclic', cyclic_groups=3)
+  assert runner.cohort_spec(cyclic) == CohortSpec(7, (2, 5), 4, False, 'uniform', 'cyclic', 3)
 
 
 @pytest.mark.parametrize('kwargs,flag', [

@@ -10,7 +10,7 @@ from fedjax_gel import algorithms, models
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
-from fedjax_gel.core.sampling import Cohort
+from fedjax_gel.core.sampling import Cohort, CohortSpec
 
 
 def test_logistic_is_xw_plus_b_with_305_parameters():
@@ -50,11 +50,11 @@ def test_nnx_module_runs_in_the_engine_like_its_linen_twin():
   clients = [{'x': rng.normal(size=(n, 4)).astype(np.float32),
               'y': rng.integers(0, 3, size=n).astype(np.int32)} for n in (6, 9, 4)]
   data = fd.to_device(fd.from_client_arrays(clients))
-  c = Cohort(jnp.array([0, 1, 2]), jnp.array([3, 2, 4]), jnp.ones(3), jnp.zeros(3))
+  c = Cohort(jnp.array([0, 1, 2]), jnp.array([3, 2, 4]), jnp.ones(3), CohortSpec(3, (1, 4), 2))
   out = []
   for m, p in ((nnx_model, p_nnx), (linen_model, p_linen)):
     alg = algorithms.fedavgcm(models.cross_entropy_loss(m), 0.1, 0.9, optax.sgd(1.0))
-    rf = build_round(alg, batch_size=2, max_budget=4, chunk_size=2)
+    rf = build_round(alg, chunk_size=2)
     state, _ = rf(alg.server_init(p), c, data, keys.root_key(0), jnp.int32(0))
     out.append(state.params)
   np.testing.assert_allclose(out[0]['kernel'], out[1]['Dense_0']['kernel'], rtol=1e-6)

@@ -15,7 +15,7 @@ from fedjax_gel import algorithms, models
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
-from fedjax_gel.core.sampling import Cohort
+from fedjax_gel.core.sampling import Cohort, CohortSpec
 from fedjax_gel.models.cnn import (CelebACNN, TwoConvCNN, as_nhwc, celeba_cnn, cifar_cnn,
                                    femnist_cnn, gel_femnist_cnn)
 from fedjax_gel.models.rnn import StackedLSTM, sent140_lstm, shakespeare_lstm
@@ -168,8 +168,8 @@ def test_one_fedavg_round_in_the_engine(builder, input_shape, num_classes, vocab
   data = fd.to_device(fd.from_client_arrays(clients))
   params = random_params(m)
   alg = algorithms.fedavg(models.cross_entropy_loss(m), optax.sgd(0.1))
-  rf = build_round(alg, batch_size=2, max_budget=2, chunk_size=2)
-  c = Cohort(jnp.array([0, 1, 2]), jnp.array([2, 1, 2]), jnp.ones(3), jnp.zeros(3))
+  rf = build_round(alg, chunk_size=2)
+  c = Cohort(jnp.array([0, 1, 2]), jnp.array([2, 1, 2]), jnp.ones(3), CohortSpec(3, (1, 2), 2))
   state, _ = rf(alg.server_init(params), c, data, keys.root_key(0), jnp.int32(0))
   new, old = jax.tree_util.tree_leaves(state.params), jax.tree_util.tree_leaves(params)
   assert all(np.all(np.isfinite(a)) for a in new)

@@ -1,6 +1,8 @@
 """FedGBO's global biased optimisers: frozen client statistics, exact inverse step, tracking."""
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,12 +10,13 @@ import optax
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from fedjax_gel.optim.gbo import (KINDS, GBOStats, GlobalBiasedOptimizer, gbo, gbo_adam,
-                                  gbo_rmsprop, gbo_sgdm)
+from fedjax_gel.optim.gbo import (KINDS, GBOCountState, GBOServerState, GBOStats,
+                                  GlobalBiasedOptimizer, gbo, gbo_adam, gbo_rmsprop, gbo_sgdm,
+                                  init_stats, inverse_step, track)
 
 LR, K, NUM_CLIENTS = 0.05, 5, 4
-KIND_HPARAMS = {'sgdm': {'beta': 0.8}, 'rmsprop': {'beta': 0.9, 'eps': 1e-3},
-                'adam': {'beta1': 0.7, 'beta2': 0.95, 'eps': 1e-3}}
+KIND_HPARAMS = {'sgdm': {'b1': 0.8}, 'rmsprop': {'decay': 0.9, 'eps': 1e-3},
+                'adam': {'b1': 0.7, 'b2': 0.95, 'eps': 1e-3}}
 
 
 def _tree(w, b):
@@ -42,17 +45,31 @@ def _loss(params, a, b):
 
 
 def _warm_stats(opt: GlobalBiasedOptimizer) -> GBOStats:
-  return opt.track(opt.track(opt.init_stats(X0), H1), H2)
+  stats = opt.track.init(X0)
+  for h in (H1, H2):
+    stats = opt.track.update(h, stats)[1]
+  return stats
+
+
+def _step(opt, g, y, stats):
+  """One client step's updates with the frozen statistics ``stats``."""
+  return opt.client.update(g, opt.client.init(y), y, stats=stats)[0]
+
+
+def _inverse(opt, x, x_bar, stats, num_steps):
+  """The mean client gradient from ``x - x_bar`` (``opt.inverse``)."""
+  delta = optax.tree_utils.tree_sub(x, x_bar)
+  return opt.inverse.update(delta, opt.inverse.init(x), x, stats=stats, num_steps=num_steps)[0]
 
 
 def _train(opt, stats, a, b, steps):
   """One client's local training from X0 with full-batch gradients; returns (y, grads, state)."""
-  tx = opt.client_optimizer(stats)
+  tx = opt.client
   y, state, grads = X0, tx.init(X0), []
   for _ in range(steps):
     g = jax.grad(_loss)(y, a, b)
     grads.append(g)
-    updates, state = tx.update(g, state, y)
+    updates, state = tx.update(g, state, y, stats=stats)
     y = optax.apply_updates(y, updates)
   return y, grads, state
 
@@ -86,11 +103,11 @@ def test_inverse_recovers_mean_client_gradient(kind):
     grads.extend(g)
   x_bar = jax.tree.map(lambda *ys: jnp.mean(jnp.stack(ys), 0), *ys)
   g_mean = _mean(grads)
-  _assert_close(opt.inverse(X0, x_bar, stats, K), g_mean)
+  _assert_close(_inverse(opt, X0, x_bar, stats, K), g_mean)
   # The clients' gradients differ (so the check is not about one repeated gradient), and the
   # statistics matter: inverting with fresh statistics gives something else.
   assert not np.allclose(grads[0]['w'], grads[-1]['w'], atol=1e-2)
-  wrong = opt.inverse(X0, x_bar, opt.init_stats(X0), K)
+  wrong = _inverse(opt, X0, x_bar, opt.track.init(X0), K)
   assert not np.allclose(np.asarray(wrong['w']), g_mean['w'], atol=1e-3)
 
 
@@ -112,56 +129,57 @@ def test_inverse_with_unequal_steps_and_weights_under_jit(kind):
   mean_steps = float(np.dot(p, steps))
   want = jax.tree.map(lambda s: s / mean_steps, _mean(sums, p))
   x_bar32 = jax.tree.map(lambda t: jnp.asarray(t, jnp.float32), x_bar)
-  got = jax.jit(opt.inverse)(X0, x_bar32, stats, jnp.float32(mean_steps))
+  got = jax.jit(functools.partial(_inverse, opt))(X0, x_bar32, stats, jnp.float32(mean_steps))
   _assert_close(got, want)
   assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(got))
 
 
 @pytest.mark.parametrize('kind', KINDS)
 def test_statistics_frozen_during_local_training(kind):
-  """The client state after ``K`` steps (eager and in a jitted scan) is the downloaded stats."""
+  """The statistics are an argument of every client step, never client state: after ``K``
+  steps (eager and in a jitted scan) the state is the step count alone; the same gradient twice
+  gives the same step (while the ordinary optimiser, tracking its statistics, moves on)."""
   opt = gbo(kind, LR, **KIND_HPARAMS[kind])
   stats = _warm_stats(opt)
   a, b = _quadratics()
-  _, _, state = _train(opt, stats, a[0], b[0], K)
-  tx = opt.client_optimizer(stats)
-  assert tx.init(X0) is stats and state is stats
+  y_eager, _, state = _train(opt, stats, a[0], b[0], K)
+  assert isinstance(state, GBOCountState) and int(state.count) == K
 
   @jax.jit
   def local(stats, a, b):
-    tx = opt.client_optimizer(stats)
-
     def step(carry, _):
       y, state = carry
-      updates, state = tx.update(jax.grad(_loss)(y, a, b), state, y)
+      updates, state = opt.client.update(jax.grad(_loss)(y, a, b), state, y, stats=stats)
       return (optax.apply_updates(y, updates), state), None
 
-    (y, state), _ = jax.lax.scan(step, (X0, tx.init(X0)), None, length=K)
+    (y, state), _ = jax.lax.scan(step, (X0, opt.client.init(X0)), None, length=K)
     return y, state
 
   y, state = local(stats, a[0], b[0])
-  assert isinstance(state, GBOStats)
-  assert jax.tree.structure(state) == jax.tree.structure(stats)
-  for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(stats)):
-    assert got.dtype == want.dtype and np.array_equal(np.asarray(got), np.asarray(want))
+  assert isinstance(state, GBOCountState) and int(state.count) == K
+  _assert_close(y, y_eager, rtol=1e-6, atol=1e-6)
   assert not np.allclose(y['w'], X0['w'])  # the model did move
+  state = opt.client.init(X0)
+  first, state = opt.client.update(H1, state, X0, stats=stats)
+  _assert_close(opt.client.update(H1, state, X0, stats=stats)[0], first, rtol=0, atol=0)
+  moving = opt.adaptive.init(X0)._replace(stats=stats)
+  first, moving = opt.adaptive.update(H1, moving, X0)
+  assert not np.allclose(opt.adaptive.update(H1, moving, X0)[0]['w'], first['w'])
 
 
 def test_vmap_over_clients_matches_loop():
   """Local training vmapped over clients (stats broadcast) equals client-by-client training."""
-  opt = gbo_adam(LR, beta1=0.7, beta2=0.95)
+  opt = gbo_adam(LR, b1=0.7, b2=0.95)
   stats = _warm_stats(opt)
   a, b = _quadratics()
 
   def local(a, b):
-    tx = opt.client_optimizer(stats)
-
     def step(_, carry):
       y, state = carry
-      updates, state = tx.update(jax.grad(_loss)(y, a, b), state, y)
+      updates, state = opt.client.update(jax.grad(_loss)(y, a, b), state, y, stats=stats)
       return optax.apply_updates(y, updates), state
 
-    return jax.lax.fori_loop(0, K, step, (X0, tx.init(X0)))[0]
+    return jax.lax.fori_loop(0, K, step, (X0, opt.client.init(X0)))[0]
 
   ys = jax.jit(jax.vmap(local))(a, b)
   for i in range(NUM_CLIENTS):
@@ -170,23 +188,29 @@ def test_vmap_over_clients_matches_loop():
 
 
 def test_sgdm_without_momentum_is_sgd():
-  """``beta = 0``: client steps are ``optax.sgd(lr)`` steps whatever ``m`` holds, and the server
-  step sets ``m`` to the recovered mean gradient ``(x - x_bar) / (lr K)``."""
-  opt = gbo_sgdm(LR, beta=0.)
+  """``b1 = 0``: client steps are ``optax.sgd(lr)`` steps whatever ``m`` holds, and the server
+  step sets ``m`` to the recovered mean gradient ``(x - x_bar) / (lr K)`` and ``x`` to ``x_bar``."""
+  opt = gbo_sgdm(LR, b1=0.)
   stats = GBOStats(_tree(np.full((2, 3), 5.), np.full(3, -3.)), None)
   a, b = _quadratics()
   sgd = optax.sgd(LR)
   y_gbo, y_sgd = X0, X0
-  tx = opt.client_optimizer(stats)
+  tx = opt.client
   gbo_state, sgd_state = tx.init(X0), sgd.init(X0)
   for _ in range(K):
-    u_gbo, gbo_state = tx.update(jax.grad(_loss)(y_gbo, a[0], b[0]), gbo_state, y_gbo)
+    u_gbo, gbo_state = tx.update(jax.grad(_loss)(y_gbo, a[0], b[0]), gbo_state, y_gbo,
+                                 stats=stats)
     u_sgd, sgd_state = sgd.update(jax.grad(_loss)(y_sgd, a[0], b[0]), sgd_state, y_sgd)
     _assert_close(u_gbo, u_sgd, rtol=1e-6, atol=1e-7)
     y_gbo, y_sgd = optax.apply_updates(y_gbo, u_gbo), optax.apply_updates(y_sgd, u_sgd)
   _assert_close(y_gbo, y_sgd, rtol=1e-6, atol=1e-7)
   y, grads, _ = _train(opt, stats, a[0], b[0], K)
-  new = opt.server_update(X0, y, stats, K)
+  delta = optax.tree_utils.tree_sub(X0, y)
+  updates, server_state = opt.server.update(delta, GBOServerState(jnp.int32(0), stats), X0,
+                                            num_steps=K)
+  _assert_close(optax.apply_updates(X0, updates), y, rtol=1e-6, atol=1e-6)   # x <- x_bar
+  assert int(server_state.count) == 1
+  new = server_state.stats
   assert new.v is None
   _assert_close(new.m, _mean(grads))
   _assert_close(new.m, jax.tree.map(lambda x, y: (x - y) / (LR * K), X0, y), rtol=1e-6, atol=1e-6)
@@ -204,23 +228,31 @@ def test_client_inverse_and_tracking_match_numpy(kind):
   x_bar = {k: np.asarray(x) - 0.01 * rng.normal(size=x.shape) for k, x in X0.items()}
   f32 = lambda t: {k: jnp.asarray(x, jnp.float32) for k, x in t.items()}
   stats = GBOStats(f32(m) if kind != 'rmsprop' else None, f32(v) if kind != 'sgdm' else None)
-  upd, _ = opt.client_optimizer(stats).update(f32(g), stats)
-  inv = opt.inverse(X0, f32(x_bar), stats, 3.5)
-  new = opt.track(stats, f32(g))
+  upd = _step(opt, f32(g), X0, stats)
+  inv = _inverse(opt, X0, f32(x_bar), stats, 3.5)
+  new = opt.track.update(f32(g), stats)[1]
+  # The module-level functions are the same computations.
+  b1, b2, eps = hp.get('b1'), hp.get('b2', hp.get('decay')), hp.get('eps', 0.)
+  delta = optax.tree_utils.tree_sub(X0, f32(x_bar))
+  _assert_close(inverse_step(delta, stats, LR, 3.5, b1, eps), inv, rtol=0, atol=0)
+  for got, want in zip(track(stats, f32(g), b1, b2), new):
+    assert (got is None) == (want is None)
+    if want is not None:
+      _assert_close(got, want, rtol=0, atol=0)
   for k in X0:
     d = np.asarray(X0[k], np.float64) - x_bar[k]
     if kind == 'sgdm':
-      beta = hp['beta']
+      beta = hp['b1']
       want_upd = -LR * (beta * m[k] + (1 - beta) * g[k])
       want_inv = (d / (LR * 3.5) - beta * m[k]) / (1 - beta)
       want_m, want_v = beta * m[k] + (1 - beta) * g[k], None
     elif kind == 'rmsprop':
-      beta, eps = hp['beta'], hp['eps']
+      beta, eps = hp['decay'], hp['eps']
       want_upd = -LR * g[k] / (np.sqrt(v[k]) + eps)
       want_inv = d * (np.sqrt(v[k]) + eps) / (LR * 3.5)
       want_m, want_v = None, beta * v[k] + (1 - beta) * g[k] ** 2
     else:
-      b1, b2, eps = hp['beta1'], hp['beta2'], hp['eps']
+      b1, b2, eps = hp['b1'], hp['b2'], hp['eps']
       want_upd = -LR * (b1 * m[k] + (1 - b1) * g[k]) / (np.sqrt(v[k]) + eps)
       want_inv = (d * (np.sqrt(v[k]) + eps) / (LR * 3.5) - b1 * m[k]) / (1 - b1)
       want_m, want_v = b1 * m[k] + (1 - b1) * g[k], b2 * v[k] + (1 - b2) * g[k] ** 2
@@ -238,9 +270,16 @@ def test_client_inverse_and_tracking_match_numpy(kind):
 
 @pytest.mark.parametrize('kind', KINDS)
 def test_initial_statistics(kind):
-  """``m`` starts at 0, ``v`` at 1, shaped and typed like params; absent statistics are None."""
-  stats = gbo(kind, LR).init_stats(X0)
+  """``m`` starts at 0, ``v`` at 1, shaped and typed like params; absent statistics are None;
+  the tracking, server and adaptive transformations all start there."""
+  opt = gbo(kind, LR)
+  stats = opt.track.init(X0)
   assert isinstance(stats, GBOStats)
+  for other in (opt.server.init(X0).stats, opt.adaptive.init(X0).stats,
+                init_stats(X0, 0.9 if kind != 'rmsprop' else None,
+                           0.9 if kind != 'sgdm' else None)):
+    assert jax.tree.structure(other) == jax.tree.structure(stats)
+    jax.tree.map(np.testing.assert_array_equal, other, stats)
   for name, fill, present in (('m', 0., kind != 'rmsprop'), ('v', 1., kind != 'sgdm')):
     tree = getattr(stats, name)
     if not present:
@@ -252,35 +291,52 @@ def test_initial_statistics(kind):
 
 
 def test_adam_without_momentum_is_rmsprop():
-  """Adam with ``beta1 = 0`` steps, inverts and tracks ``v`` as RMSProp (paper, §5)."""
-  adam, rms = gbo_adam(LR, beta1=0., beta2=0.9), gbo_rmsprop(LR, beta=0.9)
+  """Adam with ``b1 = 0`` steps, inverts and tracks ``v`` as RMSProp (paper, §5)."""
+  adam, rms = gbo_adam(LR, b1=0., b2=0.9), gbo_rmsprop(LR, decay=0.9)
   s_adam = _warm_stats(adam)
   s_rms = GBOStats(None, s_adam.v)
-  _assert_close(adam.client_optimizer(s_adam).update(H1, s_adam)[0],
-                rms.client_optimizer(s_rms).update(H1, s_rms)[0], rtol=1e-6, atol=1e-7)
+  _assert_close(_step(adam, H1, X0, s_adam), _step(rms, H1, X0, s_rms), rtol=1e-6, atol=1e-7)
   x_bar = jax.tree.map(lambda x, h: x - 0.01 * h, X0, H2)
-  _assert_close(adam.inverse(X0, x_bar, s_adam, 3), rms.inverse(X0, x_bar, s_rms, 3),
+  _assert_close(_inverse(adam, X0, x_bar, s_adam, 3), _inverse(rms, X0, x_bar, s_rms, 3),
                 rtol=1e-6, atol=1e-6)
-  _assert_close(adam.track(s_adam, H1).v, rms.track(s_rms, H1).v, rtol=1e-6, atol=1e-7)
+  _assert_close(adam.track.update(H1, s_adam)[1].v, rms.track.update(H1, s_rms)[1].v,
+                rtol=1e-6, atol=1e-7)
 
 
 def test_defaults_and_bad_arguments():
-  """Documented defaults; unknown kinds, foreign hyper-parameters and bad values are refused."""
-  assert (gbo('sgdm', 0.1).beta1, gbo('sgdm', 0.1).beta2) == (0.9, None)
-  assert (gbo('rmsprop', 0.1).beta2, gbo('rmsprop', 0.1).eps) == (0.9, 1e-3)
-  adam = gbo('adam', 0.1)
-  assert (adam.kind, adam.beta1, adam.beta2, adam.eps) == ('adam', 0.9, 0.99, 1e-3)
-  assert gbo('rmsprop', 0.1, beta=0.5).beta2 == 0.5
+  """Documented defaults (each optimiser by name steps, inverts and tracks as the one built with
+  the defaults written out); unknown kinds, foreign or old hyper-parameter names and bad values
+  are refused."""
+  def same(got, want):
+    assert got.kind == want.kind
+    stats = _warm_stats(want)
+    x_bar = jax.tree.map(lambda x, h: x - 0.01 * h, X0, H2)
+    _assert_close(_step(got, H1, X0, stats), _step(want, H1, X0, stats), rtol=0, atol=0)
+    _assert_close(_inverse(got, X0, x_bar, stats, 3), _inverse(want, X0, x_bar, stats, 3),
+                  rtol=0, atol=0)
+    jax.tree.map(np.testing.assert_array_equal, got.track.update(H1, stats)[1],
+                 want.track.update(H1, stats)[1])
+
+  same(gbo('sgdm', 0.1), gbo_sgdm(0.1, b1=0.9))
+  same(gbo('rmsprop', 0.1), gbo_rmsprop(0.1, decay=0.9, eps=1e-3))
+  same(gbo('adam', 0.1), gbo_adam(0.1, b1=0.9, b2=0.99, eps=1e-3))
+  same(gbo('rmsprop', 0.1, decay=0.5), gbo_rmsprop(0.1, decay=0.5, eps=1e-3))
+  with pytest.raises(AssertionError):   # the comparison sees a different hyper-parameter
+    same(gbo('sgdm', 0.1), gbo_sgdm(0.1, b1=0.8))
   with pytest.raises(ValueError, match='unknown FedGBO'):
     gbo('yogi', 0.1)
   with pytest.raises(ValueError, match='beta1'):
     gbo('sgdm', 0.1, beta1=0.9)
+  with pytest.raises(ValueError, match='beta2'):
+    gbo('adam', 0.1, beta2=0.9)
+  with pytest.raises(ValueError, match='beta'):
+    gbo('rmsprop', 0.1, beta=0.5)
   with pytest.raises(ValueError, match='eps'):
     gbo('sgdm', 0.1, eps=1e-3)
   with pytest.raises(ValueError):
-    gbo_sgdm(0.1, beta=1.)
+    gbo_sgdm(0.1, b1=1.)
   with pytest.raises(ValueError):
-    gbo_adam(0.1, beta1=-0.1)
+    gbo_adam(0.1, b1=-0.1)
   with pytest.raises(ValueError):
     gbo_rmsprop(0.1, eps=-1.)
   with pytest.raises(ValueError):

@@ -5,7 +5,7 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_gel.optim.guessed import (gel_sgdm, guessing, momentum_coefficients,
+from fedjax_gel.optim.guessed import (gel_sgdm, guess, guessing, momentum_coefficients,
                                       momentum_coefficients_l1)
 
 LR, ALPHA = 0.05, 0.9
@@ -42,7 +42,7 @@ def test_lemma1_accumulated_update_is_the_coefficient_weighted_gradient_sum(tau,
   x0 = tree(7)
   grads = [tree(100 + k) for k in range(tau)]
   y, state = run_steps(opt, x0, grads)
-  u, _ = opt.guess(state, y, tau_prime)
+  u, _ = guess(state, y, tau_prime)
   y = optax.apply_updates(y, u)
   a = [(1 - ALPHA ** (tau_prime + tau - k)) / (1 - ALPHA) for k in range(tau)]   # eq. 6
   np.testing.assert_allclose(momentum_coefficients(tau, tau_prime, ALPHA), a, rtol=1e-6)
@@ -54,27 +54,29 @@ def test_lemma1_accumulated_update_is_the_coefficient_weighted_gradient_sum(tau,
 def test_zero_guesses_change_nothing():
   opt = gel_sgdm(LR, ALPHA)
   y, state = run_steps(opt, tree(1), [tree(2), tree(3)])
-  u, new_state = opt.guess(state, y, 0)
+  u, new_state = guess(state, y, 0)
   close(u, jax.tree_util.tree_map(jnp.zeros_like, y), tol=0)
   close(new_state.velocity, state.velocity, tol=0)
 
 
 def test_infinite_guesses_are_the_alpha_over_one_minus_alpha_nudge():
   opt = gel_sgdm(LR, ALPHA)
-  _, state = run_steps(opt, tree(1), [tree(2), tree(3), tree(4)])
-  u, new_state = opt.guess(state, None, jnp.inf)
+  y, state = run_steps(opt, tree(1), [tree(2), tree(3), tree(4)])
+  u, new_state = guess(state, y, jnp.inf)
   close(u, jax.tree_util.tree_map(lambda v: ALPHA / (1 - ALPHA) * v, state.velocity))
   close(new_state.velocity, jax.tree_util.tree_map(jnp.zeros_like, state.velocity), tol=0)
 
 
+@pytest.mark.parametrize('proxy', ['zero', 'last_gradient'])
 @pytest.mark.parametrize('count', [0, 1, 5, 17])
-def test_closed_form_equals_guessing_one_step_at_a_time(count):
-  """Eq. 5 in closed form == optax.sgd(momentum) re-applied `count` times with zero gradients."""
+def test_closed_form_equals_guessing_one_step_at_a_time(count, proxy):
+  """gel_sgdm's closed forms (eq. 5 for the zero proxy) == optax.sgd(momentum) re-applied
+  `count` times with the proxy gradient (zero or the last one)."""
   grads = [tree(10 + k) for k in range(4)]
-  closed, loop = gel_sgdm(LR, ALPHA), guessing(optax.sgd(LR, momentum=ALPHA), 'zero')
+  closed, loop = gel_sgdm(LR, ALPHA, proxy), guessing(optax.sgd(LR, momentum=ALPHA), proxy)
   y1, s1 = run_steps(closed, tree(0), grads)
   y2, s2 = run_steps(loop, tree(0), grads)
-  close(closed.guess(s1, y1, count)[0], loop.guess(s2, y2, count)[0], tol=1e-5)
+  close(guess(s1, y1, count)[0], guess(s2, y2, count)[0], tol=1e-5)
 
 
 def test_last_gradient_proxy_reapplies_adam_with_the_last_gradient():
@@ -83,7 +85,7 @@ def test_last_gradient_proxy_reapplies_adam_with_the_last_gradient():
   opt = guessing(adam, 'last_gradient')
   grads = [tree(20 + k) for k in range(3)]
   y, state = run_steps(opt, tree(5), grads)
-  u, _ = opt.guess(state, y, 4)
+  u, _ = guess(state, y, 4)
   # By hand: continue a plain Adam loop with the last gradient four more times.
   p, s = run_steps(adam, tree(5), grads)
   start = p
@@ -100,10 +102,10 @@ def test_per_client_counts_under_vmap_match_separate_runs():
   state = jax.vmap(opt.init)(params)
   _, state = jax.vmap(opt.update)(grads, state, params)
   counts = jnp.array([0, 2, 5])
-  batched, _ = jax.jit(jax.vmap(opt.guess))(state, params, counts)
+  batched, _ = jax.jit(jax.vmap(guess))(state, params, counts)
   for i in range(3):
     one = jax.tree_util.tree_map(lambda a: a[i], (state, params))
-    u, _ = opt.guess(*one, int(counts[i]))
+    u, _ = guess(*one, int(counts[i]))
     close(jax.tree_util.tree_map(lambda a: a[i], batched), u, tol=1e-6)
 
 
@@ -133,7 +135,7 @@ def test_guesses_in_a_plain_training_loop():
     for _ in range(20):
       updates, state = opt.update(jax.grad(loss)(w), state, w)
       w = optax.apply_updates(w, updates)
-      updates, state = opt.guess(state, w, guesses)
+      updates, state = guess(state, w, guesses)
       w = optax.apply_updates(w, updates)
     return float(loss(w))
 
@@ -141,12 +143,21 @@ def test_guesses_in_a_plain_training_loop():
 
 
 def test_momentum_must_lie_below_one():
-  with pytest.raises(ValueError, match='momentum in'):
+  with pytest.raises(ValueError, match='momentum must be in'):
     gel_sgdm(0.1, 1.0)
 
 
-def test_a_count_that_is_not_finite_gives_no_loop_guesses():
-  opt = guessing(optax.sgd(LR, momentum=ALPHA), 'zero')
-  y, state = run_steps(opt, tree(1), [tree(2)])
-  u, _ = jax.jit(opt.guess)(state, y, jnp.inf)
-  close(u, jax.tree_util.tree_map(jnp.zeros_like, y), tol=0)
+def test_infinite_count_runs_the_guess_loop_to_its_limit():
+  """guessing(...) with count inf sums until convergence: eq. 5's alpha / (1 - alpha) v, as
+  gel_sgdm's closed form; a sum that never settles (last gradient) is NaN, never zero."""
+  loop, closed = guessing(optax.sgd(LR, momentum=ALPHA), 'zero'), gel_sgdm(LR, ALPHA)
+  y, state = run_steps(loop, tree(1), [tree(2)])
+  y_closed, s_closed = run_steps(closed, tree(1), [tree(2)])
+  u, _ = jax.jit(guess)(state, y, jnp.inf)
+  close(u, guess(s_closed, y_closed, jnp.inf)[0], tol=1e-5)
+  close(u, jax.tree_util.tree_map(lambda v: ALPHA / (1 - ALPHA) * v, s_closed.velocity),
+        tol=1e-5)
+  last = guessing(optax.sgd(LR, momentum=ALPHA), 'last_gradient')
+  y, state = run_steps(last, tree(1), [tree(2)])
+  u, _ = jax.jit(guess)(state, y, jnp.inf)
+  assert all(np.isnan(leaf).all() for leaf in jax.tree_util.tree_leaves(u))
