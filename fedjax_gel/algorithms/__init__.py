@@ -1,5 +1,5 @@
 """Federated algorithms, each a small module of pure functions the engine composes."""
-from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.algorithms.drift import adabest, feddyn, scaffold
 from fedjax_gel.algorithms.fedavg import fedavg, fedavgcm, local_sgd
 from fedjax_gel.algorithms.fedexp import fedexp

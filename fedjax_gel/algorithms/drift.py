@@ -54,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.core import store
 
 tree_map = jax.tree_util.tree_map

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_gel.algorithms.base import FederatedAlgorithm
+from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.algorithms.fedavg import ServerState, local_sgd
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import optax
 
-from fedjax_gel.algorithms.base import FederatedAlgorithm
+from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.models.base import Model, max_entropy_loss
 

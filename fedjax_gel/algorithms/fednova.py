@@ -13,7 +13,7 @@ from typing import Callable
 import jax.numpy as jnp
 import optax
 
-from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm
+from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.algorithms.gel import GuessPolicy, checked_policy
 from fedjax_gel.optim.guessed import gel_sgdm, momentum_coefficients_l1

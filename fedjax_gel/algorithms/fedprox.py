@@ -11,7 +11,7 @@ from typing import Callable
 
 import optax
 
-from fedjax_gel.algorithms.base import FederatedAlgorithm
+from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.algorithms.gel import GuessPolicy, checked_policy
 from fedjax_gel.optim.guessed import gel_sgdm

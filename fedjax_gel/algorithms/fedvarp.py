@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.algorithms.drift import identity, mean_row
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.core import store

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.algorithms.fedavg import ClientState
 from fedjax_gel.optim.gbo import GlobalBiasedOptimizer
 

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_gel.algorithms.base import FederatedAlgorithm
+from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.optim.guessed import PROXIES, gel_sgdm
 

@@ -1,4 +1,6 @@
-"""The engine: federated data pools, samplers, the jitted round, evaluation."""
+"""The engine: the algorithm interface, federated data pools, samplers, the jitted round,
+evaluation."""
+from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.core.evaluation import EvalPool, build_evaluate, make_eval_pool
 from fedjax_gel.core.federated_data import (FederatedData, FederatedSplit, client_examples,
                                             from_client_arrays, to_device)
@@ -10,9 +12,9 @@ from fedjax_gel.core.shuffle import cycled_permutation
 from fedjax_gel.core.small_dots import fuse_small_dots
 
 __all__ = [
-    'Cohort', 'CohortSpec', 'EvalPool', 'FederatedData', 'FederatedSplit', 'RoundMetrics',
-    'SELECTIONS', 'WEIGHTINGS', 'aggregation_weights', 'build_evaluate', 'build_round',
-    'client_examples', 'cycled_permutation', 'default_chunk_size', 'from_client_arrays',
-    'fuse_small_dots', 'make_eval_pool', 'sample_budgets', 'sample_clients', 'sample_cohort',
-    'to_device',
+    'ClientContext', 'Cohort', 'CohortSpec', 'EvalPool', 'FederatedAlgorithm', 'FederatedData',
+    'FederatedSplit', 'RoundInfo', 'RoundMetrics', 'SELECTIONS', 'WEIGHTINGS',
+    'aggregation_weights', 'build_evaluate', 'build_round', 'client_examples',
+    'cycled_permutation', 'default_chunk_size', 'from_client_arrays', 'fuse_small_dots',
+    'make_eval_pool', 'sample_budgets', 'sample_clients', 'sample_cohort', 'to_device',
 ]

@@ -24,6 +24,7 @@ import math
 import jax
 from jax.extend import core as jcore
 
+from fedjax_gel.core.algorithm import ClientContext
 from fedjax_gel.core.shuffle import order_bytes
 
 
@@ -79,7 +80,6 @@ def client_bytes(algorithm, params, example_spec: dict, batch_size: int, max_bud
   """Estimated device bytes one client of a chunk takes during a round of ``algorithm`` (a
   ``FederatedAlgorithm``; see the module doc). Traced with shapes only, nothing runs.
   ``example_spec``: one example's ``ShapeDtypeStruct`` per feature."""
-  from fedjax_gel.algorithms.base import ClientContext  # pylint: disable=g-import-not-at-top
   params = _shapes(params)
   scalar = lambda dtype: jax.ShapeDtypeStruct((), dtype)
   stored = None

@@ -33,7 +33,7 @@ import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from fedjax_gel.algorithms.base import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.core import keys, small_dots
 from fedjax_gel.core import store as store_lib
 from fedjax_gel.core.devices import CLIENT_AXIS

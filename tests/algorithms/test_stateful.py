@@ -10,7 +10,7 @@ import pytest
 
 from fedjax_gel import algorithms
 from fedjax_gel.algorithms import drift
-from fedjax_gel.algorithms.base import RoundInfo
+from fedjax_gel.core.algorithm import RoundInfo
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 

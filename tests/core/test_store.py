@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_gel.algorithms.base import FederatedAlgorithm
+from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.core import keys
 from fedjax_gel.core import store
 from fedjax_gel.core.round import build_round

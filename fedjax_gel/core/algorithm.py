@@ -8,6 +8,9 @@ client's budget, and hands ``server_update`` the weighted mean of the uploads.
 Stateful algorithms (SCAFFOLD, FedDyn, AdaBest, FedVARP) keep a row per client in a store inside
 their server state (field ``clients``, leaves ``[rows, ...]``); the engine gathers the cohort's
 rows, hands each client its row, and writes back the rows clients return (``fedjax_gel.core.store``).
+
+The interface lives in ``core`` with the engine that runs it: ``fedjax_gel.algorithms`` depends on
+``core``, never the reverse.
 """
 from __future__ import annotations
 
