@@ -14,12 +14,17 @@ from absl import app, flags, logging
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from fedjax_gel.experiment import compilation_cache  # pylint: disable=g-import-not-at-top
 from fedjax_gel.experiment import config as config_lib  # pylint: disable=g-import-not-at-top
 
 D = config_lib.Config()
 F = flags.FLAGS
 flags.DEFINE_string('workdir', None, 'Output directory (default: runs/<algorithm>_<dataset>_<time>).')
 flags.DEFINE_bool('overwrite', False, 'Replace the outputs of an earlier run in --workdir.')
+flags.DEFINE_string('compilation_cache', compilation_cache.default_dir(),
+                    'Folder of JAX\'s persistent compilation cache (compiled programs reused by '
+                    f'later processes); empty: off. Default ${compilation_cache.ENV} if set, else '
+                    'the user cache folder.')
 flags.DEFINE_string('dataset', D.dataset, f'One of {", ".join(config_lib.DATASETS)}.')
 flags.DEFINE_string('data_path', None, 'LEAF datasets: a LEAF JSON file, a directory of them '
                     '(merged: FEMNIST), or a directory with train/ and test/.')
@@ -193,6 +198,13 @@ def main(argv):
     fail(f'unexpected arguments: {" ".join(argv[1:])}')
   from fedjax_gel.core.devices import use_all_cpu_cores
   use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
+  try:
+    compilation_cache.enable(F.compilation_cache)
+  except OSError as e:
+    if F['compilation_cache'].present:
+      fail(f'--compilation_cache={F.compilation_cache}: cannot use it as the compilation cache '
+           f'({e.strerror or e})')
+    print(f'note: no compilation cache ({e.strerror or e}); every program is compiled afresh')
   from fedjax_gel.data.leaf import DataError
   from fedjax_gel.experiment import grid, runner
   try:

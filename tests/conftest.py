@@ -5,6 +5,10 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The launcher's persistent compilation cache stays off in the tests (inherited by the commands
+# they start), so that no test depends on what an earlier one compiled; test_compilation_cache
+# turns it on in a folder of its own.
+os.environ['FEDJAX_GEL_COMPILATION_CACHE'] = ''
 
 import helpers  # pylint: disable=g-import-not-at-top,wrong-import-position
 

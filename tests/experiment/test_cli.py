@@ -201,6 +201,31 @@ def test_bad_input_is_one_line_and_nothing_is_written_or_lost(bad_runs, paths, i
     assert not workdir.exists()
 
 
+def test_compilation_cache_is_filled_once_and_changes_no_result(paths, tmp_path):
+  cache = tmp_path / 'cache'
+  common = ['--flagfile=launch/configs/quickstart.flags', '--dataset=leaf', '--algorithm=gel',
+            f'--data_path={paths["data"]}', '--num_rounds=3', '--eval_every=1',
+            '--clients_per_round=3', '--budget_range=1,2', f'--compilation_cache={cache}']
+  first = run(*common, f'--workdir={tmp_path / "a"}')
+  assert first.returncode == 0, first.stderr
+  entries = sorted(p.name for p in cache.iterdir())
+  assert entries   # the programs of the run
+  second = run(*common, f'--workdir={tmp_path / "b"}')
+  assert second.returncode == 0, second.stderr
+  assert not any(w in second.stderr for w in ('arning', 'rror', 'Traceback')), second.stderr
+  assert sorted(p.name for p in cache.iterdir()) == entries   # every program found, none new
+
+  def metrics(run_dir):
+    return [{k: v for k, v in json.loads(line).items() if k != 'elapsed_s'}
+            for line in (run_dir / 'metrics.jsonl').read_text().splitlines()]
+  assert metrics(tmp_path / 'b') == metrics(tmp_path / 'a')
+  not_a_folder = tmp_path / 'file'
+  not_a_folder.write_text('x')
+  assert_one_line_error(run(*common, f'--workdir={tmp_path / "c"}',
+                            f'--compilation_cache={not_a_folder}'), '--compilation_cache')
+  assert not (tmp_path / 'c').exists()
+
+
 def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   workdir = tmp_path / 'run'
   common = ['--flagfile=launch/configs/quickstart.flags', '--dataset=leaf',
