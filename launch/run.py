@@ -193,6 +193,19 @@ def fail(message: str):
 
 
 def main(argv):
+  """``run(argv)``; Ctrl-C ends it with one line saying how to go on (exit status 130)."""
+  try:
+    run(argv)
+  except KeyboardInterrupt as e:
+    done = getattr(e, 'round', None)   # runner.Interrupted: stopped between rounds
+    where = (f'after round {done}, with a checkpoint of it' if done is not None else
+             'before the round under way finished')
+    print(f'interrupted {where}: run the same command to continue (finished runs are kept, '
+          'the others resume from their last checkpoint)', file=sys.stderr)
+    sys.exit(130)
+
+
+def run(argv):
   logging.set_verbosity(logging.ERROR)   # keep JAX's and TFDS's notices off stderr
   if len(argv) > 1:
     fail(f'unexpected arguments: {" ".join(argv[1:])}')

@@ -186,6 +186,9 @@ def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
                     f'{alive.max() if alive.size else float("nan"):.4f}', force=True)
 
   progress = progress or Progress(c.num_rounds)
+  if start:
+    progress.note(f'{c.run_name} grid, seed {c.seed}: resuming from the checkpoint of round '
+                  f'{start}')
 
   def step(r):
     nonlocal states

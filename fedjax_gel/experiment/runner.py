@@ -7,10 +7,12 @@ Everything that can be wrong with the input is checked before anything is writte
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
+import signal
 import time
 from typing import Callable, NamedTuple, Optional
 
@@ -523,28 +525,66 @@ def train_seeds(exp: Experiment, configs, workdirs, progress: Progress | None = 
   return train_runs(exp, list(configs), list(workdirs), None, progress, compiled, resume)
 
 
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C stopped the loop after a whole round, whose checkpoint was written (the same run
+  resumes from it)."""
+
+  def __init__(self, round_idx: int):
+    super().__init__(f'interrupted after round {round_idx}')
+    self.round = round_idx
+
+
+@contextlib.contextmanager
+def deferred_interrupt():
+  """Within it, a first Ctrl-C (SIGINT) only sets the returned flag, so that the loop can stop
+  between rounds; a second one interrupts at once. Outside the main thread: no-op."""
+  flag = []
+
+  def handler(signum, frame):
+    del signum, frame
+    if flag:
+      raise KeyboardInterrupt
+    flag.append(True)
+
+  try:
+    previous = signal.signal(signal.SIGINT, handler)
+  except ValueError:   # not the main thread: signals stay as they are
+    yield flag
+    return
+  try:
+    yield flag
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
 def run_rounds(c: Config, start: int, progress: Progress, step, record, save,
                stopped=lambda: False) -> float:
   """The loop of a run (or of a grid's cells): ``step(r)`` trains round ``r`` for rounds
   ``start .. num_rounds - 1``; ``record(done)`` evaluates at round 0 (unless resuming), every
   ``eval_every`` rounds and after the last; ``save(done)`` checkpoints every
   ``checkpoint_every`` rounds but the last; ``stopped()`` ends it early (every run diverged).
-  Returns the seconds the rounds took."""
+  Ctrl-C ends it after the round under way with a checkpoint of it (even with
+  ``checkpoint_every = 0``) and raises ``Interrupted``. Returns the seconds the rounds took."""
   if not start:
     record(0)
   progress.begin(start)
   t = time.perf_counter()
-  for r in range(start, c.num_rounds):
-    step(r)
-    done = r + 1
-    if done % c.eval_every == 0 or done == c.num_rounds:
-      record(done)
-    else:
-      progress.update(done)
-    if c.checkpoint_every and done % c.checkpoint_every == 0 and done < c.num_rounds:
-      save(done)
-    if stopped():
-      break
+  with deferred_interrupt() as interrupted:
+    for r in range(start, c.num_rounds):
+      step(r)
+      done = r + 1
+      if done % c.eval_every == 0 or done == c.num_rounds:
+        record(done)
+      else:
+        progress.update(done)
+      checkpoint_due = c.checkpoint_every and done % c.checkpoint_every == 0
+      if (checkpoint_due or interrupted) and done < c.num_rounds:
+        save(done)
+      if interrupted and done < c.num_rounds:
+        progress.close()
+        raise Interrupted(done)
+      if stopped():
+        break
   progress.close()
   return time.perf_counter() - t
 
@@ -615,6 +655,9 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
   compile_s = time.perf_counter() - t0
 
   progress = progress or Progress(c.num_rounds)
+  if start:
+    seeds = ', '.join(str(x.seed) for x in configs)
+    progress.note(f'{c.run_name}, seed {seeds}: resuming from the checkpoint of round {start}')
   pending = []
   pick = (lambda tree, i: jax.tree.map(lambda a: a[i], tree)) if batched else (lambda t, i: t)
 

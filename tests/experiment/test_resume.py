@@ -64,6 +64,35 @@ def uninterrupted(tiny_leaf_file, tmp_path_factory):
   return workdir
 
 
+def test_ctrl_c_stops_between_rounds_with_a_checkpoint_and_the_run_resumes(
+    tiny_leaf_file, uninterrupted, tmp_path):
+  """SIGINT mid-run: exit 130 with one line saying how to go on (no traceback), a checkpoint
+  of the last whole round; the same command then finishes with the uninterrupted metrics."""
+  workdir = tmp_path / 'interrupted'
+  cmd = command(tiny_leaf_file, workdir, '--algorithms=gel', '--seeds=0,1')
+  proc = subprocess.Popen(cmd, cwd=REPO, text=True, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE)
+  metrics_file, deadline = workdir / 'seed0' / 'metrics.jsonl', time.time() + 120
+  while proc.poll() is None and (not metrics_file.exists() or
+                                 len(metrics_file.read_text().splitlines()) < 3):
+    assert time.time() < deadline
+    time.sleep(0.005)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 130, err
+  assert 'Traceback' not in err
+  last = err.strip().splitlines()[-1]
+  assert last.startswith('interrupted after round ') and 'run the same command' in last, err
+  done = int(last.split()[3].rstrip(','))
+  for seed in ('seed0', 'seed1'):
+    assert (workdir / seed / f'checkpoint-{done}.msgpack').exists()
+  resumed = run(cmd)
+  assert resumed.returncode == 0, resumed.stderr
+  assert f'seed 0, 1: resuming from the checkpoint of round {done}' in resumed.stderr
+  for seed in ('seed0', 'seed1'):
+    assert metrics(workdir / seed) == metrics(uninterrupted / seed)
+
+
 @pytest.mark.parametrize('extra', [[], ['--vmap_seeds=false']], ids=['vmapped', 'sequential'])
 def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted, tmp_path, extra):
   """Two seeds, vmapped or one after another: kill -9, rerun the same command; every seed's
