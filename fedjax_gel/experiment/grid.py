@@ -148,9 +148,12 @@ def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
   root = keys.root_key(c.seed)
   sample = runner.make_sampler(exp, root)
 
+  num = lc.size
+  progress = progress or Progress(c.num_rounds)
+  progress.label = f'{c.run_name} grid of {num} cells, seed {c.seed}'
+  progress.note(f'{progress.label}: compiling')
   t0 = time.perf_counter()
   init, round_fn, evaluate = build_grid_fns(exp, chunk)
-  num = lc.size
   track = {'best': np.full(num, -np.inf), 'diverged': np.zeros(num, bool),
            'reached': np.full(num, -1), 'accuracy': np.full(num, np.nan),
            'train_loss': np.full(num, np.nan)}   # TRACKED, per cell; checkpointed
@@ -185,10 +188,7 @@ def train_grid(exp: runner.Experiment, client_lrs, server_lrs, workdir: str,
     progress.update(done, f'{alive.size}/{num} cells finite, best test acc '
                     f'{alive.max() if alive.size else float("nan"):.4f}', force=True)
 
-  progress = progress or Progress(c.num_rounds)
-  if start:
-    progress.note(f'{c.run_name} grid, seed {c.seed}: resuming from the checkpoint of round '
-                  f'{start}')
+  progress.compiled(compile_s, start)
 
   def step(r):
     nonlocal states

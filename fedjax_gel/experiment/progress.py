@@ -13,8 +13,9 @@ def format_seconds(s: float) -> str:
 class Progress:
   """Rewrites one status line on a terminal; prints one line per evaluation otherwise."""
 
-  def __init__(self, total_rounds: int, stream=None):
+  def __init__(self, total_rounds: int, stream=None, label: str = ''):
     self.total = total_rounds
+    self.label = label   # the run the line is about (algorithm, seed or grid), as its prefix
     self.stream = stream or sys.stderr
     self.tty = getattr(self.stream, 'isatty', lambda: False)()
     self.start = None
@@ -29,8 +30,9 @@ class Progress:
     rate = (done - self.start_round) / elapsed if elapsed > 0 else 0.
     eta = (self.total - done) / rate if rate > 0 else float('nan')
     eta_s = format_seconds(eta) if eta == eta else '?'
-    return f'round {done}/{self.total} | {rate:.2f} rounds/s | ETA {eta_s}' + (
-        f' | {extra}' if extra else '')
+    return (f'{self.label} | ' if self.label else '') + (
+        f'round {done}/{self.total} | {rate:.2f} rounds/s | ETA {eta_s}') + (
+            f' | {extra}' if extra else '')
 
   def update(self, done: int, extra: str = '', force: bool = False):
     if self.tty:
@@ -44,6 +46,11 @@ class Progress:
     """A line of its own (on a terminal, below the status line)."""
     self.stream.write(('\r' + ' ' * 100 + '\r' if self.tty else '') + text + '\n')
     self.stream.flush()
+
+  def compiled(self, seconds: float, start: int):
+    """The line before the first round: compilation time, and where a resumed run starts."""
+    self.note(f'{self.label}: the round compiled in {seconds:.1f} s' +
+              (f'; resuming from the checkpoint of round {start}' if start else ''))
 
   def close(self):
     if self.tty:

@@ -619,6 +619,9 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
     return state
   compiled = {} if compiled is None else compiled
   evaluate = compiled.setdefault('evaluate', evaluation.build_evaluate(exp.model.apply))
+  progress = progress or Progress(c.num_rounds)
+  progress.label = f'{c.run_name}, seed {", ".join(str(x.seed) for x in configs)}'
+  progress.note(f'{progress.label}: compiling')
   t0 = time.perf_counter()
   if batched:
     root = jnp.stack(roots)
@@ -654,10 +657,7 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
   round_fn = compiled[key]
   compile_s = time.perf_counter() - t0
 
-  progress = progress or Progress(c.num_rounds)
-  if start:
-    seeds = ', '.join(str(x.seed) for x in configs)
-    progress.note(f'{c.run_name}, seed {seeds}: resuming from the checkpoint of round {start}')
+  progress.compiled(compile_s, start)
   pending = []
   pick = (lambda tree, i: jax.tree.map(lambda a: a[i], tree)) if batched else (lambda t, i: t)
 

@@ -251,6 +251,15 @@ def test_progress_line_has_rate_and_eta():
   assert '2.00 rounds/s' in line and 'ETA 0:00:03' in line and line.endswith('| test acc 0.5')
 
 
+def test_progress_lines_name_the_run_and_its_compilation():
+  stream = io.StringIO()
+  p = progress_lib.Progress(10, stream=stream, label='gel, seed 0, 1')
+  assert p.line(3).startswith('gel, seed 0, 1 | round 3/10 | ')
+  p.compiled(1.25, 40)
+  assert stream.getvalue() == ('gel, seed 0, 1: the round compiled in 1.2 s; resuming from the '
+                               'checkpoint of round 40\n')
+
+
 def test_progress_writes_lines_off_terminal():
   stream = io.StringIO()
   p = progress_lib.Progress(3, stream=stream)
