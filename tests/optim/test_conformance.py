@@ -161,14 +161,22 @@ def check_guessing_with_injected_inner(factory, kwargs, proxy, p):
   close(guesses_of(s, p), guesses_of(ref_s, p))
   # A learning rate changed in the state between jitted steps takes effect, guesses included.
   tx = optim.guessing(optax.inject_hyperparams(factory)(learning_rate=LR, **kwargs), proxy)
-  update = jax.jit(lambda g, s: tx.update(g, s, p))
-  _, state = update(grads_like(p, 0), tx.init(p))
-  state.inner_state.hyperparams['learning_rate'] = jnp.asarray(0.5, jnp.float32)
-  u, state = update(grads_like(p, 1), state)
   ref = optim.guessing(optax.inject_hyperparams(factory)(learning_rate=0.5, **kwargs), proxy)
-  _, ref_state = run(ref, p, 2, {})
-  close(u, run(ref, p, 2, {})[0])
-  close(guesses_of(state, p), guesses_of(ref_state, p))
+  check_changed_under_jit(tx, lambda s: s.inner_state.hyperparams, 'learning_rate', p, {},
+                          lambda: run(ref, p, 2, {}), gel=True)
+
+
+def check_changed_under_jit(tx, hyperparams, name, p, extra, reference, gel):
+  """Step 1 jitted, ``hyperparams(state)[name] = 0.5``, step 2 jitted: its updates (and guesses)
+  equal ``reference() -> (updates, state)`` built with the value 0.5."""
+  update = jax.jit(lambda g, s: tx.update(g, s, p, **extra))
+  _, state = update(grads_like(p, 0), tx.init(p))
+  hyperparams(state)[name] = jnp.asarray(0.5, jnp.float32)
+  u, state = update(grads_like(p, 1), state)
+  ref_u, ref_state = reference()
+  close(u, ref_u)
+  if gel:
+    close(guesses_of(state, p), guesses_of(ref_state, p))
 
 
 @pytest.mark.parametrize('name', CASES)
@@ -188,18 +196,11 @@ def test_inject_hyperparams_schedule_and_changed_value_under_jit(name):
     if case.gel:
       close(guesses_of(s, p), guesses_of(ref_s, p))
   # A hyper-parameter changed in the state between jitted steps takes effect.
-  injected = optax.inject_hyperparams(case.make)()
-  update = jax.jit(lambda g, s: injected.update(g, s, p, **extra))
-  state = injected.init(p)
-  _, state = update(grads_like(p, 0), state)
-  state.hyperparams[case.hparam] = jnp.asarray(0.5, jnp.float32)
-  u, state = update(grads_like(p, 1), state)
-  _, ref_state = run(case.make(), p, 1, extra)
-  ref_u, ref_state = case.make(**{case.hparam: 0.5}).update(grads_like(p, 1), ref_state, p,
-                                                              **extra)
-  close(u, ref_u)
-  if case.gel:
-    close(guesses_of(state, p), guesses_of(ref_state, p))
+  def reference():
+    _, ref_state = run(case.make(), p, 1, extra)
+    return case.make(**{case.hparam: 0.5}).update(grads_like(p, 1), ref_state, p, **extra)
+  check_changed_under_jit(optax.inject_hyperparams(case.make)(), lambda s: s.hyperparams,
+                          case.hparam, p, extra, reference, case.gel)
 
 
 @pytest.mark.parametrize('name', CASES)
