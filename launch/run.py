@@ -246,7 +246,7 @@ def run(argv):
       notes += exp.notes
       if grids is not None:
         grid.grid_chunk_size(exp, len(grids[0]) * len(grids[1]))
-      if status[i] == 'resume' and grids is None:
+      if status[i] in ('resume', 'extend') and grids is None:
         runner.check_resume(exp, workdirs[i])
       elif status[i] == 'resume':
         grid.check_resume(exp, *grids, workdirs[i])
@@ -254,6 +254,11 @@ def run(argv):
       runner.make_workdir(w)
   except (config_lib.ConfigError, DataError) as e:
     fail(str(e))
+  for i, (x, w) in enumerate(zip(configs, workdirs)):   # --num_rounds raised: go on from there
+    if status[i] == 'extend':
+      runner.extend(w, x)
+      status[i] = 'resume'
+
   for note in dict.fromkeys(notes if grids is None else ()):   # a grid sizes its own chunks
     print(f'note: {note}')
   try:
@@ -274,7 +279,7 @@ def train_all(configs, workdirs, workdir, base, status, levels):
   for i, st in enumerate(status):
     if st == 'done':   # finished earlier: kept (checkpoints a kill left behind removed)
       by_index[i] = runner.read_json(os.path.join(workdirs[i], 'summary.json'))
-      runner.remove_checkpoints(workdirs[i])
+      runner.remove_checkpoints(workdirs[i], keep=configs[i].num_rounds)
   compiled = {}
   for group in seed_groups(configs):   # the seeds of one run: one vmapped program where they fit
     group = [i for i in group if i not in by_index]

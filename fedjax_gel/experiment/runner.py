@@ -363,8 +363,9 @@ def check_workdir(workdir: str, overwrite: bool, *outputs: str):
 
 def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = None) -> str:
   """What ``workdir`` holds for the run ``c``: ``'new'`` (nothing, or ``overwrite``),
-  ``'done'`` (this run, finished: ``summary.json``) or ``'resume'`` (this run, unfinished: it
-  continues from its last checkpoint, or from the start without one). A run of another
+  ``'done'`` (this run, finished: ``summary.json``), ``'resume'`` (this run, unfinished: it
+  continues from its last checkpoint, or from the start without one) or ``'extend'`` (this run
+  with fewer ``num_rounds``: it continues from its final state, ``extend``). A run of another
   configuration there (``c`` and the ``extra`` fields of its ``config.json``) is a ConfigError
   naming the first differing flag."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
@@ -382,6 +383,9 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   now = json.loads(json.dumps({**c.to_json(), **(extra or {})}))
   ignore = ('checkpoint_every',)
   differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
+  if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
+      now['num_rounds'] > before['num_rounds']):
+    return check_extend(workdir, before['num_rounds'])
   if differ:
     k = differ[0]
     raise ConfigError(f'--workdir={workdir} already holds a run of another configuration '
@@ -401,11 +405,43 @@ def check_resume(exp: Experiment, workdir: str):
   checkpoint.check(workdir, target, ('metrics_bytes', 'totals', 'distance'))
 
 
-def remove_checkpoints(workdir: str):
-  """Removes the checkpoints of a finished run (also those a run killed between writing its
-  summary and removing them left behind)."""
+def check_extend(workdir: str, rounds: int) -> str:
+  """``'extend'`` when the run in ``workdir`` (of ``rounds`` rounds) can go on: unfinished, or
+  finished with its final state kept; else a ConfigError naming ``--num_rounds``."""
+  summary = os.path.join(workdir, 'summary.json')
+  if not os.path.exists(summary):
+    return 'extend'
+  try:
+    status = read_json(summary).get('status', 'finished')
+  except (OSError, ValueError):
+    raise ConfigError(f'{summary} is unreadable; choose another --workdir or pass --overwrite'
+                      ) from None
+  if status != 'finished':
+    raise ConfigError(f'--num_rounds: the run in {workdir} diverged and cannot be extended; '
+                      'pass --overwrite to start it again')
+  if rounds not in checkpoint.rounds(workdir):
+    raise ConfigError(f'--num_rounds: the run in {workdir} finished after {rounds} rounds '
+                      'without keeping its final state (an earlier version); pass --overwrite '
+                      'to start it again')
+  return 'extend'
+
+
+def extend(workdir: str, c: Config):
+  """Makes the run in ``workdir`` an unfinished run of ``c.num_rounds`` rounds: its summary goes
+  (first, so that a kill leaves an unfinished run) and its config is rewritten; it then resumes
+  from its final state like any unfinished run."""
+  summary = os.path.join(workdir, 'summary.json')
+  if os.path.exists(summary):
+    os.remove(summary)
+  write_json(os.path.join(workdir, 'config.json'), c.to_json())
+
+
+def remove_checkpoints(workdir: str, keep: int | None = None):
+  """Removes a run's checkpoints but the one of round ``keep`` (a finished run's final state,
+  kept so that the run can be extended); also those a kill left behind."""
   for r in checkpoint.rounds(workdir):
-    os.remove(checkpoint.path(workdir, r))
+    if r != keep:
+      os.remove(checkpoint.path(workdir, r))
 
 
 def make_workdir(workdir: str):
@@ -731,6 +767,7 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
 
   train_s = run_rounds(c, start, progress, step, record, save,
                        stopped=lambda: all(run['diverged'] for run in runs))
+  save(c.num_rounds)   # the final states (not of diverged runs): a later run can extend them
 
   summaries = []
   for i, (x, w, run) in enumerate(zip(configs, workdirs, runs)):
@@ -756,7 +793,7 @@ def train_runs(exp, configs, workdirs, on_round=None, progress=None, compiled=No
       params = jax.device_get(pick(exp.algorithm.server_params(state), i))
       checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
     write_json(os.path.join(w, 'summary.json'), summary)   # last: the run is finished
-    if finished:   # replaced by model and summary
-      remove_checkpoints(w)
+    if finished:   # replaced by model and summary, but for the final state
+      remove_checkpoints(w, keep=x.num_rounds)
     summaries.append(summary)
   return summaries

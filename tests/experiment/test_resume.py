@@ -64,6 +64,35 @@ def uninterrupted(tiny_leaf_file, tmp_path_factory):
   return workdir
 
 
+def test_a_finished_run_extended_equals_the_longer_run(tiny_leaf_file, uninterrupted, tmp_path):
+  """--num_rounds raised on a finished run's work directory goes on from its final state: the
+  records equal the longer run's (plus the shorter run's last evaluation, had it none there); a
+  lower --num_rounds, or a diverged run, is one line."""
+  short = tmp_path / 'short'
+  cmd = lambda rounds: command(tiny_leaf_file, short, '--algorithms=gel', '--seeds=0,1',
+                               f'--num_rounds={rounds}')
+  assert run(cmd(250)).returncode == 0
+  before = snapshot(short)
+  lower = run(cmd(100))
+  assert lower.returncode == 2 and '--num_rounds=250 there, 100 now' in lower.stderr
+  assert snapshot(short) == before
+  extended = run(cmd(400))
+  assert extended.returncode == 0, extended.stderr
+  assert '; resuming from the checkpoint of round 250' in extended.stderr
+  for seed in ('seed0', 'seed1'):
+    assert metrics(short / seed) == metrics(uninterrupted / seed)   # 250 is an evaluation round
+    assert ((short / seed / 'model.msgpack').read_bytes() ==
+            (uninterrupted / seed / 'model.msgpack').read_bytes())
+    summary = json.loads((short / seed / 'summary.json').read_text())
+    assert summary['rounds'] == 400 and summary['status'] == 'finished'
+    assert json.loads((short / seed / 'config.json').read_text())['num_rounds'] == 400
+    assert [p.name for p in (short / seed).glob('checkpoint-*')] == ['checkpoint-400.msgpack']
+  summary = short / 'seed0' / 'summary.json'
+  summary.write_text(summary.read_text().replace('"finished"', '"diverged"'))
+  diverged = run(cmd(500))
+  assert diverged.returncode == 2 and 'diverged and cannot be extended' in diverged.stderr
+
+
 def test_ctrl_c_stops_between_rounds_with_a_checkpoint_and_the_run_resumes(
     tiny_leaf_file, uninterrupted, tmp_path):
   """SIGINT mid-run: exit 130 with one line saying how to go on (no traceback), a checkpoint
@@ -97,8 +126,8 @@ def test_ctrl_c_stops_between_rounds_with_a_checkpoint_and_the_run_resumes(
 @pytest.mark.parametrize('extra', [[], ['--vmap_seeds=false']], ids=['vmapped', 'sequential'])
 def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted, tmp_path, extra):
   """Two seeds, vmapped or one after another: kill -9, rerun the same command; every seed's
-  metrics and final model are bit-identical to the uninterrupted run's, and no checkpoint is
-  left."""
+  metrics and final model are bit-identical to the uninterrupted run's, and only the final
+  state's checkpoint is left (kept so that the run can be extended)."""
   workdir = tmp_path / 'killed'
   cmd = command(tiny_leaf_file, workdir, '--algorithms=gel', '--seeds=0,1', *extra)
   resumed = killed_then_resumed(cmd, workdir, workdir / 'seed0')
@@ -107,7 +136,7 @@ def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted,
     assert metrics(workdir / seed) == metrics(uninterrupted / seed)
     assert ((workdir / seed / 'model.msgpack').read_bytes() ==
             (uninterrupted / seed / 'model.msgpack').read_bytes())
-    assert not list((workdir / seed).glob('checkpoint-*'))
+    assert [p.name for p in (workdir / seed).glob('checkpoint-*')] == ['checkpoint-400.msgpack']
     assert json.loads((workdir / seed / 'summary.json').read_text())['rounds'] == 400
 
 
