@@ -31,8 +31,6 @@ from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundIn
 from fedjax_gel.algorithms.fedavg import ClientState
 from fedjax_gel.optim.gbo import GlobalBiasedOptimizer
 
-tree_map = jax.tree_util.tree_map
-
 
 class GBOServerState(NamedTuple):
   """The global model and the state of the server's transformation (its ``stats`` field, or
@@ -56,7 +54,7 @@ def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, fro
   its extra argument (kept out of the client state, so they are neither copied per client nor
   masked every step); otherwise with ``opt.adaptive`` started from them (MFL).
   ``extra(state, ctx)`` is the upload beyond Delta; ``server`` the server's transformation,
-  ``stats_of(server_state) -> S`` and ``server_step(server, opt_state, delta, mean_extra, x) ->
+  ``stats_of(server_opt_state) -> S`` and ``server_step(opt_state, delta, mean_extra, x) ->
   (updates, opt_state)``."""
   def server_init(params):
     return GBOServerState(params, server.init(params))

@@ -1,4 +1,4 @@
-"""Randomness: every draw is ``fold_in(fold_in(root, round), purpose)`` (DESIGN §3).
+"""Randomness: every draw is ``fold_in(fold_in(root, round), purpose)``.
 
 Client sampling, budgets and the initial model depend only on the seed and the round, never on the
 algorithm, so runs of different algorithms with the same seed see the same clients, budgets and

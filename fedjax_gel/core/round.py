@@ -1,4 +1,4 @@
-"""One federated round as one jitted function (DESIGN §3).
+"""One federated round as one jitted function.
 
 ``round_fn(server_state, cohort, data, root_key, round_idx) -> (server_state, RoundMetrics)``
 

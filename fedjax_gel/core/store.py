@@ -1,4 +1,4 @@
-"""The per-client state store (DESIGN §3): one device-resident pytree with leaves ``[rows, ...]``.
+"""The per-client state store: one device-resident pytree with leaves ``[rows, ...]``.
 
 SCAFFOLD's ``c_i``, FedDyn's and AdaBest's ``h_i`` and FedVARP's memory ``y_i`` live here, a
 row per client (or per cluster: ClusterFedVARP). The round gathers the cohort's rows, hands each

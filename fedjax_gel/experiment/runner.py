@@ -279,7 +279,7 @@ def chunk_capacity(plan: MemoryPlan, store_need: int) -> int:
 
 
 def fit_memory(exp: Experiment) -> Experiment:
-  """The memory guard (DESIGN §6), before anything compiles: a per-client store that cannot fit
+  """The memory guard, before anything compiles: a per-client store that cannot fit
   fails (``check_store_memory``); a chunk larger than the memory left holds is shrunk to what
   fits, with a note; a single client that cannot fit fails with one line saying what it needs."""
   c = exp.config
