@@ -71,8 +71,8 @@ def assert_trees_close(a, b, tol=1e-6):
 
 
 def memory_for(exp, clients: int) -> int:
-  """A memory limit under which one chunk of the runner's ``exp`` holds exactly ``clients``
-  clients (the memory guard, ``runner.fit_memory``)."""
-  from fedjax_gel.experiment import runner  # pylint: disable=g-import-not-at-top
-  resident = runner.memory_limit() - exp.memory.free_bytes
-  return resident + int((clients + 0.5) * exp.memory.client_bytes / runner.CHUNK_MEMORY_FRACTION)
+  """A memory limit under which one chunk of a prepared ``exp`` holds exactly ``clients``
+  clients (the memory guard, ``planning.fit_memory``)."""
+  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
+  resident = planning.memory_limit() - exp.memory.free_bytes
+  return resident + int((clients + 0.5) * exp.memory.client_bytes / planning.CHUNK_MEMORY_FRACTION)

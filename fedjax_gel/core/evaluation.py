@@ -17,9 +17,17 @@ class EvalPool(NamedTuple):
   mask: jax.Array
 
 
-def make_eval_pool(data: FederatedData, batch_size: int = 4096) -> EvalPool:
-  """Pads the pool (host side, once) so evaluation is ``lax.map`` over fixed-size batches."""
-  total = data.num_examples
+def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: int = 0,
+                   seed: int = 0) -> EvalPool:
+  """Pads the pool (host side, once) so evaluation is ``lax.map`` over fixed-size batches.
+
+  ``max_examples`` > 0 and smaller than the pool: a fixed sample of that many of its examples,
+  drawn uniformly without replacement with ``seed`` (kept in pool order).
+  """
+  examples, total = data.examples, data.num_examples
+  if 0 < max_examples < total:
+    keep = np.sort(np.random.default_rng(seed).choice(total, max_examples, replace=False))
+    examples, total = {k: np.asarray(v)[keep] for k, v in examples.items()}, max_examples
   batch = max(1, min(batch_size, total))
   num_batches = -(-total // batch)
   pad = num_batches * batch - total
@@ -30,7 +38,7 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096) -> EvalPool:
     return jnp.asarray(a.reshape((num_batches, batch) + a.shape[1:]))
 
   mask = np.arange(num_batches * batch) < total
-  return EvalPool({k: shape(v) for k, v in data.examples.items()},
+  return EvalPool({k: shape(v) for k, v in examples.items()},
                   jnp.asarray(mask.reshape(num_batches, batch)))
 
 

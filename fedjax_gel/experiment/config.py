@@ -31,79 +31,123 @@ SERVER_OPTIMIZERS = ('sgd', 'momentum', 'fedadam', 'fedyogi', 'fedadagrad', 'ada
 GUESS_PROXIES = ('default', 'zero', 'last_gradient')
 
 
+def flag(default, help_text: str):
+  """A Config field: its default and its flag's help (``experiment.flags`` defines the flags)."""
+  return dataclasses.field(default=default, metadata={'help': help_text})
+
+
 class ConfigError(ValueError):
   """A user error in the configuration; its message is one line naming the flag."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """Every knob of a run; field names are the runner's flag names.
+  """Every knob of a run; field names are ``launch/run.py``'s flag names, and each field's
+  metadata holds its flag's help.
 
   Defaults follow the GeL paper's Synthetic FedAvgCM setting (Boukhari et al. 2023, §4 and App. E).
   """
-  dataset: str = 'leaf_synthetic'
-  data_path: Optional[str] = None
-  leaf_split: str = 'default'           # sample | position | user; default: position for
-                                        # shakespeare (LEAF), sample otherwise
-  split_gap: int = 79                   # position split: samples skipped after train (LEAF: 79)
-  char_vocabulary: str = 'leaf'         # shakespeare: leaf (80 characters) | tff (86)
-  sent140_features: str = 'bow'         # sent140: bow (word counts) | tokens (word ids)
-  vocab_size: int = 10_000              # sent140: most frequent training words kept
-  seq_len: int = 25                     # sent140 tokens: words per tweet (LEAF: 25)
-  image_dir: Optional[str] = None       # celeba: LEAF's data/raw/img_align_celeba
-  fedprox_alpha: float = 1.0            # fedprox_synthetic: Synthetic(alpha, beta)
-  fedprox_beta: float = 1.0
-  fedprox_iid: bool = False             # fedprox_synthetic: the IID variant
-  data_dir: Optional[str] = None        # TFDS datasets: where they were prepared
-  num_clients: int = 100                # TFDS datasets: clients the split is dealt to
-  partition: str = 'dirichlet'          # TFDS datasets: dirichlet | pachinko (cifar100)
-  dirichlet_alpha: float = 0.5          # Dir(alpha) label proportions (pachinko: superclasses)
-  pachinko_beta: float = 10.0           # pachinko: Dir(beta) over a superclass's labels
-  train_fraction: float = 0.9           # LEAF's by-sample split
-  split_seed: int = 931231
-  model: str = 'logistic'
-  algorithm: str = 'fedavgcm'
-  num_rounds: int = 300
-  clients_per_round: int = 20
-  sample_with_replacement: bool = True  # the GeL code samples with replacement
-  batch_size: int = 5
-  budget_range: tuple = (4, 13)         # tau_i ~ U{a..b}
-  client_lr: float = 0.01
-  client_momentum: float = 0.9          # SGDM clients: fedavgcm, GeL, FedProx, FedNova
-  prox_mu: float = 0.01                 # fedprox, fedprox_gel (GeL's experiments: 0.01)
-  guess_policy: str = 'remaining'       # GeL algorithms: see algorithms.GuessPolicy
-  guess_tau: int = 0                    # remaining: tau' = tau - tau_i; 0 means b + 5
-  guess_k: int = 0                      # cohort_max: tau' = max_j tau_j + k - tau_i
-  guess_count: int = 5                  # fixed: tau' = count
-  guess_percent: float = 25.0           # percent: tau' = floor(percent / 100 * tau_i)
-  guess_proxy: str = 'default'          # zero (eq. 5) or last_gradient (Dhasade et al. 2021)
-  gbo_optimizer: str = 'sgdm'           # fedgbo, mfl, mimelite, mimexlite: sgdm|rmsprop|adam
-  gbo_beta: float = 0.9                 # SGDm / RMSProp decay, Adam's beta1
-  gbo_beta2: float = 0.99               # Adam's beta2
-  gbo_eps: float = 1e-3                 # RMSProp / Adam (FedGBO's experiments: 1e-3)
-  fedmax_beta: float = 1.0              # FedMAX's entropy weight
-  fedexp_eps: float = 1e-3              # FedExP's eps in eta_g
-  feddyn_mu: float = 0.02               # FedDyn's alpha (Varno et al. 2022, App. D.5: 0.02)
-  adabest_mu: float = 0.02              # AdaBest's mu (AdaBest, Varno et al. 2022, App. D.5: 0.02)
-  adabest_beta: float = 0.9             # AdaBest's beta (Varno et al. 2022, Fig. 7: 0.8-1.0)
-  fedvarp_clusters: int = 10            # cluster_fedvarp: K memories, client i in cluster i mod K
-  client_selection: str = 'uniform'     # uniform | cyclic | power_of_d
-  cyclic_groups: int = 4                # cyclic: K groups, round t samples group t mod K
-  power_d: int = 0                      # power_of_d: candidates d; 0 means 2 x clients_per_round
-  power_loss: str = 'full'              # power_of_d: candidates' loss on all / one minibatch
-  server_optimizer: str = 'sgd'         # fedadam/fedyogi/fedadagrad algorithms fix their own
-  server_lr: float = 1.0
-  server_momentum: float = 0.0          # server_optimizer=momentum only
-  server_beta1: float = 0.9             # FedOpt (Reddi et al. 2021)
-  server_beta2: float = 0.99
-  server_tau: float = 1e-3              # FedOpt's adaptivity
-  aggregation_weights: str = 'samples_seen'
-  seed: int = 0
-  eval_every: int = 5
-  checkpoint_every: int = 50            # rounds between checkpoints; 0: none
-  target_accuracy: float = 0.85         # GeL paper: 85% on Synthetic (its code uses 81%)
-  chunk_size: int = 0                   # 0: from model size and device memory
-  num_devices: int = 0                  # devices the cohort is split over; 0: automatic
+  dataset: str = flag('leaf_synthetic', f'One of {", ".join(DATASETS)}.')
+  data_path: Optional[str] = flag(None,
+      'LEAF datasets: a LEAF JSON file, a directory of them (merged: FEMNIST), or a '
+      'directory with train/ and test/.')
+  leaf_split: str = flag('default',
+      "LEAF's split of --data_path: sample (each user's samples at random), position "
+      '(first samples train; Shakespeare), user (held-out users); default: position for'
+      ' shakespeare, else sample.')
+  split_gap: int = flag(79,
+      "position split: samples skipped between train and test (LEAF's Shakespeare: 79, "
+      'so no test window overlaps training).')
+  char_vocabulary: str = flag('leaf', "shakespeare: leaf (LEAF's 80 characters) or tff (TFF's 86).")
+  sent140_features: str = flag('bow',
+      'sent140: bow (word counts, linear model) or tokens (word ids, LSTM).')
+  vocab_size: int = flag(10_000, 'sent140: most frequent training words kept.')
+  seq_len: int = flag(25, 'sent140 tokens: words kept per tweet (LEAF: 25).')
+  image_dir: Optional[str] = flag(None, "celeba: the images (LEAF's data/raw/img_align_celeba).")
+  fedprox_alpha: float = flag(1.0, 'fedprox_synthetic: alpha of Synthetic(a, b).')
+  fedprox_beta: float = flag(1.0, 'fedprox_synthetic: beta of Synthetic(a, b).')
+  fedprox_iid: bool = flag(False, 'fedprox_synthetic: the IID variant.')
+  data_dir: Optional[str] = flag(None,
+      'TFDS datasets (mnist, emnist, cifar10, cifar100): the TFDS data directory they '
+      'were prepared in (ArrayRecord); nothing is downloaded.')
+  num_clients: int = flag(100, 'TFDS datasets: clients the data is dealt to.')
+  partition: str = flag('dirichlet',
+      'TFDS datasets: dirichlet (label proportions Dir(alpha)) or pachinko (cifar100: '
+      'superclasses Dir(alpha), labels Dir(beta)).')
+  dirichlet_alpha: float = flag(0.5, 'TFDS datasets: Dirichlet alpha.')
+  pachinko_beta: float = flag(10.0, 'TFDS cifar100 pachinko: beta.')
+  train_fraction: float = flag(0.9, "Per-client train share (LEAF's 0.9).")
+  split_seed: int = flag(931231, 'Seed of the per-client train/test split.')
+  model: str = flag('logistic', 'Model name (see fedjax_gel.models.MODELS).')
+  algorithm: str = flag('fedavgcm',
+      'One or more (comma-separated, run one after another with the same seed, into '
+      f'WORKDIR/<algorithm>/) of {", ".join(ALGORITHMS)}.')
+  num_rounds: int = flag(300, 'Communication rounds.')
+  clients_per_round: int = flag(20, 'Cohort size C.')
+  sample_with_replacement: bool = flag(True,
+      'Sample the cohort with replacement (the GeL code does).')
+  batch_size: int = flag(5, 'Client minibatch size B.')
+  budget_range: tuple = flag((4, 13), 'a,b: local steps tau_i ~ U{a..b} per client and round.')
+  client_lr: float = flag(0.01, 'Client learning rate.')
+  client_momentum: float = flag(0.9,
+      'Client momentum of the SGDM clients (fedavgcm, GeL, FedProx, FedNova).')
+  prox_mu: float = flag(0.01, 'FedProx proximal weight mu (fedprox, fedprox_gel).')
+  guess_policy: str = flag('remaining',
+      "GeL guessed steps tau'_i: remaining (tau - tau_i), cohort_max (max_j tau_j + k -"
+      ' tau_i), inf, fixed, percent (of tau_i), none.')
+  guess_tau: int = flag(0, 'remaining: the requested steps tau; 0 = b + 5.')
+  guess_k: int = flag(0, 'cohort_max: the k in max_j tau_j + k.')
+  guess_count: int = flag(5, 'fixed: guessed steps per client.')
+  guess_percent: float = flag(25.0, 'percent: guesses as a percentage of tau_i.')
+  guess_proxy: str = flag('default',
+      'default, zero (momentum nudge, eq. 5) or last_gradient (re-apply the client '
+      'optimiser with the last gradient); default: zero, last_gradient for fedavg_gel.')
+  gbo_optimizer: str = flag('sgdm',
+      'Global optimiser(s) of fedgbo, mfl, mimelite, mimexlite: sgdm, rmsprop, adam '
+      '(several: each of those algorithms runs once per optimiser).')
+  gbo_beta: float = flag(0.9, 'FedGBO family: SGDm/RMSProp decay, Adam beta1.')
+  gbo_beta2: float = flag(0.99, 'FedGBO family: Adam beta2.')
+  gbo_eps: float = flag(1e-3, 'FedGBO family: RMSProp/Adam eps (adaptivity).')
+  fedmax_beta: float = flag(1.0, 'FedMAX entropy weight beta.')
+  fedexp_eps: float = flag(1e-3, 'FedExP eps in its server step size eta_g.')
+  feddyn_mu: float = flag(0.02, "FedDyn's regulariser weight (its paper's alpha).")
+  adabest_mu: float = flag(0.02, "AdaBest's local estimate weight mu.")
+  adabest_beta: float = flag(0.9, "AdaBest's server decay beta (0 and --adabest_mu=0: FedAvg).")
+  fedvarp_clusters: int = flag(10,
+      'cluster_fedvarp: server memories K; client i belongs to cluster i mod K.')
+  client_selection: str = flag('uniform',
+      'uniform; cyclic (clients in --cyclic_groups groups by id mod K; round t samples '
+      'group t mod K); power_of_d (the C highest-loss of --power_d data-weighted '
+      'candidates).')
+  cyclic_groups: int = flag(4, 'cyclic: the number of client groups K.')
+  power_d: int = flag(0, 'power_of_d: candidates d (drawn in proportion to data size); 0 = 2 x C.')
+  power_loss: str = flag('full',
+      "power_of_d: the candidates' local loss over all their examples (full) or one "
+      'minibatch (minibatch).')
+  server_optimizer: str = flag('sgd',
+      f'One of {", ".join(SERVER_OPTIMIZERS)}, applied to Delta: fed* are Reddi et al. '
+      "2021's forms, adam/yogi/adagrad optax's.")
+  server_lr: float = flag(1.0, 'Server learning rate.')
+  server_momentum: float = flag(0.0, 'Server momentum (--server_optimizer=momentum).')
+  server_beta1: float = flag(0.9, 'FedOpt / Adam-type server beta1.')
+  server_beta2: float = flag(0.99, 'FedOpt / Adam-type server beta2.')
+  server_tau: float = flag(1e-3, 'FedOpt adaptivity tau (eps of optax forms).')
+  aggregation_weights: str = flag('samples_seen',
+      'samples_seen (min(tau_i B, n_i)), num_examples (n_i) or uniform.')
+  seed: int = flag(0, 'Seed of cohorts, budgets, initial model and shuffles.')
+  eval_every: int = flag(5, 'Evaluate every this many rounds.')
+  train_eval_examples: int = flag(2048,
+      'The train loss is measured on a fixed sample of this many training examples; 0: all.')
+  tensorboard: bool = flag(True, 'Also write TensorBoard event files (WORKDIR/tensorboard/).')
+  checkpoint_every: int = flag(50,
+      'Rounds between checkpoints (0: none). Running the same command again in the same'
+      ' --workdir resumes from the last one; finished runs are kept.')
+  target_accuracy: float = flag(0.85, 'Accuracy for rounds_to_target.')
+  chunk_size: int = flag(0, 'Clients vmapped together; 0 = automatic.')
+  num_devices: int = flag(0,
+      'Devices the cohort is split over (mesh axis "clients"); 0 = automatic: all when '
+      'each gets at least 200 clients or the per-client store would take more than half'
+      " of one device's memory, else one. On CPU every core is a device.")
 
   def to_json(self) -> dict:
     return dataclasses.asdict(self)
@@ -248,6 +292,8 @@ def validate(c: Config) -> Config:
   need(a <= b, f'--budget_range: a must not exceed b (got {a},{b})')
   need(c.num_devices >= 0, f'--num_devices must be >= 0, 0 meaning automatic (got {c.num_devices})')
   need(c.chunk_size >= 0, f'--chunk_size must be >= 0, 0 meaning automatic (got {c.chunk_size})')
+  need(c.train_eval_examples >= 0, '--train_eval_examples must be >= 0, 0 meaning the whole '
+       f'training pool (got {c.train_eval_examples})')
   need(c.checkpoint_every >= 0,
        f'--checkpoint_every must be >= 0, 0 meaning no checkpoints (got {c.checkpoint_every})')
   need(0. < c.train_fraction < 1., f'--train_fraction must lie in (0, 1) (got {c.train_fraction})')

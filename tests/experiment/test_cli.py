@@ -1,7 +1,13 @@
-"""Tests for launch/run.py as a command: bad input, outputs, and the shipped flag files."""
+"""Tests for launch/run.py as a command: bad input, outputs, and the shipped flag files.
+
+Most commands run in this process (``cli.main``, what launch/run.py runs); a few start
+launch/run.py itself, where the process is what is tested.
+"""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import pathlib
 import subprocess
@@ -9,21 +15,35 @@ import sys
 
 import numpy as np
 import pytest
+from absl import flags
 
+from fedjax_gel.experiment import api, cli
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import report
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def start(*args):
-  return subprocess.Popen([sys.executable, 'launch/run.py', *args], cwd=REPO, text=True,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def process(*args):
+  """launch/run.py as a new process."""
+  return subprocess.run([sys.executable, 'launch/run.py', *args], cwd=REPO, text=True,
+                        capture_output=True, check=False)
 
 
 def run(*args):
-  return subprocess.run([sys.executable, 'launch/run.py', *args], cwd=REPO, text=True,
-                        capture_output=True, check=False)
+  """The command ``launch/run.py args`` in this process: its exit status and output."""
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = cli.main(['run.py', *args])
+  return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def parsed(*args) -> list:
+  """The validated configs of ``launch/run.py args``."""
+  values = flags.FlagValues()
+  cli.define_flags(values)
+  cli.parse(['run.py', *args], values)
+  return api.expand(*cli.from_flags(values))
 
 
 def assert_one_line_error(proc, *names):
@@ -149,7 +169,6 @@ BAD_INPUT = [
     ('--flagfile={binary}', '--flagfile={binary}', 'not a text file'),
     ('--flagfile={loop}', '--flagfile={loop} includes itself'),
 ]
-PARALLEL = 4   # bad-input commands in flight at once
 
 
 EARLIER_RUN = {   # what an earlier run left in the work directory (odd cases: with --overwrite)
@@ -166,26 +185,19 @@ def earlier_run(workdir):
 
 @pytest.fixture(scope='module')
 def bad_runs(paths):
-  """All bad-input commands, a few at a time; index -> (finished process, workdir or None).
-  Even cases name a fresh work directory; odd ones one that holds an earlier run, with
-  ``--overwrite``."""
+  """All bad-input commands; index -> (finished command, workdir or None). Even cases name a
+  fresh work directory; odd ones one that holds an earlier run, with ``--overwrite``."""
   out = []
-  for lo in range(0, len(BAD_INPUT), PARALLEL):
-    started = []
-    for i in range(lo, min(lo + PARALLEL, len(BAD_INPUT))):
-      args = BAD_INPUT[i][0].format(**paths).split()
-      workdir = None
-      if not any(a.startswith('--workdir=') for a in args):
-        workdir = paths['dir'] / f'workdir{i}'
-        args.append(f'--workdir={workdir}')
-        if i % 2:
-          earlier_run(workdir)
-          args.append('--overwrite')
-      started.append((start(*args), workdir))
-    for proc, workdir in started:
-      stdout, stderr = proc.communicate(timeout=120)
-      out.append((subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr),
-                  workdir))
+  for i, case in enumerate(BAD_INPUT):
+    args = case[0].format(**paths).split()
+    workdir = None
+    if not any(a.startswith('--workdir=') for a in args):
+      workdir = paths['dir'] / f'workdir{i}'
+      args.append(f'--workdir={workdir}')
+      if i % 2:
+        earlier_run(workdir)
+        args.append('--overwrite')
+    out.append((run(*args), workdir))
   return out
 
 
@@ -206,11 +218,11 @@ def test_compilation_cache_is_filled_once_and_changes_no_result(paths, tmp_path)
   common = ['--flagfile=launch/configs/quickstart.flags', '--dataset=leaf', '--algorithm=gel',
             f'--data_path={paths["data"]}', '--num_rounds=3', '--eval_every=1',
             '--clients_per_round=3', '--budget_range=1,2', f'--compilation_cache={cache}']
-  first = run(*common, f'--workdir={tmp_path / "a"}')
+  first = process(*common, f'--workdir={tmp_path / "a"}')
   assert first.returncode == 0, first.stderr
   entries = sorted(p.name for p in cache.iterdir())
   assert entries   # the programs of the run
-  second = run(*common, f'--workdir={tmp_path / "b"}')
+  second = process(*common, f'--workdir={tmp_path / "b"}')
   assert second.returncode == 0, second.stderr
   assert not any(w in second.stderr for w in ('arning', 'rror', 'Traceback')), second.stderr
   assert sorted(p.name for p in cache.iterdir()) == entries   # every program found, none new
@@ -221,7 +233,7 @@ def test_compilation_cache_is_filled_once_and_changes_no_result(paths, tmp_path)
   assert metrics(tmp_path / 'b') == metrics(tmp_path / 'a')
   not_a_folder = tmp_path / 'file'
   not_a_folder.write_text('x')
-  assert_one_line_error(run(*common, f'--workdir={tmp_path / "c"}',
+  assert_one_line_error(process(*common, f'--workdir={tmp_path / "c"}',
                             f'--compilation_cache={not_a_folder}'), '--compilation_cache')
   assert not (tmp_path / 'c').exists()
 
@@ -231,7 +243,7 @@ def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   common = ['--flagfile=launch/configs/quickstart.flags', '--dataset=leaf',
             f'--data_path={paths["data"]}', '--num_rounds=3', '--eval_every=2',
             '--clients_per_round=3', '--budget_range=1,2', f'--workdir={workdir}']
-  first = run(*common, '--algorithm=fedavg', '--target_accuracy=0.01')
+  first = process(*common, '--algorithm=fedavg', '--target_accuracy=0.01')   # the command itself
   assert first.returncode == 0, first.stderr
   assert 'Traceback' not in first.stderr and str(workdir) in first.stdout
 
@@ -268,19 +280,6 @@ def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   assert (workdir / 'metrics.jsonl').read_bytes() != before[pathlib.Path('metrics.jsonl')]
 
 
-def load_launcher():
-  """launch/run.py as a module (its absl flags land in the global FLAGS)."""
-  spec = importlib.util.spec_from_file_location('fedjax_gel_launch_run', REPO / 'launch' / 'run.py')
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-@pytest.fixture(scope='module')
-def launcher():
-  return load_launcher()
-
-
 def test_grid_run_writes_its_grids_and_report(paths, tmp_path):
   workdir = tmp_path / 'grid'
   proc = run('--dataset=leaf', f'--data_path={paths["data"]}', '--algorithms=fedavgcm,gel',
@@ -302,21 +301,12 @@ def test_grid_run_writes_its_grids_and_report(paths, tmp_path):
 
 @pytest.mark.parametrize('flagfile', sorted((REPO / 'launch' / 'configs').glob('*.flags')),
                          ids=lambda p: p.name)
-def test_shipped_flag_files_are_valid_configs(launcher, flagfile):
-  launcher.F.unparse_flags()
-  launcher.F(['run.py', f'--flagfile={flagfile}'])
-  configs = launcher.configs_from_flags()
-  assert configs
-  for c in configs:
-    config_lib.validate(c)
-  launcher.F.unparse_flags()
+def test_shipped_flag_files_are_valid_configs(flagfile):
+  assert parsed(f'--flagfile={flagfile}')
 
 
-def test_paper_flag_files_hold_the_paper_settings(launcher):
-  launcher.F.unparse_flags()
-  launcher.F(['run.py', f'--flagfile={REPO / "launch/configs/gel_table1_synthetic.flags"}'])
-  cm, gel = launcher.configs_from_flags()
-  launcher.F.unparse_flags()
+def test_paper_flag_files_hold_the_paper_settings():
+  cm, gel = parsed(f'--flagfile={REPO / "launch/configs/gel_table1_synthetic.flags"}')
   assert (cm.algorithm, gel.algorithm) == ('fedavgcm', 'gel')
   assert (gel.clients_per_round, gel.batch_size, gel.budget_range) == (20, 5, (4, 13))
   assert (gel.client_lr, gel.client_momentum, gel.server_optimizer, gel.server_lr) == (
@@ -378,20 +368,18 @@ def test_every_algorithm_runs_from_the_launcher(tmp_path, tiny_leaf_file):
   common = ['--dataset=leaf', f'--data_path={tiny_leaf_file}', '--num_rounds=2', '--eval_every=2',
             '--clients_per_round=3', '--batch_size=2', '--budget_range=1,3', '--server_lr=0.1']
   others = [a for a in config_lib.ALGORITHMS if a != 'fedmax']
-  procs = [start(*common, '--model=logistic', f'--algorithm={",".join(others)}',
-                 f'--workdir={tmp_path / "all"}'),
-           start(*common, '--model=mlp', '--algorithm=fedmax',
-                 f'--workdir={tmp_path / "all" / "fedmax"}')]
-  for proc in procs:
-    _, err = proc.communicate()
-    assert proc.returncode == 0, err[-2000:]
+  for proc in (run(*common, '--model=logistic', f'--algorithm={",".join(others)}',
+                   f'--workdir={tmp_path / "all"}'),
+               run(*common, '--model=mlp', '--algorithm=fedmax',
+                   f'--workdir={tmp_path / "all" / "fedmax"}')):
+    assert proc.returncode == 0, proc.stderr[-2000:]
   for name in config_lib.ALGORITHMS:
     run_name = name + ('_sgdm' if name in config_lib.GBO_ALGORITHMS else '')
     summary = json.loads((tmp_path / 'all' / run_name / 'summary.json').read_text())
     assert summary['algorithm'] == run_name and summary['final_accuracy'] is not None
 
 
-def test_gbo_family_and_learning_rate_grid(tmp_path, tiny_leaf_file, launcher):
+def test_gbo_family_and_learning_rate_grid(tmp_path, tiny_leaf_file):
   workdir = tmp_path / 'grid'
   proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--algorithm=fedavg,fedgbo',
              '--gbo_optimizer=sgdm,adam', '--client_lr_grid=0.05,0.2', '--num_rounds=2',

@@ -7,16 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from fedjax_gel.experiment import grid, progress as progress_lib, runner
+from fedjax_gel.experiment import api, factories, grid, planning
 from fedjax_gel.experiment.config import Config, ConfigError
 
 import helpers
 
 CLIENT_LRS, SERVER_LRS = [0.03, 0.1, 1e38], [0.5, 1.0]   # client lr 1e38 overflows
-
-
-def quiet(c):
-  return progress_lib.Progress(c.num_rounds, stream=io.StringIO())
 
 
 def read_jsonl(path):
@@ -29,9 +25,9 @@ def grid_run(request, tiny_leaf_file, tmp_path_factory):
              num_rounds=4, eval_every=2, clients_per_round=3, batch_size=2, budget_range=(1, 3),
              target_accuracy=0.5)
   workdir = tmp_path_factory.mktemp(f'grid_{request.param}')
-  exp = runner.prepare(c)
-  result = grid.train_grid(exp, CLIENT_LRS, SERVER_LRS, str(workdir), progress=quiet(c))
-  return c, exp, workdir, result
+  (result,) = api.run(c, str(workdir), api.Sweep(client_lrs=CLIENT_LRS, server_lrs=SERVER_LRS),
+                      out=io.StringIO(), err=io.StringIO())
+  return c, factories.prepare(c), workdir, result
 
 
 def test_each_cell_is_the_run_of_its_learning_rates(grid_run, tmp_path):
@@ -43,7 +39,7 @@ def test_each_cell_is_the_run_of_its_learning_rates(grid_run, tmp_path):
     for ls in SERVER_LRS:
       single = dataclasses.replace(c, client_lr=lc, server_lr=ls)
       out = tmp_path / f'{lc}_{ls}'
-      runner.train(runner.with_config(exp, single), str(out), progress=quiet(c))
+      api.train(factories.with_config(exp, single), str(out), err=io.StringIO())
       alone = [(r['round'], r['test_accuracy'], r['test_loss'])
                for r in read_jsonl(out / 'metrics.jsonl')]
       cell = [(r['round'], r['test_accuracy'], r['test_loss']) for r in records
@@ -60,9 +56,11 @@ def test_diverged_cells_are_marked_and_the_rest_are_not(grid_run):
     assert cell['diverged'] == (cell['client_lr'] > 1e3), cell
     assert (cell['final_accuracy'] is None) == cell['diverged']
   assert json.loads((workdir / 'grid.json').read_text()) == result
-  last = [r for r in read_jsonl(workdir / 'metrics.jsonl') if r['round'] == c.num_rounds]
-  assert len(last) == len(CLIENT_LRS) * len(SERVER_LRS)
-  assert all(r['diverged'] == (r['client_lr'] > 1e3) for r in last)
+  records = read_jsonl(workdir / 'metrics.jsonl')
+  for cell in result['cells']:   # a diverged cell's records stop before it diverged
+    rounds = [r['round'] for r in records if (r['client_lr'], r['server_lr']) == (
+        cell['client_lr'], cell['server_lr'])]
+    assert rounds == ([0] if cell['diverged'] else [0, 2, 4]), cell
   summary = json.loads((workdir / 'summary.json').read_text())
   assert summary['diverged_cells'] == 2 and summary['cells'] == 6
   finals = [cell['final_accuracy'] for cell in result['cells'] if not cell['diverged']]
@@ -82,20 +80,23 @@ def test_heat_map_and_table(grid_run):
 @pytest.mark.parametrize('changes,flag', [
     ({'algorithm': 'scaffold'}, '--algorithm=scaffold'),
     ({'client_selection': 'power_of_d'}, 'power_of_d'),
+    ({'num_devices': 2}, '--num_devices=2'),
 ])
-def test_unsupported_grids_name_the_flag(changes, flag):
+def test_unsupported_grids_name_the_flag(tiny_leaf_file, tmp_path, changes, flag):
+  c = dataclasses.replace(Config(dataset='leaf', data_path=str(tiny_leaf_file)), **changes)
   with pytest.raises(ConfigError, match=flag):
-    grid.check_grid(dataclasses.replace(Config(), **changes))
+    api.run(c, str(tmp_path), api.Sweep(server_lrs=[1., 2.]))
+  assert not list(tmp_path.iterdir())   # nothing written
 
 
 def test_the_memory_guard_shares_a_chunk_among_the_cells(tiny_leaf_file, monkeypatch):
   """Memory for 5 clients at once: 2 cells get 2 clients per chunk each; 6 cells cannot fit."""
   c = Config(dataset='leaf', data_path=str(tiny_leaf_file), clients_per_round=4, batch_size=2,
              budget_range=(1, 3))
-  exp = runner.prepare(c)
+  exp = factories.prepare(c)
   limit = helpers.memory_for(exp, 5)
-  monkeypatch.setattr(runner, 'memory_limit', lambda: limit)
-  exp = runner.prepare(c)
-  assert exp.chunk_size == 4 and grid.grid_chunk_size(exp, 2) == 2
-  with pytest.raises(ConfigError, match=r'^--server_lr_grid: 6 cells of one client each need'):
-    grid.grid_chunk_size(exp, 6)
+  monkeypatch.setattr(planning, 'memory_limit', lambda: limit)
+  exp = factories.prepare(c)
+  assert exp.chunk_size == 4 and planning.check_runs_fit(exp, 2, '--server_lr_grid') == 2
+  with pytest.raises(ConfigError, match=r'^--server_lr_grid: 6 runs of one client each need'):
+    planning.check_runs_fit(exp, 6, '--server_lr_grid')

@@ -2,6 +2,7 @@
 deterministic; damaged checkpoints and finished runs are handled."""
 from __future__ import annotations
 
+import csv
 import json
 import os
 import pathlib
@@ -33,6 +34,12 @@ def metrics(workdir):
   for r in records:
     r.pop('elapsed_s')
   return records
+
+
+def csv_rows(workdir):
+  """metrics.csv's rows without the wall-clock column."""
+  with open(workdir / 'metrics.csv', newline='') as f:
+    return [{k: v for k, v in row.items() if k != 'elapsed_s'} for row in csv.DictReader(f)]
 
 
 def snapshot(workdir):
@@ -134,6 +141,7 @@ def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted,
   assert resumed.returncode == 0, resumed.stderr
   for seed in ('seed0', 'seed1'):
     assert metrics(workdir / seed) == metrics(uninterrupted / seed)
+    assert csv_rows(workdir / seed) == csv_rows(uninterrupted / seed)
     assert ((workdir / seed / 'model.msgpack').read_bytes() ==
             (uninterrupted / seed / 'model.msgpack').read_bytes())
     assert [p.name for p in (workdir / seed).glob('checkpoint-*')] == ['checkpoint-400.msgpack']
@@ -156,10 +164,10 @@ def test_finished_runs_are_kept_and_a_damaged_checkpoint_is_one_line(tiny_leaf_f
   workdir = tmp_path / 'run'
   cmd = command(tiny_leaf_file, workdir, '--num_rounds=20', '--algorithms=fedavg,gel')
   assert run(cmd).returncode == 0
-  before = {p: p.read_bytes() for p in (workdir / 'gel').iterdir()}
+  before = snapshot(workdir / 'gel')
   again = run(cmd)   # everything finished: nothing is trained again, nothing changes
   assert again.returncode == 0, again.stderr
-  assert {p: p.read_bytes() for p in (workdir / 'gel').iterdir()} == before
+  assert snapshot(workdir / 'gel') == before
 
   (workdir / 'gel' / 'summary.json').unlink()   # unfinished, with a damaged checkpoint
   (workdir / 'gel' / 'checkpoint-10.msgpack').write_bytes(b'\x00not msgpack')
@@ -180,17 +188,18 @@ def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_p
   """An unfinished run whose checkpoint holds another model's (or server optimiser's) state, or
   counts more metrics than metrics.jsonl holds: one line naming the checkpoint, exit status 2,
   every file left as it was."""
-  from fedjax_gel.experiment import checkpoint, runner  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import checkpoint, factories  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment.config import Config  # pylint: disable=g-import-not-at-top
   workdir = tmp_path / 'run'
   cmd = command(tiny_leaf_file, workdir, '--num_rounds=20', '--algorithm=fedavg')
   assert run(cmd).returncode == 0
   (workdir / 'summary.json').unlink()   # unfinished; its checkpoint from another configuration
-  exp = runner.prepare(Config(**{'dataset': 'leaf', 'data_path': str(tiny_leaf_file),
+  exp = factories.prepare(Config(**{'dataset': 'leaf', 'data_path': str(tiny_leaf_file),
                                  'algorithm': 'fedavg', **other}))
   foreign = exp.algorithm.server_init(exp.model.init(jax.random.key(0)))
   checkpoint.save(str(workdir), 10, foreign,
-                  {'metrics_bytes': 0 if other else 10**6, 'totals': {}, 'distance': 0.})
+                  {'metrics_bytes': 0 if other else 10**6,
+                   'runs': [{'totals': {}, 'distance': 0., 'diverged': None}]})
   before = snapshot(workdir)
   proc = run(cmd)
   assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
@@ -209,9 +218,10 @@ def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
   assert run(command(tiny_leaf_file, whole, *grid_flags)).returncode == 0
   proc = killed_then_resumed(command(tiny_leaf_file, resumed, *grid_flags), resumed, resumed)
   assert proc.returncode == 0, proc.stderr
-  for name in ('metrics.jsonl', 'grid.json'):
-    assert (resumed / name).read_bytes() == (whole / name).read_bytes()
-  assert not list(resumed.glob('checkpoint-*'))
+  assert metrics(resumed) == metrics(whole)   # the records, but for their elapsed_s
+  assert csv_rows(resumed) == csv_rows(whole)
+  assert (resumed / 'grid.json').read_bytes() == (whole / 'grid.json').read_bytes()
+  assert [p.name for p in resumed.glob('checkpoint-*')] == ['checkpoint-1500.msgpack']
   before = snapshot(resumed)
   again = run(command(tiny_leaf_file, resumed, *grid_flags))
   assert again.returncode == 0, again.stderr

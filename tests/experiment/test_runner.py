@@ -18,7 +18,8 @@ from fedjax_gel.core.sampling import CohortSpec
 from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import progress as progress_lib
-from fedjax_gel.experiment import runner
+from fedjax_gel.experiment import api, callbacks, factories, planning
+from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError
 
 import helpers
@@ -27,6 +28,21 @@ METRIC_KEYS = {'round', 'algorithm', 'seed', 'test_accuracy', 'best_test_accurac
                'train_loss',
                'bytes_up', 'bytes_down', 'client_rounds', 'client_distance',
                'grad_computations', 'examples', 'elapsed_s'}
+
+
+class OnRound(callbacks.Callback):
+  """Calls ``fn(round, cohort, metrics)`` after every round."""
+
+  def __init__(self, fn):
+    self.fn = fn
+
+  def on_round(self, loop, done):
+    self.fn(done - 1, loop.cohort, loop.metrics)
+
+
+def quiet_train(exp, workdir, **kwargs):
+  """``api.train`` of one run, its progress lines discarded; its summary."""
+  return api.train(exp, str(workdir), err=io.StringIO(), **kwargs)[0]
 
 
 def read_jsonl(path):
@@ -61,8 +77,7 @@ def runs(base_config, tmp_path_factory):
                       np.asarray(cohort.budgets).tolist()))
       grads.append(int(m.grad_computations))
 
-    summary = runner.train(runner.prepare(c), str(workdir), on_round=on_round,
-                           progress=progress_lib.Progress(c.num_rounds, stream=io.StringIO()))
+    summary = quiet_train(factories.prepare(c), workdir, callbacks=[OnRound(on_round)])
     out[name] = (c, workdir, summary, cohorts, grads)
   return out
 
@@ -156,11 +171,11 @@ def test_deterministic(runs):
 def test_rounds_to_target():
   recs = [{'round': 0, 'test_accuracy': 0.1}, {'round': 5, 'test_accuracy': 0.85},
           {'round': 10, 'test_accuracy': 0.8}, {'round': 15, 'test_accuracy': 0.9}]
-  assert runner.rounds_to_target(recs, 0.85) == 5
-  assert runner.rounds_to_target(recs, 0.05) == 0
-  assert runner.rounds_to_target(recs, 0.86) == 15
-  assert runner.rounds_to_target(recs, 0.95) is None
-  assert runner.rounds_to_target([], 0.5) is None
+  assert workdir_lib.rounds_to_target(recs, 0.85) == 5
+  assert workdir_lib.rounds_to_target(recs, 0.05) == 0
+  assert workdir_lib.rounds_to_target(recs, 0.86) == 15
+  assert workdir_lib.rounds_to_target(recs, 0.95) is None
+  assert workdir_lib.rounds_to_target([], 0.5) is None
 
 
 def test_parse_budget_range():
@@ -213,7 +228,7 @@ def test_validate_accepts_defaults():
 def test_prepare_rejects_cohort_above_population(base_config):
   c = dataclasses.replace(base_config, sample_with_replacement=False, clients_per_round=9)
   with pytest.raises(ConfigError, match='--clients_per_round'):
-    runner.prepare(c)
+    factories.prepare(c)
 
 
 @pytest.mark.parametrize('labels', [['a', 'b'], [-1, 0]])
@@ -224,18 +239,18 @@ def test_prepare_rejects_labels_a_model_cannot_index(tmp_path, labels):
       u: {'x': [[0.5, 1.0]] * 4, 'y': labels * 2} for u in users}}))
   c = Config(dataset='leaf', data_path=str(path), clients_per_round=2)
   with pytest.raises(ConfigError, match='--model=logistic.*labels.json'):
-    runner.prepare(c)
+    factories.prepare(c)
 
 
 def test_check_workdir(tmp_path):
-  runner.check_workdir(str(tmp_path / 'new'), overwrite=False)
+  workdir_lib.check_workdir(str(tmp_path / 'new'), overwrite=False)
   assert not (tmp_path / 'new').exists()
   (tmp_path / 'summary.json').write_text('{}')
   with pytest.raises(ConfigError, match='--workdir'):
-    runner.check_workdir(str(tmp_path), overwrite=False)
-  runner.check_workdir(str(tmp_path), overwrite=True)
+    workdir_lib.check_workdir(str(tmp_path), overwrite=False)
+  workdir_lib.check_workdir(str(tmp_path), overwrite=True)
   with pytest.raises(ConfigError, match='--workdir'):
-    runner.check_workdir(str(tmp_path / 'summary.json'), overwrite=True)
+    workdir_lib.check_workdir(str(tmp_path / 'summary.json'), overwrite=True)
 
 
 # --------------------------------------------------------------------------- progress
@@ -277,7 +292,7 @@ def test_format_seconds():
 
 
 def test_diverged_values_are_written_as_null(tmp_path):
-  runner.write_json(str(tmp_path / 's.json'), {'loss': float('nan'), 'acc': 0.5,
+  workdir_lib.write_json(str(tmp_path / 's.json'), {'loss': float('nan'), 'acc': 0.5,
                                               'best': float('inf')})
   assert json.loads((tmp_path / 's.json').read_text()) == {'loss': None, 'acc': 0.5, 'best': None}
 
@@ -287,7 +302,7 @@ def test_algorithm_names_build_their_algorithms_and_servers():
   params = model.init(jax.random.key(0))
   for name in config_lib.ALGORITHMS:
     c = Config(algorithm=name, server_lr=0.1)
-    alg = runner.make_algorithm(c, model, np.arange(1, 26))
+    alg = factories.make_algorithm(c, model, np.arange(1, 26))
     assert alg.name == c.run_name == name + ('_sgdm' if name in config_lib.GBO_ALGORITHMS else '')
     server = alg.server_init(params)
     stateful = name in config_lib.STATEFUL_ALGORITHMS
@@ -316,22 +331,22 @@ def test_guess_settings_reach_the_algorithms_policy():
   # The runner hands the policy to the GeL algorithms: tau' = b + 5 - tau_i for U{4..13}.
   model, budgets = models.get_model('logistic', (3,), 3), jnp.array([4, 9, 13])
   for name in ('gel', 'fedavg_gel', 'fedprox_gel', 'fednova_gel', 'fedyogi_gel'):
-    alg = runner.make_algorithm(Config(algorithm=name), model, np.arange(1, 26))
+    alg = factories.make_algorithm(Config(algorithm=name), model, np.arange(1, 26))
     np.testing.assert_array_equal(alg.client_guesses(budgets, 13), [14, 9, 5])
-  alg = runner.make_algorithm(Config(algorithm='gel', guess_policy='fixed', guess_count=7), model,
+  alg = factories.make_algorithm(Config(algorithm='gel', guess_policy='fixed', guess_count=7), model,
                               np.arange(1, 26))
   np.testing.assert_array_equal(alg.client_guesses(budgets, 13), [7, 7, 7])
   for name in ('fedavgcm', 'fedprox', 'fednova'):
-    assert runner.make_algorithm(Config(algorithm=name), model,
+    assert factories.make_algorithm(Config(algorithm=name), model,
                                  np.arange(1, 26)).client_guesses is None
 
 
 def test_cohort_spec_from_the_config():
   c = Config(clients_per_round=7, budget_range=(2, 5), batch_size=4,
              sample_with_replacement=False, aggregation_weights='uniform')
-  assert runner.cohort_spec(c) == CohortSpec(7, (2, 5), 4, False, 'uniform')
+  assert factories.cohort_spec(c) == CohortSpec(7, (2, 5), 4, False, 'uniform')
   cyclic = dataclasses.replace(c, client_selection='cyclic', cyclic_groups=3)
-  assert runner.cohort_spec(cyclic) == CohortSpec(7, (2, 5), 4, False, 'uniform', 'cyclic', 3)
+  assert factories.cohort_spec(cyclic) == CohortSpec(7, (2, 5), 4, False, 'uniform', 'cyclic', 3)
 
 
 @pytest.mark.parametrize('kwargs,flag', [
@@ -352,21 +367,21 @@ def test_cyclic_selection_reaches_the_rounds(base_config, tmp_path):
   c = dataclasses.replace(base_config, client_selection='cyclic', cyclic_groups=2,
                           algorithm='fedexp')
   seen = []
-  runner.train(runner.prepare(c), str(tmp_path / 'cyc'),
-               on_round=lambda r, cohort, m: seen.append((r, np.asarray(cohort.client_ids))))
+  quiet_train(factories.prepare(c), tmp_path / 'cyc', callbacks=[
+      OnRound(lambda r, cohort, m: seen.append((r, np.asarray(cohort.client_ids))))])
   assert len(seen) == 5 and all(np.all(ids % 2 == r % 2) for r, ids in seen)
 
 
 def test_cyclic_groups_must_fit_the_population(base_config):
   with pytest.raises(ConfigError, match='--cyclic_groups=9 exceeds the population of 8'):
-    runner.prepare(dataclasses.replace(base_config, client_selection='cyclic', cyclic_groups=9))
+    factories.prepare(dataclasses.replace(base_config, client_selection='cyclic', cyclic_groups=9))
 
 
 def test_power_of_d_selection_runs_from_the_runner(base_config, tmp_path):
   c = dataclasses.replace(base_config, client_selection='power_of_d', power_d=5)
   seen = []
-  runner.train(runner.prepare(c), str(tmp_path / 'pod'),
-               on_round=lambda r, cohort, m: seen.append(np.asarray(cohort.client_ids)))
+  quiet_train(factories.prepare(c), tmp_path / 'pod', callbacks=[
+      OnRound(lambda r, cohort, m: seen.append(np.asarray(cohort.client_ids)))])
   assert len(seen) == 5 and all(len(set(ids.tolist())) == 3 for ids in seen)
   with pytest.raises(ConfigError, match='--power_d=2 must be at least --clients_per_round=3'):
     config_lib.validate(dataclasses.replace(c, power_d=2))
@@ -375,14 +390,14 @@ def test_power_of_d_selection_runs_from_the_runner(base_config, tmp_path):
 def test_stateful_algorithms_keep_a_row_per_training_client(base_config, tmp_path):
   """The store holds every training client's row (8 clients of the tiny LEAF file; 61 floats
   of SCAFFOLD's c_i per client for its logistic model) and reports its size."""
-  exp = runner.prepare(dataclasses.replace(base_config, algorithm='scaffold'))
-  summary = runner.train(exp, str(tmp_path / 'scaffold'))
+  exp = factories.prepare(dataclasses.replace(base_config, algorithm='scaffold'))
+  summary = quiet_train(exp, tmp_path / 'scaffold')
   params = exp.model.init(jax.random.key(0))
   row = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
   assert summary['client_state_bytes'] == exp.train.num_clients * row == 8 * row
   c = dataclasses.replace(base_config, algorithm='cluster_fedvarp', fedvarp_clusters=9)
   with pytest.raises(ConfigError, match='--fedvarp_clusters=9 exceeds the population of 8'):
-    runner.prepare(c)
+    factories.prepare(c)
 
 
 def test_a_store_that_cannot_fit_is_one_clear_error(base_config, monkeypatch):
@@ -390,14 +405,14 @@ def test_a_store_that_cannot_fit_is_one_clear_error(base_config, monkeypatch):
   (a model and a counter each) in half of it."""
   c = dataclasses.replace(base_config, algorithm='adabest', chunk_size=1, batch_size=1,
                           budget_range=(1, 1))
-  exp = runner.prepare(c)
+  exp = factories.prepare(c)
   params = exp.model.init(jax.random.key(0))
   model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
-  assert runner.store_bytes(exp.algorithm, params) == 8 * (model_bytes + 4)
+  assert planning.store_bytes(exp.algorithm, params) == 8 * (model_bytes + 4)
   # one chunk needs about 8 models; the store and 3 cohorts' rows (17 rows) more than half of 12
-  monkeypatch.setattr(runner, 'memory_limit', lambda: 12 * model_bytes)
+  monkeypatch.setattr(planning, 'memory_limit', lambda: 12 * model_bytes)
   with pytest.raises(ConfigError) as e:
-    runner.prepare(c)
+    factories.prepare(c)
   message = str(e.value)
   assert message.startswith('--algorithm=adabest keeps') and '\n' not in message
   assert 'for each of 8 clients' in message and '--num_devices' in message
@@ -405,11 +420,11 @@ def test_a_store_that_cannot_fit_is_one_clear_error(base_config, monkeypatch):
 
 def test_a_large_store_spreads_over_every_device():
   gib = 2**30
-  assert runner.auto_num_devices(20, store_size=gib, memory=4 * gib, available=8) == 1
-  assert runner.auto_num_devices(20, store_size=3 * gib, memory=4 * gib, available=8) == 8
-  assert runner.auto_num_devices(4096, store_size=0, memory=4 * gib, available=8) == 8
+  assert planning.auto_num_devices(20, store_size=gib, memory=4 * gib, available=8) == 1
+  assert planning.auto_num_devices(20, store_size=3 * gib, memory=4 * gib, available=8) == 8
+  assert planning.auto_num_devices(4096, store_size=0, memory=4 * gib, available=8) == 8
   # CPU cores share the host's memory: spreading a store over them saves nothing.
-  assert runner.auto_num_devices(20, 3 * gib, 4 * gib, available=8, shared_memory=True) == 1
+  assert planning.auto_num_devices(20, 3 * gib, 4 * gib, available=8, shared_memory=True) == 1
 
 
 SHARED = pathlib.Path(__file__).resolve().parents[2].parent / 'shared' / 'data' / 'leaf'
@@ -418,10 +433,10 @@ SHARED = pathlib.Path(__file__).resolve().parents[2].parent / 'shared' / 'data' 
 def test_fedprox_synthetic_generator_trains(tmp_path):
   c = Config(dataset='fedprox_synthetic', algorithm='fedavg', num_rounds=4, eval_every=2,
              clients_per_round=5, batch_size=10, budget_range=(2, 4), client_lr=0.05)
-  exp = runner.prepare(c)
+  exp = factories.prepare(c)
   assert exp.train.num_clients == 30 and exp.model.num_classes <= 10
-  summary = runner.train(exp, str(tmp_path / 'fp'))
-  records = runner.read_metrics(str(tmp_path / 'fp'))
+  summary = quiet_train(exp, tmp_path / 'fp')
+  records = workdir_lib.read_metrics(str(tmp_path / 'fp'))
   assert records[-1]['train_loss'] < records[0]['train_loss']
   assert summary['final_accuracy'] is not None
 
@@ -432,10 +447,10 @@ def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
   c = Config(dataset='leaf', data_path=str(SHARED / 'fedprox_synthetic_1_1_subset.json'),
              algorithm='fedavg', num_rounds=10, eval_every=5, clients_per_round=10,
              batch_size=10, budget_range=(5, 5), client_lr=0.05, target_accuracy=0.5)
-  exp = runner.prepare(c)
+  exp = factories.prepare(c)
   assert exp.train.num_clients == 30 and exp.model.num_classes == 10
-  runner.train(exp, str(tmp_path / 'fp'))
-  records = runner.read_metrics(str(tmp_path / 'fp'))
+  quiet_train(exp, tmp_path / 'fp')
+  records = workdir_lib.read_metrics(str(tmp_path / 'fp'))
   assert records[-1]['train_loss'] < 0.9 * records[0]['train_loss']
   assert records[-1]['test_accuracy'] > records[0]['test_accuracy']
 
@@ -443,14 +458,14 @@ def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
 def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path):
   """Three seeds as one vmapped program write exactly the metrics of three separate runs."""
   configs = [dataclasses.replace(base_config, algorithm='gel', seed=s) for s in (0, 1, 2)]
-  exp = runner.prepare(configs[0])
-  assert runner.seeds_fit(exp, 3)
-  together = runner.train_seeds(exp, configs, [str(tmp_path / f'v{s}') for s in (0, 1, 2)],
-                                progress=progress_lib.Progress(5, stream=io.StringIO()))
-  assert [s['seeds_vmapped'] for s in together] == [3, 3, 3]
+  exp = factories.prepare(configs[0])
+  assert planning.batchable(exp) and planning.runs_chunk_size(exp, 3) == exp.chunk_size
+  together = api.train(exp, [str(tmp_path / f'v{s}') for s in (0, 1, 2)], configs,
+                       err=io.StringIO())
+  assert [s['runs_in_program'] for s in together] == [3, 3, 3]
   for s, c in enumerate(configs):
-    alone = runner.train(runner.with_config(exp, c), str(tmp_path / f's{s}'),
-                         progress=progress_lib.Progress(5, stream=io.StringIO()))
+    alone = quiet_train(factories.with_config(exp, c), tmp_path / f's{s}')
+    assert alone['runs_in_program'] == 1
     strip = lambda recs: [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in recs]
     assert strip(read_jsonl(tmp_path / f'v{s}' / 'metrics.jsonl')) == strip(
         read_jsonl(tmp_path / f's{s}' / 'metrics.jsonl'))
@@ -458,32 +473,30 @@ def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path):
       assert together[s][key] == alone[key]
 
 
-def test_seeds_fit_and_train_seeds_guards(base_config):
-  exp = runner.prepare(base_config)
-  assert not runner.seeds_fit(exp, 1)
-  assert not runner.seeds_fit(runner.with_config(exp, dataclasses.replace(
-      base_config, algorithm='scaffold')), 3)          # per-client state: one run per seed
-  with pytest.raises(ValueError, match='only in the seed'):
-    runner.train_seeds(exp, [base_config, dataclasses.replace(base_config, client_lr=0.5)],
-                       ['a', 'b'])
+def test_what_can_be_one_program(base_config):
+  exp = factories.prepare(base_config)
+  assert planning.batchable(exp)
+  assert not planning.batchable(factories.with_config(exp, dataclasses.replace(
+      base_config, algorithm='scaffold')))          # per-client state: one run per program
+  with pytest.raises(ValueError, match='only in the seed and client_lr'):
+    factories.make_runs(exp, [base_config, dataclasses.replace(base_config, batch_size=1)], 1)
 
 
 def poisoned_client_run(base_config, tmp_path):
   """A run whose pool holds one client with infinite features, first sampled after a
   checkpoint: ``(summary, workdir, the round its update reaches the server)``."""
   c = dataclasses.replace(base_config, num_rounds=12, checkpoint_every=2, eval_every=2)
-  exp = runner.prepare(c)
-  sample = runner.make_sampler(exp, keys.root_key(c.seed))
+  exp = factories.prepare(c)
+  sample = factories.make_sampler(exp)
   first = {}
   for r in range(c.num_rounds):
-    for i in np.asarray(sample(r, None).client_ids).tolist():
+    for i in np.asarray(sample(keys.root_key(c.seed), r, None).client_ids).tolist():
       first.setdefault(i, r + 1)
   client = max((i for i in first if first[i] > 3), key=lambda i: first[i])
   lo, n = int(exp.train.offsets[client]), int(exp.train.counts[client])
   x = exp.train.examples['x'].at[lo:lo + n].set(jnp.inf)
   exp = exp._replace(train=exp.train._replace(examples={**exp.train.examples, 'x': x}))
-  summary = runner.train(exp, str(tmp_path), progress=progress_lib.Progress(
-      c.num_rounds, stream=io.StringIO()))
+  summary = quiet_train(exp, tmp_path)
   return summary, tmp_path, first[client]
 
 
@@ -504,7 +517,7 @@ def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
   """Seeds 0 and 1 vmapped, seed 1's initial model NaN: seed 1 is marked diverged after round
   1; seed 0 finishes with exactly the metrics of its own run."""
   configs = [dataclasses.replace(base_config, algorithm='gel', seed=s) for s in (0, 1)]
-  exp = runner.prepare(configs[0])
+  exp = factories.prepare(configs[0])
   bad = jax.random.key_data(keys.init_key(keys.root_key(1)))
 
   def init(key):
@@ -512,13 +525,11 @@ def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
     return jax.tree.map(lambda p: jnp.where(poison, jnp.nan, p), exp.model.init(key))
 
   poisoned = exp._replace(model=exp.model._replace(init=init))
-  quiet = lambda: progress_lib.Progress(5, stream=io.StringIO())
-  out = runner.train_seeds(poisoned, configs, [str(tmp_path / 's0'), str(tmp_path / 's1')],
-                           progress=quiet())
+  out = api.train(poisoned, [str(tmp_path / 's0'), str(tmp_path / 's1')], configs,
+                  err=io.StringIO())
   assert [s['status'] for s in out] == ['finished', 'diverged']
   assert out[1]['diverged_round'] == 1
-  alone = runner.train(runner.with_config(exp, configs[0]), str(tmp_path / 'alone'),
-                       progress=quiet())
+  alone = quiet_train(factories.with_config(exp, configs[0]), tmp_path / 'alone')
   strip = lambda recs: [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in recs]
   assert strip(read_jsonl(tmp_path / 's0' / 'metrics.jsonl')) == strip(
       read_jsonl(tmp_path / 'alone' / 'metrics.jsonl'))
@@ -529,26 +540,26 @@ def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
 def test_memory_guard_shrinks_the_chunk_before_compiling(base_config, monkeypatch, tmp_path,
                                                          chunk_size, asked):
   c = dataclasses.replace(base_config, clients_per_round=12, chunk_size=chunk_size, num_rounds=2)
-  roomy = runner.prepare(c)
+  roomy = factories.prepare(c)
   assert roomy.chunk_size == 12 and roomy.notes == ()
   limit = helpers.memory_for(roomy, 5)
-  monkeypatch.setattr(runner, 'memory_limit', lambda: limit)
-  exp = runner.prepare(c)
+  monkeypatch.setattr(planning, 'memory_limit', lambda: limit)
+  exp = factories.prepare(c)
   assert exp.chunk_size == 5
   (note,) = exp.notes
   assert note.startswith(asked) and note.endswith('running 5 per chunk to fit the device memory')
-  summary = runner.train(exp, str(tmp_path / 'run'))
+  summary = quiet_train(exp, tmp_path / 'run')
   assert summary['chunk_size'] == 5 and summary['status'] == 'finished'
-  # Two seeds together would need 10 clients per chunk: they run one by one.
-  assert not runner.seeds_fit(exp, 2)
+  # Two seeds together: 2 clients per chunk and seed (the 5 that fit, shared).
+  assert planning.runs_chunk_size(exp, 2) == 2
 
 
 def test_memory_guard_fails_in_one_line_when_one_client_cannot_fit(base_config, monkeypatch):
-  exp = runner.prepare(base_config)
+  exp = factories.prepare(base_config)
   limit = helpers.memory_for(exp, 0)
-  monkeypatch.setattr(runner, 'memory_limit', lambda: limit)
+  monkeypatch.setattr(planning, 'memory_limit', lambda: limit)
   with pytest.raises(ConfigError) as e:
-    runner.prepare(base_config)
+    factories.prepare(base_config)
   message = str(e.value)
   assert message.startswith('--budget_range=1,3 with --batch_size=2: one client needs about')
   assert 'lower the budgets or the batch size' in message and '\n' not in message

@@ -1,0 +1,318 @@
+"""The library's entry point: ``run(config, workdir)`` trains what a config (and a sweep over
+seeds, algorithms and learning rates) asks for and writes every output; ``launch/run.py`` is
+its command line, and notebooks and tests call it in-process.
+
+Layout of ``workdir``: one run per ``WORKDIR[/seed<S>][/<run name>][/lr<lr>]`` (each level only
+where the runs differ in it; a single run writes into ``WORKDIR`` itself), ``report.md`` and
+``plots/`` at the top. A work directory already holding runs of this configuration keeps the
+finished ones, resumes the others from their last checkpoint and extends finished ones whose
+``num_rounds`` was raised; another configuration's runs are refused (``overwrite`` replaces
+them). Bad input raises ``ConfigError`` (or ``DataError`` for data files) before anything is
+written.
+
+Runs that differ only in the seed and in learning rates and other ``factories.BATCHED_FIELDS``
+train as one program (``core.runs``) where they fit one device's memory (``vmap=False``: one by
+one); the numbers are those of their separate runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Sequence
+
+from fedjax_gel.experiment import (callbacks as callbacks_lib, factories, grid as grid_lib, loop as loop_lib,
+                                   planning, plots, report, sinks, workdir as workdir_lib)
+from fedjax_gel.experiment.config import GBO_ALGORITHMS, Config, ConfigError, validate
+from fedjax_gel.experiment.progress import Progress
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+  """What one invocation runs besides ``config`` itself: every algorithm (the FedGBO family
+  once per global optimiser) with every seed and client learning rate; ``server_lrs`` make each
+  of those a ``client_lrs x server_lrs`` grid (``experiment.grid``). Empty: the config's."""
+  seeds: Sequence[int] = ()
+  algorithms: Sequence[str] = ()
+  gbo_optimizers: Sequence[str] = ()
+  client_lrs: Sequence[float] = ()
+  server_lrs: Sequence[float] = ()
+
+
+def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
+  """One validated Config per run: seeds x algorithms (x GBO kinds) x client learning rates
+  (with ``server_lrs``, the client lrs are a grid's rows, not separate runs)."""
+  for name, values in dataclasses.asdict(sweep).items():
+    if len(set(values)) != len(values):
+      raise ConfigError(f'--{name_of_flag(name)} needs distinct values (got {list(values)})')
+  for name in ('client_lrs', 'server_lrs'):
+    if not all(0 < v < 3e38 for v in getattr(sweep, name)):   # float32 cells: about their top
+      raise ConfigError(f'--{name_of_flag(name)} needs positive, finite learning rates below '
+                        f'3e38 (got {",".join(map(str, getattr(sweep, name)))})')
+  seeds = sweep.seeds or [c.seed]
+  algorithms = sweep.algorithms or [c.algorithm]
+  kinds = sweep.gbo_optimizers or [c.gbo_optimizer]
+  lrs = sweep.client_lrs or [c.client_lr]
+  if sweep.server_lrs:
+    lrs = lrs[:1]   # the grid's rows: one program per algorithm and seed
+  return [validate(dataclasses.replace(c, algorithm=a, seed=s, gbo_optimizer=k, client_lr=lr))
+          for s in seeds for a in algorithms
+          for k in (kinds if a in GBO_ALGORITHMS else kinds[:1]) for lr in lrs]
+
+
+def name_of_flag(field: str) -> str:
+  return {'seeds': 'seeds', 'algorithms': 'algorithm', 'gbo_optimizers': 'gbo_optimizer',
+          'client_lrs': 'client_lr_grid', 'server_lrs': 'server_lr_grid'}[field]
+
+
+def run_dir(workdir: str, c: Config, levels: tuple[bool, bool, bool]) -> str:
+  """``WORKDIR[/seed<S>][/<run name>][/lr<lr>]``, each level only where runs differ in it."""
+  seeds, names, lrs = levels
+  parts = [workdir] + ([f'seed{c.seed}'] if seeds else []) + ([c.run_name] if names else []) + (
+      [f'lr{c.client_lr:g}'] if lrs else [])
+  return os.path.join(*parts)
+
+
+def default_workdir(configs) -> str:
+  names = '_'.join(dict.fromkeys(x.algorithm for x in configs))
+  return os.path.join('runs', f'{names}_{configs[0].dataset}_{time.strftime("%Y%m%d-%H%M%S")}')
+
+
+@dataclasses.dataclass
+class Plan:
+  """What ``run`` will do, decided and checked before anything is written."""
+  configs: list
+  workdirs: list
+  status: list          # workdir_lib.run_status per run
+  levels: tuple
+  grid: tuple | None    # (client lrs, server lrs)
+  base: factories.Experiment
+  notes: list
+
+
+def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = False,
+         phases: loop_lib.Phases | None = None) -> Plan:
+  """Validates everything and loads the data; raises ``ConfigError``/``DataError`` with one
+  line, having written nothing."""
+  configs = expand(c, sweep)
+  grid = None
+  if sweep.server_lrs:
+    grid = (list(sweep.client_lrs or [c.client_lr]), list(sweep.server_lrs))
+    for x in configs:
+      grid_lib.check_grid(x)
+  names = list(dict.fromkeys(x.run_name for x in configs))
+  levels = (len({x.seed for x in configs}) > 1, len(names) > 1,
+            len({x.client_lr for x in configs}) > 1)
+  workdirs = [run_dir(workdir, x, levels) for x in configs]
+  extra = None if grid is None else grid_lib.grid_fields(*grid)
+  status = [workdir_lib.run_status(w, x, overwrite, extra) for x, w in zip(configs, workdirs)]
+  phases = phases or loop_lib.Phases()
+  with phases.time('data'):
+    base = factories.prepare(configs[0])   # data, model, chunks: shared by every run
+  notes = list(base.notes)
+  for x, w, st in zip(configs, workdirs, status):   # algorithms, memory, checkpoints first
+    exp = factories.with_config(base, x)
+    notes += exp.notes
+    if grid is not None:
+      grid_lib.check_grid(x, exp)
+      planning.check_runs_fit(exp, len(grid[0]) * len(grid[1]), '--server_lr_grid')
+    if st in ('resume', 'extend'):
+      workdir_lib.check_resume(w, checkpoint_target(exp, 1 if grid is None else
+                                                    len(grid[0]) * len(grid[1])))
+  return Plan(configs, workdirs, status, levels, grid, base, list(dict.fromkeys(notes)))
+
+
+def checkpoint_target(exp: factories.Experiment, num_runs: int):
+  """The shapes of a work directory's checkpointed state: one run's, or ``num_runs`` stacked."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import keys  # pylint: disable=g-import-not-at-top
+  one = jax.eval_shape(
+      lambda: exp.algorithm.server_init(exp.model.init(keys.init_key(keys.root_key(0)))))
+  if num_runs == 1:
+    return one
+  return jax.tree.map(lambda s: jax.ShapeDtypeStruct((num_runs,) + s.shape, s.dtype), one)
+
+
+def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
+        overwrite: bool = False, vmap: bool = True, callbacks: Sequence = (), out=None,
+        err=None, phases: loop_lib.Phases | None = None) -> list[dict]:
+  """Trains every run of ``c`` and ``sweep`` into ``workdir`` (default
+  ``runs/<algorithms>_<dataset>_<time>``) and writes ``report.md`` and ``plots/``; returns the
+  runs' summaries (``summary.json``; a grid's ``grid.json``), in ``expand``'s order.
+
+  ``callbacks``: more loop callbacks (``experiment.callbacks.Callback``) for every program,
+  after the library's own. ``out``: where the results' lines go (default stdout); ``err``: the
+  progress lines (default stderr). ``phases``: the clock of a caller that timed its imports (``Phases(imports=...)``).
+  """
+  out = out or sys.stdout
+  phases = phases or loop_lib.Phases()
+  workdir = workdir or default_workdir(expand(c, sweep))
+  p = plan(c, workdir, sweep, overwrite, phases)
+  for w in p.workdirs:
+    workdir_lib.make_workdir(w)
+  for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
+    if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
+      workdir_lib.extend(w, x)
+      p.status[i] = 'resume'
+    elif p.status[i] == 'new':
+      workdir_lib.start(w, x.to_json() if p.grid is None else
+                        {**x.to_json(), **grid_lib.grid_fields(*p.grid)})
+  if p.grid is None:
+    for note in p.notes:   # a grid sizes its own chunks
+      print(f'note: {note}', file=out)
+  results = train_all(p, vmap, list(callbacks), err, phases)
+  with phases.time('report'):
+    if p.grid is None:
+      write_report(p, workdir, results, out)
+    else:
+      write_grid_report(p, workdir, results, out)
+  return results
+
+
+def program_groups(p: Plan, vmap: bool) -> list[list[int]]:
+  """The runs still to train, grouped into programs: a grid per config; else the runs of one
+  ``batch_key`` together where ``vmap`` and they fit one device (``planning``), one by one
+  otherwise."""
+  todo = [i for i, st in enumerate(p.status) if st != 'done']
+  if p.grid is not None:
+    return [[i] for i in todo]
+  by_key: dict = {}
+  for i in todo:
+    by_key.setdefault(factories.batch_key(p.configs[i]), []).append(i)
+  out = []
+  for group in by_key.values():
+    exp = factories.with_config(p.base, p.configs[group[0]])
+    size = len(group) if vmap and planning.batchable(exp) else 1
+    while size > 1 and planning.runs_chunk_size(exp, size) < 1:
+      size //= 2
+    out += [group[k:k + size] for k in range(0, len(group), size)]
+  return out
+
+
+def train_all(p: Plan, vmap: bool, extra: list, err, phases) -> list[dict]:
+  """Trains the runs ``run_status`` did not find finished; a finished run's summary is read."""
+  results = {}
+  for i, st in enumerate(p.status):
+    if st == 'done':   # finished earlier: kept (checkpoints a kill left behind removed)
+      name = 'summary.json' if p.grid is None else 'grid.json'
+      results[i] = workdir_lib.read_json(os.path.join(p.workdirs[i], name))
+      workdir_lib.remove_checkpoints(p.workdirs[i], keep=p.configs[i].num_rounds)
+  for group in program_groups(p, vmap):
+    results.update(train_group(p, group, extra, err, phases))
+  return [results[i] for i in range(len(p.configs))]
+
+
+def train_group(p: Plan, group: list[int], extra: list, err, phases) -> dict:
+  """One program: the runs ``group`` (a grid's cells for one config of a grid plan)."""
+  first = p.configs[group[0]]
+  exp = factories.with_config(p.base, first)
+  resume = any(p.status[i] == 'resume' for i in group)
+  if p.grid is None:
+    configs = [p.configs[i] for i in group]
+    summaries = train(exp, [p.workdirs[i] for i in group], configs, resume=resume,
+                      callbacks=extra, err=err, phases=phases)
+    return dict(zip(group, summaries))
+  w = p.workdirs[group[0]]
+  tags = grid_lib.cell_tags(*p.grid)
+  runs = [loop_lib.Run(dataclasses.replace(first, client_lr=t['client_lr'],
+                                           server_lr=t['server_lr']), w, t) for t in tags]
+  grids = grid_lib.GridSummary({w: p.grid})
+  train_runs(exp, runs, f'{first.run_name} grid of {len(runs)} cells, seed {first.seed}', resume,
+             grids, extra, err, phases)
+  return {group[0]: grids.results[w]}
+
+
+def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
+          configs: Sequence[Config] | None = None, *, resume: bool = False,
+          callbacks: Sequence = (), err=None, phases: loop_lib.Phases | None = None
+          ) -> list[dict]:
+  """Trains ``configs`` (default ``[exp.config]``; they may differ only in the seed and the
+  ``factories.BATCHED_FIELDS``) on ``exp``'s data and model as one program, run ``i`` into
+  ``workdirs[i]``; returns their summaries. ``resume``: continue from the work directories'
+  last common checkpoint (else they are started afresh). What ``run`` does for each group of
+  runs, for a caller that prepared the experiment itself (``factories.prepare``)."""
+  configs = list(configs or [exp.config])
+  workdirs = [workdirs] if isinstance(workdirs, str) else list(workdirs)
+  if not resume:
+    for x, w in zip(configs, workdirs):
+      workdir_lib.make_workdir(w)
+      workdir_lib.start(w, x.to_json())
+  first = configs[0]
+  label = f'{first.run_name}, seed {", ".join(str(x.seed) for x in configs)}'
+  if len({x.client_lr for x in configs}) > 1:
+    label += f', client lr {", ".join(f"{x.client_lr:g}" for x in configs)}'
+  summary = callbacks_lib.RunSummary()
+  train_runs(exp, [loop_lib.Run(x, w) for x, w in zip(configs, workdirs)], label, resume,
+             summary, list(callbacks), err, phases)
+  return [summary.summaries[i] for i in range(len(configs))]
+
+
+def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, err, phases
+               ) -> loop_lib.Loop:
+  """The loop of ``runs``: the library's callbacks with ``summary`` (``RunSummary`` or
+  ``GridSummary``), then ``extra``."""
+  first = runs[0].config
+  chunk = planning.runs_chunk_size(exp, len(runs))
+  program, hparams = factories.make_runs(exp, [r.config for r in runs], chunk)
+  progress = Progress(first.num_rounds, stream=err, label=label)
+  loop = loop_lib.Loop(exp, runs, program, hparams, chunk, phases)
+  sinks_used = [sinks.JsonlWriter(), sinks.CsvWriter()]
+  if first.tensorboard:
+    sinks_used.append(sinks.TensorBoardWriter())
+  return loop_lib.train(loop, [
+      # a round's records are written before its checkpoint, which counts them
+      callbacks_lib.Evaluate(first.eval_every, exp.test_pool, exp.train_pool),
+      callbacks_lib.Checkpointer(first.checkpoint_every, resume),
+      *sinks_used,
+      callbacks_lib.DivergenceGuard(progress.note),
+      summary,   # after the final checkpoint, before the progress' last line
+      callbacks_lib.ProgressReport(progress),
+      *extra])
+
+
+def write_report(p: Plan, workdir: str, summaries: list[dict], out):
+  """One line per run, ``report.md`` and ``plots/``."""
+  results = []
+  for x, w, summary in zip(p.configs, p.workdirs, summaries):
+    results.append((summary, workdir_lib.read_metrics(w)))
+    target = summary['rounds_to_target']
+    final, best = summary['final_accuracy'], summary['best_accuracy']
+    print(f'{x.run_name} on {x.dataset}, seed {x.seed}, client lr {x.client_lr:g}: final test '
+          f'accuracy {fmt(final)}, best {fmt(best)}, rounds to {x.target_accuracy:.0%}: '
+          f'{target if target is not None else "not reached"}', file=out)
+  text = report.report_text(results, p.levels[2])
+  if len(results) > 1:
+    print(text, file=out)
+  workdir_lib.write_text(os.path.join(workdir, 'report.md'), text + '\n')
+  plotted = plots.accuracy_plots(report.kept_runs(results, p.levels[2]),
+                                 os.path.join(workdir, 'plots'), p.configs[0].target_accuracy)
+  if not plotted:
+    print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')",
+          file=out)
+  print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, metrics.csv, '
+        f'summary.json, model.msgpack{"" if len(p.configs) == 1 else " per run"}; report.md'
+        f'{"; plots/" if plotted else ""})', file=out)
+
+
+def fmt(value) -> str:
+  return 'n/a' if value is None else f'{value:.4f}'
+
+
+def write_grid_report(p: Plan, workdir: str, results: list[dict], out):
+  """One line per grid and ``report.md`` with the grids' tables."""
+  tables = []
+  for x, w, result in zip(p.configs, p.workdirs, results):
+    diverged = sum(cell['diverged'] for cell in result['cells'])
+    finals = [(cell['final_accuracy'], cell) for cell in result['cells']
+              if cell['final_accuracy'] is not None]
+    best = max(finals, key=lambda t: t[0])[1] if finals else None
+    print(f'{x.run_name} on {x.dataset}, seed {x.seed}: {len(result["cells"])} cells, '
+          f'{diverged} diverged' + (f', best final test accuracy {best["final_accuracy"]:.4f} '
+                                    f'at client lr {best["client_lr"]:g}, server lr '
+                                    f'{best["server_lr"]:g}' if best else ''), file=out)
+    tables.append(grid_lib.grid_table(result) + f'\n\nHeat map: `{os.path.relpath(w, workdir)}/'
+                  'plots/grid.png`')
+  workdir_lib.write_text(os.path.join(workdir, 'report.md'), '\n\n'.join(tables) + '\n')
+  print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, metrics.csv, '
+        'grid.json, summary.json, plots/grid.png per grid; report.md)', file=out)

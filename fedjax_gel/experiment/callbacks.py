@@ -1,0 +1,294 @@
+"""The loop's callbacks: evaluation, checkpoints, the divergence guard, progress and summaries.
+
+Each is a small object with the hooks of ``experiment.loop`` it needs (``Callback`` gives the
+others as no-ops). Metric files are written by the sinks of ``experiment.sinks``. The order of a
+callback list matters where one reads what another did: ``Evaluate`` comes first, so that a
+round's records are written before its checkpoint counts them; ``Checkpointer`` restores a
+resumed run (``on_start``) before the sinks read its records, and writes the final state before
+``RunSummary`` marks the run finished.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+import numpy as np
+from flax import serialization
+
+from fedjax_gel.core import evaluation, round as round_lib, runs as runs_lib
+from fedjax_gel.experiment import checkpoint, workdir as workdir_lib
+from fedjax_gel.experiment.progress import Progress
+
+
+class Callback:
+  """A loop callback; override the hooks you need (see ``experiment.loop``)."""
+
+  def on_start(self, loop):
+    pass
+
+  def on_compiled(self, loop):
+    pass
+
+  def on_round(self, loop, done: int):
+    pass
+
+  def on_evaluate(self, loop, done: int, records: dict):
+    pass
+
+  def on_interrupt(self, loop, done: int):
+    pass
+
+  def on_end(self, loop):
+    pass
+
+
+def groups(loop) -> dict:
+  """``workdir -> [run index]``: the runs writing into each work directory (a grid's cells share
+  one)."""
+  out: dict = {}
+  for i, run in enumerate(loop.runs):
+    out.setdefault(run.workdir, []).append(i)
+  return out
+
+
+class Evaluate(Callback):
+  """Test accuracy and loss, and the train loss, of every live run: at round 0 (unless
+  resuming), every ``every`` rounds and after the last round. Each run's model is evaluated on
+  its own, so the numbers are those of its separate run to the bit.
+
+  ``train_pool``: the training examples the train loss is measured on (``make_eval_pool``'s
+  sample of ``--train_eval_examples``, or the whole pool).
+  """
+
+  def __init__(self, every: int, test_pool, train_pool):
+    self.every, self.test_pool, self.train_pool = every, test_pool, train_pool
+    self.fn = None
+
+  def on_compiled(self, loop):
+    evaluate = evaluation.build_evaluate(loop.exp.model.apply)
+    both = jax.jit(lambda params, test, train: (evaluate(params, test), evaluate(params, train)))
+    with loop.phases.time('compile'):
+      shape = jax.eval_shape(lambda: loop.run_params(0))
+      self.fn = both.lower(shape, self.test_pool, self.train_pool).compile()
+    if not loop.start:
+      self.evaluate(loop, 0)
+
+  def on_round(self, loop, done):
+    if done % self.every == 0 or done == loop.num_rounds:
+      self.evaluate(loop, done)
+
+  def evaluate(self, loop, done: int):
+    with loop.phases.time('train'):   # the rounds dispatched so far finish first
+      jax.block_until_ready(loop.state)
+    with loop.phases.time('eval'):
+      loop.sync()
+      params = loop.program.server_params(loop.state, loop.hparams)
+      records = {}
+      for i in loop.live():
+        run = loop.runs[i]
+        test, train = self.fn(runs_lib.run_slice(params, i, loop.program.batched), self.test_pool, self.train_pool)
+        accuracy = float(test['accuracy'])
+        best = max([accuracy] + [r['best_test_accuracy'] for r in run.records])
+        record = {'round': done, 'algorithm': run.config.run_name, 'seed': run.config.seed,
+                  **run.tags, 'test_accuracy': accuracy, 'best_test_accuracy': best,
+                  'test_loss': float(test['loss']), 'train_loss': float(train['loss']),
+                  **run.totals, 'client_distance': run.distance,
+                  'elapsed_s': round(time.perf_counter() - loop.t0, 3)}
+        run.records.append(record)
+        records[i] = record
+    loop.emit('on_evaluate', done, records)
+
+
+class DivergenceGuard(Callback):
+  """A line for each run whose server model stopped being finite (it stops there: no more
+  records, its last good checkpoint kept); the loop ends when every run has diverged."""
+
+  def __init__(self, note):
+    self.note = note
+
+  def on_round(self, loop, done):
+    for i in loop.newly_diverged:
+      run = loop.runs[i]
+      c = run.config
+      tags = ''.join(f', {k} {v:g}' for k, v in run.tags.items())
+      self.note(f'{c.run_name} on {c.dataset}, seed {c.seed}{tags}: diverged (the server model '
+                f'is not finite after round {run.diverged}); stopped, its last good checkpoint '
+                'kept')
+    loop.newly_diverged.clear()
+    if not loop.live():
+      loop.stop = True
+
+
+def group_state(loop, idx: list[int]):
+  """The states of the runs ``idx`` of one work directory: one run's unstacked, several stacked."""
+  if len(idx) == 1:
+    return loop.run_state(idx[0])
+  if idx == list(range(len(loop.runs))):
+    return loop.state
+  return jax.tree.map(lambda a: a[np.asarray(idx)], loop.state)
+
+
+class Checkpointer(Callback):
+  """Every ``every`` rounds (0: never), on Ctrl-C and after the last round, each work
+  directory's runs (their states and bookkeeping) in one checkpoint (``experiment.checkpoint``);
+  a single run that diverged keeps its last good one. ``resume``: ``on_start`` continues from the
+  last round every work directory has a checkpoint of, with ``metrics.jsonl`` cut back to it."""
+
+  META = ('runs',)
+
+  def __init__(self, every: int, resume: bool):
+    self.every, self.resume = every, resume
+
+  def on_start(self, loop):
+    dirs = groups(loop)
+    start = resume_round(list(dirs)) if self.resume else 0
+    if not start:
+      return
+    states = {}
+    for w, idx in dirs.items():
+      target = jax.eval_shape(lambda idx=idx: group_state(loop, idx))
+      state, meta = checkpoint.restore(w, start, target)
+      records = workdir_lib.read_metrics(w)
+      for i, saved in zip(idx, meta['runs']):
+        run = loop.runs[i]
+        run.records = [r for r in records if all(r.get(k) == v for k, v in run.tags.items())]
+        run.totals, run.distance = dict(saved['totals']), saved['distance']
+        run.diverged = saved['diverged']
+      states[w] = (idx, state)
+    loop.state = assemble(loop, states.values())
+    loop.start = loop.done = start
+
+  def save(self, loop, done: int, final: bool = False):
+    loop.sync()
+    for w, idx in groups(loop).items():
+      if len(idx) == 1 and loop.runs[idx[0]].diverged is not None:
+        continue   # its last good checkpoint stays the last one
+      metrics = os.path.join(w, 'metrics.jsonl')
+      meta = {'metrics_bytes': os.path.getsize(metrics) if os.path.exists(metrics) else 0,
+              'runs': [{'totals': loop.runs[i].totals, 'distance': loop.runs[i].distance,
+                        'diverged': loop.runs[i].diverged} for i in idx]}
+      checkpoint.save(w, done, group_state(loop, idx), meta)
+    del final
+
+  def on_round(self, loop, done):
+    if self.every and done % self.every == 0 and done < loop.num_rounds:
+      self.save(loop, done)
+
+  def on_interrupt(self, loop, done):
+    self.save(loop, done)
+
+  def on_end(self, loop):
+    # the final states: a later run with more rounds extends them
+    self.save(loop, loop.done, final=True)
+
+
+def assemble(loop, parts):
+  """The loop's state from the work directories' restored ``(run indices, state)``."""
+  parts = list(parts)
+  if not loop.program.batched:
+    return jax.device_put(parts[0][1])
+  order, slices = [], []
+  for idx, state in parts:
+    order += idx
+    slices += ([state] if len(idx) == 1 else
+               [jax.tree.map(lambda a, k=k: a[k], state) for k in range(len(idx))])
+  by_run = [s for _, s in sorted(zip(order, slices), key=lambda t: t[0])]
+  return jax.tree.map(lambda *a: jax.numpy.stack(a), *by_run)
+
+
+def resume_round(workdirs) -> int:
+  """The last round every one of ``workdirs`` has a checkpoint of (0: none)."""
+  common = set.intersection(*(set(checkpoint.rounds(w)) for w in workdirs))
+  return max(common, default=0)
+
+
+class ProgressReport(Callback):
+  """The progress line (``experiment.progress``): a line when compiling starts and one with its
+  time (and the round a resumed run starts from), the rate and ETA, a status line at each
+  evaluation, and the phases' seconds at the end."""
+
+  def __init__(self, progress: Progress):
+    self.progress = progress
+
+  def on_start(self, loop):
+    self.progress.note(f'{self.progress.label}: compiling')
+
+  def on_compiled(self, loop):
+    self.progress.compiled(loop.phases.seconds['compile'], loop.start)
+    self.progress.begin(loop.start)
+
+  def on_round(self, loop, done):
+    self.progress.update(done)
+
+  def on_evaluate(self, loop, done, records):
+    if len(loop.runs) == 1:
+      last = loop.runs[0].records[-1] if loop.runs[0].records else None
+      status = (f'test acc {last["test_accuracy"]:.4f} (best {last["best_test_accuracy"]:.4f})'
+                if last else 'diverged')
+    else:
+      live = loop.live()
+      best = max((loop.runs[i].records[-1]['best_test_accuracy'] for i in live),
+                 default=float('nan'))
+      status = f'{len(live)}/{len(loop.runs)} runs finite, best test acc {best:.4f}'
+    self.progress.update(done, status, force=True)
+
+  def on_interrupt(self, loop, done):
+    self.progress.close()
+
+  def on_end(self, loop):
+    self.progress.close()
+    self.progress.note(f'{self.progress.label}: {loop.phases.line()}')
+
+
+def run_summary(loop, i: int) -> dict:
+  """Run ``i``'s ``summary.json``."""
+  run, c = loop.runs[i], loop.runs[i].config
+  records = run.records
+  train_s = loop.phases.seconds['train']
+  return {
+      'algorithm': c.run_name, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
+      'client_lr': c.client_lr, **run.tags,
+      'final_accuracy': records[-1]['test_accuracy'] if records else None,
+      'best_accuracy': max((r['test_accuracy'] for r in records), default=None),
+      'target_accuracy': c.target_accuracy,
+      'rounds_to_target': workdir_lib.rounds_to_target(records, c.target_accuracy),
+      'status': 'diverged' if run.diverged else 'finished',
+      'diverged_round': run.diverged,
+      **run.totals,
+      'compile_s': round(loop.phases.seconds['compile'], 3), 'train_s': round(train_s, 3),
+      'rounds_per_s': (round((loop.done - loop.start) / train_s, 3) if train_s > 0 else None),
+      'chunk_size': loop.chunk_size, 'runs_in_program': len(loop.runs),
+      'client_state_bytes': (0 if loop.exp.algorithm.store_row is None else
+                             round_lib.tree_bytes(loop.run_state(i).clients)),
+      'phases_s': loop.phases.rounded(),
+  }
+
+
+class RunSummary(Callback):
+  """After the last round, in each work directory of one run: ``model.msgpack`` (the final
+  server model; none for a diverged run) and ``summary.json``, written last (it marks the run
+  finished); the checkpoints but the final state's go."""
+
+  def __init__(self):
+    self.summaries = {}
+
+  def on_end(self, loop):
+    with loop.phases.time('report'):
+      self.write(loop)
+
+  def write(self, loop):
+    for w, idx in groups(loop).items():
+      if len(idx) != 1:
+        continue
+      i = idx[0]
+      run = loop.runs[i]
+      finished = run.diverged is None
+      if finished:
+        params = jax.device_get(loop.run_params(i))
+        checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
+      summary = run_summary(loop, i)
+      workdir_lib.write_json(os.path.join(w, 'summary.json'), summary)
+      if finished:
+        workdir_lib.remove_checkpoints(w, keep=run.config.num_rounds)
+      self.summaries[i] = summary

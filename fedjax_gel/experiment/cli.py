@@ -1,0 +1,191 @@
+"""The command line (``launch/run.py``): flags generated from ``Config`` (one absl flag per
+field, its help from the field's metadata) and the sweep's list flags; parsing with the checks
+that turn a bad flag or flag file into one line; and ``execute``, which runs what the flags ask
+for and maps every user error to one line on stderr and exit status 2 (Ctrl-C: 130).
+
+``main(argv)`` does it all on flags of its own, so that tests and notebooks can run a command
+in-process.
+
+``algorithm`` and ``gbo_optimizer`` take comma-separated lists (a sweep: ``api.Sweep``), as do
+``--seeds``, ``--client_lr_grid`` and ``--server_lr_grid``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+
+from absl import flags, logging
+
+from fedjax_gel.experiment import api, compilation_cache
+from fedjax_gel.experiment.config import Config, ConfigError, parse_budget_range
+
+LISTS = ('algorithm', 'gbo_optimizer')   # Config fields whose flags take several values
+DEFINE = {'str': flags.DEFINE_string, 'Optional[str]': flags.DEFINE_string,
+          'int': flags.DEFINE_integer, 'float': flags.DEFINE_float, 'bool': flags.DEFINE_bool,
+          'tuple': flags.DEFINE_string}
+
+
+def define_flags(values: flags.FlagValues = flags.FLAGS):
+  """Defines every flag of ``launch/run.py`` on ``values``."""
+  flags.DEFINE_string('workdir', None, 'Output directory (default: '
+                      'runs/<algorithm>_<dataset>_<time>).', flag_values=values)
+  flags.DEFINE_bool('overwrite', False, 'Replace the outputs of an earlier run in --workdir.',
+                    flag_values=values)
+  flags.DEFINE_string('compilation_cache', compilation_cache.default_dir(),
+                      "Folder of JAX's persistent compilation cache (compiled programs reused "
+                      'by later processes); empty: off. Default '
+                      f'${compilation_cache.ENV} if set, else the user cache folder.',
+                      flag_values=values)
+  for field in dataclasses.fields(Config):
+    help_text = field.metadata['help']
+    if field.name in LISTS:
+      flags.DEFINE_list(field.name, [field.default], help_text, flag_values=values)
+    elif field.name == 'budget_range':
+      flags.DEFINE_string(field.name, '%d,%d' % field.default, help_text, flag_values=values)
+    else:
+      DEFINE[field.type](field.name, field.default, help_text, flag_values=values)
+  flags.DEFINE_alias('algorithms', 'algorithm', flag_values=values)
+  flags.DEFINE_list('seeds', [], 'Several seeds (overrides --seed): every algorithm runs with '
+                    'each, paired, into WORKDIR/seed<S>/; a table of rounds to target ends the '
+                    'output.', flag_values=values)
+  flags.DEFINE_list('client_lr_grid', [], 'Several client learning rates: every algorithm runs '
+                    'with each, and the report keeps, per algorithm, the one with the best '
+                    'accuracy.', flag_values=values)
+  flags.DEFINE_list('server_lr_grid', [], 'Several server learning rates: every algorithm (and '
+                    'seed) trains the grid --client_lr_grid (else --client_lr) x '
+                    '--server_lr_grid as one vmapped program, each cell its own model, into '
+                    'WORKDIR/.../grid.json with a heat map in plots/grid.png; diverged cells are '
+                    'marked.', flag_values=values)
+  flags.DEFINE_bool('vmap_seeds', True, 'Train the runs that differ only in seed and client '
+                    'learning rate as one program vmapped over them where they fit (one device, '
+                    'no per-client state or power-of-d; the same numbers as one run each).',
+                    flag_values=values)
+
+
+def typed(flag: str, items, kind):
+  """``items`` as ``kind``s, or a ConfigError naming ``--flag``."""
+  try:
+    return [kind(x) for x in items]
+  except ValueError:
+    raise ConfigError(f'--{flag} must hold {kind.__name__}s (got {",".join(items)})') from None
+
+
+def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, api.Sweep]:
+  """The Config and the sweep the parsed flags ask for (not yet validated: ``api.expand``)."""
+  fields = {}
+  for field in dataclasses.fields(Config):
+    value = values[field.name].value
+    if field.name in LISTS:
+      if not value:
+        raise ConfigError(f'--{field.name} needs at least one value')
+      value = value[0]
+    elif field.name == 'budget_range':
+      value = parse_budget_range(value)
+    fields[field.name] = value
+  sweep = api.Sweep(
+      seeds=typed('seeds', values.seeds, int),
+      algorithms=list(values.algorithm), gbo_optimizers=list(values.gbo_optimizer),
+      client_lrs=typed('client_lr_grid', values.client_lr_grid, float),
+      server_lrs=typed('server_lr_grid', values.server_lr_grid, float))
+  return Config(**fields), sweep
+
+
+def flagfiles(argv) -> list[str]:
+  """The ``--flagfile`` paths named on the command line, in order (as absl reads them: stripped,
+  ``~`` expanded; empty ones are ignored)."""
+  found = []
+  for i, arg in enumerate(argv):
+    if arg == '--':
+      break
+    name, eq, value = arg.removeprefix('-').removeprefix('-').partition('=')
+    if arg.startswith('-') and name == 'flagfile':
+      found.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ''))
+  return [os.path.expanduser(p.strip()) for p in found if p.strip()]
+
+
+def check_flagfile(path: str, including: tuple = ()):
+  """A flag file's syntax, before absl reads it: UTF-8 text whose lines are blank, comments
+  (``#`` or ``//`` in the first column) or ``--name=value`` (``--name`` for booleans), its nested
+  ``--flagfile``s too. The first problem is a ConfigError naming the file and the line."""
+  real = os.path.realpath(path)
+  if real in (os.path.realpath(p) for p in including):
+    raise ConfigError(f'--flagfile={path} includes itself (through {" -> ".join(including)})')
+  try:
+    with open(path, encoding='utf-8') as f:
+      lines = f.read().splitlines()
+  except OSError as e:
+    raise ConfigError(f'--flagfile={path}: cannot be read ({e.strerror})') from None
+  except UnicodeDecodeError:
+    raise ConfigError(f'--flagfile={path}: not a text file (not UTF-8)') from None
+  for number, line in enumerate(lines, 1):
+    if not line.strip() or line.startswith(('#', '//')):
+      continue
+    text = line.strip()
+    name, _, value = text.removeprefix('-').removeprefix('-').partition('=')
+    if not text.startswith('-') or not name or any(ch.isspace() for ch in name):
+      raise ConfigError(f'--flagfile={path} line {number}: {text!r} is not a flag; write '
+                        '--name=value')
+    if name == 'flagfile' and value.strip():
+      check_flagfile(os.path.expanduser(value.strip()), including + (path,))
+
+
+def parse(argv, values: flags.FlagValues = flags.FLAGS):
+  """absl's parsing after ``check_flagfile``; a bad flag is a ConfigError of one line."""
+  for path in flagfiles(argv[1:]):
+    check_flagfile(path)
+  try:
+    return values(argv)
+  except flags.Error as e:
+    text = (str(e).splitlines() or ['bad flags'])[0]
+    raise ConfigError(text.removeprefix('ERROR:: ').removeprefix('ERROR: ')) from None
+
+
+def fail(message: str) -> int:
+  print(f'error: {message}', file=sys.stderr)
+  return 2
+
+
+def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
+  """Runs the parsed flags' experiments; returns the exit status. ``start``: the process'
+  ``time.perf_counter()`` before its imports (the ``imports`` phase)."""
+  logging.set_verbosity(logging.ERROR)   # keep JAX's and TFDS's notices off stderr
+  if len(argv) > 1:
+    return fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  from fedjax_gel.core.devices import use_all_cpu_cores  # pylint: disable=g-import-not-at-top
+  use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
+  try:
+    compilation_cache.enable(values.compilation_cache)
+  except OSError as e:
+    if values['compilation_cache'].present:
+      return fail(f'--compilation_cache={values.compilation_cache}: cannot use it as the '
+                  f'compilation cache ({e.strerror or e})')
+    print(f'note: no compilation cache ({e.strerror or e}); every program is compiled afresh')
+  from fedjax_gel.data.leaf import DataError  # pylint: disable=g-import-not-at-top
+  phases = api.loop_lib.Phases(imports=time.perf_counter() - start if start else 0.)
+  try:
+    config, sweep = from_flags(values)
+    api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,
+            phases=phases)
+  except (ConfigError, DataError) as e:
+    return fail(str(e))
+  except KeyboardInterrupt as e:
+    done = getattr(e, 'round', None)   # loop.Interrupted: stopped between rounds
+    where = (f'after round {done}, with a checkpoint of it' if done is not None else
+             'before the round under way finished')
+    print(f'interrupted {where}: run the same command to continue (finished runs are kept, '
+          'the others resume from their last checkpoint)', file=sys.stderr)
+    return 130
+  return 0
+
+
+def main(argv) -> int:
+  """``launch/run.py argv[1:]`` in this process, on flags of its own; the exit status."""
+  values = flags.FlagValues()
+  define_flags(values)
+  try:
+    rest = parse(argv, values)
+  except ConfigError as e:
+    return fail(str(e))
+  return execute(values, rest)

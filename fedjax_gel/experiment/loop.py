@@ -1,0 +1,216 @@
+"""The one round loop: R runs trained as one program, with everything around the rounds done by
+callbacks (in the manner of CLU's periodic actions and pfl-research's training callbacks).
+
+A single run, a group of seeds, a learning-rate grid and the benchmarks all go through
+``train``: the runs are a batch of ``core.runs`` (a batch of one for a single run), and the
+callbacks (``experiment.callbacks``) evaluate, write metrics, checkpoint, guard against
+divergence, report progress and write summaries. The loop itself only steps the rounds, keeps
+each run's totals and tells the callbacks what happened:
+
+* ``on_start(loop)``: before the first round (a resumed run's state is restored here);
+* ``on_round(loop, done)``: after each round, ``done`` rounds trained;
+* ``on_evaluate(loop, done, records)``: an evaluation's records ``{run index: record}``;
+* ``on_interrupt(loop, done)``: Ctrl-C during round ``done``; the loop then raises
+  ``Interrupted`` (after ``on_end`` is *not* called: the runs are unfinished);
+* ``on_end(loop)``: after the last round, or when every run has diverged.
+
+Round metrics stay on the device until a callback needs them (``Loop.sync``), so the loop does
+not wait on the device between rounds.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import time
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_gel.core import keys, runs as runs_lib
+from fedjax_gel.experiment.config import Config
+
+# (total, RoundMetrics field) summed over a run's rounds.
+TOTALS = (('grad_computations', 'grad_computations'), ('examples', 'examples'),
+          ('bytes_up', 'uploaded_bytes'), ('bytes_down', 'downloaded_bytes'),
+          ('client_rounds', 'num_clients'))
+PHASES = ('imports', 'data', 'compile', 'train', 'eval', 'report')
+
+
+@dataclasses.dataclass
+class Run:
+  """One run's bookkeeping, as the callbacks see it.
+
+  ``tags``: the fields its metrics records carry besides ``round, algorithm, seed`` (a grid
+  cell's learning rates; the runs sharing a work directory differ in them).
+  """
+  config: Config
+  workdir: str
+  tags: dict = dataclasses.field(default_factory=dict)
+  records: list = dataclasses.field(default_factory=list)
+  totals: dict = dataclasses.field(default_factory=lambda: {t: 0 for t, _ in TOTALS})
+  distance: float = 0.   # the last round's mean pairwise cosine distance of client models
+  diverged: int | None = None   # the first round whose server model was not finite
+
+
+class Phases:
+  """Seconds spent per phase (``PHASES``); ``time(name)`` adds a block's wall time."""
+
+  def __init__(self, **seconds):
+    self.seconds = {p: 0. for p in PHASES}
+    self.seconds.update(seconds)
+
+  @contextlib.contextmanager
+  def time(self, name: str):
+    t = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.seconds[name] += time.perf_counter() - t
+
+  def rounded(self) -> dict:
+    return {k: round(v, 3) for k, v in self.seconds.items()}
+
+  def line(self) -> str:
+    return ', '.join(f'{k} {v:.1f} s' for k, v in self.seconds.items())
+
+
+class Loop:
+  """R runs of one experiment trained together: their state, the program, their bookkeeping.
+
+  ``state`` holds every run's server state (a leading run axis when ``program.batched``);
+  ``hparams`` the hyper-parameters that differ between them (``{}`` for a group of seeds).
+  """
+
+  def __init__(self, exp, runs: Sequence[Run], program: runs_lib.RunsProgram, hparams: dict,
+               chunk_size: int, phases: Phases | None = None):
+    self.exp, self.runs, self.program = exp, list(runs), program
+    self.hparams = hparams
+    self.chunk_size = chunk_size
+    self.phases = phases or Phases()
+    self.num_rounds = self.runs[0].config.num_rounds
+    roots = [keys.root_key(r.config.seed) for r in self.runs]
+    self.roots = jnp.stack(roots) if program.batched else roots[0]
+    self.state = program.init(self.roots, hparams)
+    self.start = 0          # the round the rounds start from (a resumed run's checkpoint)
+    self.done = 0           # rounds trained so far
+    self.stop = False       # set by a callback to end the loop after the round under way
+    self.round_fn = None
+    self.pending = []       # (done, device metrics) of the rounds not yet synced
+    self.cohort = None      # the last round's cohort and metrics (on the device)
+    self.metrics = None
+    self.newly_diverged = []
+    self.callbacks = []
+    self.t0 = time.perf_counter()
+
+  # what callbacks use
+  def run_state(self, i: int):
+    return runs_lib.run_slice(self.state, i, self.program.batched)
+
+  def run_params(self, i: int):
+    """Run ``i``'s server model (on the device)."""
+    return runs_lib.run_slice(self.program.server_params(self.state, self.hparams), i,
+                              self.program.batched)
+
+  def live(self) -> list[int]:
+    """The runs that have not diverged."""
+    return [i for i, r in enumerate(self.runs) if r.diverged is None]
+
+  def sync(self):
+    """Adds the rounds since the last sync to the runs' totals (a host sync), and marks a run
+    diverged at the first round whose server model is not finite (``newly_diverged``)."""
+    for done, m in self.pending:
+      m = jax.device_get(m)
+      for i in self.live():
+        mi = runs_lib.run_slice(m, i, self.program.batched)
+        if not bool(mi.finite):
+          self.runs[i].diverged = done
+          self.newly_diverged.append(i)
+          continue
+        for total, field in TOTALS:
+          self.runs[i].totals[total] += int(getattr(mi, field))
+    if self.pending:
+      distance = jax.device_get(self.pending[-1][1].client_distance)
+      for i in self.live():
+        self.runs[i].distance = float(runs_lib.run_slice(distance, i, self.program.batched))
+    self.pending.clear()
+
+  def emit(self, event: str, *args):
+    for callback in self.callbacks:
+      getattr(callback, event)(self, *args)
+
+  # the loop
+  def compile(self):
+    """Compiles the round for the runs' state and the first cohort (timed as ``compile``)."""
+    with self.phases.time('compile'):
+      self.cohort0 = self.sample(self.start)
+      self.round_fn = self.program.round.lower(
+          self.state, self.hparams, self.cohort0, self.exp.train, self.roots,
+          jnp.int32(self.start)).compile()
+
+  def sample(self, r: int):
+    return self.program.sample(self.roots, jnp.int32(r), self.state)
+
+  def step(self, r: int):
+    cohort = self.cohort0 if r == self.start else self.sample(r)
+    self.state, metrics = self.round_fn(self.state, self.hparams, cohort, self.exp.train,
+                                        self.roots, jnp.int32(r))
+    self.pending.append((r + 1, metrics))
+    self.done, self.cohort, self.metrics = r + 1, cohort, metrics
+
+
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C stopped the loop after a whole round, whose checkpoint was written (the same run
+  resumes from it)."""
+
+  def __init__(self, round_idx: int):
+    super().__init__(f'interrupted after round {round_idx}')
+    self.round = round_idx
+
+
+@contextlib.contextmanager
+def deferred_interrupt():
+  """Within it, a first Ctrl-C (SIGINT) only sets the returned flag, so that the loop can stop
+  between rounds; a second one interrupts at once. Outside the main thread: no-op."""
+  flag = []
+
+  def handler(signum, frame):
+    del signum, frame
+    if flag:
+      raise KeyboardInterrupt
+    flag.append(True)
+
+  try:
+    previous = signal.signal(signal.SIGINT, handler)
+  except ValueError:   # not the main thread: signals stay as they are
+    yield flag
+    return
+  try:
+    yield flag
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
+def train(loop: Loop, callbacks: Sequence) -> Loop:
+  """Trains ``loop``'s runs from ``loop.start`` to ``num_rounds``, calling the callbacks' hooks
+  (see the module's docstring); returns the loop for the callers' summaries. Ctrl-C ends it
+  after the round under way with ``on_interrupt`` and raises ``Interrupted``."""
+  loop.callbacks = list(callbacks)
+  loop.emit('on_start')
+  if loop.round_fn is None:
+    loop.compile()
+  loop.emit('on_compiled')
+  with deferred_interrupt() as interrupted:
+    for r in range(loop.start, loop.num_rounds):
+      with loop.phases.time('train'):
+        loop.step(r)
+      loop.emit('on_round', r + 1)
+      if interrupted and r + 1 < loop.num_rounds:
+        loop.emit('on_interrupt', r + 1)
+        raise Interrupted(r + 1)
+      if loop.stop:
+        break
+  jax.block_until_ready(loop.state)
+  loop.emit('on_end')
+  return loop

@@ -1,0 +1,174 @@
+"""The memory and device planner: how many devices a run's cohort is spread over, how many
+clients a chunk holds and how many runs one program trains, decided before anything compiles.
+
+One rule for single runs, batches of runs (seeds, grids) and the benchmarks: a chunk's working
+set (``core.memory.client_bytes`` per client) must fit in ``CHUNK_MEMORY_FRACTION`` of what each
+device has left after the data, the server state and the per-client store.
+"""
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import jax
+import numpy as np
+
+from fedjax_gel.core import devices, federated_data, memory, round as round_lib, store
+from fedjax_gel.experiment.config import Config, ConfigError
+
+
+class MemoryPlan(NamedTuple):
+  """What the memory guard knows before compiling (``fit_memory``)."""
+  client_bytes: int   # one client's working set in a chunk (``core.memory.client_bytes``)
+  free_bytes: int     # per device, after the data and the server state; the store not included
+  devices: int        # devices a chunk is spread over with their own memory (1: shared, CPU)
+
+
+def example_bytes(data: federated_data.FederatedData) -> int:
+  return sum(np.asarray(v[:1]).nbytes for v in data.examples.values())
+
+
+def memory_limit() -> int:
+  """Bytes one device may use: the accelerator's limit, or the host's physical memory."""
+  stats = jax.devices()[0].memory_stats() or {}
+  if 'bytes_limit' in stats:
+    return int(stats['bytes_limit'])
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
+# A chunk's working set may take this much of the memory left after the data, the server state
+# and the per-client store (the rest: XLA's own buffers and the estimate's error).
+CHUNK_MEMORY_FRACTION = 0.75
+
+
+def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int) -> MemoryPlan:
+  """The memory of one client of a chunk and what is free for chunks on each device
+  (``params``: the model's parameters or their shapes).
+
+  Resident on each device: the training pool and the evaluation pools (on CPU the devices are
+  one host's cores, each with its copy) and about four copies of the server model (the state,
+  its optimiser and the donated copy).
+  """
+  spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v[:1]).dtype)
+          for k, v in train.examples.items()}
+  per_client = memory.client_bytes(algorithm, params, spec, c.batch_size, c.budget_range[1])
+  shared = jax.default_backend() == 'cpu'
+  data = round_lib.tree_bytes((train.examples, pools)) * (num_devices if shared else 1)
+  free = memory_limit() - data - 4 * round_lib.tree_bytes(params)
+  return MemoryPlan(per_client, free, 1 if shared else num_devices)
+
+
+def chunk_capacity(plan: MemoryPlan, store_need: int) -> int:
+  """Clients one chunk can hold, over all its devices."""
+  room = int(CHUNK_MEMORY_FRACTION * (plan.free_bytes - store_need))
+  return max(0, room // plan.client_bytes) * plan.devices
+
+
+def fit_memory(exp):
+  """The memory guard, before anything compiles: a per-client store that cannot fit
+  fails (``check_store_memory``); a chunk larger than the memory left holds is shrunk to what
+  fits, with a note; a single client that cannot fit fails with one line saying what it needs."""
+  c = exp.config
+  params = jax.eval_shape(exp.model.init, jax.random.key(0))
+  num_devices = 1 if exp.mesh is None else exp.mesh.size
+  store_need = check_store_memory(c, exp.algorithm, params, num_devices)
+  fits = chunk_capacity(exp.memory, store_need)
+  gib = lambda b: f'{b / 2**30:.2f} GiB'
+  if exp.memory.free_bytes - store_need <= 0:
+    raise ConfigError(
+        f'--dataset={c.dataset}: the data, the model and the client state take more than the '
+        f'{gib(memory_limit())} of device memory; use a smaller dataset or model')
+  if fits < 1:
+    raise ConfigError(
+        f'--budget_range={c.budget_range[0]},{c.budget_range[1]} with --batch_size='
+        f'{c.batch_size}: one client needs about {gib(exp.memory.client_bytes)} in a round, but '
+        f'only {gib(max(0, exp.memory.free_bytes - store_need))} of device memory is left after '
+        'the data and model; lower the budgets or the batch size')
+  if exp.chunk_size <= fits:
+    return exp
+  asked = f'--chunk_size={c.chunk_size}' if c.chunk_size else f'the automatic {exp.chunk_size}'
+  note = (f'{asked} clients per chunk would need about '
+          f'{exp.chunk_size * exp.memory.client_bytes / 2**30:.1f} GiB; running {fits} per chunk '
+          'to fit the device memory')
+  return exp._replace(chunk_size=fits, notes=exp.notes + (note,))
+
+
+def store_bytes(algorithm, params, num_devices: int = 1) -> int:
+  """Bytes of the per-client store on each device (0 for algorithms without client state)."""
+  if algorithm.store_row is None:
+    return 0
+  clients = jax.eval_shape(algorithm.server_init, params).clients
+  rows = -(-store.num_rows(clients) // num_devices)
+  return rows * store.row_bytes(clients)
+
+
+def auto_num_devices(cohort_size: int, store_size: int, memory: int, available: int,
+                     shared_memory: bool = False) -> int:
+  """``--num_devices=0``: every device for large cohorts (``core.devices.auto_num_devices``) or
+  for a per-client store that would take more than half of one device's memory, else one.
+  ``shared_memory``: the devices share one memory (CPU cores), so spreading saves none."""
+  if store_size > memory // 2 and not shared_memory:
+    return available
+  return devices.auto_num_devices(cohort_size, available)
+
+
+def check_store_memory(c: Config, algorithm, params, num_devices: int) -> int:
+  """Bytes of the per-client store on each device, with the round's three cohort-sized copies
+  of rows; fails early when they cannot fit in half of each device's memory.
+
+  CPU devices are cores of one host: there the whole store must fit in the host's memory.
+  """
+  if algorithm.store_row is None:
+    return 0
+  if jax.default_backend() == 'cpu':
+    num_devices = 1
+  clients = jax.eval_shape(algorithm.server_init, params).clients
+  row = store.row_bytes(clients)
+  # The store's share of each device, and the cohort's gathered, new and averaged rows.
+  need = -(-store.num_rows(clients) // num_devices) * row + 3 * c.clients_per_round * row
+  have = memory_limit()
+  if need > have // 2:
+    raise ConfigError(
+        f'--algorithm={c.algorithm} keeps {row} bytes of state for each of '
+        f'{store.num_rows(clients)} clients: {need / 2**30:.1f} GiB per device on '
+        f'{num_devices} device(s), more than half of the {have / 2**30:.1f} GiB available; '
+        'use fewer clients or a smaller model, or split it over more accelerators '
+        '(--num_devices)')
+  return need
+
+
+
+def batchable(exp) -> bool:
+  """Whether ``exp``'s runs can be vmapped together: one device (a mesh splits one run's
+  cohort), no per-client store and no power-of-d selection (which reads each run's model)."""
+  return (exp.mesh is None and exp.algorithm.store_row is None and
+          exp.config.client_selection != 'power_of_d')
+
+
+def runs_chunk_size(exp, num_runs: int) -> int:
+  """Clients per chunk and run when ``num_runs`` runs of ``exp`` are one program: ``exp``'s chunk
+  (sized for one run's budgets), or less where the memory of one automatic chunk
+  (``round.default_chunk_size`` of all the runs' cohorts together, shared among the runs) or
+  the memory guard's capacity (``chunk_capacity``, shared among the runs) holds fewer clients.
+  0: not even one client per run fits."""
+  c = exp.config
+  fits = chunk_capacity(exp.memory, 0) // num_runs
+  if num_runs == 1 or fits < 1:
+    return min(exp.chunk_size, fits)
+  params = jax.eval_shape(exp.model.init, jax.random.key(0))
+  total = round_lib.default_chunk_size(c.clients_per_round * num_runs, params,
+                                       example_bytes(exp.train), c.batch_size)
+  return max(1, min(exp.chunk_size, total // num_runs, fits))
+
+
+def check_runs_fit(exp, num_runs: int, what: str) -> int:
+  """``runs_chunk_size``, or a ConfigError saying that ``what`` (e.g. ``'--server_lr_grid'``)
+  asks for more runs than one program can hold."""
+  chunk = runs_chunk_size(exp, num_runs)
+  if chunk < 1:
+    raise ConfigError(
+        f'{what}: {num_runs} runs of one client each need about '
+        f'{num_runs * exp.memory.client_bytes / 2**30:.2f} GiB in a round, more than the '
+        f'{CHUNK_MEMORY_FRACTION * exp.memory.free_bytes / 2**30:.2f} GiB the device memory has '
+        'for it; use fewer learning rates or seeds')
+  return chunk

@@ -1,0 +1,166 @@
+"""The work directory: what a run writes and reads back (``config.json``, ``metrics.jsonl``,
+``summary.json``, checkpoints), and what an earlier run there means for this one.
+
+Everything is written whole or not at all (``checkpoint.write_atomic``); NaN and infinities (a
+diverged run) are written as JSON ``null``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from typing import Optional
+
+from fedjax_gel.experiment import checkpoint, report
+from fedjax_gel.experiment.config import Config, ConfigError
+
+
+def check_workdir(workdir: str, overwrite: bool, *outputs: str):
+  """Refuses to clobber an earlier run's outputs unless asked to, or to write into a file."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(f'--workdir={workdir} exists and is not a directory')
+  for name in outputs or ('metrics.jsonl', 'summary.json'):
+    if os.path.exists(os.path.join(workdir, name)) and not overwrite:
+      raise ConfigError(f'--workdir={workdir} already holds a run ({name}); choose another '
+                        'directory or pass --overwrite')
+
+
+def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = None) -> str:
+  """What ``workdir`` holds for the run ``c``: ``'new'`` (nothing, or ``overwrite``),
+  ``'done'`` (this run, finished: ``summary.json``), ``'resume'`` (this run, unfinished: it
+  continues from its last checkpoint, or from the start without one) or ``'extend'`` (this run
+  with fewer ``num_rounds``: it continues from its final state, ``extend``). A run of another
+  configuration there (``c`` and the ``extra`` fields of its ``config.json``) is a ConfigError
+  naming the first differing flag."""
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(f'--workdir={workdir} exists and is not a directory')
+  saved = os.path.join(workdir, 'config.json')
+  if overwrite or not os.path.exists(saved):
+    check_workdir(workdir, overwrite)
+    return 'new'
+  try:
+    with open(saved) as f:
+      before = json.load(f)
+  except (OSError, ValueError):
+    raise ConfigError(f'{saved} is unreadable; choose another --workdir or pass --overwrite'
+                      ) from None
+  now = json.loads(json.dumps({**c.to_json(), **(extra or {})}))
+  ignore = ('checkpoint_every', 'tensorboard')
+  differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
+  if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
+      now['num_rounds'] > before['num_rounds']):
+    return check_extend(workdir, before['num_rounds'])
+  if differ:
+    k = differ[0]
+    raise ConfigError(f'--workdir={workdir} already holds a run of another configuration '
+                      f'(--{k}={before.get(k)} there, {now.get(k)} now); choose another '
+                      'directory or pass --overwrite')
+  if os.path.exists(os.path.join(workdir, 'summary.json')):
+    return 'done'
+  return 'resume'   # its checkpoints are read by check_resume
+
+
+def check_resume(workdir: str, target):
+  """The checkpoints an unfinished run left in ``workdir`` hold states of ``target``'s shapes
+  (``api.checkpoint_target``): read before anything is written, so that a checkpoint of another
+  model or algorithm is one line (``checkpoint.CheckpointError``) with nothing touched."""
+  checkpoint.check(workdir, target, ('runs',))
+
+
+def start(workdir: str, config_json: dict):
+  """A new run's work directory: its ``config.json``, an empty ``metrics.jsonl``, and no
+  checkpoints or TensorBoard events of an earlier run there."""
+  remove_checkpoints(workdir)
+  shutil.rmtree(os.path.join(workdir, 'tensorboard'), ignore_errors=True)
+  write_json(os.path.join(workdir, 'config.json'), config_json)
+  open(os.path.join(workdir, 'metrics.jsonl'), 'w').close()
+
+
+def check_extend(workdir: str, rounds: int) -> str:
+  """``'extend'`` when the run in ``workdir`` (of ``rounds`` rounds) can go on: unfinished, or
+  finished with its final state kept; else a ConfigError naming ``--num_rounds``."""
+  summary = os.path.join(workdir, 'summary.json')
+  if not os.path.exists(summary):
+    return 'extend'
+  try:
+    status = read_json(summary).get('status', 'finished')
+  except (OSError, ValueError):
+    raise ConfigError(f'{summary} is unreadable; choose another --workdir or pass --overwrite'
+                      ) from None
+  if status != 'finished':
+    raise ConfigError(f'--num_rounds: the run in {workdir} diverged and cannot be extended; '
+                      'pass --overwrite to start it again')
+  if rounds not in checkpoint.rounds(workdir):
+    raise ConfigError(f'--num_rounds: the run in {workdir} finished after {rounds} rounds '
+                      'without keeping its final state (an earlier version); pass --overwrite '
+                      'to start it again')
+  return 'extend'
+
+
+def extend(workdir: str, c: Config):
+  """Makes the run in ``workdir`` an unfinished run of ``c.num_rounds`` rounds: its summary goes
+  (first, so that a kill leaves an unfinished run) and its config is rewritten; it then resumes
+  from its final state like any unfinished run."""
+  summary = os.path.join(workdir, 'summary.json')
+  if os.path.exists(summary):
+    os.remove(summary)
+  write_json(os.path.join(workdir, 'config.json'), c.to_json())
+
+
+def remove_checkpoints(workdir: str, keep: int | None = None):
+  """Removes a run's checkpoints but the one of round ``keep`` (a finished run's final state,
+  kept so that the run can be extended); also those a kill left behind."""
+  for r in checkpoint.rounds(workdir):
+    if r != keep:
+      os.remove(checkpoint.path(workdir, r))
+
+
+def make_workdir(workdir: str):
+  """Creates the work directory; a path that cannot be one is a ConfigError."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise ConfigError(f'--workdir={workdir} cannot be created: {e.strerror}') from None
+
+
+def finite(obj):
+  """Replaces NaN and infinities (a diverged run) by None, so the JSON stays valid."""
+  if isinstance(obj, float) and not math.isfinite(obj):
+    return None
+  if isinstance(obj, dict):
+    return {k: finite(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [finite(v) for v in obj]
+  return obj
+
+
+def write_text(path: str, text: str):
+  """Writes ``path`` whole or not at all (``checkpoint.write_atomic``)."""
+  checkpoint.write_atomic(path, text.encode())
+
+
+def write_json(path: str, obj):
+  write_text(path, json.dumps(finite(obj), indent=2, allow_nan=False) + '\n')
+
+
+def read_json(path: str) -> dict:
+  with open(path) as f:
+    return json.load(f)
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    return [json.loads(line) for line in f]
+
+
+def rounds_to_target(records, target: float) -> Optional[int]:
+  """First evaluated round whose test accuracy reaches ``target``, else None."""
+  hit = report.first_reaching(records, target)
+  return None if hit is None else hit['round']
+
+
+def json_line(record: dict) -> str:
+  """One ``metrics.jsonl`` line (NaN and infinities written as null)."""
+  return json.dumps(finite(record), allow_nan=False) + '\n'
+
