@@ -64,3 +64,12 @@ def test_readme_stateful_example_keeps_a_row_per_client():
   touched = int((abs(rows).sum(axis=(1, 2)) > 0).sum())
   assert 0 < touched <= 60   # the clients of three rounds of 20 wrote their c_i
   assert int(scope['metrics'].num_clients) == 20
+
+
+def test_readme_experiment_example_runs_two_seeds_as_one_program():
+  (code,) = [b for b in python_blocks() if 'experiment.run(config' in b]
+  scope = run_block(code)
+  summaries, best = scope['summaries'], scope['best'].best
+  assert [s['seed'] for s in summaries] == [0, 1]
+  assert all(s['runs_in_program'] == 2 and s['status'] == 'finished' for s in summaries)
+  assert best == {('gel', s['seed']): s['best_accuracy'] for s in summaries}

@@ -30,8 +30,8 @@ class RunsProgram(NamedTuple):
   """The compiled pieces of R runs (``[R]`` leading axes when ``batched``).
 
   * ``init(roots, hparams) -> states``: each run's server state from its own initial model;
-  * ``sample(roots, r, states) -> cohorts``: each run's cohort of round ``r`` (a sampler that
-    ranks clients by loss reads the run's state; the others ignore it);
+  * ``sample(roots, r, params) -> cohorts``: each run's cohort of round ``r`` (a sampler that
+    ranks clients by loss reads the run's server model; the others take ``None``);
   * ``round(states, hparams, cohorts, data, roots, r) -> (states, RoundMetrics)``;
   * ``server_params(states, hparams) -> params``: the runs' server models.
   """
@@ -45,18 +45,20 @@ class RunsProgram(NamedTuple):
 def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
                init_params: Callable[[jax.Array], object],
                sample: Callable, *, chunk_size: int,
-               batched: bool = True, mesh=None, donate_state: bool = True) -> RunsProgram:
+               batched: bool = True, mesh=None, donate_state: bool = True,
+               fuse_dots: bool | None = None) -> RunsProgram:
   """The functions that train R runs as one program.
 
   Args:
     make_algorithm: ``hparams -> FederatedAlgorithm`` (``hparams``: a dict of scalars, empty when
       the runs differ only in their seeds).
     init_params: ``root key -> initial model parameters``.
-    sample: ``(root key, round, server state) -> Cohort``.
+    sample: ``(root key, round, server params or None) -> Cohort``.
     chunk_size: clients vmapped together within each run (``build_round``).
     batched: vmap over a leading run axis; ``False``: one run, no run axis (a mesh needs this).
     mesh: devices for one run's cohort (``build_round``); only when not ``batched``.
     donate_state: the round reuses the buffers of the states it is given.
+    fuse_dots: ``build_round``'s (None: on CPU).
   """
   def init(root, hp):
     return make_algorithm(hp).server_init(init_params(root))
@@ -66,14 +68,16 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
 
   if not batched:   # one run: its hyper-parameters are constants (``hparams`` is ``{}``)
     return RunsProgram(jax.jit(init), jax.jit(sample), _OneRun(build_round(
-        make_algorithm({}), chunk_size=chunk_size, mesh=mesh, donate_state=donate_state)),
+        make_algorithm({}), chunk_size=chunk_size, mesh=mesh, donate_state=donate_state,
+        fuse_dots=fuse_dots)),
                        jax.jit(server_params), False)
 
   def one_round(state, hp, cohort, data, root, r):
-    return build_round(make_algorithm(hp), chunk_size=chunk_size)(state, cohort, data, root, r)
+    return build_round(make_algorithm(hp), chunk_size=chunk_size, fuse_dots=fuse_dots)(
+        state, cohort, data, root, r)
 
   return RunsProgram(
-      jax.jit(jax.vmap(init)), jax.jit(jax.vmap(sample, in_axes=(0, None, 0))),
+      jax.jit(jax.vmap(init)), jax.jit(jax.vmap(sample, in_axes=(0, None, None))),
       jax.jit(jax.vmap(one_round, in_axes=(0, 0, 0, None, 0, None)),
               donate_argnums=(0,) if donate_state else ()),
       jax.jit(jax.vmap(server_params)), True)

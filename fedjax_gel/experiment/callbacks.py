@@ -66,11 +66,15 @@ class Evaluate(Callback):
     self.fn = None
 
   def on_compiled(self, loop):
-    evaluate = evaluation.build_evaluate(loop.exp.model.apply)
-    both = jax.jit(lambda params, test, train: (evaluate(params, test), evaluate(params, train)))
-    with loop.phases.time('compile'):
+    with loop.phases.time('compile'):   # once per experiment: it depends on the model only
       shape = jax.eval_shape(lambda: loop.run_params(0))
-      self.fn = both.lower(shape, self.test_pool, self.train_pool).compile()
+      key = ('evaluate', jax.tree.structure(shape), tuple(jax.tree.leaves(shape)))
+      if key not in loop.exp.compiled:
+        evaluate = evaluation.build_evaluate(loop.exp.model.apply)
+        both = jax.jit(lambda params, test, train: (evaluate(params, test),
+                                                     evaluate(params, train)))
+        loop.exp.compiled[key] = both.lower(shape, self.test_pool, self.train_pool).compile()
+      self.fn = loop.exp.compiled[key]
     if not loop.start:
       self.evaluate(loop, 0)
 

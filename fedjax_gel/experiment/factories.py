@@ -164,6 +164,9 @@ class Experiment(NamedTuple):
   mesh: object = None   # jax.sharding.Mesh over the 'clients' axis, or None on one device
   memory: planning.MemoryPlan | None = None
   notes: tuple = ()     # what was changed to make the run fit (printed by launch/run.py)
+  # Compiled programs that depend on the data and the model only (evaluation, the sampler),
+  # shared by every algorithm and seed of the experiment (``with_config`` keeps the dict).
+  compiled: dict | None = None
 
 
 def prepare(c: Config) -> Experiment:
@@ -206,7 +209,7 @@ def prepare(c: Config) -> Experiment:
                                          seed=c.split_seed)
   plan = planning.memory_plan(c, params, algorithm, train, (test_pool, train_pool), num_devices)
   exp = Experiment(c, model, algorithm, train, test_pool, train_pool,
-                   min(chunk, c.clients_per_round), mesh, plan)
+                   min(chunk, c.clients_per_round), mesh, plan, compiled={})
   exp = planning.fit_memory(exp)
   return exp._replace(train=devices.replicate(train, mesh))   # placed once, not every round
 
@@ -222,19 +225,19 @@ def with_config(exp: Experiment, c: Config) -> Experiment:
 
 
 def make_sampler(exp: Experiment) -> Callable:
-  """``sample(root, round, server_state) -> Cohort`` of the config's selection rule (power-of-d
-  reads the candidates' losses at ``server_state``'s model; the others ignore it)."""
+  """``sample(root, round, server_params) -> Cohort`` of the config's selection rule
+  (power-of-d reads the candidates' losses at ``server_params``; the others ignore them, and
+  take ``None``)."""
   c = exp.config
   example_loss = models.per_example_cross_entropy(exp.model)
   spec = cohort_spec(c)
 
-  def sample(root, r, server_state):
+  def sample(root, r, params):
     ids = None
     if c.client_selection == 'power_of_d':   # the candidates' losses at the current model
       ids = selection.power_of_d(
-          root, r, exp.algorithm.server_params(server_state), exp.train,
-          per_example_loss=example_loss, d=c.candidates, cohort_size=c.clients_per_round,
-          mode=c.power_loss, batch_size=c.batch_size)
+          root, r, params, exp.train, per_example_loss=example_loss, d=c.candidates,
+          cohort_size=c.clients_per_round, mode=c.power_loss, batch_size=c.batch_size)
     return sampling.sample_cohort(root, r, exp.train.counts, spec, client_ids=ids)
   return sample
 
@@ -265,7 +268,8 @@ def make_runs(exp: Experiment, configs, chunk_size: int) -> tuple[runs_lib.RunsP
 
   program = runs_lib.build_runs(
       algorithm, lambda root: exp.model.init(keys.init_key(root)), make_sampler(exp),
-      chunk_size=chunk_size, batched=len(configs) > 1, mesh=exp.mesh)
+      chunk_size=chunk_size, batched=len(configs) > 1, mesh=exp.mesh,
+      fuse_dots=planning.fuse_dots(exp, len(configs)))
   return program, hparams
 
 

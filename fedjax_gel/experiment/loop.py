@@ -142,15 +142,26 @@ class Loop:
 
   # the loop
   def compile(self):
-    """Compiles the round for the runs' state and the first cohort (timed as ``compile``)."""
+    """Compiles the sampler and the round for the runs' state (timed as ``compile``); a
+    sampler that does not read the model is compiled once per experiment and batch size."""
     with self.phases.time('compile'):
+      r = jnp.int32(self.start)
+      self.reads_model = self.exp.config.client_selection == 'power_of_d'
+      if self.reads_model:
+        self.sample_fn = self.program.sample
+      else:
+        key = ('sample', self.program.batched and len(self.runs))
+        if key not in self.exp.compiled:
+          self.exp.compiled[key] = self.program.sample.lower(self.roots, r, None).compile()
+        self.sample_fn = self.exp.compiled[key]
       self.cohort0 = self.sample(self.start)
       self.round_fn = self.program.round.lower(
-          self.state, self.hparams, self.cohort0, self.exp.train, self.roots,
-          jnp.int32(self.start)).compile()
+          self.state, self.hparams, self.cohort0, self.exp.train, self.roots, r).compile()
 
   def sample(self, r: int):
-    return self.program.sample(self.roots, jnp.int32(r), self.state)
+    params = (self.program.server_params(self.state, self.hparams) if self.reads_model else
+              None)
+    return self.sample_fn(self.roots, jnp.int32(r), params)
 
   def step(self, r: int):
     cohort = self.cohort0 if r == self.start else self.sample(r)

@@ -1,0 +1,174 @@
+"""An independent, plain-JAX run of GeL's Table 1 on LEAF Synthetic: a speed baseline.
+
+This script shares nothing with fedjax_gel but the data loader (``fedjax_gel.data.leaf_synthetic``):
+no engine, no algorithms, no models. It is what a competent JAX user would write by hand for the
+Table 1 protocol of Boukhari et al. 2023, GeL, and serves as the baseline that
+``benchmarks/RESULTS.md`` compares the simulator's wall time against.
+
+Protocol, per seed s, per client learning rate lr, per algorithm in {FedAvgCM, GeL}:
+
+* Model: multinomial logistic regression, W [60, 5] (lecun-normal) and b [5] (zeros), initialised
+  from seed s; both algorithms of one seed start from the same model.
+* Round r: 20 clients drawn uniformly with replacement (key from (s, r)), each with a budget
+  tau_i ~ Uniform{4..13}; batch size B = 5. Client i shuffles its own n_i examples (key from
+  (s, r, slot)) and takes consecutive minibatches of 5 from the permutation, cycling around.
+* Client optimiser: SGD with momentum 0.9 (v <- 0.9 v + g; w <- w - lr v), v = 0 at the start of
+  every round; loss: softmax cross-entropy averaged over the minibatch.
+* FedAvgCM: tau_i real steps. GeL (zero-proxy guesses): tau_i real steps, then 18 - tau_i guessed
+  steps with a zero gradient (v <- 0.9 v; w <- w - lr v), 18 = 13 + 5.
+* Server: w <- w - sum_i p_i (w - w_i) / sum_i p_i, p_i = min(tau_i B, n_i) (server lr 1.0).
+* Test accuracy over the whole test pool at round 0 and every 5 rounds; reported: the first
+  evaluated round at 85% or more (None if never). All rounds are run (no early stop).
+
+One ``jax.jit``-ed round (``jax.vmap`` over the 20 clients, ``lax.fori_loop`` over 18 steps with
+per-client masks) driven by a Python loop over rounds. Prints rounds-to-85% per (lr, algorithm)
+and the whole protocol's wall and process CPU time.
+
+Usage: ``python benchmarks/independent_table1.py [--rounds 300] [--seeds 0,1,2,3,4]
+[--lrs 0.01,0.005]``
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # pylint: disable=wrong-import-position
+import jax.numpy as jnp  # pylint: disable=wrong-import-position
+import numpy as np  # pylint: disable=wrong-import-position
+from jax import lax  # pylint: disable=wrong-import-position
+
+from fedjax_gel.data import leaf_synthetic  # pylint: disable=wrong-import-position
+
+CLIENTS_PER_ROUND = 20
+BATCH = 5
+TAU_MIN, TAU_MAX = 4, 13
+GEL_STEPS = TAU_MAX + 5          # 18: real steps plus zero-gradient guessed steps
+MOMENTUM = 0.9
+TARGET = 0.85
+EVAL_EVERY = 5
+ALGORITHMS = ('fedavgcm', 'gel')
+
+
+def init_params(key, dim, num_classes):
+  w = jax.nn.initializers.lecun_normal()(key, (dim, num_classes), jnp.float32)
+  return {'W': w, 'b': jnp.zeros((num_classes,), jnp.float32)}
+
+
+def loss_fn(params, x, y):
+  logits = x @ params['W'] + params['b']
+  return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+
+def make_round(x_pool, y_pool, offsets, counts, max_n, gel):
+  """The jitted round ``(params, key, lr) -> params`` for FedAvgCM (gel=False) or GeL."""
+  num_clients = offsets.shape[0]
+  num_steps = GEL_STEPS if gel else TAU_MAX
+  grad_fn = jax.grad(loss_fn)
+
+  def client_update(params, offset, n, tau, key, lr):
+    # A uniform permutation of the client's n examples: sort random keys, padding last.
+    u = jnp.where(jnp.arange(max_n) < n, jax.random.uniform(key, (max_n,)), 2.0)
+    perm = jnp.argsort(u)
+    last = tau if not gel else GEL_STEPS
+
+    def step(t, state):
+      w, v = state
+      idx = offset + perm[(t * BATCH + jnp.arange(BATCH)) % n]
+      g = grad_fn(w, x_pool[idx], y_pool[idx])
+      real = t < tau                  # a real step; otherwise a zero-gradient guess (GeL)
+      active = t < last               # this client still has steps to take
+      new_v = jax.tree.map(lambda v, g: MOMENTUM * v + jnp.where(real, g, 0.0), v, g)
+      new_w = jax.tree.map(lambda w, v: w - lr * v, w, new_v)
+      keep = lambda new, old: jnp.where(active, new, old)
+      return jax.tree.map(keep, new_w, w), jax.tree.map(keep, new_v, v)
+
+    v0 = jax.tree.map(jnp.zeros_like, params)
+    w, _ = lax.fori_loop(0, num_steps, step, (params, v0))
+    return jax.tree.map(lambda g, l: g - l, params, w)   # Delta_i = w_global - w_i
+
+  @jax.jit
+  def round_fn(params, key, lr):
+    k_clients, k_tau, k_shuffle = jax.random.split(key, 3)
+    clients = jax.random.randint(k_clients, (CLIENTS_PER_ROUND,), 0, num_clients)
+    taus = jax.random.randint(k_tau, (CLIENTS_PER_ROUND,), TAU_MIN, TAU_MAX + 1)
+    slot_keys = jax.vmap(lambda i: jax.random.fold_in(k_shuffle, i))(
+        jnp.arange(CLIENTS_PER_ROUND))
+    n = counts[clients]
+    deltas = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0, None))(
+        params, offsets[clients], n, taus, slot_keys, lr)
+    p = jnp.minimum(taus * BATCH, n).astype(jnp.float32)
+    weights = p / jnp.sum(p)
+    return jax.tree.map(lambda w, d: w - jnp.tensordot(weights, d, axes=1), params, deltas)
+
+  return round_fn
+
+
+@jax.jit
+def accuracy(params, x, y):
+  return jnp.mean(jnp.argmax(x @ params['W'] + params['b'], axis=1) == y)
+
+
+def run(round_fn, params, run_key, lr, rounds, x_test, y_test):
+  """Trains for ``rounds`` rounds; the first evaluated round at TARGET test accuracy or None."""
+  reached = None
+  for r in range(rounds + 1):
+    if r > 0:
+      params = round_fn(params, jax.random.fold_in(run_key, r), lr)
+    if r % EVAL_EVERY == 0 and reached is None:
+      if float(accuracy(params, x_test, y_test)) >= TARGET:
+        reached = r
+  return reached
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser.add_argument('--rounds', type=int, default=300)
+  parser.add_argument('--seeds', default='0,1,2,3,4', help='comma-separated seeds')
+  parser.add_argument('--lrs', default='0.01,0.005', help='comma-separated client lrs')
+  args = parser.parse_args(argv)
+  seeds = [int(s) for s in args.seeds.split(',')]
+  lrs = [float(s) for s in args.lrs.split(',')]
+
+  t0 = time.perf_counter()
+  split = leaf_synthetic.load()
+  load_s = time.perf_counter() - t0
+  train, test = split.train, split.test
+  counts_np = np.asarray(train.counts)
+  x_pool = jnp.asarray(train.examples['x'])
+  y_pool = jnp.asarray(train.examples['y'])
+  offsets, counts = jnp.asarray(train.offsets), jnp.asarray(counts_np)
+  x_test, y_test = jnp.asarray(test.examples['x']), jnp.asarray(test.examples['y'])
+  dim, num_classes = x_pool.shape[1], int(np.max(train.examples['y'])) + 1
+  print(f'LEAF Synthetic: {len(counts_np)} clients, {x_pool.shape[0]} train and '
+        f'{x_test.shape[0]} test examples, {dim} features, {num_classes} classes '
+        f'(generated in {load_s:.1f} s, not counted below)')
+
+  wall0, cpu0 = time.perf_counter(), time.process_time()
+  round_fns = {alg: make_round(x_pool, y_pool, offsets, counts, int(counts_np.max()),
+                               gel=(alg == 'gel')) for alg in ALGORITHMS}
+  results = {(lr, alg): [] for lr in lrs for alg in ALGORITHMS}
+  for seed in seeds:
+    init_key, run_key = jax.random.split(jax.random.PRNGKey(seed))
+    params = init_params(init_key, dim, num_classes)
+    for lr in lrs:
+      for alg in ALGORITHMS:
+        results[(lr, alg)].append(
+            run(round_fns[alg], params, run_key, lr, args.rounds, x_test, y_test))
+  wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+
+  print(f'rounds to {TARGET:.0%} test accuracy (evaluated every {EVAL_EVERY} rounds, '
+        f'{args.rounds} rounds, seeds {args.seeds}):')
+  for (lr, alg), values in results.items():
+    hit = [v for v in values if v is not None]
+    mean = f'{np.mean(hit):.1f} ({len(hit)}/{len(values)} seeds)' if hit else 'n/a'
+    print(f'  lr {lr:<6g} {alg:<9s} {values}  mean {mean}')
+  print(f'total: wall {wall:.1f} s, cpu {cpu:.1f} s')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,64 @@
+"""Start-up: the README's quickstart command as a user runs it, timed by phase.
+
+Runs ``python launch/run.py --flagfile=launch/configs/quickstart.flags`` as a new process, first
+with an empty compilation cache (a first run) and then ``--repeats`` times with the cache it
+filled (the next runs), each into a fresh work directory. Prints, per run, the process' wall
+time and the phases of the last summary it wrote (``phases_s``: imports, data, compile, train,
+eval, report); the wall time beyond their sum is the interpreter's start and exit and the report
+and plots written after the last summary.
+
+Usage: ``python benchmarks/startup.py [--repeats 3] [--json out.json]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from benchmarks import common  # pylint: disable=wrong-import-position
+
+COMMAND = [sys.executable, 'launch/run.py', '--flagfile=launch/configs/quickstart.flags']
+
+
+def timed_run(cache: str, workdir: str) -> dict:
+  t = time.perf_counter()
+  proc = subprocess.run(COMMAND + [f'--workdir={workdir}', f'--compilation_cache={cache}'],
+                        cwd=REPO, capture_output=True, text=True, check=False)
+  wall = time.perf_counter() - t
+  if proc.returncode:
+    sys.exit(f'the quickstart failed:\n{proc.stderr[-2000:]}')
+  with open(os.path.join(workdir, 'gel', 'summary.json')) as f:   # the last run's summary
+    phases = json.load(f)['phases_s']
+  return {'wall_s': round(wall, 2), **{k: round(v, 2) for k, v in phases.items()}}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--repeats', type=int, default=3, help='runs with the filled cache')
+  parser.add_argument('--json', help='write the rows here')
+  args = parser.parse_args()
+  rows = []
+  with tempfile.TemporaryDirectory() as tmp:
+    cache = os.path.join(tmp, 'cache')
+    for i in range(1 + args.repeats):
+      row = timed_run(cache, os.path.join(tmp, f'run{i}'))
+      rows.append({'run': 'first (empty cache)' if i == 0 else f'again {i} (cache filled)',
+                   **row})
+  import jax  # pylint: disable=g-import-not-at-top  # after the runs: the device they used
+  for row in rows:
+    row['device'] = f'{jax.devices()[0].device_kind} ({jax.default_backend()})'
+  keys = ['wall_s', 'imports', 'data', 'compile', 'train', 'eval', 'report']
+  table = ['| run | ' + ' | '.join(keys) + ' |', '|---|' + '---:|' * len(keys)]
+  table += ['| ' + r['run'] + ' | ' + ' | '.join(f'{r[k]:.2f}' for k in keys) + ' |'
+            for r in rows]
+  common.report(rows, '\n'.join(table), args.json)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,74 @@
+"""The metric sinks read back: metrics.csv through pandas, the TensorBoard event files through
+their own record format and protocol buffers, both equal to metrics.jsonl."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import struct
+
+import pytest
+
+from fedjax_gel.experiment import api, factories
+from fedjax_gel.experiment.config import Config
+
+
+@pytest.fixture(scope='module')
+def run_dirs(tiny_leaf_file, tmp_path_factory):
+  """A run and a 2-cell grid (one cell diverges: client lr 1e38)."""
+  c = Config(dataset='leaf', data_path=str(tiny_leaf_file), algorithm='gel', num_rounds=4,
+             eval_every=2, clients_per_round=3, batch_size=2, budget_range=(1, 3))
+  one = tmp_path_factory.mktemp('one')
+  api.train(factories.prepare(c), str(one), err=io.StringIO())
+  grid = tmp_path_factory.mktemp('grid')
+  api.run(dataclasses.replace(c, client_lr=0.1), str(grid),
+          api.Sweep(client_lrs=[0.1, 1e38], server_lrs=[1.0]), out=io.StringIO(),
+          err=io.StringIO())
+  return one, grid
+
+
+def records(workdir):
+  return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+
+
+def test_csv_loads_with_pandas_and_equals_the_jsonl(run_dirs):
+  pandas = pytest.importorskip('pandas')
+  for workdir in run_dirs:
+    table = pandas.read_csv(workdir / 'metrics.csv')
+    expected = records(workdir)
+    assert list(table.columns) == list(expected[0])
+    assert len(table) == len(expected)
+    for row, record in zip(table.to_dict('records'), expected):
+      for key, value in record.items():
+        if value is None:
+          assert math.isnan(row[key]), key
+        else:
+          assert row[key] == value, key
+
+
+def read_events(path):
+  """``(tag, step, value)`` of every scalar in a TensorBoard event file, reading its records
+  (``uint64 length, uint32 crc, data, uint32 crc``) and their ``Event`` protocol buffers."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  data, out, at = path.read_bytes(), [], 0
+  while at < len(data):
+    (length,) = struct.unpack('<Q', data[at:at + 8])
+    event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+    at += 12 + length + 4
+    for value in event.summary.value:
+      out.append((value.tag, event.step, value.simple_value))
+  return out
+
+
+def test_tensorboard_events_hold_every_numeric_field(run_dirs):
+  one, grid = run_dirs
+  (events,) = list((one / 'tensorboard').glob('events.out.tfevents.*'))
+  scalars = {(tag, step): value for tag, step, value in read_events(events)}
+  expected = records(one)
+  for record in expected:
+    for key in ('test_accuracy', 'test_loss', 'train_loss', 'grad_computations'):
+      assert scalars[key, record['round']] == pytest.approx(record[key], rel=1e-6)
+  assert {step for _, step in scalars} == {r['round'] for r in expected}
+  cells = sorted(p.name for p in (grid / 'tensorboard').iterdir())
+  assert cells == ['client_lr=0.1,server_lr=1', 'client_lr=1e+38,server_lr=1']
