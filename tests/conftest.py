@@ -1,16 +1,33 @@
 """Makes ``tests/helpers.py`` importable from every test directory, and shares its fixtures."""
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# The launcher's persistent compilation cache stays off in the tests (inherited by the commands
-# they start), so that no test depends on what an earlier one compiled; test_compilation_cache
-# turns it on in a folder of its own.
-os.environ['FEDJAX_GEL_COMPILATION_CACHE'] = ''
+# One persistent compilation cache for the test session, in a fresh folder: the test processes
+# (pytest's workers inherit the variable from the first process) and the commands they start
+# compile each program once, and no test sees a program compiled before the session. A cached
+# program is the program XLA would compile, so no result depends on it (test_compilation_cache
+# checks that, in a folder of its own).
+SESSION_CACHE = 'FEDJAX_GEL_TEST_SESSION_CACHE'
+if SESSION_CACHE not in os.environ:
+  os.environ[SESSION_CACHE] = tempfile.mkdtemp(prefix='fedjax_gel_test_cache_')
+os.environ['FEDJAX_GEL_COMPILATION_CACHE'] = os.environ[SESSION_CACHE]
+
+from fedjax_gel.experiment import compilation_cache  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+compilation_cache.enable(os.environ[SESSION_CACHE])   # for this process' own compilations too
 
 import helpers  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def pytest_sessionfinish(session):
+  """The first process (not a pytest-xdist worker) removes the session's cache."""
+  if not hasattr(session.config, 'workerinput'):
+    shutil.rmtree(os.environ[SESSION_CACHE], ignore_errors=True)
 
 
 @pytest.fixture(scope='session')
