@@ -45,8 +45,8 @@ class RunsProgram(NamedTuple):
 def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
                init_params: Callable[[jax.Array], object],
                sample: Callable, *, chunk_size: int,
-               batched: bool = True, mesh=None, donate_state: bool = True,
-               fuse_dots: bool | None = None) -> RunsProgram:
+               batched: bool = True, shared_key: bool = False, mesh=None,
+               donate_state: bool = True, fuse_dots: bool | None = None) -> RunsProgram:
   """The functions that train R runs as one program.
 
   Args:
@@ -56,6 +56,9 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
     sample: ``(root key, round, server params or None) -> Cohort``.
     chunk_size: clients vmapped together within each run (``build_round``).
     batched: vmap over a leading run axis; ``False``: one run, no run axis (a mesh needs this).
+    shared_key: the runs share one root key (one seed: a grid over hyper-parameters), so they
+      share their initial model and every cohort, which is sampled once and broadcast to the
+      runs (``roots`` is then one key, and ``sample`` returns one cohort).
     mesh: devices for one run's cohort (``build_round``); only when not ``batched``.
     donate_state: the round reuses the buffers of the states it is given.
     fuse_dots: ``build_round``'s (None: on CPU).
@@ -76,9 +79,11 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
     return build_round(make_algorithm(hp), chunk_size=chunk_size, fuse_dots=fuse_dots)(
         state, cohort, data, root, r)
 
+  per_run = None if shared_key else 0   # the axis of roots and cohorts
   return RunsProgram(
-      jax.jit(jax.vmap(init)), jax.jit(jax.vmap(sample, in_axes=(0, None, None))),
-      jax.jit(jax.vmap(one_round, in_axes=(0, 0, 0, None, 0, None)),
+      jax.jit(jax.vmap(init, in_axes=(per_run, 0))),
+      jax.jit(sample if shared_key else jax.vmap(sample, in_axes=(0, None, None))),
+      jax.jit(jax.vmap(one_round, in_axes=(0, 0, per_run, None, per_run, None)),
               donate_argnums=(0,) if donate_state else ()),
       jax.jit(jax.vmap(server_params)), True)
 

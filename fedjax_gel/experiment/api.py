@@ -239,9 +239,11 @@ def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
       workdir_lib.make_workdir(w)
       workdir_lib.start(w, x.to_json())
   first = configs[0]
-  label = f'{first.run_name}, seed {", ".join(str(x.seed) for x in configs)}'
-  if len({x.client_lr for x in configs}) > 1:
-    label += f', client lr {", ".join(f"{x.client_lr:g}" for x in configs)}'
+  seeds = list(dict.fromkeys(x.seed for x in configs))
+  label = f'{first.run_name}, seed{"s" if len(seeds) > 1 else ""} {", ".join(map(str, seeds))}'
+  lrs = list(dict.fromkeys(x.client_lr for x in configs))
+  if len(lrs) > 1:
+    label += f', client lr {", ".join(f"{lr:g}" for lr in lrs)}'
   summary = callbacks_lib.RunSummary()
   train_runs(exp, [loop_lib.Run(x, w) for x, w in zip(configs, workdirs)], label, resume,
              summary, list(callbacks), err, phases)
@@ -253,7 +255,8 @@ def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, 
   """The loop of ``runs``: the library's callbacks with ``summary`` (``RunSummary`` or
   ``GridSummary``), then ``extra``."""
   first = runs[0].config
-  chunk = planning.runs_chunk_size(exp, len(runs))
+  same_cohorts = len({r.config.seed for r in runs}) == 1
+  chunk = planning.runs_chunk_size(exp, len(runs), same_cohorts)
   program, hparams = factories.make_runs(exp, [r.config for r in runs], chunk)
   progress = Progress(first.num_rounds, stream=err, label=label)
   loop = loop_lib.Loop(exp, runs, program, hparams, chunk, phases)
@@ -262,7 +265,8 @@ def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, 
     sinks_used.append(sinks.TensorBoardWriter())
   return loop_lib.train(loop, [
       # a round's records are written before its checkpoint, which counts them
-      callbacks_lib.Evaluate(first.eval_every, exp.test_pool, exp.train_pool),
+      callbacks_lib.Evaluate(first.eval_every, exp.test_pool, exp.train_pool,
+                             together=same_cohorts and len(runs) > 1),
       callbacks_lib.Checkpointer(first.checkpoint_every, resume),
       *sinks_used,
       callbacks_lib.DivergenceGuard(progress.note),

@@ -54,27 +54,35 @@ def groups(loop) -> dict:
 
 class Evaluate(Callback):
   """Test accuracy and loss, and the train loss, of every live run: at round 0 (unless
-  resuming), every ``every`` rounds and after the last round. Each run's model is evaluated on
-  its own, so the numbers are those of its separate run to the bit.
+  resuming), every ``every`` rounds and after the last round.
 
   ``train_pool``: the training examples the train loss is measured on (``make_eval_pool``'s
-  sample of ``--train_eval_examples``, or the whole pool).
+  sample of ``--train_eval_examples``, or the whole pool). Each run's model is evaluated on its
+  own, so the numbers are those of its separate run to the bit; ``together``: all runs in one
+  vmapped call instead (a grid's many cells; equal to separate runs up to float order).
   """
 
-  def __init__(self, every: int, test_pool, train_pool):
+  def __init__(self, every: int, test_pool, train_pool, together: bool = False):
     self.every, self.test_pool, self.train_pool = every, test_pool, train_pool
+    self.together = together
     self.fn = None
 
   def on_compiled(self, loop):
     with loop.phases.time('compile'):   # once per experiment: it depends on the model only
-      shape = jax.eval_shape(lambda: loop.run_params(0))
-      key = ('evaluate', jax.tree.structure(shape), tuple(jax.tree.leaves(shape)))
+      together = self.together and loop.program.batched
+      shape = jax.eval_shape(lambda: loop.program.server_params(loop.state, loop.hparams))
+      if not together:
+        shape = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), shape
+                             ) if loop.program.batched else shape
+      key = ('evaluate', together, jax.tree.structure(shape), tuple(jax.tree.leaves(shape)))
       if key not in loop.exp.compiled:
         evaluate = evaluation.build_evaluate(loop.exp.model.apply)
-        both = jax.jit(lambda params, test, train: (evaluate(params, test),
-                                                     evaluate(params, train)))
-        loop.exp.compiled[key] = both.lower(shape, self.test_pool, self.train_pool).compile()
-      self.fn = loop.exp.compiled[key]
+        both = lambda params, test, train: (evaluate(params, test), evaluate(params, train))
+        if together:
+          both = jax.vmap(both, in_axes=(0, None, None))
+        loop.exp.compiled[key] = jax.jit(both).lower(shape, self.test_pool,
+                                                     self.train_pool).compile()
+      self.fn, self.fn_together = loop.exp.compiled[key], together
     if not loop.start:
       self.evaluate(loop, 0)
 
@@ -82,16 +90,24 @@ class Evaluate(Callback):
     if done % self.every == 0 or done == loop.num_rounds:
       self.evaluate(loop, done)
 
+  def results(self, loop) -> list:
+    """``[(test, train)]`` of the live runs, on the host."""
+    params = loop.program.server_params(loop.state, loop.hparams)
+    live = loop.live()
+    if self.fn_together:
+      both = jax.device_get(self.fn(params, self.test_pool, self.train_pool))
+      return [jax.tree.map(lambda a, i=i: a[i], both) for i in live]
+    return [self.fn(runs_lib.run_slice(params, i, loop.program.batched), self.test_pool,
+                    self.train_pool) for i in live]
+
   def evaluate(self, loop, done: int):
     with loop.phases.time('train'):   # the rounds dispatched so far finish first
       jax.block_until_ready(loop.state)
     with loop.phases.time('eval'):
       loop.sync()
-      params = loop.program.server_params(loop.state, loop.hparams)
       records = {}
-      for i in loop.live():
+      for i, (test, train) in zip(loop.live(), self.results(loop)):
         run = loop.runs[i]
-        test, train = self.fn(runs_lib.run_slice(params, i, loop.program.batched), self.test_pool, self.train_pool)
         accuracy = float(test['accuracy'])
         best = max([accuracy] + [r['best_test_accuracy'] for r in run.records])
         record = {'round': done, 'algorithm': run.config.run_name, 'seed': run.config.seed,

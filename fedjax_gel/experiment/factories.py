@@ -268,7 +268,8 @@ def make_runs(exp: Experiment, configs, chunk_size: int) -> tuple[runs_lib.RunsP
 
   program = runs_lib.build_runs(
       algorithm, lambda root: exp.model.init(keys.init_key(root)), make_sampler(exp),
-      chunk_size=chunk_size, batched=len(configs) > 1, mesh=exp.mesh,
+      chunk_size=chunk_size, batched=len(configs) > 1,
+      shared_key=len({x.seed for x in configs}) == 1, mesh=exp.mesh,
       fuse_dots=planning.fuse_dots(exp, len(configs)))
   return program, hparams
 

@@ -90,8 +90,10 @@ class Loop:
     self.chunk_size = chunk_size
     self.phases = phases or Phases()
     self.num_rounds = self.runs[0].config.num_rounds
-    roots = [keys.root_key(r.config.seed) for r in self.runs]
-    self.roots = jnp.stack(roots) if program.batched else roots[0]
+    seeds = [r.config.seed for r in self.runs]
+    self.shared_key = len(set(seeds)) == 1   # one seed: one key, one cohort for all the runs
+    self.roots = (keys.root_key(seeds[0]) if self.shared_key else
+                  jnp.stack([keys.root_key(s) for s in seeds]))
     self.state = program.init(self.roots, hparams)
     self.start = 0          # the round the rounds start from (a resumed run's checkpoint)
     self.done = 0           # rounds trained so far
@@ -150,7 +152,7 @@ class Loop:
       if self.reads_model:
         self.sample_fn = self.program.sample
       else:
-        key = ('sample', self.program.batched and len(self.runs))
+        key = ('sample', not self.shared_key and len(self.runs))
         if key not in self.exp.compiled:
           self.exp.compiled[key] = self.program.sample.lower(self.roots, r, None).compile()
         self.sample_fn = self.exp.compiled[key]

@@ -124,7 +124,7 @@ def test_ctrl_c_stops_between_rounds_with_a_checkpoint_and_the_run_resumes(
     assert (workdir / seed / f'checkpoint-{done}.msgpack').exists()
   resumed = run(cmd)
   assert resumed.returncode == 0, resumed.stderr
-  assert 'gel, seed 0, 1: the round compiled in ' in resumed.stderr
+  assert 'gel, seeds 0, 1: the round compiled in ' in resumed.stderr
   assert f'; resuming from the checkpoint of round {done}' in resumed.stderr
   for seed in ('seed0', 'seed1'):
     assert metrics(workdir / seed) == metrics(uninterrupted / seed)
