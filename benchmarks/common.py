@@ -65,11 +65,12 @@ def femnist_like_workload(num_clients: int, per_client: int, cpu_devices: int | 
 
 
 def launch_round(algorithm, params, data, root, cohort: int, tau: int, batch: int,
-                 replace: bool, example_bytes: int) -> dict:
+                 replace: bool) -> dict:
   """The round as ``launch/run.py`` sets it up for ``cohort`` clients of budget ``tau``: the
-  automatic devices and chunk, state and pool placed on the devices once, compiled and run once
-  (warm-up). Returns ``compiled, state, pool, sample`` (round -> cohort), ``devices``, ``chunk``
-  (clients per chunk as the round runs them) and ``compile_s``."""
+  devices and chunk of the library's planner (``experiment.planning.devices_and_chunk``), state
+  and pool placed on the devices once, compiled and run once (warm-up). Returns ``compiled,
+  state, pool, sample`` (round -> cohort), ``devices``, ``chunk`` (clients per chunk as the
+  round runs them) and ``compile_s``."""
   import time  # pylint: disable=g-import-not-at-top
 
   import jax  # pylint: disable=g-import-not-at-top
@@ -77,10 +78,10 @@ def launch_round(algorithm, params, data, root, cohort: int, tau: int, batch: in
 
   from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
 
-  mesh = devices.client_mesh(devices.auto_num_devices(cohort, jax.device_count()))
+  mesh, chunk = planning.devices_and_chunk(algorithm, params, data, cohort, batch, (tau, tau))
   num_used = 1 if mesh is None else mesh.size
-  chunk = round_lib.default_chunk_size(cohort, params, example_bytes, batch, num_used)
   round_fn = round_lib.build_round(algorithm, chunk_size=chunk, mesh=mesh)
   spec = sampling.CohortSpec(cohort, (tau, tau), batch, replace=replace)
 

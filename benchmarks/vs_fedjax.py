@@ -76,7 +76,7 @@ def measure(cohorts: list[int], repeats: int) -> list[dict]:
 
   rows = []
   for cohort in cohorts:
-    ran = common.launch_round(ours, params, data, root, cohort, TAU, BATCH, True, 61 * 4)
+    ran = common.launch_round(ours, params, data, root, cohort, TAU, BATCH, True)
     compiled, state, pool, sample = ran['compiled'], ran['state'], ran['pool'], ran['sample']
 
     their_state = theirs.init(params)

@@ -158,7 +158,7 @@ def measure(cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
   generator = torch.Generator().manual_seed(0)
   rows = []
   for cohort in cohorts:
-    ran = common.launch_round(ours, params, data, root, cohort, TAU, BATCH, False, 785 * 4)
+    ran = common.launch_round(ours, params, data, root, cohort, TAU, BATCH, False)
     compiled, state, pool, sample = ran['compiled'], ran['state'], ran['pool'], ran['sample']
     clients = [to_torch(host, np.asarray(sample(r).client_ids)) for r in range(repeats + 1)]
     torch_round(init, clients[0], TAU, generator)   # warm-up

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 
 from fedjax_gel import algorithms, models, optim
-from fedjax_gel.core import devices, evaluation, federated_data, round as round_lib, sampling
+from fedjax_gel.core import devices, evaluation, federated_data, sampling
 from fedjax_gel.core import keys, runs as runs_lib, selection
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import planning
@@ -197,19 +197,16 @@ def prepare(c: Config) -> Experiment:
     raise ConfigError(f'--num_devices={c.num_devices} but only {jax.device_count()} '
                       f'{jax.default_backend()} devices are present')
   params = jax.eval_shape(model.init, jax.random.key(0))
-  mesh = devices.client_mesh(c.num_devices or planning.auto_num_devices(
-      c.clients_per_round, planning.store_bytes(algorithm, params), planning.memory_limit(), jax.device_count(),
-      shared_memory=jax.default_backend() == 'cpu'))
+  mesh, chunk = planning.devices_and_chunk(algorithm, params, split.train, c.clients_per_round,
+                                           c.batch_size, tuple(c.budget_range), c.num_devices,
+                                           c.chunk_size)
   num_devices = 1 if mesh is None else mesh.size
-  chunk = c.chunk_size or round_lib.default_chunk_size(
-      c.clients_per_round, params, planning.example_bytes(split.train), c.batch_size, num_devices,
-      budget_range=tuple(c.budget_range))
   test_pool = evaluation.make_eval_pool(split.test)
   train_pool = evaluation.make_eval_pool(split.train, max_examples=c.train_eval_examples,
                                          seed=c.split_seed)
   plan = planning.memory_plan(c, params, algorithm, train, (test_pool, train_pool), num_devices)
-  exp = Experiment(c, model, algorithm, train, test_pool, train_pool,
-                   min(chunk, c.clients_per_round), mesh, plan, compiled={})
+  exp = Experiment(c, model, algorithm, train, test_pool, train_pool, chunk, mesh, plan,
+                   compiled={})
   exp = planning.fit_memory(exp)
   return exp._replace(train=devices.replicate(train, mesh))   # placed once, not every round
 

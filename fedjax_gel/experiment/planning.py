@@ -93,6 +93,22 @@ def fit_memory(exp):
   return exp._replace(chunk_size=fits, notes=exp.notes + (note,))
 
 
+def devices_and_chunk(algorithm, params, data, cohort_size: int, batch_size: int,
+                      budget_range: tuple[int, int], num_devices: int = 0,
+                      chunk_size: int = 0) -> tuple:
+  """``(mesh, chunk)`` of one run's cohort: ``num_devices`` (0: ``auto_num_devices``) on the
+  ``'clients'`` mesh (None for one), and ``chunk_size`` (0: ``round.default_chunk_size`` for the
+  budgets) clients per chunk, at most the cohort. The rule of every run, batch and benchmark;
+  ``params``: the model's parameters or their shapes, ``data``: the training pool."""
+  mesh = devices.client_mesh(num_devices or auto_num_devices(
+      cohort_size, store_bytes(algorithm, params), memory_limit(), jax.device_count(),
+      shared_memory=jax.default_backend() == 'cpu'))
+  used = 1 if mesh is None else mesh.size
+  chunk = chunk_size or round_lib.default_chunk_size(
+      cohort_size, params, example_bytes(data), batch_size, used, budget_range=budget_range)
+  return mesh, min(chunk, cohort_size)
+
+
 def store_bytes(algorithm, params, num_devices: int = 1) -> int:
   """Bytes of the per-client store on each device (0 for algorithms without client state)."""
   if algorithm.store_row is None:
