@@ -22,6 +22,9 @@ import sys
 import time
 from typing import Sequence
 
+import jax
+
+from fedjax_gel.core import keys
 from fedjax_gel.experiment import (callbacks as callbacks_lib, factories, grid as grid_lib, loop as loop_lib,
                                    planning, plots, report, sinks, workdir as workdir_lib)
 from fedjax_gel.experiment.config import GBO_ALGORITHMS, Config, ConfigError, validate
@@ -125,8 +128,6 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
 
 def checkpoint_target(exp: factories.Experiment, num_runs: int):
   """The shapes of a work directory's checkpointed state: one run's, or ``num_runs`` stacked."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.core import keys  # pylint: disable=g-import-not-at-top
   one = jax.eval_shape(
       lambda: exp.algorithm.server_init(exp.model.init(keys.init_key(keys.root_key(0)))))
   if num_runs == 1:

@@ -179,7 +179,7 @@ class Checkpointer(Callback):
     loop.state = assemble(loop, states.values())
     loop.start = loop.done = start
 
-  def save(self, loop, done: int, final: bool = False):
+  def save(self, loop, done: int):
     loop.sync()
     for w, idx in groups(loop).items():
       if len(idx) == 1 and loop.runs[idx[0]].diverged is not None:
@@ -189,7 +189,6 @@ class Checkpointer(Callback):
               'runs': [{'totals': loop.runs[i].totals, 'distance': loop.runs[i].distance,
                         'diverged': loop.runs[i].diverged} for i in idx]}
       checkpoint.save(w, done, group_state(loop, idx), meta)
-    del final
 
   def on_round(self, loop, done):
     if self.every and done % self.every == 0 and done < loop.num_rounds:
@@ -200,7 +199,7 @@ class Checkpointer(Callback):
 
   def on_end(self, loop):
     # the final states: a later run with more rounds extends them
-    self.save(loop, loop.done, final=True)
+    self.save(loop, loop.done)
 
 
 def assemble(loop, parts):

@@ -6,6 +6,7 @@ launch/run.py itself, where the process is what is tested.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import json
@@ -441,3 +442,20 @@ def test_text_datasets_run_from_the_launcher(tmp_path):
              '--vocab_size=5', f'--workdir={tmp_path / "st"}', *common)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert json.loads((tmp_path / 'st' / 'summary.json').read_text())['final_accuracy'] is not None
+
+
+def test_every_config_field_is_a_flag_with_its_help_and_default():
+  values = flags.FlagValues()
+  cli.define_flags(values)
+  for field in dataclasses.fields(config_lib.Config):
+    flag = values[field.name]
+    assert flag.help == field.metadata['help'] and flag.help.strip()
+    default = flag.default[0] if field.name in cli.LISTS else flag.default
+    if field.name == 'budget_range':
+      default = config_lib.parse_budget_range(default)
+    assert default == field.default, field.name
+  values(['run.py'])
+  config, sweep = cli.from_flags(values)
+  assert config == config_lib.Config()
+  assert sweep == api.Sweep(seeds=[], algorithms=['fedavgcm'], gbo_optimizers=['sgdm'],
+                            client_lrs=[], server_lrs=[])
