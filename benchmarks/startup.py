@@ -1,8 +1,8 @@
 """Start-up: the README's quickstart command as a user runs it, timed by phase.
 
 Runs ``python launch/run.py --flagfile=launch/configs/quickstart.flags`` as a new process, first
-with an empty compilation cache (a first run) and then ``--repeats`` times with the cache it
-filled (the next runs), each into a fresh work directory. Prints, per run, the process' wall
+with an empty compilation cache and data cache (a first run) and then ``--repeats`` times with
+the caches it filled (the next runs), each into a fresh work directory. Prints, per run, the process' wall
 time and the phases of the last summary it wrote (``phases_s``: imports, data, compile, train,
 eval, report); the wall time beyond their sum is the interpreter's start and exit and the report
 and plots written after the last summary.
@@ -27,9 +27,10 @@ COMMAND = [sys.executable, 'launch/run.py', '--flagfile=launch/configs/quickstar
 
 
 def timed_run(cache: str, workdir: str) -> dict:
+  env = {**os.environ, 'FEDJAX_GEL_DATA_CACHE': os.path.join(cache, 'data')}
   t = time.perf_counter()
   proc = subprocess.run(COMMAND + [f'--workdir={workdir}', f'--compilation_cache={cache}'],
-                        cwd=REPO, capture_output=True, text=True, check=False)
+                        cwd=REPO, capture_output=True, text=True, check=False, env=env)
   wall = time.perf_counter() - t
   if proc.returncode:
     sys.exit(f'the quickstart failed:\n{proc.stderr[-2000:]}')

@@ -29,7 +29,12 @@ def parse(argv):
 
 
 def main(argv):
-  sys.exit(cli.execute(flags.FLAGS, argv, START))
+  code = cli.execute(flags.FLAGS, argv, START)
+  # Every output is written and closed by now: exit without the interpreter's teardown of
+  # JAX's runtime, which takes about half a second (benchmarks/RESULTS.md, start-up).
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(code)  # pylint: disable=protected-access
 
 
 if __name__ == '__main__':

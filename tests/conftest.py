@@ -16,6 +16,8 @@ SESSION_CACHE = 'FEDJAX_GEL_TEST_SESSION_CACHE'
 if SESSION_CACHE not in os.environ:
   os.environ[SESSION_CACHE] = tempfile.mkdtemp(prefix='fedjax_gel_test_cache_')
 os.environ['FEDJAX_GEL_COMPILATION_CACHE'] = os.environ[SESSION_CACHE]
+# Generated datasets are cached in the same session folder (``fedjax_gel.data.cache``).
+os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'data')
 
 from fedjax_gel.experiment import compilation_cache  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -44,13 +44,16 @@ def server_optimizer(c: Config) -> optax.GradientTransformation:
 
 def load_split(c: Config) -> federated_data.FederatedSplit:
   """Loads the train/test pools the config names (host side). Raises DataError on bad files."""
-  if c.dataset == 'leaf_synthetic':
-    from fedjax_gel.data import leaf_synthetic
-    return leaf_synthetic.load(train_fraction=c.train_fraction, split_seed=c.split_seed)
-  if c.dataset == 'fedprox_synthetic':
-    from fedjax_gel.data import fedprox_synthetic
-    return fedprox_synthetic.load(c.fedprox_alpha, c.fedprox_beta, c.fedprox_iid,
-                                  train_fraction=c.train_fraction, split_seed=c.split_seed)
+  if c.dataset in ('leaf_synthetic', 'fedprox_synthetic'):   # generated: cached on disk
+    from fedjax_gel.data import cache, fedprox_synthetic, leaf, leaf_synthetic
+    split = dict(train_fraction=c.train_fraction, split_seed=c.split_seed)
+    if c.dataset == 'leaf_synthetic':
+      return cache.cached_split(c.dataset, split, (leaf_synthetic, leaf),
+                                lambda: leaf_synthetic.load(**split))
+    settings = dict(alpha=c.fedprox_alpha, beta=c.fedprox_beta, iid=c.fedprox_iid, **split)
+    return cache.cached_split(
+        c.dataset, settings, (fedprox_synthetic, leaf),
+        lambda: fedprox_synthetic.load(c.fedprox_alpha, c.fedprox_beta, c.fedprox_iid, **split))
   if c.dataset in config_lib.TFDS_DATASETS:
     from fedjax_gel.data import tfds_data
     try:
