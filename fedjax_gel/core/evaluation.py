@@ -35,11 +35,11 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
   def shape(a):
     a = np.asarray(a)
     a = np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
-    return jnp.asarray(a.reshape((num_batches, batch) + a.shape[1:]))
+    return jax.device_put(a.reshape((num_batches, batch) + a.shape[1:]))
 
   mask = np.arange(num_batches * batch) < total
   return EvalPool({k: shape(v) for k, v in examples.items()},
-                  jnp.asarray(mask.reshape(num_batches, batch)))
+                  jax.device_put(mask.reshape(num_batches, batch)))
 
 
 def build_evaluate(apply_fn: Callable) -> Callable:

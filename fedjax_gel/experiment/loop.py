@@ -27,6 +27,7 @@ from typing import Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_gel.core import keys, runs as runs_lib
 from fedjax_gel.experiment.config import Config
@@ -147,7 +148,7 @@ class Loop:
     """Compiles the sampler and the round for the runs' state (timed as ``compile``); a
     sampler that does not read the model is compiled once per experiment and batch size."""
     with self.phases.time('compile'):
-      r = jnp.int32(self.start)
+      r = np.int32(self.start)
       self.reads_model = self.exp.config.client_selection == 'power_of_d'
       if self.reads_model:
         self.sample_fn = self.program.sample
@@ -163,12 +164,12 @@ class Loop:
   def sample(self, r: int):
     params = (self.program.server_params(self.state, self.hparams) if self.reads_model else
               None)
-    return self.sample_fn(self.roots, jnp.int32(r), params)
+    return self.sample_fn(self.roots, np.int32(r), params)
 
   def step(self, r: int):
     cohort = self.cohort0 if r == self.start else self.sample(r)
     self.state, metrics = self.round_fn(self.state, self.hparams, cohort, self.exp.train,
-                                        self.roots, jnp.int32(r))
+                                        self.roots, np.int32(r))
     self.pending.append((r + 1, metrics))
     self.done, self.cohort, self.metrics = r + 1, cohort, metrics
 

@@ -7,6 +7,7 @@ device has left after the data, the server state and the per-client store.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import NamedTuple
 
@@ -25,7 +26,9 @@ class MemoryPlan(NamedTuple):
 
 
 def example_bytes(data: federated_data.FederatedData) -> int:
-  return sum(np.asarray(v[:1]).nbytes for v in data.examples.values())
+  """Bytes of one example (of every feature), from the pool's shapes."""
+  return sum(math.prod(np.shape(v)[1:]) * np.dtype(v.dtype).itemsize
+             for v in data.examples.values())
 
 
 def memory_limit() -> int:
@@ -49,8 +52,7 @@ def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int) ->
   one host's cores, each with its copy) and about four copies of the server model (the state,
   its optimiser and the donated copy).
   """
-  spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], np.asarray(v[:1]).dtype)
-          for k, v in train.examples.items()}
+  spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], v.dtype) for k, v in train.examples.items()}
   per_client = memory.client_bytes(algorithm, params, spec, c.batch_size, c.budget_range[1])
   shared = jax.default_backend() == 'cpu'
   data = round_lib.tree_bytes((train.examples, pools)) * (num_devices if shared else 1)

@@ -5,6 +5,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 Params = Any
@@ -32,7 +33,7 @@ def from_linen(name: str, module, input_shape, input_dtype, num_classes: int) ->
 
   A module with a ``features(x)`` method exposes its penultimate activations.
   """
-  dummy = jnp.zeros((1, *input_shape), input_dtype)
+  dummy = np.zeros((1, *input_shape), input_dtype)   # host array: nothing to compile
   features = None
   if hasattr(module, 'features'):
     features = lambda params, x: module.apply({'params': params}, x, method='features')
