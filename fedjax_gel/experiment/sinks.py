@@ -3,7 +3,8 @@
 * ``JsonlWriter``: ``metrics.jsonl``, one JSON object per record (NaN written as ``null``);
 * ``CsvWriter``: ``metrics.csv`` with a header (``pandas.read_csv`` loads it);
 * ``TensorBoardWriter``: TensorBoard event files under ``tensorboard/`` (tensorboardX, which
-  needs no TensorFlow), one scalar per numeric field and round.
+  needs no TensorFlow), one scalar per numeric field and round, flushed every few seconds and
+  at the end (``metrics.jsonl`` is the record a resumed run is rebuilt from).
 
 A work directory shared by several runs (a grid's cells) gets their records in one file, told
 apart by their tags (e.g. ``client_lr, server_lr``), and one TensorBoard folder per run.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import time
 
 from fedjax_gel.experiment import callbacks, workdir as workdir_lib
 
@@ -88,6 +90,9 @@ class TensorBoardWriter(callbacks.Callback):
       name = ','.join(f'{k}={v:g}' for k, v in run.tags.items())
       logdir = os.path.join(run.workdir, 'tensorboard', name)
       self.writers[i] = SummaryWriter(logdir, purge_step=loop.start or None)
+    self.flushed = time.monotonic()
+
+  FLUSH_S = 5.   # events reach the disk at most this many seconds late (and at the end)
 
   def on_evaluate(self, loop, done, records):
     for i, record in records.items():
@@ -96,7 +101,10 @@ class TensorBoardWriter(callbacks.Callback):
         if (k not in self.SKIP and k not in loop.runs[i].tags and isinstance(v, (int, float)) and
             not isinstance(v, bool)):
           w.add_scalar(k, v, done)
-      w.flush()
+    if time.monotonic() - self.flushed > self.FLUSH_S:   # a flush per record costs more than
+      for w in self.writers.values():                      # the rounds of a small run
+        w.flush()
+      self.flushed = time.monotonic()
 
   def close(self, loop, *args):
     del args

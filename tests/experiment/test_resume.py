@@ -212,7 +212,7 @@ def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
   """A learning-rate grid killed with kill -9 and run again: its metrics.jsonl and grid.json
   are bit-identical to an uninterrupted grid's; a finished grid is kept on a third run."""
   grid_flags = ('--algorithm=gel', '--client_lr_grid=0.03,0.1', '--server_lr_grid=0.5,1',
-                '--eval_every=3',   # checkpoints between evaluations too
+                '--eval_every=9',   # checkpoints (every 10) between evaluations too
                 '--num_rounds=1500')   # long enough to be killed before it ends
   whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
   assert run(command(tiny_leaf_file, whole, *grid_flags)).returncode == 0
