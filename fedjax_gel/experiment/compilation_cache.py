@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import os
 
+from fedjax_gel.data.cache import user_cache_dir
+
 ENV = 'FEDJAX_GEL_COMPILATION_CACHE'
 
 
 def default_dir() -> str:
   """``$FEDJAX_GEL_COMPILATION_CACHE`` if set (``''``: off), else the user's cache folder."""
-  if ENV in os.environ:
-    return os.environ[ENV]
-  base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
-  return os.path.join(base, 'fedjax_gel', 'jax')
+  return user_cache_dir(ENV, 'jax')
 
 
 def enable(path: str | None) -> str | None:
