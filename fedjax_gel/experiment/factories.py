@@ -242,9 +242,10 @@ def make_sampler(exp: Experiment) -> Callable:
   return sample
 
 
-# Float fields the algorithms read as numbers only: runs that differ in them (and in the seed)
-# can be one program, these values its data (``core.runs``).
-BATCHED_FIELDS = ('client_lr', 'server_lr', 'client_momentum', 'prox_mu', 'fedexp_eps')
+# Float fields that runs of one program may differ in (besides the seed), their values the
+# program's data (``core.runs``): the learning rates, each tested against separate runs. Other
+# float hyper-parameters join this list once a test shows their batch equal to separate runs.
+BATCHED_FIELDS = ('client_lr', 'server_lr')
 
 
 def batch_key(c: Config) -> Config:
