@@ -25,13 +25,13 @@ import os
 import numpy as np
 
 from fedjax_gel.experiment import callbacks, plots, workdir as workdir_lib
-from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.experiment.config import STATEFUL_ALGORITHMS, Config, ConfigError
 
 
 def check_grid(c: Config, exp=None):
   """The grid's incompatible settings, as a ConfigError naming the flag (``exp``: the prepared
   experiment, whose devices are checked too)."""
-  if c.algorithm in ('scaffold', 'feddyn', 'adabest', 'fedvarp', 'cluster_fedvarp') or (
+  if c.algorithm in STATEFUL_ALGORITHMS or (
       exp is not None and exp.algorithm.store_row is not None):
     raise ConfigError(
         f'--server_lr_grid: --algorithm={c.algorithm} keeps per-client state, which a '
