@@ -70,10 +70,8 @@ class Evaluate(Callback):
   def on_compiled(self, loop):
     with loop.phases.time('compile'):   # once per experiment: it depends on the model only
       together = self.together and loop.program.batched
-      shape = jax.eval_shape(lambda: loop.program.server_params(loop.state, loop.hparams))
-      if not together:
-        shape = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), shape
-                             ) if loop.program.batched else shape
+      shape = jax.eval_shape(lambda: loop.program.server_params(loop.state, loop.hparams)
+                             if together else loop.run_params(0))
       key = ('evaluate', together, jax.tree.structure(shape), tuple(jax.tree.leaves(shape)))
       if key not in loop.exp.compiled:
         evaluate = evaluation.build_evaluate(loop.exp.model.apply)
