@@ -67,9 +67,21 @@ def test_readme_stateful_example_keeps_a_row_per_client():
 
 
 def test_readme_experiment_example_runs_two_seeds_as_one_program():
-  (code,) = [b for b in python_blocks() if 'experiment.run(config' in b]
+  (code,) = [b for b in python_blocks() if 'experiment.run(config, workdir' in b]
   scope = run_block(code)
   summaries, best = scope['summaries'], scope['best'].best
   assert [s['seed'] for s in summaries] == [0, 1]
   assert all(s['runs_in_program'] == 2 and s['status'] == 'finished' for s in summaries)
   assert best == {('gel', s['seed']): s['best_accuracy'] for s in summaries}
+
+
+def test_readme_registry_example_runs_the_registered_algorithm():
+  from fedjax_gel.algorithms import registry   # pylint: disable=g-import-not-at-top
+  (code,) = [b for b in python_blocks() if 'registry.register(' in b]
+  try:
+    scope = run_block(code)
+  finally:
+    registry.unregister('damped_fedavg')
+  (summary,) = scope['summaries']
+  assert summary['algorithm'] == 'damped_fedavg' and summary['status'] == 'finished'
+  assert scope['config'].algorithm.hparams.damping == 0.8

@@ -47,6 +47,8 @@ float32 like the model.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -55,7 +57,9 @@ import numpy as np
 import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.algorithms.fedavg import static_zero
 from fedjax_gel.core import store
+from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, within
 
 tree_map = jax.tree_util.tree_map
 
@@ -104,7 +108,7 @@ def corrected_sgd(loss_fn: Callable, lr: float, mu: float = 0.0):
   def client_step(state: DriftClient, batch, bcast):
     loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)
     grads = tree_map(jnp.add, grads, state.correction)
-    if mu:
+    if not static_zero(mu):
       grads = tree_map(lambda g, y, x: g + mu * (y - x), grads, state.params, bcast)
     return state._replace(params=tree_map(lambda y, g: y - lr * g, state.params, grads)), loss
   return client_step
@@ -212,3 +216,37 @@ def adabest(loss_fn: Callable, client_lr: float, mu: float, beta: float, num_cli
   return FederatedAlgorithm(name, server_init, lambda s: (s.params, s.round + 1), client_init,
                             corrected_sgd(loss_fn, client_lr), client_final, server_update,
                             lambda s: s.params, store_row=identity)
+
+
+@dataclasses.dataclass(frozen=True)
+class FedDynHparams:
+  feddyn_mu: float = hparam(0.02, "FedDyn's regulariser weight (its paper's alpha).", at_least(0))
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaBestHparams:
+  adabest_mu: float = hparam(0.02, "AdaBest's local estimate weight mu.", at_least(0))
+  adabest_beta: float = hparam(0.9, "AdaBest's server decay beta (0 and --adabest_mu=0: FedAvg).",
+                               within(0, 1))
+
+
+_ADABEST = ('Varno et al. 2022, "AdaBest: Minimizing Client Drift in Federated Learning via '
+            'Adaptive Bias Estimation"')
+SCAFFOLD = AlgorithmSpec(
+    'scaffold', lambda hp, s: scaffold(s.loss, s.client_lr, len(s.counts), s.server),
+    stateful=True, paper='Karimireddy et al. 2020, "SCAFFOLD"',
+    client='SGD on `g + c - c_i`; option II: `c_i <- c_i - c + Delta_i / (tau_i lr)` (client '
+    'state `c_i`)',
+    server='`--server_optimizer` on `Delta`; `c = (1/N) sum_j c_j` over the store')
+FEDDYN = AlgorithmSpec(
+    'feddyn', lambda hp, s: feddyn(s.loss, s.client_lr, hp.feddyn_mu, len(s.counts)),
+    FedDynHparams, stateful=True, paper=f'Acar et al. 2021, in the notation of {_ADABEST}',
+    client='SGD on `g - h_i + mu (y - x)`; `h_i <- h_i + mu Delta_i` (client state `h_i`)',
+    server='`h <- h + |P|/N Delta`, `x <- x - Delta - h`')
+ADABEST = AlgorithmSpec(
+    'adabest', lambda hp, s: adabest(s.loss, s.client_lr, hp.adabest_mu, hp.adabest_beta,
+                                     len(s.counts)),
+    AdaBestHparams, stateful=True, paper=f'{_ADABEST}, Alg. 2',
+    client="SGD on `g - h_i`; `h_i <- h_i / (t - t_i') + mu Delta_i` (client state `h_i, t_i'`)",
+    server='`h <- beta (theta_bar^{t-1} - theta_bar^t)`, `x <- theta_bar^t - h`, '
+    '`theta_bar^t = x - Delta`')

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.core.spec import AlgorithmSpec
 from fedjax_gel.optim import guessed
 
 
@@ -36,6 +37,12 @@ class NormalizedUpload(NamedTuple):
   """FedNova's upload: ``Delta_i / ||a_i||_1`` and ``||a_i||_1``."""
   delta: Any
   norm: jax.Array
+
+
+def static_zero(value) -> bool:
+  """Whether ``value`` is the Python number 0 (a term it weighs can be left out); a traced
+  weight (runs batched over it, ``core.runs``) is never known to be 0."""
+  return isinstance(value, (int, float)) and value == 0
 
 
 def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
@@ -84,7 +91,7 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
 
   def client_step(state: ClientState, batch, x):
     loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)
-    if prox_mu:
+    if not static_zero(prox_mu):
       grads = jax.tree_util.tree_map(lambda g, y, x0: g + prox_mu * (y - x0), grads,
                                      state.params, x)
     updates, opt_state = client_optimizer.update(grads, state.opt_state, state.params)
@@ -131,3 +138,21 @@ def fedavgcm(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
              server_optimizer: optax.GradientTransformation | None = None) -> FederatedAlgorithm:
   """FedAvg with client momentum (GeL's FedAvgCM baseline): client ``optax.sgd(lr, momentum)``."""
   return fedavg(loss_fn, optax.sgd(client_lr, momentum=momentum), server_optimizer, 'fedavgcm')
+
+
+def _fedavg(name: str):
+  return lambda hp, s: fedavg(s.loss, optax.sgd(s.client_lr), s.server, name)
+
+
+FEDAVG = AlgorithmSpec('fedavg', _fedavg('fedavg'), paper='McMahan et al. 2017')
+FEDAVGCM = AlgorithmSpec(
+    'fedavgcm', lambda hp, s: fedavgcm(s.loss, s.client_lr, s.client_momentum, s.server),
+    client='SGD with momentum (`--client_momentum`), reset each round',
+    paper='Boukhari et al. 2023 (GeL) baseline')
+# FedOpt (Reddi et al. 2021, "Adaptive Federated Optimization"): SGD clients, the server
+# optimiser fixed to the paper's form (--server_optimizer may only repeat it).
+FEDADAM, FEDYOGI, FEDADAGRAD = (
+    AlgorithmSpec(name, _fedavg(name), server_optimizer=name,
+                  server=f'{name} (the paper\'s form; tune `--server_lr`, whose default 1.0 is '
+                  'SGD\'s)', paper='Reddi et al. 2021, "Adaptive Federated Optimization"')
+    for name in ('fedadam', 'fedyogi', 'fedadagrad'))

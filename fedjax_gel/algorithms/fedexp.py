@@ -6,9 +6,12 @@ Clients run SGD as in FedAvg and also upload ``||Delta_i||^2``; the server steps
     eta_g = max(1, sum_i p_i ||Delta_i||^2 / (2 (||Delta||^2 + eps))),
 
 so ``eta_g >= 1`` always, and grows when the client updates disagree (the extrapolated parallel
-projection method). ``eps = 1e-3`` as in the paper's experiments.
+projection method). ``eps = 1e-3`` as in the paper's experiments. Each round reports ``eta_g``
+(``FederatedAlgorithm.diagnostics``; in the experiment's metrics records).
 """
 from __future__ import annotations
+
+import dataclasses
 
 from typing import Any, Callable, NamedTuple
 
@@ -17,6 +20,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
+from fedjax_gel.core.spec import AlgorithmSpec, hparam, positive
 from fedjax_gel.algorithms.fedavg import ServerState, local_sgd
 
 
@@ -49,4 +53,22 @@ def fedexp(loss_fn: Callable, client_lr: float, eps: float = 1e-3) -> FederatedA
                                     upload.delta)
     return ServerState(params, state.opt_state)
 
-  return base._replace(client_final=client_final, server_update=server_update)
+  def diagnostics(state, upload: FedExPUpload, info):
+    del state, info
+    return {'eta_g': server_step_size(upload.sq_norm, upload.delta, eps)}
+
+  return base._replace(client_final=client_final, server_update=server_update,
+                       diagnostics=diagnostics)
+
+
+@dataclasses.dataclass(frozen=True)
+class FedExPHparams:
+  fedexp_eps: float = hparam(1e-3, 'FedExP eps in its server step size eta_g.', positive)
+
+
+FEDEXP = AlgorithmSpec('fedexp', lambda hp, s: fedexp(s.loss, s.client_lr, hp.fedexp_eps),
+                       FedExPHparams,
+                       server='`x - eta_g Delta`, `eta_g = max(1, sum_i p_i ||Delta_i||^2 / '
+                       '(2(||Delta||^2 + eps)))`',
+                       paper='Jhunjhunwala et al. 2023, "FedExP: Speeding Up Federated '
+                       'Averaging via Extrapolation"')

@@ -6,9 +6,12 @@ activations are the inputs themselves, which no parameter moves: FedMAX is then 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
+from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.models.base import Model, max_entropy_loss
 
@@ -18,3 +21,22 @@ def fedmax(model: Model, client_lr: float, beta: float = 1.0,
   """FedMAX with client SGD and entropy weight ``beta``."""
   return local_sgd(max_entropy_loss(model, beta), optax.sgd(client_lr), server_optimizer,
                    name='fedmax')
+
+
+@dataclasses.dataclass(frozen=True)
+class FedMaxHparams:
+  fedmax_beta: float = hparam(1.0, 'FedMAX entropy weight beta.', at_least(0))
+
+
+def _check(hp, model: str):
+  if model == 'logistic':
+    return ('--algorithm=fedmax with --model=logistic is FedAvg (no hidden layer: the '
+            'penultimate activations are the inputs); use --model=mlp')
+  return None
+
+
+FEDMAX = AlgorithmSpec('fedmax', lambda hp, s: fedmax(s.model, s.client_lr, hp.fedmax_beta, s.server),
+                       FedMaxHparams, check=_check,
+                       client='SGD on cross-entropy + `beta KL(U || softmax(penultimate '
+                       'activations))` (needs a hidden layer: `--model=mlp`)',
+                       paper='Chen et al. 2020, "FedMAX"')

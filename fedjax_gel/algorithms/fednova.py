@@ -15,7 +15,8 @@ import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm
 from fedjax_gel.algorithms.fedavg import local_sgd
-from fedjax_gel.algorithms.gel import GuessPolicy, checked_policy
+from fedjax_gel.algorithms.gel import GelHparams, GuessPolicy, check_guesses, checked_policy
+from fedjax_gel.core.spec import AlgorithmSpec
 from fedjax_gel.optim.guessed import gel_sgdm, momentum_coefficients_l1
 
 
@@ -42,3 +43,17 @@ def fednova_gel(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
 
   return local_sgd(loss_fn, gel_sgdm(client_lr, momentum), server_optimizer,
                    normalizer=normalizer, client_guesses=policy.counts, name='fednova_gel')
+
+
+_NOVA_SERVER = ('`--server_optimizer` on `tau_eff sum_i p_i Delta_i / ||a_i||_1` (`||a_i||_1` of '
+                'Lemma 1)')
+FEDNOVA = AlgorithmSpec(
+    'fednova', lambda hp, s: fednova(s.loss, s.client_lr, s.client_momentum, s.server),
+    client='SGDM', server=_NOVA_SERVER, paper='Wang et al. 2020, "Tackling the Objective '
+    'Inconsistency Problem in Heterogeneous Federated Optimization"')
+FEDNOVA_GEL = AlgorithmSpec(
+    'fednova_gel', lambda hp, s: fednova_gel(s.loss, s.client_lr, s.client_momentum, s.server,
+                                             hp.policy),
+    GelHparams, client='SGDM + zero-proxy guesses', server=_NOVA_SERVER, guesses=True,
+    check=check_guesses('fednova_gel', zero_proxy_only="Lemma 1's ||a_i||_1"),
+    paper='GeL Table 2, Lemma 1')

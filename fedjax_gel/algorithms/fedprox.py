@@ -7,13 +7,16 @@ alone: the guess ignores the proximal term.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable
 
 import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.algorithms.fedavg import local_sgd
-from fedjax_gel.algorithms.gel import GuessPolicy, checked_policy
+from fedjax_gel.algorithms.gel import GelHparams, GuessPolicy, check_guesses, checked_policy
+from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam
 from fedjax_gel.optim.guessed import gel_sgdm
 
 
@@ -35,3 +38,27 @@ def fedprox_gel(loss_fn: Callable, client_lr: optax.ScalarOrSchedule, mu: float 
   policy = checked_policy('fedprox_gel', guess_policy, 'zero', momentum)
   return local_sgd(loss_fn, gel_sgdm(client_lr, momentum), server_optimizer, prox_mu=mu,
                    client_guesses=policy.counts, name='fedprox_gel')
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxHparams:
+  prox_mu: float = hparam(0.01, 'FedProx proximal weight mu (fedprox, fedprox_gel).', at_least(0))
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxGelHparams(GelHparams, ProxHparams):
+  """FedProx's ``mu`` and GeL's guesses."""
+
+
+FEDPROX = AlgorithmSpec(
+    'fedprox', lambda hp, s: fedprox(s.loss, s.client_lr, hp.prox_mu, s.client_momentum,
+                                     s.server),
+    ProxHparams, client='proximal SGDM', paper='Li et al. 2020, "Federated Optimization in '
+    'Heterogeneous Networks"')
+FEDPROX_GEL = AlgorithmSpec(
+    'fedprox_gel', lambda hp, s: fedprox_gel(s.loss, s.client_lr, hp.prox_mu,
+                                             s.client_momentum, s.server, hp.policy),
+    ProxGelHparams, client='proximal SGDM + zero-proxy guesses that ignore the proximal term',
+    guesses=True,
+    check=check_guesses('fedprox_gel', zero_proxy_only='the guess ignores the proximal term'),
+    paper='GeL Table 2')

@@ -19,6 +19,8 @@ all of it once for the memory term.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -30,6 +32,7 @@ from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundIn
 from fedjax_gel.algorithms.drift import identity, mean_row
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.core import store
+from fedjax_gel.core.spec import AlgorithmSpec, hparam, positive
 
 tree_map = jax.tree_util.tree_map
 
@@ -85,3 +88,39 @@ def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
 
   return base._replace(server_init=server_init, client_final=client_final,
                        server_update=server_update, store_row=row_of)
+
+
+def objective_weights(counts, uniform: bool) -> np.ndarray:
+  """FedVARP's ``q_j``: ``1/N`` for uniformly weighted clients, else ``n_j / n``."""
+  counts = np.asarray(counts, np.float64)
+  return np.full(counts.shape, 1. / len(counts)) if uniform else counts / counts.sum()
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterHparams:
+  fedvarp_clusters: int = hparam(
+      10, 'cluster_fedvarp: server memories K; client i belongs to cluster i mod K.', positive)
+
+
+def _cluster_fedvarp(hp: ClusterHparams, s):
+  population = len(s.counts)
+  if hp.fedvarp_clusters > population:
+    raise ValueError(f'--fedvarp_clusters={hp.fedvarp_clusters} exceeds the population of '
+                     f'{population} clients')
+  return fedvarp(s.loss, s.client_lr, objective_weights(s.counts, s.uniform_weights), s.server,
+                 clusters=np.arange(population) % hp.fedvarp_clusters, name='cluster_fedvarp')
+
+
+_FEDVARP = ('Jhunjhunwala et al. 2022, "FedVARP: Tackling the Variance Due to Partial Client '
+            'Participation in Federated Learning"')
+FEDVARP = AlgorithmSpec(
+    'fedvarp', lambda hp, s: fedvarp(s.loss, s.client_lr,
+                                     objective_weights(s.counts, s.uniform_weights), s.server),
+    stateful=True, paper=_FEDVARP,
+    server='server memory `y_j` of every client\'s latest `Delta_j`; `--server_optimizer` on '
+    '`sum_i p_i (Delta_i - y_i) + sum_j q_j y_j` (`q_j = n_j / n`, `1/N` with '
+    '`--aggregation_weights=uniform`)')
+CLUSTER_FEDVARP = AlgorithmSpec(
+    'cluster_fedvarp', _cluster_fedvarp, ClusterHparams, stateful=True, paper=f'{_FEDVARP}, §5',
+    server='as `fedvarp` with one memory per cluster (client `i` in cluster `i mod K`), set to '
+    'the mean `Delta_i` of the cluster\'s sampled clients')

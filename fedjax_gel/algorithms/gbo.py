@@ -21,6 +21,8 @@ budgets); MFL the model change and ``S``; Mime the model change and a gradient.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -29,7 +31,8 @@ import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.algorithms.fedavg import ClientState
-from fedjax_gel.optim.gbo import GlobalBiasedOptimizer
+from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, one_of, within
+from fedjax_gel.optim.gbo import KINDS, GlobalBiasedOptimizer, gbo_adam, gbo_rmsprop, gbo_sgdm
 
 
 class GBOServerState(NamedTuple):
@@ -132,3 +135,47 @@ def mime(loss_fn: Callable, opt: GlobalBiasedOptimizer, full_batch: bool = True
                      extra=lambda state, ctx: ctx.anchor, server=opt.track,
                      stats_of=lambda stats: stats, server_step=server_step,
                      anchor='full_batch' if full_batch else 'minibatch')
+
+
+@dataclasses.dataclass(frozen=True)
+class GboHparams:
+  """The global optimiser of the FedGBO family (``fedjax_gel.optim.gbo``)."""
+  gbo_optimizer: str = hparam(
+      'sgdm', 'Global optimiser(s) of fedgbo, mfl, mimelite, mimexlite: sgdm, rmsprop, adam '
+      '(several: each of those algorithms runs once per optimiser).', one_of(*KINDS))
+  gbo_beta: float = hparam(0.9, 'FedGBO family: SGDm/RMSProp decay, Adam beta1.',
+                           within(0, 1, open_high=True))
+  gbo_beta2: float = hparam(0.99, 'FedGBO family: Adam beta2.', within(0, 1))
+  gbo_eps: float = hparam(1e-3, 'FedGBO family: RMSProp/Adam eps (adaptivity).', at_least(0))
+
+  def optimizer(self, learning_rate) -> GlobalBiasedOptimizer:
+    """The optimiser ``gbo_optimizer`` names (``gbo_beta``: SGDm's and RMSProp's decay, Adam's
+    beta1)."""
+    if self.gbo_optimizer == 'sgdm':
+      return gbo_sgdm(learning_rate, b1=self.gbo_beta)
+    if self.gbo_optimizer == 'rmsprop':
+      return gbo_rmsprop(learning_rate, decay=self.gbo_beta, eps=self.gbo_eps)
+    return gbo_adam(learning_rate, b1=self.gbo_beta, b2=self.gbo_beta2, eps=self.gbo_eps)
+
+
+def _spec(name: str, build, **properties) -> AlgorithmSpec:
+  return AlgorithmSpec(name, lambda hp, s: build(s.loss, hp.optimizer(s.client_lr)), GboHparams,
+                       run_name=lambda hp: f'{name}_{hp.gbo_optimizer}', **properties)
+
+
+_GBO = 'Mills et al. 2022, "Accelerating Federated Learning with a Global Biased Optimiser"'
+_FROZEN = '`--gbo_optimizer` (SGDm, RMSProp or Adam) with the global statistics frozen'
+FEDGBO = _spec('fedgbo', fedgbo, client=_FROZEN, paper=f'{_GBO}, Alg. 1, Table 2',
+               server='model average; the inverse step recovers the mean client gradient, '
+               'which tracks the statistics')
+MFL = _spec('mfl', mfl, paper=f'Liu et al.; {_GBO}, Table 1',
+            client='the same optimiser, starting from and updating the global statistics',
+            server='averages models and statistics')
+MIMELITE = _spec('mimelite', lambda loss, opt: mime(loss, opt, full_batch=True),
+                 client=f'{_FROZEN}; also the full-batch gradient at `x`', anchor='full_batch',
+                 server='model average; statistics track the mean of those gradients',
+                 paper=f'Karimireddy et al.; {_GBO}, §5')
+MIMEXLITE = _spec('mimexlite', lambda loss, opt: mime(loss, opt, full_batch=False),
+                  client=f'{_FROZEN}; also one minibatch gradient at `x`', anchor='minibatch',
+                  server='model average; statistics track the mean of those gradients',
+                  paper=f'{_GBO}, §5')

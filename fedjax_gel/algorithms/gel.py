@@ -17,6 +17,8 @@ the client optimiser is re-applied with the last gradient.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable, NamedTuple
 
 import jax
@@ -24,6 +26,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
+from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, one_of, within
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.optim.guessed import PROXIES, gel_sgdm
 
@@ -112,3 +115,73 @@ def fedavg_gel(loss_fn: Callable, client_lr: optax.ScalarOrSchedule,
   policy = checked_policy('fedavg_gel', guess_policy, proxy, 0.)
   return local_sgd(loss_fn, gel_sgdm(client_lr, 0., proxy), server_optimizer,
                    client_guesses=policy.counts, name='fedavg_gel')
+
+
+@dataclasses.dataclass(frozen=True)
+class GelHparams:
+  """The guessed steps of the GeL algorithms (``GuessPolicy``) and their proxy."""
+  guess_policy: str = hparam(
+      'remaining', "GeL guessed steps tau'_i: remaining (tau - tau_i), cohort_max (max_j tau_j "
+      '+ k - tau_i), inf, fixed, percent (of tau_i), none.', one_of(*GUESS_POLICIES))
+  guess_tau: int = hparam(0, 'remaining: the requested steps tau; 0 = b + 5.',
+                          within(0, MAX_GUESSES))
+  guess_k: int = hparam(0, 'cohort_max: the k in max_j tau_j + k.', within(0, MAX_GUESSES))
+  guess_count: int = hparam(5, 'fixed: guessed steps per client.', within(0, MAX_GUESSES))
+  guess_percent: float = hparam(25.0, 'percent: guesses as a percentage of tau_i.', at_least(0),
+                                static=True)   # GuessPolicy.check reads it
+  guess_proxy: str = hparam(
+      'default', 'default, zero (momentum nudge, eq. 5) or last_gradient (re-apply the client '
+      'optimiser with the last gradient); default: zero, last_gradient for fedavg_gel.',
+      one_of('default', *PROXIES))
+
+  @property
+  def policy(self) -> GuessPolicy:
+    """The ``GuessPolicy`` (``guess_tau=0``: ``b + 5``, from the budgets)."""
+    return GuessPolicy(self.guess_policy, self.guess_tau or None, self.guess_k, self.guess_count,
+                       self.guess_percent)
+
+  def proxy(self, sgd_clients: bool = False) -> str:
+    """The proxy: the field, or by default zero (last gradient for plain SGD clients)."""
+    if self.guess_proxy != 'default':
+      return self.guess_proxy
+    return 'last_gradient' if sgd_clients else 'zero'
+
+
+def check_guesses(name: str, sgd_clients: bool = False, zero_proxy_only: str = ''):
+  """The cross-field check of a GeL spec: infinitely many guesses need momentum clients and the
+  zero proxy; ``zero_proxy_only`` (why) for FedNova's and FedProx's GeL; SGD clients need the
+  last-gradient proxy."""
+  def check(hp: GelHparams, model: str):
+    del model
+    proxy = hp.proxy(sgd_clients)
+    if hp.guess_policy == 'inf' and (proxy != 'zero' or sgd_clients):
+      return (f'--guess_policy=inf needs momentum clients and the zero proxy (the closed-form '
+              f'alpha/(1-alpha) nudge); --algorithm={name} with --guess_proxy={proxy} would '
+              'loop forever')
+    if zero_proxy_only and proxy != 'zero':
+      return (f'--guess_proxy={proxy}: {name} guesses with the zero proxy only '
+              f'({zero_proxy_only})')
+    if sgd_clients and proxy == 'zero':
+      return (f'--guess_proxy=zero: {name} has plain SGD clients, whose zero-proxy guesses do '
+              'nothing; use last_gradient, or --algorithm=gel')
+    return None
+  return check
+
+
+GEL = AlgorithmSpec(
+    'gel', lambda hp, s: gel(s.loss, s.client_lr, s.client_momentum, s.server, hp.proxy(),
+                             hp.policy),
+    GelHparams, client='SGDM + guessed steps (FedAvgCM + GeL)', guesses=True,
+    check=check_guesses('gel'), paper='Boukhari et al. 2023, "Boosting Federated Learning in '
+    'Resource-Constrained Networks" (GeL), Alg. 1, eq. 5')
+FEDAVG_GEL = AlgorithmSpec(
+    'fedavg_gel', lambda hp, s: fedavg_gel(s.loss, s.client_lr, s.server, hp.proxy(True),
+                                           hp.policy),
+    GelHparams, client='SGD + guessed steps with the last-gradient proxy', guesses=True,
+    check=check_guesses('fedavg_gel', True),
+    paper="Dhasade et al. 2021's proxy on FedAvg's clients")
+FEDYOGI_GEL = AlgorithmSpec(
+    'fedyogi_gel', lambda hp, s: gel(s.loss, s.client_lr, s.client_momentum, s.server,
+                                     hp.proxy(), hp.policy, 'fedyogi_gel'),
+    GelHparams, client='SGDM + guessed steps', guesses=True, server_optimizer='fedyogi',
+    server='fedyogi', check=check_guesses('fedyogi_gel'), paper='GeL §4.5')

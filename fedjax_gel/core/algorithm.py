@@ -79,6 +79,10 @@ class FederatedAlgorithm(NamedTuple):
       ``(upload, new_row)``. ``server_update`` sees the store as it was before the round; the
       engine then writes into the store ``server_update`` returns, for every row that real clients
       (sampled, with data) wrote, the mean of what they wrote. Other rows keep their values.
+    diagnostics: ``None``, or ``(server_state, mean_upload, RoundInfo) -> {name: scalar}``: the
+      algorithm's own per-round metrics (e.g. FedExP's server step size), computed from what
+      ``server_update`` receives; the engine returns them in ``RoundMetrics.diagnostics`` and
+      the experiment's records carry the last round's values under their names.
     client_guesses: ``None`` for an algorithm without guessed steps. Otherwise ``(budgets,
       max_budget) -> tau'_i``: the round asks it for every client's guess count (float32
       ``[C]`` from the cohort's budgets ``[C]`` and the largest budget ``b`` of its spec) and
@@ -97,3 +101,4 @@ class FederatedAlgorithm(NamedTuple):
   client_model: Callable[[PyTree], PyTree] = lambda state: state.params
   store_row: Optional[Callable[[jax.Array], jax.Array]] = None
   client_guesses: Optional[Callable[[jax.Array, int], jax.Array]] = None
+  diagnostics: Optional[Callable[[PyTree, PyTree, RoundInfo], dict]] = None

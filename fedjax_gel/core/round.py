@@ -55,6 +55,7 @@ class RoundMetrics(NamedTuple):
   client_distance: jax.Array   # mean pairwise cosine distance of the clients' final models
   num_clients: jax.Array       # real clients (sampled, with data)
   finite: jax.Array            # the new server model holds no NaN or infinity
+  diagnostics: Any = None      # the algorithm's own metrics ({name: scalar}; {} without)
 
 
 FULL_BATCH_ROWS = 128   # rows per step of a full-batch anchor-gradient pass
@@ -326,8 +327,10 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
                              tree_map(lambda a: a[0], chunks)).upload
     scale = jnp.where(weight_total > 0, 1. / jnp.maximum(weight_total, 1e-30), 0.)
     mean_upload = tree_map(lambda s, u: (s * scale).astype(u.dtype), sums, uploads)
-    new_state = algorithm.server_update(server_state, mean_upload,
-                                        RoundInfo(weight_total, num_real))
+    info = RoundInfo(weight_total, num_real)
+    diagnostics = ({} if algorithm.diagnostics is None else
+                   algorithm.diagnostics(server_state, mean_upload, info))
+    new_state = algorithm.server_update(server_state, mean_upload, info)
     if stateful:
       new_rows, real = tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), written)
       clients = store_lib.write_mean(new_state.clients, row_idx.reshape(-1), new_rows, real)
@@ -336,7 +339,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), grads, examples, computed,
                            num_real * up, num_real * down,
                            mean_pairwise_cosine_distance(*spread, num_real), num_real,
-                           all_finite(algorithm.server_params(new_state)))
+                           all_finite(algorithm.server_params(new_state)),
+                           {k: jnp.asarray(v, jnp.float32) for k, v in diagnostics.items()})
     return new_state, metrics
 
   return RoundFunction(jax.jit(round_fn, donate_argnums=(0,) if donate_state else ()))

@@ -108,6 +108,10 @@ class _Lowered:
   def __init__(self, lowered):
     self.lowered = lowered
 
+  @property
+  def out_info(self):
+    return self.lowered.out_info
+
   def compile(self):
     compiled = self.lowered.compile()
     return lambda state, hparams, cohort, data, root, r: compiled(state, cohort, data, root, r)

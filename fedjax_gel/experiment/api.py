@@ -10,7 +10,7 @@ finished ones, resumes the others from their last checkpoint and extends finishe
 them). Bad input raises ``ConfigError`` (or ``DataError`` for data files) before anything is
 written.
 
-Runs that differ only in the seed and in learning rates and other ``factories.BATCHED_FIELDS``
+Runs that differ only in the seed, the learning rates and other ``factories.batched_flags``
 train as one program (``core.runs``) where they fit one device's memory (``vmap=False``: one by
 one); the numbers are those of their separate runs.
 """
@@ -27,7 +27,7 @@ import jax
 from fedjax_gel.core import keys
 from fedjax_gel.experiment import (callbacks as callbacks_lib, factories, grid as grid_lib, loop as loop_lib,
                                    planning, plots, report, sinks, workdir as workdir_lib)
-from fedjax_gel.experiment.config import GBO_ALGORITHMS, Config, ConfigError, validate
+from fedjax_gel.experiment.config import Config, ConfigError, validate
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -37,7 +37,7 @@ class Sweep:
   once per global optimiser) with every seed and client learning rate; ``server_lrs`` make each
   of those a ``client_lrs x server_lrs`` grid (``experiment.grid``). Empty: the config's."""
   seeds: Sequence[int] = ()
-  algorithms: Sequence[str] = ()
+  algorithms: Sequence = ()   # names, or AlgorithmConfigs (with hyper-parameters of their own)
   gbo_optimizers: Sequence[str] = ()
   client_lrs: Sequence[float] = ()
   server_lrs: Sequence[float] = ()
@@ -46,22 +46,36 @@ class Sweep:
 def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
   """One validated Config per run: seeds x algorithms (x GBO kinds) x client learning rates
   (with ``server_lrs``, the client lrs are a grid's rows, not separate runs)."""
-  for name, values in dataclasses.asdict(sweep).items():
+  for field in dataclasses.fields(sweep):
+    name, values = field.name, getattr(sweep, field.name)
+    if name == 'algorithms':
+      values = [a if isinstance(a, str) else a.name for a in values]
     if len(set(values)) != len(values):
       raise ConfigError(f'--{name_of_flag(name)} needs distinct values (got {list(values)})')
   for name in ('client_lrs', 'server_lrs'):
     if not all(0 < v < 3e38 for v in getattr(sweep, name)):   # float32 cells: about their top
       raise ConfigError(f'--{name_of_flag(name)} needs positive, finite learning rates below '
                         f'3e38 (got {",".join(map(str, getattr(sweep, name)))})')
-  seeds = sweep.seeds or [c.seed]
-  algorithms = sweep.algorithms or [c.algorithm]
-  kinds = sweep.gbo_optimizers or [c.gbo_optimizer]
-  lrs = sweep.client_lrs or [c.client_lr]
+  seeds = sweep.seeds or [c.run.seed]
+  lrs = sweep.client_lrs or [c.algorithm.client_lr]
   if sweep.server_lrs:
     lrs = lrs[:1]   # the grid's rows: one program per algorithm and seed
-  return [validate(dataclasses.replace(c, algorithm=a, seed=s, gbo_optimizer=k, client_lr=lr))
-          for s in seeds for a in algorithms
-          for k in (kinds if a in GBO_ALGORITHMS else kinds[:1]) for lr in lrs]
+  return [validate(x.replace(seed=s, client_lr=lr)) for s in seeds
+          for a in (sweep.algorithms or [c.algorithm]) for x in algorithm_variants(c, a, sweep)
+          for lr in lrs]
+
+
+def algorithm_variants(c: Config, algorithm, sweep: Sweep) -> list[Config]:
+  """``c`` with ``algorithm`` (a name: its hyper-parameters shared with ``c``'s algorithm
+  kept, the others their defaults; or an ``AlgorithmConfig``), once per ``sweep.gbo_optimizers``
+  for the algorithms with a global optimiser."""
+  if isinstance(algorithm, str):
+    c = c.replace(algorithm=algorithm)
+  else:
+    c = dataclasses.replace(c, algorithm=algorithm)
+  if not sweep.gbo_optimizers or 'gbo_optimizer' not in c.flags():
+    return [c]
+  return [c.replace(gbo_optimizer=k) for k in sweep.gbo_optimizers]
 
 
 def name_of_flag(field: str) -> str:
@@ -72,14 +86,15 @@ def name_of_flag(field: str) -> str:
 def run_dir(workdir: str, c: Config, levels: tuple[bool, bool, bool]) -> str:
   """``WORKDIR[/seed<S>][/<run name>][/lr<lr>]``, each level only where runs differ in it."""
   seeds, names, lrs = levels
-  parts = [workdir] + ([f'seed{c.seed}'] if seeds else []) + ([c.run_name] if names else []) + (
-      [f'lr{c.client_lr:g}'] if lrs else [])
+  parts = [workdir] + ([f'seed{c.run.seed}'] if seeds else []) + (
+      [c.run_name] if names else []) + ([f'lr{c.algorithm.client_lr:g}'] if lrs else [])
   return os.path.join(*parts)
 
 
 def default_workdir(configs) -> str:
-  names = '_'.join(dict.fromkeys(x.algorithm for x in configs))
-  return os.path.join('runs', f'{names}_{configs[0].dataset}_{time.strftime("%Y%m%d-%H%M%S")}')
+  names = '_'.join(dict.fromkeys(x.algorithm.name for x in configs))
+  stamp = time.strftime('%Y%m%d-%H%M%S')
+  return os.path.join('runs', f'{names}_{configs[0].data.dataset}_{stamp}')
 
 
 @dataclasses.dataclass
@@ -101,12 +116,12 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
   configs = expand(c, sweep)
   grid = None
   if sweep.server_lrs:
-    grid = (list(sweep.client_lrs or [c.client_lr]), list(sweep.server_lrs))
+    grid = (list(sweep.client_lrs or [c.algorithm.client_lr]), list(sweep.server_lrs))
     for x in configs:
       grid_lib.check_grid(x)
   names = list(dict.fromkeys(x.run_name for x in configs))
-  levels = (len({x.seed for x in configs}) > 1, len(names) > 1,
-            len({x.client_lr for x in configs}) > 1)
+  levels = (len({x.run.seed for x in configs}) > 1, len(names) > 1,
+            len({x.algorithm.client_lr for x in configs}) > 1)
   workdirs = [run_dir(workdir, x, levels) for x in configs]
   extra = None if grid is None else grid_lib.grid_fields(*grid)
   status = [workdir_lib.run_status(w, x, overwrite, extra) for x, w in zip(configs, workdirs)]
@@ -198,7 +213,7 @@ def train_all(p: Plan, vmap: bool, extra: list, err, phases) -> list[dict]:
     if st == 'done':   # finished earlier: kept (checkpoints a kill left behind removed)
       name = 'summary.json' if p.grid is None else 'grid.json'
       results[i] = workdir_lib.read_json(os.path.join(p.workdirs[i], name))
-      workdir_lib.remove_checkpoints(p.workdirs[i], keep=p.configs[i].num_rounds)
+      workdir_lib.remove_checkpoints(p.workdirs[i], keep=p.configs[i].run.num_rounds)
   for group in program_groups(p, vmap):
     results.update(train_group(p, group, extra, err, phases))
   return [results[i] for i in range(len(p.configs))]
@@ -216,11 +231,11 @@ def train_group(p: Plan, group: list[int], extra: list, err, phases) -> dict:
     return dict(zip(group, summaries))
   w = p.workdirs[group[0]]
   tags = grid_lib.cell_tags(*p.grid)
-  runs = [loop_lib.Run(dataclasses.replace(first, client_lr=t['client_lr'],
-                                           server_lr=t['server_lr']), w, t) for t in tags]
+  runs = [loop_lib.Run(first.replace(client_lr=t['client_lr'], server_lr=t['server_lr']), w, t)
+          for t in tags]
   grids = grid_lib.GridSummary({w: p.grid})
-  train_runs(exp, runs, f'{first.run_name} grid of {len(runs)} cells, seed {first.seed}', resume,
-             grids, extra, err, phases)
+  train_runs(exp, runs, f'{first.run_name} grid of {len(runs)} cells, seed {first.run.seed}',
+             resume, grids, extra, err, phases)
   return {group[0]: grids.results[w]}
 
 
@@ -229,7 +244,7 @@ def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
           callbacks: Sequence = (), err=None, phases: loop_lib.Phases | None = None
           ) -> list[dict]:
   """Trains ``configs`` (default ``[exp.config]``; they may differ only in the seed and the
-  ``factories.BATCHED_FIELDS``) on ``exp``'s data and model as one program, run ``i`` into
+  ``factories.batched_flags``) on ``exp``'s data and model as one program, run ``i`` into
   ``workdirs[i]``; returns their summaries. ``resume``: continue from the work directories'
   last common checkpoint (else they are started afresh). What ``run`` does for each group of
   runs, for a caller that prepared the experiment itself (``factories.prepare``)."""
@@ -240,9 +255,9 @@ def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
       workdir_lib.make_workdir(w)
       workdir_lib.start(w, x.to_json())
   first = configs[0]
-  seeds = list(dict.fromkeys(x.seed for x in configs))
+  seeds = list(dict.fromkeys(x.run.seed for x in configs))
   label = f'{first.run_name}, seed{"s" if len(seeds) > 1 else ""} {", ".join(map(str, seeds))}'
-  lrs = list(dict.fromkeys(x.client_lr for x in configs))
+  lrs = list(dict.fromkeys(x.algorithm.client_lr for x in configs))
   if len(lrs) > 1:
     label += f', client lr {", ".join(f"{lr:g}" for lr in lrs)}'
   summary = callbacks_lib.RunSummary()
@@ -256,19 +271,19 @@ def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, 
   """The loop of ``runs``: the library's callbacks with ``summary`` (``RunSummary`` or
   ``GridSummary``), then ``extra``."""
   first = runs[0].config
-  same_cohorts = len({r.config.seed for r in runs}) == 1
+  same_cohorts = len({r.config.run.seed for r in runs}) == 1
   chunk = planning.runs_chunk_size(exp, len(runs), same_cohorts)
   program, hparams = factories.make_runs(exp, [r.config for r in runs], chunk)
-  progress = Progress(first.num_rounds, stream=err, label=label)
+  progress = Progress(first.run.num_rounds, stream=err, label=label)
   loop = loop_lib.Loop(exp, runs, program, hparams, chunk, phases)
   sinks_used = [sinks.JsonlWriter(), sinks.CsvWriter()]
-  if first.tensorboard:
+  if first.run.tensorboard:
     sinks_used.append(sinks.TensorBoardWriter())
   return loop_lib.train(loop, [
       # a round's records are written before its checkpoint, which counts them
-      callbacks_lib.Evaluate(first.eval_every, exp.test_pool, exp.train_pool,
+      callbacks_lib.Evaluate(first.run.eval_every, exp.test_pool, exp.train_pool,
                              together=same_cohorts and len(runs) > 1),
-      callbacks_lib.Checkpointer(first.checkpoint_every, resume),
+      callbacks_lib.Checkpointer(first.run.checkpoint_every, resume),
       *sinks_used,
       callbacks_lib.DivergenceGuard(progress.note),
       summary,   # after the final checkpoint, before the progress' last line
@@ -283,15 +298,16 @@ def write_report(p: Plan, workdir: str, summaries: list[dict], out):
     results.append((summary, workdir_lib.read_metrics(w)))
     target = summary['rounds_to_target']
     final, best = summary['final_accuracy'], summary['best_accuracy']
-    print(f'{x.run_name} on {x.dataset}, seed {x.seed}, client lr {x.client_lr:g}: final test '
-          f'accuracy {fmt(final)}, best {fmt(best)}, rounds to {x.target_accuracy:.0%}: '
+    print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}, client lr '
+          f'{x.algorithm.client_lr:g}: final test '
+          f'accuracy {fmt(final)}, best {fmt(best)}, rounds to {x.run.target_accuracy:.0%}: '
           f'{target if target is not None else "not reached"}', file=out)
   text = report.report_text(results, p.levels[2])
   if len(results) > 1:
     print(text, file=out)
   workdir_lib.write_text(os.path.join(workdir, 'report.md'), text + '\n')
   plotted = plots.accuracy_plots(report.kept_runs(results, p.levels[2]),
-                                 os.path.join(workdir, 'plots'), p.configs[0].target_accuracy)
+                                 os.path.join(workdir, 'plots'), p.configs[0].run.target_accuracy)
   if not plotted:
     print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')",
           file=out)
@@ -312,7 +328,7 @@ def write_grid_report(p: Plan, workdir: str, results: list[dict], out):
     finals = [(cell['final_accuracy'], cell) for cell in result['cells']
               if cell['final_accuracy'] is not None]
     best = max(finals, key=lambda t: t[0])[1] if finals else None
-    print(f'{x.run_name} on {x.dataset}, seed {x.seed}: {len(result["cells"])} cells, '
+    print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}: {len(result["cells"])} cells, '
           f'{diverged} diverged' + (f', best final test accuracy {best["final_accuracy"]:.4f} '
                                     f'at client lr {best["client_lr"]:g}, server lr '
                                     f'{best["server_lr"]:g}' if best else ''), file=out)

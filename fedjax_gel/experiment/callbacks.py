@@ -108,10 +108,10 @@ class Evaluate(Callback):
         run = loop.runs[i]
         accuracy = float(test['accuracy'])
         best = max([accuracy] + [r['best_test_accuracy'] for r in run.records])
-        record = {'round': done, 'algorithm': run.config.run_name, 'seed': run.config.seed,
+        record = {'round': done, 'algorithm': run.config.run_name, 'seed': run.config.run.seed,
                   **run.tags, 'test_accuracy': accuracy, 'best_test_accuracy': best,
                   'test_loss': float(test['loss']), 'train_loss': float(train['loss']),
-                  **run.totals, 'client_distance': run.distance,
+                  **run.totals, 'client_distance': run.distance, **run.diagnostics,
                   'elapsed_s': round(time.perf_counter() - loop.t0, 3)}
         run.records.append(record)
         records[i] = record
@@ -130,7 +130,7 @@ class DivergenceGuard(Callback):
       run = loop.runs[i]
       c = run.config
       tags = ''.join(f', {k} {v:g}' for k, v in run.tags.items())
-      self.note(f'{c.run_name} on {c.dataset}, seed {c.seed}{tags}: diverged (the server model '
+      self.note(f'{c.run_name} on {c.data.dataset}, seed {c.run.seed}{tags}: diverged (the server model '
                 f'is not finite after round {run.diverged}); stopped, its last good checkpoint '
                 'kept')
     loop.newly_diverged.clear()
@@ -258,18 +258,23 @@ class ProgressReport(Callback):
     self.progress.note(f'{self.progress.label}: {loop.phases.line()}')
 
 
+def run_fields(c) -> dict:
+  """What names a run in its summaries: algorithm (run name), dataset, seed and rounds."""
+  return {'algorithm': c.run_name, 'dataset': c.data.dataset, 'seed': c.run.seed,
+          'rounds': c.run.num_rounds}
+
+
 def run_summary(loop, i: int) -> dict:
   """Run ``i``'s ``summary.json``."""
   run, c = loop.runs[i], loop.runs[i].config
   records = run.records
   train_s = loop.phases.seconds['train']
   return {
-      'algorithm': c.run_name, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
-      'client_lr': c.client_lr, **run.tags,
+      **run_fields(c), 'client_lr': c.algorithm.client_lr, **run.tags,
       'final_accuracy': records[-1]['test_accuracy'] if records else None,
       'best_accuracy': max((r['test_accuracy'] for r in records), default=None),
-      'target_accuracy': c.target_accuracy,
-      'rounds_to_target': workdir_lib.rounds_to_target(records, c.target_accuracy),
+      'target_accuracy': c.run.target_accuracy,
+      'rounds_to_target': workdir_lib.rounds_to_target(records, c.run.target_accuracy),
       'status': 'diverged' if run.diverged else 'finished',
       'diverged_round': run.diverged,
       **run.totals,
@@ -307,5 +312,5 @@ class RunSummary(Callback):
       summary = run_summary(loop, i)
       workdir_lib.write_json(os.path.join(w, 'summary.json'), summary)
       if finished:
-        workdir_lib.remove_checkpoints(w, keep=run.config.num_rounds)
+        workdir_lib.remove_checkpoints(w, keep=run.config.run.num_rounds)
       self.summaries[i] = summary

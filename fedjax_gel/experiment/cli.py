@@ -1,5 +1,6 @@
-"""The command line (``launch/run.py``): flags generated from ``Config`` (one absl flag per
-field, its help from the field's metadata) and the sweep's list flags; parsing with the checks
+"""The command line (``launch/run.py``): flags generated from the config's sections and the
+registered algorithms' hyper-parameters (one absl flag per field, its help from the field's
+metadata) and the sweep's list flags; parsing with the checks
 that turn a bad flag or flag file into one line; and ``execute``, which runs what the flags ask
 for and maps every user error to one line on stderr and exit status 2 (Ctrl-C: 130).
 
@@ -11,7 +12,6 @@ in-process.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -19,16 +19,26 @@ import time
 from absl import flags, logging
 
 from fedjax_gel.experiment import api, compilation_cache
+from fedjax_gel.algorithms import registry
+from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment.config import Config, ConfigError, parse_budget_range
 
-LISTS = ('algorithm', 'gbo_optimizer')   # Config fields whose flags take several values
+LISTS = ('algorithm', 'gbo_optimizer')   # flags that take several values (a sweep)
 DEFINE = {'str': flags.DEFINE_string, 'Optional[str]': flags.DEFINE_string,
           'int': flags.DEFINE_integer, 'float': flags.DEFINE_float, 'bool': flags.DEFINE_bool,
           'tuple': flags.DEFINE_string}
 
 
+def config_fields() -> dict:
+  """``{flag: field}`` of every flag made from a field: the config's sections, then the
+  registered algorithms' hyper-parameters."""
+  return {**{k: f for k, (_, f) in config_lib.section_flag_names().items()},
+          **registry.hparam_fields()}
+
+
 def define_flags(values: flags.FlagValues = flags.FLAGS):
-  """Defines every flag of ``launch/run.py`` on ``values``."""
+  """Defines every flag of ``launch/run.py`` on ``values`` (the algorithms' flags from the
+  registry as it is now)."""
   flags.DEFINE_string('workdir', None, 'Output directory (default: '
                       'runs/<algorithm>_<dataset>_<time>).', flag_values=values)
   flags.DEFINE_bool('overwrite', False, 'Replace the outputs of an earlier run in --workdir.',
@@ -38,14 +48,16 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
                       'by later processes); empty: off. Default '
                       f'${compilation_cache.ENV} if set, else the user cache folder.',
                       flag_values=values)
-  for field in dataclasses.fields(Config):
+  for name, field in config_fields().items():
     help_text = field.metadata['help']
-    if field.name in LISTS:
-      flags.DEFINE_list(field.name, [field.default], help_text, flag_values=values)
-    elif field.name == 'budget_range':
-      flags.DEFINE_string(field.name, '%d,%d' % field.default, help_text, flag_values=values)
+    if name == 'algorithm':
+      help_text += f' Registered: {", ".join(registry.names())}.'
+    if name in LISTS:
+      flags.DEFINE_list(name, [field.default], help_text, flag_values=values)
+    elif name == 'budget_range':
+      flags.DEFINE_string(name, '%d,%d' % field.default, help_text, flag_values=values)
     else:
-      DEFINE[field.type](field.name, field.default, help_text, flag_values=values)
+      DEFINE[field.type](name, field.default, help_text, flag_values=values)
   flags.DEFINE_alias('algorithms', 'algorithm', flag_values=values)
   flags.DEFINE_list('seeds', [], 'Several seeds (overrides --seed): every algorithm runs with '
                     'each, paired, into WORKDIR/seed<S>/; a table of rounds to target ends the '
@@ -73,23 +85,38 @@ def typed(flag: str, items, kind):
 
 
 def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, api.Sweep]:
-  """The Config and the sweep the parsed flags ask for (not yet validated: ``api.expand``)."""
-  fields = {}
-  for field in dataclasses.fields(Config):
-    value = values[field.name].value
-    if field.name in LISTS:
+  """The Config and the sweep the parsed flags ask for (not yet validated: ``api.expand``).
+
+  Every algorithm of ``--algorithm`` gets its own hyper-parameters from the flags; a
+  hyper-parameter flag given on the command line is checked even when no algorithm of the
+  command reads it."""
+  given = {}
+  for name, field in config_fields().items():
+    value = values[name].value
+    if name in LISTS:
       if not value:
-        raise ConfigError(f'--{field.name} needs at least one value')
+        raise ConfigError(f'--{name} needs at least one value')
       value = value[0]
-    elif field.name == 'budget_range':
+    elif name == 'budget_range':
       value = parse_budget_range(value)
-    fields[field.name] = value
+    given[name] = value
+  for name, field in registry.hparam_fields().items():
+    check = field.metadata.get('check')
+    problem = check and values[name].present and check(name, given[name])
+    if problem:
+      raise ConfigError(problem)
+  hparams = registry.hparam_fields()
+  sections = {k: v for k, v in given.items() if k not in hparams and k != 'algorithm'}
+  configs = []
+  for name in values.algorithm:
+    own = config_lib.hparam_flags(name)
+    configs.append(config_lib.make(**sections, algorithm=name, **{k: given[k] for k in own}))
   sweep = api.Sweep(
       seeds=typed('seeds', values.seeds, int),
-      algorithms=list(values.algorithm), gbo_optimizers=list(values.gbo_optimizer),
+      algorithms=[x.algorithm for x in configs], gbo_optimizers=list(values.gbo_optimizer),
       client_lrs=typed('client_lr_grid', values.client_lr_grid, float),
       server_lrs=typed('server_lr_grid', values.server_lr_grid, float))
-  return Config(**fields), sweep
+  return configs[0], sweep
 
 
 def flagfiles(argv) -> list[str]:

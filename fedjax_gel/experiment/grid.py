@@ -25,24 +25,24 @@ import os
 import numpy as np
 
 from fedjax_gel.experiment import callbacks, plots, workdir as workdir_lib
-from fedjax_gel.experiment.config import STATEFUL_ALGORITHMS, Config, ConfigError
+from fedjax_gel.experiment.callbacks import run_fields
+from fedjax_gel.experiment.config import Config, ConfigError
 
 
 def check_grid(c: Config, exp=None):
   """The grid's incompatible settings, as a ConfigError naming the flag (``exp``: the prepared
   experiment, whose devices are checked too)."""
-  if c.algorithm in STATEFUL_ALGORITHMS or (
-      exp is not None and exp.algorithm.store_row is not None):
+  if c.spec.stateful or (exp is not None and exp.algorithm.store_row is not None):
     raise ConfigError(
-        f'--server_lr_grid: --algorithm={c.algorithm} keeps per-client state, which a '
+        f'--server_lr_grid: --algorithm={c.algorithm.name} keeps per-client state, which a '
         'learning-rate grid does not support; run its learning rates one by one')
-  if c.client_selection == 'power_of_d':
+  if c.cohort.client_selection == 'power_of_d':
     raise ConfigError(
         '--server_lr_grid: --client_selection=power_of_d ranks clients by each model\'s loss, '
         'which a learning-rate grid does not support')
   if exp is not None and exp.mesh is not None:
     raise ConfigError(
-        f'--server_lr_grid: a grid runs on one device (got --num_devices={c.num_devices} or an '
+        f'--server_lr_grid: a grid runs on one device (got --num_devices={c.run.num_devices} or an '
         'automatic choice of several); pass --num_devices=1')
 
 
@@ -87,35 +87,33 @@ def write_grid(loop, idx, workdir: str, client_lrs, server_lrs) -> dict:
   for i in idx:
     run = loop.runs[i]
     finished = run.diverged is None and run.records
-    reached = workdir_lib.rounds_to_target(run.records, c.target_accuracy)
+    reached = workdir_lib.rounds_to_target(run.records, c.run.target_accuracy)
     cell_results.append({
         **run.tags,
         'final_accuracy': run.records[-1]['test_accuracy'] if finished else None,
         'best_accuracy': max((r['test_accuracy'] for r in run.records), default=None),
         'rounds_to_target': reached, 'diverged': run.diverged is not None})
   result = {
-      'algorithm': c.run_name, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
-      'client_lrs': [float(x) for x in client_lrs], 'server_lrs': [float(x) for x in server_lrs],
-      'target_accuracy': c.target_accuracy, 'cells': cell_results}
+      **run_fields(c), 'client_lrs': [float(x) for x in client_lrs], 'server_lrs': [float(x) for x in server_lrs],
+      'target_accuracy': c.run.target_accuracy, 'cells': cell_results}
   workdir_lib.write_json(os.path.join(workdir, 'grid.json'), result)
   shape = (len(client_lrs), len(server_lrs))
   final = np.array([np.nan if x['final_accuracy'] is None else x['final_accuracy']
                     for x in cell_results]).reshape(shape)
   diverged = np.array([x['diverged'] for x in cell_results]).reshape(shape)
   plots.grid_heatmap(np.nan_to_num(final), diverged, client_lrs, server_lrs,
-                     f'{c.run_name}: final test accuracy, {c.num_rounds} rounds',
+                     f'{c.run_name}: final test accuracy, {c.run.num_rounds} rounds',
                      os.path.join(workdir, 'plots', 'grid.png'))
   scores = [-np.inf if x['final_accuracy'] is None else x['final_accuracy'] for x in cell_results]
   phases = loop.phases
   train_s = phases.seconds['train']
   workdir_lib.write_json(os.path.join(workdir, 'summary.json'), {   # last: the grid is finished
-      'algorithm': c.run_name, 'dataset': c.dataset, 'seed': c.seed, 'rounds': c.num_rounds,
-      'cells': len(idx), 'diverged_cells': int(diverged.sum()),
+      **run_fields(c), 'cells': len(idx), 'diverged_cells': int(diverged.sum()),
       'best_cell': cell_results[int(np.argmax(scores))], 'chunk_size': loop.chunk_size,
       'compile_s': round(phases.seconds['compile'], 3), 'train_s': round(train_s, 3),
       'rounds_per_s': round((loop.done - loop.start) / train_s, 3) if train_s > 0 else None,
       'phases_s': phases.rounded()})
-  workdir_lib.remove_checkpoints(workdir, keep=c.num_rounds)
+  workdir_lib.remove_checkpoints(workdir, keep=c.run.num_rounds)
   return result
 
 

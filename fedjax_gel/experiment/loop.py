@@ -52,6 +52,7 @@ class Run:
   records: list = dataclasses.field(default_factory=list)
   totals: dict = dataclasses.field(default_factory=lambda: {t: 0 for t, _ in TOTALS})
   distance: float = 0.   # the last round's mean pairwise cosine distance of client models
+  diagnostics: dict = dataclasses.field(default_factory=dict)   # the algorithm's, last round
   diverged: int | None = None   # the first round whose server model was not finite
 
 
@@ -90,8 +91,8 @@ class Loop:
     self.hparams = hparams
     self.chunk_size = chunk_size
     self.phases = phases or Phases()
-    self.num_rounds = self.runs[0].config.num_rounds
-    seeds = [r.config.seed for r in self.runs]
+    self.num_rounds = self.runs[0].config.run.num_rounds
+    seeds = [r.config.run.seed for r in self.runs]
     self.shared_key = len(set(seeds)) == 1   # one seed: one key, one cohort for all the runs
     self.roots = (keys.root_key(seeds[0]) if self.shared_key else
                   jnp.stack([keys.root_key(s) for s in seeds]))
@@ -134,9 +135,12 @@ class Loop:
         for total, field in TOTALS:
           self.runs[i].totals[total] += int(getattr(mi, field))
     if self.pending:
-      distance = jax.device_get(self.pending[-1][1].client_distance)
+      last = jax.device_get(self.pending[-1][1])
       for i in self.live():
-        self.runs[i].distance = float(runs_lib.run_slice(distance, i, self.program.batched))
+        mi = runs_lib.run_slice((last.client_distance, last.diagnostics), i,
+                                self.program.batched)
+        self.runs[i].distance = float(mi[0])
+        self.runs[i].diagnostics = {k: float(v) for k, v in mi[1].items()}
     self.pending.clear()
 
   def emit(self, event: str, *args):
@@ -149,7 +153,7 @@ class Loop:
     sampler that does not read the model is compiled once per experiment and batch size."""
     with self.phases.time('compile'):
       r = np.int32(self.start)
-      self.reads_model = self.exp.config.client_selection == 'power_of_d'
+      self.reads_model = self.exp.config.cohort.client_selection == 'power_of_d'
       if self.reads_model:
         self.sample_fn = self.program.sample
       else:
@@ -158,8 +162,11 @@ class Loop:
           self.exp.compiled[key] = self.program.sample.lower(self.roots, r, None).compile()
         self.sample_fn = self.exp.compiled[key]
       self.cohort0 = self.sample(self.start)
-      self.round_fn = self.program.round.lower(
-          self.state, self.hparams, self.cohort0, self.exp.train, self.roots, r).compile()
+      lowered = self.program.round.lower(
+          self.state, self.hparams, self.cohort0, self.exp.train, self.roots, r)
+      for run in self.runs:   # the algorithm's diagnostics: NaN (null) until a round ran
+        run.diagnostics = dict.fromkeys(lowered.out_info[1].diagnostics, float('nan'))
+      self.round_fn = lowered.compile()
 
   def sample(self, r: int):
     params = (self.program.server_params(self.state, self.hparams) if self.reads_model else

@@ -53,7 +53,8 @@ def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int) ->
   its optimiser and the donated copy).
   """
   spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], v.dtype) for k, v in train.examples.items()}
-  per_client = memory.client_bytes(algorithm, params, spec, c.batch_size, c.budget_range[1])
+  per_client = memory.client_bytes(algorithm, params, spec, c.cohort.batch_size,
+                                    c.cohort.budget_range[1])
   shared = jax.default_backend() == 'cpu'
   data = round_lib.tree_bytes((train.examples, pools)) * (num_devices if shared else 1)
   free = memory_limit() - data - 4 * round_lib.tree_bytes(params)
@@ -70,7 +71,7 @@ def fit_memory(exp):
   """The memory guard, before anything compiles: a per-client store that cannot fit
   fails (``check_store_memory``); a chunk larger than the memory left holds is shrunk to what
   fits, with a note; a single client that cannot fit fails with one line saying what it needs."""
-  c = exp.config
+  c, k = exp.config, exp.config.cohort
   params = jax.eval_shape(exp.model.init, jax.random.key(0))
   num_devices = 1 if exp.mesh is None else exp.mesh.size
   store_need = check_store_memory(c, exp.algorithm, params, num_devices)
@@ -78,17 +79,17 @@ def fit_memory(exp):
   gib = lambda b: f'{b / 2**30:.2f} GiB'
   if exp.memory.free_bytes - store_need <= 0:
     raise ConfigError(
-        f'--dataset={c.dataset}: the data, the model and the client state take more than the '
+        f'--dataset={c.data.dataset}: the data, the model and the client state take more than the '
         f'{gib(memory_limit())} of device memory; use a smaller dataset or model')
   if fits < 1:
     raise ConfigError(
-        f'--budget_range={c.budget_range[0]},{c.budget_range[1]} with --batch_size='
-        f'{c.batch_size}: one client needs about {gib(exp.memory.client_bytes)} in a round, but '
+        f'--budget_range={k.budget_range[0]},{k.budget_range[1]} with --batch_size='
+        f'{k.batch_size}: one client needs about {gib(exp.memory.client_bytes)} in a round, but '
         f'only {gib(max(0, exp.memory.free_bytes - store_need))} of device memory is left after '
         'the data and model; lower the budgets or the batch size')
   if exp.chunk_size <= fits:
     return exp
-  asked = f'--chunk_size={c.chunk_size}' if c.chunk_size else f'the automatic {exp.chunk_size}'
+  asked = f'--chunk_size={c.run.chunk_size}' if c.run.chunk_size else f'the automatic {exp.chunk_size}'
   note = (f'{asked} clients per chunk would need about '
           f'{exp.chunk_size * exp.memory.client_bytes / 2**30:.1f} GiB; running {fits} per chunk '
           'to fit the device memory')
@@ -143,11 +144,11 @@ def check_store_memory(c: Config, algorithm, params, num_devices: int) -> int:
   clients = jax.eval_shape(algorithm.server_init, params).clients
   row = store.row_bytes(clients)
   # The store's share of each device, and the cohort's gathered, new and averaged rows.
-  need = -(-store.num_rows(clients) // num_devices) * row + 3 * c.clients_per_round * row
+  need = -(-store.num_rows(clients) // num_devices) * row + 3 * c.cohort.clients_per_round * row
   have = memory_limit()
   if need > have // 2:
     raise ConfigError(
-        f'--algorithm={c.algorithm} keeps {row} bytes of state for each of '
+        f'--algorithm={c.algorithm.name} keeps {row} bytes of state for each of '
         f'{store.num_rows(clients)} clients: {need / 2**30:.1f} GiB per device on '
         f'{num_devices} device(s), more than half of the {have / 2**30:.1f} GiB available; '
         'use fewer clients or a smaller model, or split it over more accelerators '
@@ -160,7 +161,7 @@ def batchable(exp) -> bool:
   """Whether ``exp``'s runs can be vmapped together: one device (a mesh splits one run's
   cohort), no per-client store and no power-of-d selection (which reads each run's model)."""
   return (exp.mesh is None and exp.algorithm.store_row is None and
-          exp.config.client_selection != 'power_of_d')
+          exp.config.cohort.client_selection != 'power_of_d')
 
 
 def runs_chunk_size(exp, num_runs: int, same_cohorts: bool = False) -> int:
@@ -175,17 +176,17 @@ def runs_chunk_size(exp, num_runs: int, same_cohorts: bool = False) -> int:
   its budgets (on the GeL Fig. 7 grid, 100 cells of 20 clients: 1 client per cell and chunk,
   about 4x faster than one run's 13).
   """
-  c = exp.config
+  k = exp.config.cohort
   fits = chunk_capacity(exp.memory, 0) // num_runs
   if num_runs == 1 or fits < 1:
     return min(exp.chunk_size, fits)
   params = jax.eval_shape(exp.model.init, jax.random.key(0))
   total = round_lib.default_chunk_size(
-      c.clients_per_round * num_runs, params, example_bytes(exp.train), c.batch_size,
-      budget_range=tuple(c.budget_range) if same_cohorts else None)
+      k.clients_per_round * num_runs, params, example_bytes(exp.train), k.batch_size,
+      budget_range=tuple(k.budget_range) if same_cohorts else None)
   if same_cohorts:
-    chunk = c.chunk_size or total // num_runs   # --chunk_size: per cell, as for one run
-    return max(1, min(chunk, c.clients_per_round, fits))
+    chunk = exp.config.run.chunk_size or total // num_runs   # --chunk_size: per cell
+    return max(1, min(chunk, k.clients_per_round, fits))
   return max(1, min(exp.chunk_size, total // num_runs, fits))
 
 
@@ -213,6 +214,6 @@ def fuse_dots(exp, num_runs: int) -> bool | None:
   """Whether the round fuses its small batched products: ``None`` (the engine's choice: on CPU)
   for long enough programs, else False."""
   c = exp.config
-  if num_runs * c.num_rounds * c.clients_per_round >= FUSE_MIN_CLIENT_ROUNDS:
+  if num_runs * c.run.num_rounds * c.cohort.clients_per_round >= FUSE_MIN_CLIENT_ROUNDS:
     return None
   return False

@@ -13,7 +13,7 @@ import shutil
 from typing import Optional
 
 from fedjax_gel.experiment import checkpoint, report
-from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.experiment.config import Config, ConfigError, json_extras
 
 
 def check_workdir(workdir: str, overwrite: bool, *outputs: str):
@@ -45,7 +45,13 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   except (OSError, ValueError):
     raise ConfigError(f'{saved} is unreadable; choose another --workdir or pass --overwrite'
                       ) from None
-  now = json.loads(json.dumps({**c.to_json(), **(extra or {})}))
+  try:
+    before = {**Config.from_json(before).flags(), **json_extras(before)}
+  except (TypeError, ValueError, KeyError):
+    raise ConfigError(f'{saved} holds no configuration fedjax_gel can read; choose another '
+                      '--workdir or pass --overwrite') from None
+  now = json.loads(json.dumps({**c.flags(), **(extra or {})}))
+  before = json.loads(json.dumps(before))
   ignore = ('checkpoint_every', 'tensorboard')
   differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
   if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
@@ -99,7 +105,7 @@ def check_extend(workdir: str, rounds: int) -> str:
 
 
 def extend(workdir: str, c: Config):
-  """Makes the run in ``workdir`` an unfinished run of ``c.num_rounds`` rounds: its summary goes
+  """Makes the run in ``workdir`` an unfinished run of ``c.run.num_rounds`` rounds: its summary goes
   (first, so that a kill leaves an unfinished run) and its config is rewritten; it then resumes
   from its final state like any unfinished run."""
   summary = os.path.join(workdir, 'summary.json')

@@ -280,7 +280,8 @@ def test_fedexp_step_is_the_extrapolated_mean_update(model, loss):
       [{'x': x, 'y': y.astype(np.int32)} for x, y in zip(xs, ys)]))
   x, eps = init_params(model), 1e-3
   ids, taus, w8 = [0, 1], [6, 6], [1., 1.]
-  state, _ = run(algorithms.fedexp(loss, LR, eps), data, cohort(ids, taus, w8), x, chunk_size=2)
+  state, metrics = run(algorithms.fedexp(loss, LR, eps), data, cohort(ids, taus, w8), x,
+                       chunk_size=2)
   deltas = []
   for slot, (cid, tau) in enumerate(zip(ids, taus)):
     y = x
@@ -294,6 +295,7 @@ def test_fedexp_step_is_the_extrapolated_mean_update(model, loss):
   flat_x = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(x)])
   flat_new = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(state.params)])
   np.testing.assert_allclose(flat_new, flat_x - eta * mean, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(metrics.diagnostics['eta_g'], eta, rtol=1e-4)   # reported as well
 
 
 def test_fedexp_step_size_is_at_least_one():

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from absl import flags
 
+from fedjax_gel.algorithms import registry
 from fedjax_gel.experiment import api, cli
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import report
@@ -249,8 +250,9 @@ def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   assert 'Traceback' not in first.stderr and str(workdir) in first.stdout
 
   config = json.loads((workdir / 'config.json').read_text())
-  assert config['algorithm'] == 'fedavg' and config['num_rounds'] == 3
-  assert config['budget_range'] == [1, 2] and config['batch_size'] == 5  # from the flag file
+  assert config['algorithm']['name'] == 'fedavg' and config['run']['num_rounds'] == 3
+  assert config['cohort']['budget_range'] == [1, 2]
+  assert config['cohort']['batch_size'] == 5  # from the flag file
   records = [json.loads(l) for l in (workdir / 'metrics.jsonl').read_text().splitlines()]
   assert [r['round'] for r in records] == [0, 2, 3]
   assert all(r['algorithm'] == 'fedavg' for r in records)
@@ -308,12 +310,13 @@ def test_shipped_flag_files_are_valid_configs(flagfile):
 
 def test_paper_flag_files_hold_the_paper_settings():
   cm, gel = parsed(f'--flagfile={REPO / "launch/configs/gel_table1_synthetic.flags"}')
-  assert (cm.algorithm, gel.algorithm) == ('fedavgcm', 'gel')
-  assert (gel.clients_per_round, gel.batch_size, gel.budget_range) == (20, 5, (4, 13))
-  assert (gel.client_lr, gel.client_momentum, gel.server_optimizer, gel.server_lr) == (
-      0.01, 0.9, 'sgd', 1.0)
-  assert (gel.guess_policy, gel.guess_tau, gel.eval_every, gel.target_accuracy) == (
-      'remaining', 18, 5, 0.85)
+  cm, gel = cm.flags(), gel.flags()
+  assert (cm['algorithm'], gel['algorithm']) == ('fedavgcm', 'gel')
+  assert (gel['clients_per_round'], gel['batch_size'], gel['budget_range']) == (20, 5, (4, 13))
+  assert (gel['client_lr'], gel['client_momentum'], gel['server_optimizer'],
+          gel['server_lr']) == (0.01, 0.9, 'sgd', 1.0)
+  assert (gel['guess_policy'], gel['guess_tau'], gel['eval_every'],
+          gel['target_accuracy']) == ('remaining', 18, 5, 0.85)
 
 
 def test_gel_synthetic_fedavgcm_setting_reaches_85_percent(tmp_path):
@@ -355,7 +358,7 @@ def test_seeds_and_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf
     for name in ('fedavgcm', 'gel'):
       run_dir = workdir / f'seed{seed}' / name
       config = json.loads((run_dir / 'config.json').read_text())
-      assert (config['algorithm'], config['seed']) == (name, seed)
+      assert (config['algorithm']['name'], config['run']['seed']) == (name, seed)
       first[seed, name] = json.loads((run_dir / 'metrics.jsonl').read_text().splitlines()[0])
       assert f'{name} on leaf, seed {seed}' in proc.stdout
     # Same seed: the same initial model, so the same round-0 evaluation.
@@ -367,7 +370,7 @@ def test_seeds_and_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf
 # Every algorithm from the command line, in three commands (one test each, so that the two test
 # workers share them); logistic regression (cheaper to compile) for all but FedMAX, which needs
 # a hidden layer.
-_LOGISTIC = [a for a in config_lib.ALGORITHMS if a != 'fedmax']
+_LOGISTIC = [a for a in registry.names() if a != 'fedmax']
 ALGORITHM_GROUPS = {'first_half': ('logistic', _LOGISTIC[:len(_LOGISTIC) // 2]),
                     'second_half': ('logistic', _LOGISTIC[len(_LOGISTIC) // 2:]),
                     'fedmax': ('mlp', ['fedmax'])}
@@ -375,7 +378,7 @@ ALGORITHM_GROUPS = {'first_half': ('logistic', _LOGISTIC[:len(_LOGISTIC) // 2]),
 
 def test_the_groups_cover_every_algorithm():
   names = [a for _, group in ALGORITHM_GROUPS.values() for a in group]
-  assert sorted(names) == sorted(config_lib.ALGORITHMS)
+  assert sorted(names) == sorted(registry.names())
 
 
 @pytest.mark.parametrize('group', sorted(ALGORITHM_GROUPS))
@@ -383,11 +386,12 @@ def test_every_algorithm_runs_from_the_launcher(tmp_path, tiny_leaf_file, group)
   model, names = ALGORITHM_GROUPS[group]
   proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--num_rounds=2',
              '--eval_every=2', '--clients_per_round=3', '--batch_size=2', '--budget_range=1,3',
-             '--server_lr=0.1', f'--model={model}', f'--algorithm={",".join(names)}',
+             '--server_lr=0.1', '--fedvarp_clusters=2', f'--model={model}',
+             f'--algorithm={",".join(names)}',
              f'--workdir={tmp_path}')
   assert proc.returncode == 0, proc.stderr[-2000:]
   for name in names:
-    run_name = name + ('_sgdm' if name in config_lib.GBO_ALGORITHMS else '')
+    run_name = name + ('_sgdm' if registry.get(name).run_name else '')
     run_dir = tmp_path / run_name if len(names) > 1 else tmp_path
     summary = json.loads((run_dir / 'summary.json').read_text())
     assert summary['algorithm'] == run_name and summary['final_accuracy'] is not None
@@ -437,25 +441,42 @@ def test_text_datasets_run_from_the_launcher(tmp_path):
              '--split_gap=0', f'--workdir={tmp_path / "sh"}', *common)
   assert proc.returncode == 0, proc.stderr[-2000:]
   config = json.loads((tmp_path / 'sh' / 'config.json').read_text())
-  assert config['leaf_split'] == 'default' and config['char_vocabulary'] == 'leaf'
+  assert config['data']['leaf_split'] == 'default'
+  assert config['data']['char_vocabulary'] == 'leaf'
   proc = run('--dataset=sent140', f'--data_path={sent140}', '--model=logistic',
              '--vocab_size=5', f'--workdir={tmp_path / "st"}', *common)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert json.loads((tmp_path / 'st' / 'summary.json').read_text())['final_accuracy'] is not None
 
 
-def test_every_config_field_is_a_flag_with_its_help_and_default():
+def test_every_config_field_and_hyper_parameter_is_a_flag_with_its_help_and_default():
   values = flags.FlagValues()
   cli.define_flags(values)
-  for field in dataclasses.fields(config_lib.Config):
-    flag = values[field.name]
-    assert flag.help == field.metadata['help'] and flag.help.strip()
-    default = flag.default[0] if field.name in cli.LISTS else flag.default
-    if field.name == 'budget_range':
+  fields = [f for cls in config_lib.SECTIONS.values() for f in dataclasses.fields(cls)
+            if 'help' in f.metadata]
+  fields += [f for spec in registry.specs() for f in dataclasses.fields(spec.hparams)]
+  for field in fields:
+    name = field.metadata['flag'] or field.name
+    flag = values[name]
+    assert flag.help.startswith(field.metadata['help']) and flag.help.strip()
+    default = flag.default[0] if name in cli.LISTS else flag.default
+    if name == 'budget_range':
       default = config_lib.parse_budget_range(default)
-    assert default == field.default, field.name
+    assert default == field.default, name
   values(['run.py'])
   config, sweep = cli.from_flags(values)
   assert config == config_lib.Config()
-  assert sweep == api.Sweep(seeds=[], algorithms=['fedavgcm'], gbo_optimizers=['sgdm'],
+  assert sweep == api.Sweep(seeds=[], algorithms=[config.algorithm], gbo_optimizers=['sgdm'],
                             client_lrs=[], server_lrs=[])
+
+
+def test_each_algorithm_of_a_command_gets_its_own_hyper_parameters_from_the_flags():
+  values = flags.FlagValues()
+  cli.define_flags(values)
+  values(['run.py', '--algorithm=fedprox,gel,fedgbo', '--prox_mu=0.5', '--guess_tau=20',
+          '--gbo_beta=0.5', '--client_lr=0.2'])
+  config, sweep = cli.from_flags(values)
+  prox, gel, gbo = api.expand(config, sweep)
+  assert prox.algorithm.hparams.prox_mu == 0.5 and gel.algorithm.hparams.guess_tau == 20
+  assert gbo.algorithm.hparams.gbo_beta == 0.5
+  assert {x.algorithm.client_lr for x in (prox, gel, gbo)} == {0.2}

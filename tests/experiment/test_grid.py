@@ -1,6 +1,5 @@
 """Learning-rate grids as one vmapped program: each cell is the run of its own learning rates,
 diverged cells are marked and do not disturb the others."""
-import dataclasses
 import io
 import json
 
@@ -8,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedjax_gel.experiment import api, factories, grid, planning
-from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.experiment.config import ConfigError, make
 
 import helpers
 
@@ -21,7 +20,7 @@ def read_jsonl(path):
 
 @pytest.fixture(scope='module', params=['gel', 'fedyogi'])
 def grid_run(request, tiny_leaf_file, tmp_path_factory):
-  c = Config(dataset='leaf', data_path=str(tiny_leaf_file), algorithm=request.param,
+  c = make(dataset='leaf', data_path=str(tiny_leaf_file), algorithm=request.param,
              num_rounds=4, eval_every=2, clients_per_round=3, batch_size=2, budget_range=(1, 3),
              target_accuracy=0.5)
   workdir = tmp_path_factory.mktemp(f'grid_{request.param}')
@@ -37,7 +36,7 @@ def test_each_cell_is_the_run_of_its_learning_rates(grid_run, tmp_path):
   records = read_jsonl(workdir / 'metrics.jsonl')
   for lc in CLIENT_LRS[:2]:
     for ls in SERVER_LRS:
-      single = dataclasses.replace(c, client_lr=lc, server_lr=ls)
+      single = c.replace(client_lr=lc, server_lr=ls)
       out = tmp_path / f'{lc}_{ls}'
       api.train(factories.with_config(exp, single), str(out), err=io.StringIO())
       alone = [(r['round'], r['test_accuracy'], r['test_loss'])
@@ -83,7 +82,7 @@ def test_heat_map_and_table(grid_run):
     ({'num_devices': 2}, '--num_devices=2'),
 ])
 def test_unsupported_grids_name_the_flag(tiny_leaf_file, tmp_path, changes, flag):
-  c = dataclasses.replace(Config(dataset='leaf', data_path=str(tiny_leaf_file)), **changes)
+  c = make(dataset="leaf", data_path=str(tiny_leaf_file), **changes)
   with pytest.raises(ConfigError, match=flag):
     api.run(c, str(tmp_path), api.Sweep(server_lrs=[1., 2.]))
   assert not list(tmp_path.iterdir())   # nothing written
@@ -91,7 +90,7 @@ def test_unsupported_grids_name_the_flag(tiny_leaf_file, tmp_path, changes, flag
 
 def test_the_memory_guard_shares_a_chunk_among_the_cells(tiny_leaf_file, monkeypatch):
   """Memory for 5 clients at once: 2 cells get 2 clients per chunk each; 6 cells cannot fit."""
-  c = Config(dataset='leaf', data_path=str(tiny_leaf_file), clients_per_round=4, batch_size=2,
+  c = make(dataset='leaf', data_path=str(tiny_leaf_file), clients_per_round=4, batch_size=2,
              budget_range=(1, 3))
   exp = factories.prepare(c)
   limit = helpers.memory_for(exp, 5)

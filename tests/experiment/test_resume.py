@@ -92,7 +92,7 @@ def test_a_finished_run_extended_equals_the_longer_run(tiny_leaf_file, uninterru
             (uninterrupted / seed / 'model.msgpack').read_bytes())
     summary = json.loads((short / seed / 'summary.json').read_text())
     assert summary['rounds'] == 400 and summary['status'] == 'finished'
-    assert json.loads((short / seed / 'config.json').read_text())['num_rounds'] == 400
+    assert json.loads((short / seed / 'config.json').read_text())['run']['num_rounds'] == 400
     assert [p.name for p in (short / seed).glob('checkpoint-*')] == ['checkpoint-400.msgpack']
   summary = short / 'seed0' / 'summary.json'
   summary.write_text(summary.read_text().replace('"finished"', '"diverged"'))
@@ -189,12 +189,12 @@ def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_p
   counts more metrics than metrics.jsonl holds: one line naming the checkpoint, exit status 2,
   every file left as it was."""
   from fedjax_gel.experiment import checkpoint, factories  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.experiment.config import Config  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment.config import make  # pylint: disable=g-import-not-at-top
   workdir = tmp_path / 'run'
   cmd = command(tiny_leaf_file, workdir, '--num_rounds=20', '--algorithm=fedavg')
   assert run(cmd).returncode == 0
   (workdir / 'summary.json').unlink()   # unfinished; its checkpoint from another configuration
-  exp = factories.prepare(Config(**{'dataset': 'leaf', 'data_path': str(tiny_leaf_file),
+  exp = factories.prepare(make(**{'dataset': 'leaf', 'data_path': str(tiny_leaf_file),
                                  'algorithm': 'fedavg', **other}))
   foreign = exp.algorithm.server_init(exp.model.init(jax.random.key(0)))
   checkpoint.save(str(workdir), 10, foreign,

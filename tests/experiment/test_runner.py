@@ -1,7 +1,6 @@
 """Tests for the experiment config, the training loop's outputs and the progress line."""
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import pathlib
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedjax_gel import models, optim
-from fedjax_gel.algorithms import GuessPolicy
+from fedjax_gel.algorithms import GuessPolicy, registry
 from fedjax_gel.core import keys
 from fedjax_gel.core.sampling import CohortSpec
 from fedjax_gel.experiment import checkpoint
@@ -20,7 +19,7 @@ from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import progress as progress_lib
 from fedjax_gel.experiment import api, callbacks, factories, planning
 from fedjax_gel.experiment import workdir as workdir_lib
-from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.experiment.config import Config, ConfigError, make
 
 import helpers
 
@@ -51,7 +50,7 @@ def read_jsonl(path):
 
 @pytest.fixture(scope='module')
 def base_config(tiny_leaf_file):
-  return Config(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=5, eval_every=2,
+  return make(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=5, eval_every=2,
                 clients_per_round=3, batch_size=2, budget_range=(1, 3), client_lr=0.1,
                 target_accuracy=0.01)
 
@@ -68,7 +67,7 @@ def runs(base_config, tmp_path_factory):
   }
   out = {}
   for name, changes in variants.items():
-    c = dataclasses.replace(base_config, **changes)
+    c = base_config.replace(**changes)
     workdir = tmp_path_factory.mktemp(name)
     cohorts, grads = [], []
 
@@ -88,8 +87,21 @@ def runs(base_config, tmp_path_factory):
 def test_config_json_round_trips(runs):
   c, workdir, *_ = runs['base']
   loaded = json.loads((workdir / 'config.json').read_text())
-  assert set(loaded) == {f.name for f in dataclasses.fields(Config)}
-  assert Config(**{**loaded, 'budget_range': tuple(loaded['budget_range'])}) == c
+  assert set(loaded) == {'data', 'model', 'cohort', 'algorithm', 'server', 'run'}
+  assert loaded['algorithm']['name'] == c.algorithm.name
+  assert loaded['cohort']['budget_range'] == list(c.cohort.budget_range)
+  assert Config.from_json(loaded) == c
+
+
+def test_a_flat_config_json_of_earlier_versions_is_read():
+  """config.json before sections: a flat record of flags, holding every algorithm's
+  hyper-parameters; those of other algorithms are dropped."""
+  flat = {'dataset': 'leaf', 'data_path': 'x.json', 'algorithm': 'gel', 'guess_tau': 20,
+          'prox_mu': 0.5, 'client_lr': 0.1, 'budget_range': [2, 3], 'seed': 4}
+  c = Config.from_json(flat)
+  assert c == make(dataset='leaf', data_path='x.json', algorithm='gel', guess_tau=20,
+                   client_lr=0.1, budget_range=(2, 3), seed=4)
+  assert c.algorithm.hparams.guess_tau == 20 and c.cohort.budget_range == (2, 3)
 
 
 def test_metrics_rounds_and_keys(runs):
@@ -98,20 +110,31 @@ def test_metrics_rounds_and_keys(runs):
   assert [r['round'] for r in records] == [0, 2, 4, 5]
   for r in records:
     assert set(r) == METRIC_KEYS
-    assert r['algorithm'] == c.algorithm and r['seed'] == c.seed
+    assert r['algorithm'] == c.algorithm.name and r['seed'] == c.run.seed
     assert 0 <= r['test_accuracy'] <= 1 and np.isfinite(r['test_loss'])
   # the running best, GeL's evaluation protocol
   assert [r['best_test_accuracy'] for r in records] == list(
       np.maximum.accumulate([r['test_accuracy'] for r in records]))
 
 
+def test_an_algorithms_diagnostics_reach_its_records(base_config, tmp_path):
+  """FedExP reports its server step size eta_g >= 1 (``FederatedAlgorithm.diagnostics``)."""
+  exp = factories.prepare(base_config.replace(algorithm='fedexp'))
+  quiet_train(exp, tmp_path)
+  records = read_jsonl(tmp_path / 'metrics.jsonl')
+  assert all(set(r) == METRIC_KEYS | {'eta_g'} for r in records)
+  assert records[0]['round'] == 0 and records[0]['eta_g'] is None   # no round yet
+  assert all(r['eta_g'] >= 1. for r in records[1:])
+  assert 'eta_g' in (tmp_path / 'metrics.csv').read_text().splitlines()[0].split(',')
+
+
 def test_grad_computations_are_cohort_budgets(runs):
   c, workdir, summary, cohorts, round_grads = runs['base']
-  assert [r for r, *_ in cohorts] == list(range(c.num_rounds))
+  assert [r for r, *_ in cohorts] == list(range(c.run.num_rounds))
   budgets = [sum(b) for _, ids, b in cohorts]
   for _, ids, b in cohorts:
-    assert len(ids) == len(b) == c.clients_per_round
-    assert all(c.budget_range[0] <= t <= c.budget_range[1] for t in b)
+    assert len(ids) == len(b) == c.cohort.clients_per_round
+    assert all(c.cohort.budget_range[0] <= t <= c.cohort.budget_range[1] for t in b)
   assert round_grads == budgets
   cumulative = np.concatenate([[0], np.cumsum(budgets)])
   records = read_jsonl(workdir / 'metrics.jsonl')
@@ -129,7 +152,7 @@ def test_summary_consistent_with_metrics(runs, name):
   rounds = [r['round'] for r in read_jsonl(workdir / 'metrics.jsonl')]
   assert summary['final_accuracy'] == acc[-1]
   assert summary['best_accuracy'] == max(acc)
-  reached = [r for r, a in zip(rounds, acc) if a >= c.target_accuracy]
+  reached = [r for r, a in zip(rounds, acc) if a >= c.run.target_accuracy]
   assert summary['rounds_to_target'] == (reached[0] if reached else None)
 
 
@@ -209,24 +232,32 @@ def test_parse_budget_range_errors(text):
     ({'client_momentum': 1.0}, '--client_momentum'),
     ({'server_momentum': -0.1}, '--server_momentum'),
     ({'target_accuracy': 0.0}, '--target_accuracy'),
-    ({'adabest_beta': 1.5}, '--adabest_beta'),
-    ({'adabest_mu': -0.1}, '--adabest_mu'),
-    ({'feddyn_mu': -1.0}, '--feddyn_mu'),
-    ({'fedvarp_clusters': 0}, '--fedvarp_clusters'),
+    ({'algorithm': 'adabest', 'adabest_beta': 1.5}, '--adabest_beta'),
+    ({'algorithm': 'adabest', 'adabest_mu': -0.1}, '--adabest_mu'),
+    ({'algorithm': 'feddyn', 'feddyn_mu': -1.0}, '--feddyn_mu'),
+    ({'algorithm': 'cluster_fedvarp', 'fedvarp_clusters': 0}, '--fedvarp_clusters'),
+    ({'algorithm': 'gel', 'guess_policy': 'nope'}, '--guess_policy'),
+    ({'algorithm': 'fedgbo', 'gbo_beta': 1.0}, '--gbo_beta'),
+    ({'algorithm': 'fedexp', 'fedexp_eps': float('nan')}, '--fedexp_eps'),
+    ({'algorithm': 'fedadam', 'server_optimizer': 'adam'}, '--server_optimizer'),
+    ({'algorithm': 'fedavg_gel', 'guess_proxy': 'zero'}, '--guess_proxy'),
+    ({'algorithm': 'fedmax'}, '--algorithm=fedmax with --model=logistic'),
+    ({'algorithm': 'gel', 'prox_mu': 0.1}, '--prox_mu is not a hyper-parameter of'),
+    ({'no_such_flag': 1}, '--no_such_flag is not a flag'),
 ])
 def test_validate_names_the_flag(changes, flag):
   with pytest.raises(ConfigError) as e:
-    config_lib.validate(Config(**changes))
+    config_lib.validate(make(**changes))
   message = str(e.value)
   assert message.startswith(flag) and '\n' not in message
 
 
 def test_validate_accepts_defaults():
-  assert config_lib.validate(Config()) == Config()
+  assert config_lib.validate(make()) == make()
 
 
 def test_prepare_rejects_cohort_above_population(base_config):
-  c = dataclasses.replace(base_config, sample_with_replacement=False, clients_per_round=9)
+  c = base_config.replace(sample_with_replacement=False, clients_per_round=9)
   with pytest.raises(ConfigError, match='--clients_per_round'):
     factories.prepare(c)
 
@@ -237,7 +268,7 @@ def test_prepare_rejects_labels_a_model_cannot_index(tmp_path, labels):
   users = ['u0', 'u1']
   path.write_text(json.dumps({'users': users, 'user_data': {
       u: {'x': [[0.5, 1.0]] * 4, 'y': labels * 2} for u in users}}))
-  c = Config(dataset='leaf', data_path=str(path), clients_per_round=2)
+  c = make(dataset='leaf', data_path=str(path), clients_per_round=2)
   with pytest.raises(ConfigError, match='--model=logistic.*labels.json'):
     factories.prepare(c)
 
@@ -297,56 +328,57 @@ def test_diverged_values_are_written_as_null(tmp_path):
   assert json.loads((tmp_path / 's.json').read_text()) == {'loss': None, 'acc': 0.5, 'best': None}
 
 
-def test_algorithm_names_build_their_algorithms_and_servers():
+def test_every_registered_algorithm_builds_as_its_spec_declares():
+  """The spec's properties (per-client state, anchor pass, guesses, a fixed server optimiser)
+  are those of the algorithm it builds."""
   model = models.get_model('logistic', (3,), 3)
   params = model.init(jax.random.key(0))
-  for name in config_lib.ALGORITHMS:
-    c = Config(algorithm=name, server_lr=0.1)
+  for spec in registry.specs():
+    c = make(algorithm=spec.name, server_lr=0.1)
     alg = factories.make_algorithm(c, model, np.arange(1, 26))
-    assert alg.name == c.run_name == name + ('_sgdm' if name in config_lib.GBO_ALGORITHMS else '')
+    gbo = 'gbo_optimizer' in c.flags()
+    assert alg.name == c.run_name == spec.name + ('_sgdm' if gbo else '')
     server = alg.server_init(params)
-    stateful = name in config_lib.STATEFUL_ALGORITHMS
-    assert (alg.store_row is not None) == stateful, name
-    if stateful:   # a row per client (per cluster: --fedvarp_clusters=10)
-      rows = 10 if name == 'cluster_fedvarp' else 25
-      assert jax.tree_util.tree_leaves(server.clients)[0].shape[0] == rows, name
-      if name in ('feddyn', 'adabest'):   # their server recursions replace a server optimiser
-        continue
-    if name in config_lib.GBO_ALGORITHMS:   # global statistics instead of a server optimiser
-      assert isinstance(alg.broadcast(server)[1], optim.GBOStats), name
+    assert (alg.store_row is not None) == spec.stateful, spec.name
+    assert alg.anchor == spec.anchor and (alg.client_guesses is not None) == spec.guesses
+    if spec.stateful:   # a row per client (per cluster: --fedvarp_clusters=10)
+      rows = 10 if spec.name == 'cluster_fedvarp' else 25
+      assert jax.tree_util.tree_leaves(server.clients)[0].shape[0] == rows, spec.name
+    if spec.name in ('feddyn', 'adabest', 'fedexp'):   # own server steps, no optimiser state
       continue
-    fedopt = name in config_lib.FEDOPT_SERVERS
-    assert isinstance(server.opt_state, optim.FedOptState) == fedopt, name
+    if gbo:   # global statistics instead of a server optimiser
+      assert isinstance(alg.broadcast(server)[1], optim.GBOStats), spec.name
+      continue
+    fedopt = spec.server_optimizer is not None
+    assert isinstance(server.opt_state, optim.FedOptState) == fedopt, spec.name
 
 
 def test_guess_settings_reach_the_algorithms_policy():
   default = GuessPolicy('remaining', None, 0, 5, 25.)   # tau None: b + 5 from the budgets
-  assert Config(algorithm='fedavgcm').guess_policy_value() == default
-  assert Config(algorithm='gel').guess_policy_value() == default
-  assert Config(algorithm='gel', guess_tau=20).guess_policy_value().tau == 20
-  assert Config(algorithm='gel', guess_policy='cohort_max', guess_k=3,
-                budget_range=(1, 9)).guess_policy_value()[:3] == ('cohort_max', None, 3)
-  assert Config(algorithm='gel').proxy == 'zero'
-  assert Config(algorithm='fedavg_gel').proxy == 'last_gradient'
-  # The runner hands the policy to the GeL algorithms: tau' = b + 5 - tau_i for U{4..13}.
+  assert make(algorithm='gel').algorithm.hparams.policy == default
+  assert make(algorithm='gel', guess_tau=20).algorithm.hparams.policy.tau == 20
+  assert make(algorithm='gel', guess_policy='cohort_max', guess_k=3,
+              budget_range=(1, 9)).algorithm.hparams.policy[:3] == ('cohort_max', None, 3)
+  assert make(algorithm='gel').algorithm.hparams.proxy() == 'zero'
+  # The factory hands the policy to the GeL algorithms: tau' = b + 5 - tau_i for U{4..13}.
   model, budgets = models.get_model('logistic', (3,), 3), jnp.array([4, 9, 13])
   for name in ('gel', 'fedavg_gel', 'fedprox_gel', 'fednova_gel', 'fedyogi_gel'):
-    alg = factories.make_algorithm(Config(algorithm=name), model, np.arange(1, 26))
+    alg = factories.make_algorithm(make(algorithm=name), model, np.arange(1, 26))
     np.testing.assert_array_equal(alg.client_guesses(budgets, 13), [14, 9, 5])
-  alg = factories.make_algorithm(Config(algorithm='gel', guess_policy='fixed', guess_count=7), model,
-                              np.arange(1, 26))
+  alg = factories.make_algorithm(make(algorithm='gel', guess_policy='fixed', guess_count=7),
+                                 model, np.arange(1, 26))
   np.testing.assert_array_equal(alg.client_guesses(budgets, 13), [7, 7, 7])
   for name in ('fedavgcm', 'fedprox', 'fednova'):
-    assert factories.make_algorithm(Config(algorithm=name), model,
-                                 np.arange(1, 26)).client_guesses is None
+    assert factories.make_algorithm(make(algorithm=name), model,
+                                    np.arange(1, 26)).client_guesses is None
 
 
 def test_cohort_spec_from_the_config():
-  c = Config(clients_per_round=7, budget_range=(2, 5), batch_size=4,
-             sample_with_replacement=False, aggregation_weights='uniform')
-  assert factories.cohort_spec(c) == CohortSpec(7, (2, 5), 4, False, 'uniform')
-  cyclic = dataclasses.replace(c, client_selection='cyclic', cyclic_groups=3)
-  assert factories.cohort_spec(cyclic) == CohortSpec(7, (2, 5), 4, False, 'uniform', 'cyclic', 3)
+  c = make(clients_per_round=7, budget_range=(2, 5), batch_size=4,
+           sample_with_replacement=False, aggregation_weights='uniform')
+  assert factories.cohort_spec(c.cohort) == CohortSpec(7, (2, 5), 4, False, 'uniform')
+  cyclic = c.replace(client_selection='cyclic', cyclic_groups=3)
+  assert factories.cohort_spec(cyclic.cohort) == CohortSpec(7, (2, 5), 4, False, 'uniform', 'cyclic', 3)
 
 
 @pytest.mark.parametrize('kwargs,flag', [
@@ -359,12 +391,12 @@ def test_cohort_spec_from_the_config():
 ])
 def test_guess_and_server_combinations_that_cannot_work(kwargs, flag):
   with pytest.raises(ConfigError) as e:
-    config_lib.validate(Config(**kwargs))
+    config_lib.validate(make(**kwargs))
   assert str(e.value).startswith(flag) and '\n' not in str(e.value)
 
 
 def test_cyclic_selection_reaches_the_rounds(base_config, tmp_path):
-  c = dataclasses.replace(base_config, client_selection='cyclic', cyclic_groups=2,
+  c = base_config.replace(client_selection='cyclic', cyclic_groups=2,
                           algorithm='fedexp')
   seen = []
   quiet_train(factories.prepare(c), tmp_path / 'cyc', callbacks=[
@@ -374,28 +406,28 @@ def test_cyclic_selection_reaches_the_rounds(base_config, tmp_path):
 
 def test_cyclic_groups_must_fit_the_population(base_config):
   with pytest.raises(ConfigError, match='--cyclic_groups=9 exceeds the population of 8'):
-    factories.prepare(dataclasses.replace(base_config, client_selection='cyclic', cyclic_groups=9))
+    factories.prepare(base_config.replace(client_selection='cyclic', cyclic_groups=9))
 
 
 def test_power_of_d_selection_runs_from_the_runner(base_config, tmp_path):
-  c = dataclasses.replace(base_config, client_selection='power_of_d', power_d=5)
+  c = base_config.replace(client_selection='power_of_d', power_d=5)
   seen = []
   quiet_train(factories.prepare(c), tmp_path / 'pod', callbacks=[
       OnRound(lambda r, cohort, m: seen.append(np.asarray(cohort.client_ids)))])
   assert len(seen) == 5 and all(len(set(ids.tolist())) == 3 for ids in seen)
   with pytest.raises(ConfigError, match='--power_d=2 must be at least --clients_per_round=3'):
-    config_lib.validate(dataclasses.replace(c, power_d=2))
+    config_lib.validate(c.replace(power_d=2))
 
 
 def test_stateful_algorithms_keep_a_row_per_training_client(base_config, tmp_path):
   """The store holds every training client's row (8 clients of the tiny LEAF file; 61 floats
   of SCAFFOLD's c_i per client for its logistic model) and reports its size."""
-  exp = factories.prepare(dataclasses.replace(base_config, algorithm='scaffold'))
+  exp = factories.prepare(base_config.replace(algorithm='scaffold'))
   summary = quiet_train(exp, tmp_path / 'scaffold')
   params = exp.model.init(jax.random.key(0))
   row = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
   assert summary['client_state_bytes'] == exp.train.num_clients * row == 8 * row
-  c = dataclasses.replace(base_config, algorithm='cluster_fedvarp', fedvarp_clusters=9)
+  c = base_config.replace(algorithm='cluster_fedvarp', fedvarp_clusters=9)
   with pytest.raises(ConfigError, match='--fedvarp_clusters=9 exceeds the population of 8'):
     factories.prepare(c)
 
@@ -403,7 +435,7 @@ def test_stateful_algorithms_keep_a_row_per_training_client(base_config, tmp_pat
 def test_a_store_that_cannot_fit_is_one_clear_error(base_config, monkeypatch):
   """Memory for one chunk of one client (about 8 models), not for 8 clients' AdaBest rows
   (a model and a counter each) in half of it."""
-  c = dataclasses.replace(base_config, algorithm='adabest', chunk_size=1, batch_size=1,
+  c = base_config.replace(algorithm='adabest', chunk_size=1, batch_size=1,
                           budget_range=(1, 1))
   exp = factories.prepare(c)
   params = exp.model.init(jax.random.key(0))
@@ -431,7 +463,7 @@ SHARED = pathlib.Path(__file__).resolve().parents[2].parent / 'shared' / 'data' 
 
 
 def test_fedprox_synthetic_generator_trains(tmp_path):
-  c = Config(dataset='fedprox_synthetic', algorithm='fedavg', num_rounds=4, eval_every=2,
+  c = make(dataset='fedprox_synthetic', algorithm='fedavg', num_rounds=4, eval_every=2,
              clients_per_round=5, batch_size=10, budget_range=(2, 4), client_lr=0.05)
   exp = factories.prepare(c)
   assert exp.train.num_clients == 30 and exp.model.num_classes <= 10
@@ -444,7 +476,7 @@ def test_fedprox_synthetic_generator_trains(tmp_path):
 @pytest.mark.skipif(not (SHARED / 'fedprox_synthetic_1_1_subset.json').is_file(),
                     reason='../shared/data/leaf/fedprox_synthetic_1_1_subset.json not found')
 def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
-  c = Config(dataset='leaf', data_path=str(SHARED / 'fedprox_synthetic_1_1_subset.json'),
+  c = make(dataset='leaf', data_path=str(SHARED / 'fedprox_synthetic_1_1_subset.json'),
              algorithm='fedavg', num_rounds=10, eval_every=5, clients_per_round=10,
              batch_size=10, budget_range=(5, 5), client_lr=0.05, target_accuracy=0.5)
   exp = factories.prepare(c)
@@ -457,7 +489,7 @@ def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
 
 def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path):
   """Three seeds as one vmapped program write exactly the metrics of three separate runs."""
-  configs = [dataclasses.replace(base_config, algorithm='gel', seed=s) for s in (0, 1, 2)]
+  configs = [base_config.replace(algorithm='gel', seed=s) for s in (0, 1, 2)]
   exp = factories.prepare(configs[0])
   assert planning.batchable(exp) and planning.runs_chunk_size(exp, 3) == exp.chunk_size
   together = api.train(exp, [str(tmp_path / f'v{s}') for s in (0, 1, 2)], configs,
@@ -476,21 +508,21 @@ def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path):
 def test_what_can_be_one_program(base_config):
   exp = factories.prepare(base_config)
   assert planning.batchable(exp)
-  assert not planning.batchable(factories.with_config(exp, dataclasses.replace(
-      base_config, algorithm='scaffold')))          # per-client state: one run per program
+  assert not planning.batchable(factories.with_config(
+      exp, base_config.replace(algorithm='scaffold')))          # per-client state: one run per program
   with pytest.raises(ValueError, match='only in the seed and client_lr'):
-    factories.make_runs(exp, [base_config, dataclasses.replace(base_config, batch_size=1)], 1)
+    factories.make_runs(exp, [base_config, base_config.replace(batch_size=1)], 1)
 
 
 def poisoned_client_run(base_config, tmp_path):
   """A run whose pool holds one client with infinite features, first sampled after a
   checkpoint: ``(summary, workdir, the round its update reaches the server)``."""
-  c = dataclasses.replace(base_config, num_rounds=12, checkpoint_every=2, eval_every=2)
+  c = base_config.replace(num_rounds=12, checkpoint_every=2, eval_every=2)
   exp = factories.prepare(c)
   sample = factories.make_sampler(exp)
   first = {}
-  for r in range(c.num_rounds):
-    for i in np.asarray(sample(keys.root_key(c.seed), r, None).client_ids).tolist():
+  for r in range(c.run.num_rounds):
+    for i in np.asarray(sample(keys.root_key(c.run.seed), r, None).client_ids).tolist():
       first.setdefault(i, r + 1)
   client = max((i for i in first if first[i] > 3), key=lambda i: first[i])
   lo, n = int(exp.train.offsets[client]), int(exp.train.counts[client])
@@ -516,7 +548,7 @@ def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(base_config
 def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
   """Seeds 0 and 1 vmapped, seed 1's initial model NaN: seed 1 is marked diverged after round
   1; seed 0 finishes with exactly the metrics of its own run."""
-  configs = [dataclasses.replace(base_config, algorithm='gel', seed=s) for s in (0, 1)]
+  configs = [base_config.replace(algorithm='gel', seed=s) for s in (0, 1)]
   exp = factories.prepare(configs[0])
   bad = jax.random.key_data(keys.init_key(keys.root_key(1)))
 
@@ -539,7 +571,7 @@ def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
 @pytest.mark.parametrize('chunk_size,asked', [(0, 'the automatic 12'), (12, '--chunk_size=12')])
 def test_memory_guard_shrinks_the_chunk_before_compiling(base_config, monkeypatch, tmp_path,
                                                          chunk_size, asked):
-  c = dataclasses.replace(base_config, clients_per_round=12, chunk_size=chunk_size, num_rounds=2)
+  c = base_config.replace(clients_per_round=12, chunk_size=chunk_size, num_rounds=2)
   roomy = factories.prepare(c)
   assert roomy.chunk_size == 12 and roomy.notes == ()
   limit = helpers.memory_for(roomy, 5)

@@ -2,7 +2,6 @@
 their own record format and protocol buffers, both equal to metrics.jsonl."""
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import math
@@ -11,18 +10,18 @@ import struct
 import pytest
 
 from fedjax_gel.experiment import api, factories
-from fedjax_gel.experiment.config import Config
+from fedjax_gel.experiment.config import make
 
 
 @pytest.fixture(scope='module')
 def run_dirs(tiny_leaf_file, tmp_path_factory):
   """A run and a 2-cell grid (one cell diverges: client lr 1e38)."""
-  c = Config(dataset='leaf', data_path=str(tiny_leaf_file), algorithm='gel', num_rounds=4,
+  c = make(dataset='leaf', data_path=str(tiny_leaf_file), algorithm='gel', num_rounds=4,
              eval_every=2, clients_per_round=3, batch_size=2, budget_range=(1, 3))
   one = tmp_path_factory.mktemp('one')
   api.train(factories.prepare(c), str(one), err=io.StringIO())
   grid = tmp_path_factory.mktemp('grid')
-  api.run(dataclasses.replace(c, client_lr=0.1), str(grid),
+  api.run(c.replace(client_lr=0.1), str(grid),
           api.Sweep(client_lrs=[0.1, 1e38], server_lrs=[1.0]), out=io.StringIO(),
           err=io.StringIO())
   return one, grid

@@ -1,0 +1,143 @@
+"""Algorithms declared by spec: a name, a hyper-parameter record, a builder and properties.
+
+An ``AlgorithmSpec`` is what an experiment needs to know about an algorithm before it builds
+one: its hyper-parameters (a frozen dataclass whose fields carry their default, help text and
+check, ``hparam``), how to build the ``FederatedAlgorithm`` from them and from the experiment's
+``Setting`` (model, loss, client learning rate, server optimiser, population), and properties
+the experiment plans with (per-client state, Mime's anchor pass, guessed steps, a fixed server
+optimiser). ``fedjax_gel.algorithms.registry`` collects the specs; the command line's flags,
+their validation and the README's algorithm table are generated from it.
+
+The same ``hparam`` fields describe the experiment's own configuration sections
+(``fedjax_gel.experiment.config``), so that every value is checked in one way.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple, Optional
+
+import numpy as np
+
+from fedjax_gel.core.algorithm import FederatedAlgorithm
+
+Check = Callable[[str, Any], Optional[str]]   # (flag, value) -> the problem, or None
+
+
+def hparam(default, help_text: str, check: Check | None = None, *, flag: str | None = None,
+           static: bool = False):
+  """A field of a hyper-parameter record: its default, its flag's help, an optional ``check``
+  (``at_least``, ``positive``, ``within``, ``one_of``, ...), the flag's name when it is not the
+  field's, and for a float whether the builder needs it as a Python number (``static``: runs
+  that differ in it cannot share one program; the others may be traced values)."""
+  return dataclasses.field(default=default, metadata={'help': help_text, 'check': check,
+                                                      'flag': flag, 'static': static})
+
+
+def flag_name(field: dataclasses.Field) -> str:
+  return field.metadata.get('flag') or field.name
+
+
+def problems(record) -> list[str]:
+  """Every problem of ``record``'s fields (one line each, naming the flag): a float that is not
+  finite, or a value its field's check refuses."""
+  found = []
+  for field in dataclasses.fields(record):
+    if 'help' not in field.metadata:
+      continue
+    value, name = getattr(record, field.name), flag_name(field)
+    if isinstance(value, float) and not math.isfinite(value):
+      found.append(f'--{name} must be a finite number (got {value})')
+    elif field.metadata.get('check') is not None:
+      problem = field.metadata['check'](name, value)
+      if problem:
+        found.append(problem)
+  return found
+
+
+def at_least(low, note: str = '') -> Check:
+  """``value >= low``; ``note`` is added to the message (e.g. ``', 0 meaning automatic'``)."""
+  return lambda name, v: None if v >= low else f'--{name} must be >= {low}{note} (got {v})'
+
+
+def positive(name, value) -> str | None:
+  if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    return None if value >= 1 else f'--{name} must be a positive integer (got {value})'
+  return None if value > 0 else f'--{name} must be positive (got {value})'
+
+
+def within(low, high, *, open_low: bool = False, open_high: bool = False) -> Check:
+  """``low <(=) value <(=) high``."""
+  text = f'{"(" if open_low else "["}{low:g}, {high:g}{")" if open_high else "]"}'
+
+  def check(name, v):
+    ok = (v > low if open_low else v >= low) and (v < high if open_high else v <= high)
+    return None if ok else f'--{name} must lie in {text} (got {v})'
+  return check
+
+
+def one_of(*known) -> Check:
+  return lambda name, v: (None if v in known else
+                          f'--{name}: unknown value {v!r}; known: {", ".join(known)}')
+
+
+@dataclasses.dataclass(frozen=True)
+class NoHparams:
+  """The hyper-parameters of an algorithm that has none beyond the client learning rate."""
+
+
+class Setting(NamedTuple):
+  """What a builder gets from the experiment besides the algorithm's own hyper-parameters.
+
+  ``client_lr``, ``client_momentum`` and the server optimiser's learning rate may be traced
+  values when several runs train as one program (``core.runs``)."""
+  model: Any                      # fedjax_gel.models.Model
+  loss: Callable                  # loss(params, batch) -> scalar, the model's cross-entropy
+  client_lr: Any
+  client_momentum: Any
+  server: Any                     # optax.GradientTransformation applied to Delta
+  counts: np.ndarray              # the training clients' example counts (the population)
+  uniform_weights: bool = False   # clients weighted equally (not by their data)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSpec:
+  """One registered algorithm.
+
+  Attributes:
+    name: the ``--algorithm`` value.
+    build: ``(hparams, Setting) -> FederatedAlgorithm``.
+    hparams: the frozen dataclass of its hyper-parameters (fields made with ``hparam``; a
+      field's name is its flag's, shared by every algorithm that reads it).
+    client: what its clients do, in words (tables).
+    server: what its server does, in words (tables).
+    paper: the paper (authors, year, title) and where in it.
+    stateful: it keeps a row per client (``FederatedAlgorithm.store_row``).
+    anchor: ``FederatedAlgorithm.anchor``.
+    guesses: it takes guessed steps (``FederatedAlgorithm.client_guesses``).
+    server_optimizer: the server optimiser it fixes (FedOpt), else None: the experiment's.
+    check: ``(hparams, model name) -> problem or None`` for checks across fields.
+    run_name: ``hparams -> name`` of its runs, when it differs from ``name``.
+  """
+  name: str
+  build: Callable[[Any, Setting], FederatedAlgorithm]
+  hparams: type = NoHparams
+  client: str = 'SGD'
+  server: str = '`--server_optimizer` on `Delta`'
+  paper: str = ''
+  stateful: bool = False
+  anchor: str = 'none'
+  guesses: bool = False
+  server_optimizer: str | None = None
+  check: Callable[[Any, str], Optional[str]] | None = None
+  run_name: Callable[[Any], str] | None = None
+
+  def problems(self, hparams, model: str) -> list[str]:
+    """What is wrong with ``hparams`` for this algorithm (with ``model``), one line each."""
+    found = problems(hparams)
+    if not found and self.check is not None:
+      found += [p for p in [self.check(hparams, model)] if p]
+    return found
+
+  def name_of_run(self, hparams) -> str:
+    return self.name if self.run_name is None else self.run_name(hparams)
