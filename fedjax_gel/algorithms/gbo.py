@@ -51,7 +51,7 @@ class GBOUpload(NamedTuple):
 
 def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, frozen: bool,
                 extra: Callable, server: optax.GradientTransformationExtraArgs,
-                stats_of: Callable, server_step: Callable, anchor: str = 'none'
+                stats_of: Callable, server_step: Callable, pre_pass: str = 'none'
                 ) -> FederatedAlgorithm:
   """Shared body. ``frozen``: clients step with ``opt.client`` and the broadcast statistics as
   its extra argument (kept out of the client state, so they are neither copied per client nor
@@ -88,12 +88,12 @@ def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, fro
     updates, opt_state = server_step(state.opt_state, upload.delta, upload.extra, state.params)
     return GBOServerState(optax.apply_updates(state.params, updates), opt_state)
 
-  def anchor_grad(bcast, batch):
+  def pre_pass_fn(bcast, batch):
     return jax.grad(loss_fn)(bcast[0], batch)
 
   return FederatedAlgorithm(name, server_init, broadcast, client_init, client_step, client_final,
-                            server_update, lambda s: s.params, anchor,
-                            anchor_grad if anchor != 'none' else None)
+                            server_update, lambda s: s.params, pre_pass,
+                            pre_pass_fn if pre_pass != 'none' else None)
 
 
 def fedgbo(loss_fn: Callable, opt: GlobalBiasedOptimizer) -> FederatedAlgorithm:
@@ -132,9 +132,9 @@ def mime(loss_fn: Callable, opt: GlobalBiasedOptimizer, full_batch: bool = True
 
   name = 'mimelite' if full_batch else 'mimexlite'
   return _gbo_family(f'{name}_{opt.kind}', loss_fn, opt, frozen=True,
-                     extra=lambda state, ctx: ctx.anchor, server=opt.track,
+                     extra=lambda state, ctx: ctx.pre_pass, server=opt.track,
                      stats_of=lambda stats: stats, server_step=server_step,
-                     anchor='full_batch' if full_batch else 'minibatch')
+                     pre_pass='full_batch' if full_batch else 'minibatch')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,10 +172,10 @@ MFL = _spec('mfl', mfl, paper=f'Liu et al.; {_GBO}, Table 1',
             client='the same optimiser, starting from and updating the global statistics',
             server='averages models and statistics')
 MIMELITE = _spec('mimelite', lambda loss, opt: mime(loss, opt, full_batch=True),
-                 client=f'{_FROZEN}; also the full-batch gradient at `x`', anchor='full_batch',
+                 client=f'{_FROZEN}; also the full-batch gradient at `x`', pre_pass='full_batch',
                  server='model average; statistics track the mean of those gradients',
                  paper=f'Karimireddy et al.; {_GBO}, §5')
 MIMEXLITE = _spec('mimexlite', lambda loss, opt: mime(loss, opt, full_batch=False),
-                  client=f'{_FROZEN}; also one minibatch gradient at `x`', anchor='minibatch',
+                  client=f'{_FROZEN}; also one minibatch gradient at `x`', pre_pass='minibatch',
                   server='model average; statistics track the mean of those gradients',
                   paper=f'{_GBO}, §5')

@@ -32,8 +32,8 @@ class ClientContext(NamedTuple):
       ``FederatedAlgorithm.client_guesses``; 0 for other algorithms); may be ``inf``.
     weight: float32 unnormalised aggregation weight.
     key: PRNG key for the algorithm's own draws (independent of the data shuffle).
-    anchor: the gradient at the broadcast model the engine computed before local training when
-      the algorithm asks for one (``FederatedAlgorithm.anchor``), else None.
+    pre_pass: the client's value of the algorithm's pre-pass (``FederatedAlgorithm.pre_pass``),
+      computed by the engine at the broadcast model before local training; else None.
     stored: the client's row of the per-client store (stateful algorithms), else None.
   """
   client_id: jax.Array
@@ -42,7 +42,7 @@ class ClientContext(NamedTuple):
   guesses: jax.Array
   weight: jax.Array
   key: jax.Array
-  anchor: Any = None
+  pre_pass: Any = None
   stored: Any = None
 
 
@@ -65,11 +65,14 @@ class FederatedAlgorithm(NamedTuple):
     server_update: ``(server_state, mean_upload, RoundInfo) -> server_state``, with
       ``mean_upload = sum_i w_i upload_i / sum_i w_i``.
     server_params: ``server_state -> params`` of the global model (for evaluation).
-    anchor: ``'none'``, ``'full_batch'`` or ``'minibatch'``: the engine computes, before local
-      training, each client's gradient at the broadcast model over all its examples or over its
-      first minibatch (Mime), and hands it over as ``ClientContext.anchor``.
-    anchor_grad: ``(broadcast, batch) -> gradient`` of the masked mean loss at the broadcast
-      model (``batch['mask']`` marks real rows); needed when ``anchor != 'none'``.
+    pre_pass: per-client extras the algorithm asks the engine for: ``'none'``, ``'full_batch'``
+      or ``'minibatch'``. Before local training the engine evaluates ``pre_pass_fn`` on each
+      client's examples, all of them (``FULL_BATCH_ROWS`` at a time, a mean weighted by rows,
+      counted as ``ceil(n_i / B)`` gradient computations) or its first local minibatch (the
+      first step's, not counted again), and hands the result over as ``ClientContext.pre_pass``
+      (Mime's gradient at the broadcast model, its "anchor").
+    pre_pass_fn: ``(broadcast, batch) -> pytree``, a mean over the batch's real rows
+      (``batch['mask']``) at the broadcast model; needed when ``pre_pass != 'none'``.
     client_model: ``client_state -> the client's model``, for the spread of client models
       (mean pairwise cosine distance) the engine reports.
     store_row: ``None`` for an algorithm without per-client state. Otherwise ``client_ids ->
@@ -96,8 +99,8 @@ class FederatedAlgorithm(NamedTuple):
   client_final: Callable[[PyTree, PyTree, ClientContext], PyTree]
   server_update: Callable[[PyTree, PyTree, RoundInfo], PyTree]
   server_params: Callable[[PyTree], PyTree]
-  anchor: str = 'none'
-  anchor_grad: Optional[Callable[[PyTree, PyTree], PyTree]] = None
+  pre_pass: str = 'none'
+  pre_pass_fn: Optional[Callable[[PyTree, PyTree], PyTree]] = None
   client_model: Callable[[PyTree], PyTree] = lambda state: state.params
   store_row: Optional[Callable[[jax.Array], jax.Array]] = None
   client_guesses: Optional[Callable[[jax.Array, int], jax.Array]] = None

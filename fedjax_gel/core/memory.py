@@ -8,8 +8,8 @@ vmapped, so every per-client buffer is ``k`` times as large. One client holds
   minibatch (``peak_bytes``: a linear scan of the step's jaxpr in program order, each value live
   from its definition to its last use; this counts activations, which the model's size does not
   tell, and the algorithm's own terms: momentum, proximal terms, control variates, guesses);
-* the client's state (model and optimiser state), its starting model, its upload, the anchor
-  gradient and store row it reads, and two minibatches.
+* the client's state (model and optimiser state), its starting model, its upload, the pre-pass
+  value (a model-sized gradient) and store row it reads, and two minibatches.
 
 Checked against XLA's own figures (``compiled.memory_analysis()``, the growth of the round's
 temporary memory per client added to a chunk; ``tests/core/test_memory.py``): on CPU the estimate
@@ -86,9 +86,9 @@ def client_bytes(algorithm, params, example_spec: dict, batch_size: int, max_bud
   if algorithm.store_row is not None:   # this client's row of the store
     clients = jax.eval_shape(algorithm.server_init, params).clients
     stored = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), clients)
-  anchor = params if algorithm.anchor != 'none' else None
+  extra = params if algorithm.pre_pass != 'none' else None
   ctx = ClientContext(scalar('int32'), scalar('int32'), scalar('int32'), scalar('float32'),
-                      scalar('float32'), jax.eval_shape(lambda: jax.random.key(0)), anchor,
+                      scalar('float32'), jax.eval_shape(lambda: jax.random.key(0)), extra,
                       stored)
   bcast = jax.eval_shape(algorithm.broadcast, jax.eval_shape(algorithm.server_init, params))
   state = jax.eval_shape(algorithm.client_init, bcast, ctx)
@@ -97,4 +97,4 @@ def client_bytes(algorithm, params, example_spec: dict, batch_size: int, max_bud
            for k, s in example_spec.items()}
   step = peak_bytes(jax.make_jaxpr(algorithm.client_step)(state, batch, bcast).jaxpr)
   return (order_bytes(max_budget * batch_size) + step + _bytes(state) + _bytes(params)
-          + _bytes(upload) + _bytes((anchor, stored)) + 2 * _bytes(batch))
+          + _bytes(upload) + _bytes((extra, stored)) + 2 * _bytes(batch))

@@ -47,8 +47,8 @@ tree_map = jax.tree_util.tree_map
 class RoundMetrics(NamedTuple):
   """Per-round totals (scalars)."""
   train_loss: jax.Array        # sum_i w_i mean_k loss_ik / sum_i w_i (minibatch losses)
-  grad_computations: jax.Array  # sum_i tau_i minibatch gradients, + anchor passes (ceil(n_i/B))
-  examples: jax.Array          # examples through a gradient: sum_i tau_i B, + anchor examples
+  grad_computations: jax.Array  # sum_i tau_i minibatch gradients, + full pre-passes (ceil(n_i/B))
+  examples: jax.Array          # examples through a gradient: sum_i tau_i B, + pre-pass examples
   computed_steps: jax.Array    # client-steps the chunks ran, masked ones included
   uploaded_bytes: jax.Array    # bytes the real clients uploaded
   downloaded_bytes: jax.Array  # bytes the real clients downloaded
@@ -58,7 +58,7 @@ class RoundMetrics(NamedTuple):
   diagnostics: Any = None      # the algorithm's own metrics ({name: scalar}; {} without)
 
 
-FULL_BATCH_ROWS = 128   # rows per step of a full-batch anchor-gradient pass
+FULL_BATCH_ROWS = 128   # rows per step of a full-batch pre-pass
 
 
 class ChunkWork(NamedTuple):
@@ -70,8 +70,8 @@ class ChunkWork(NamedTuple):
   real: jax.Array
   trips: jax.Array
   model_spread: Any            # (sum_i e_i, sum_i ||e_i||^2), e_i = u_i - u_ref (see below)
-  anchor_grads: jax.Array      # gradient computations of the anchor pass
-  anchor_examples: jax.Array
+  pre_pass_grads: jax.Array    # gradient computations of the pre-pass
+  pre_pass_examples: jax.Array
   new_rows: Any = None         # stateful algorithms: the rows the clients write back
 
 
@@ -190,15 +190,16 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     (static: ``max_budget * batch_size`` sizes the data-order buffer)."""
     order_len = max_budget * batch_size
 
-    def anchor_gradients(bcast, data: FederatedData, n, offsets, rows, real):
-      """Each client's gradient at the broadcast model: ``(grads, computations, examples)``."""
-      grad = jax.vmap(algorithm.anchor_grad, in_axes=(None, 0))
-      if algorithm.anchor == 'minibatch':
-        # The client's first minibatch at the broadcast model: the gradient of its first local
-        # step, which a real client reuses; recomputed here, so it is not counted again.
+    def pre_pass_values(bcast, data: FederatedData, n, offsets, rows, real):
+      """Each client's ``pre_pass_fn`` at the broadcast model (the algorithm's per-client extra,
+      e.g. Mime's gradient): ``(values, gradient computations, examples)``."""
+      fn = jax.vmap(algorithm.pre_pass_fn, in_axes=(None, 0))
+      if algorithm.pre_pass == 'minibatch':
+        # The client's first minibatch at the broadcast model: for a gradient, that of its first
+        # local step, which a real client reuses; recomputed here, so it is not counted again.
         batch = tree_map(lambda a: a[rows[:, :batch_size]], data.examples)
         batch['mask'] = jnp.ones(rows[:, :batch_size].shape, bool)
-        return grad(bcast, batch), jnp.int32(0), jnp.int32(0)
+        return fn(bcast, batch), jnp.int32(0), jnp.int32(0)
 
       pos = jnp.arange(FULL_BATCH_ROWS)
 
@@ -208,10 +209,10 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
         idx = offsets[:, None] + jnp.minimum(p[None, :], jnp.maximum(n - 1, 0)[:, None])
         batch = dict(tree_map(lambda a: a[idx], data.examples), mask=mask)
         count = jnp.sum(mask, axis=1).astype(jnp.float32)
-        g = grad(bcast, batch)
+        g = fn(bcast, batch)
         return tree_map(lambda a, u: a + count.reshape((-1,) + (1,) * (u.ndim - 1)) * u, acc, g)
 
-      shapes = jax.eval_shape(lambda: grad(bcast, dict(
+      shapes = jax.eval_shape(lambda: fn(bcast, dict(
           tree_map(lambda a: a[jnp.zeros((n.shape[0], 1), jnp.int32)], data.examples),
           mask=jnp.ones((n.shape[0], 1), bool))))
       zeros = tree_map(lambda s: jnp.zeros(s.shape, jnp.float32), shapes)
@@ -219,10 +220,10 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       trips = -(-jnp.max(n_real) // FULL_BATCH_ROWS)
       total = jax.lax.fori_loop(0, trips, add_rows, zeros)
       scale = 1. / jnp.maximum(n_real, 1).astype(jnp.float32)
-      grads = tree_map(
+      values = tree_map(
           lambda t, s: (scale.reshape((-1,) + (1,) * (t.ndim - 1)) * t).astype(s.dtype),
-                       total, shapes)
-      return grads, jnp.sum(-(-n_real // batch_size)), jnp.sum(n_real)
+          total, shapes)
+      return values, jnp.sum(-(-n_real // batch_size)), jnp.sum(n_real)
 
     def train_chunk(bcast, data: FederatedData, client_key_root, chunk) -> ChunkWork:
       """Local work of one chunk. Uploads and weights of padding clients and clients without data
@@ -237,12 +238,12 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       rows = offsets[:, None] + order                       # [chunk, tau_max * B] pool rows
       real = cohort.valid & (n > 0)                          # clients without data take no step
       budgets = jnp.where(real, jnp.minimum(cohort.budgets, max_budget), 0)
-      anchor, anchor_grads, anchor_examples = None, jnp.int32(0), jnp.int32(0)
-      if algorithm.anchor != 'none':
-        anchor, anchor_grads, anchor_examples = anchor_gradients(bcast, data, n, offsets, rows,
+      extra, extra_grads, extra_examples = None, jnp.int32(0), jnp.int32(0)
+      if algorithm.pre_pass != 'none':
+        extra, extra_grads, extra_examples = pre_pass_values(bcast, data, n, offsets, rows,
                                                                  real)
       ctx = ClientContext(cohort.client_ids, n, budgets, jnp.where(real, cohort.guesses, 0.),
-                          cohort.weights, algo_keys, anchor, stored)
+                          cohort.weights, algo_keys, extra, stored)
       state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
       start = jax.vmap(algorithm.client_model)(state)
       step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
@@ -268,7 +269,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       upload = masked(real, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
       return ChunkWork(upload, w, budgets, loss_sum / jnp.maximum(budgets, 1), real, trips,
                        model_spread(jax.vmap(algorithm.client_model)(state), start, real),
-                       anchor_grads, anchor_examples, new_rows)
+                       extra_grads, extra_examples, new_rows)
 
     def chunk_totals(bcast, data, client_key_root, chunk):
       """One chunk's ``sum_i w_i upload_i`` (float32), model directions and scalar totals."""
@@ -278,8 +279,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       w_trained = jnp.where(budgets > 0, w, 0.)
       totals = (jnp.sum(w), jnp.sum(work.real).astype(jnp.float32),
                 jnp.sum(w_trained * work.mean_loss), jnp.sum(w_trained),
-                jnp.sum(budgets) + work.anchor_grads, batch_size * jnp.sum(budgets) +
-                work.anchor_examples, work.trips * budgets.shape[0])
+                jnp.sum(budgets) + work.pre_pass_grads, batch_size * jnp.sum(budgets) +
+                work.pre_pass_examples, work.trips * budgets.shape[0])
       return (sums, work.model_spread, totals), (work.new_rows, work.real)
 
     def accumulate(bcast, data, client_key_root, chunks):

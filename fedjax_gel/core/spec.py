@@ -4,7 +4,7 @@ An ``AlgorithmSpec`` is what an experiment needs to know about an algorithm befo
 one: its hyper-parameters (a frozen dataclass whose fields carry their default, help text and
 check, ``hparam``), how to build the ``FederatedAlgorithm`` from them and from the experiment's
 ``Setting`` (model, loss, client learning rate, server optimiser, population), and properties
-the experiment plans with (per-client state, Mime's anchor pass, guessed steps, a fixed server
+the experiment plans with (per-client state, a pre-pass over the clients' data such as Mime's, guessed steps, a fixed server
 optimiser). ``fedjax_gel.algorithms.registry`` collects the specs; the command line's flags,
 their validation and the README's algorithm table are generated from it.
 
@@ -113,7 +113,7 @@ class AlgorithmSpec:
     server: what its server does, in words (tables).
     paper: the paper (authors, year, title) and where in it.
     stateful: it keeps a row per client (``FederatedAlgorithm.store_row``).
-    anchor: ``FederatedAlgorithm.anchor``.
+    pre_pass: ``FederatedAlgorithm.pre_pass``.
     guesses: it takes guessed steps (``FederatedAlgorithm.client_guesses``).
     server_optimizer: the server optimiser it fixes (FedOpt), else None: the experiment's.
     check: ``(hparams, model name) -> problem or None`` for checks across fields.
@@ -126,7 +126,7 @@ class AlgorithmSpec:
   server: str = '`--server_optimizer` on `Delta`'
   paper: str = ''
   stateful: bool = False
-  anchor: str = 'none'
+  pre_pass: str = 'none'
   guesses: bool = False
   server_optimizer: str | None = None
   check: Callable[[Any, str], Optional[str]] | None = None

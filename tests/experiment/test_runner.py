@@ -340,7 +340,7 @@ def test_every_registered_algorithm_builds_as_its_spec_declares():
     assert alg.name == c.run_name == spec.name + ('_sgdm' if gbo else '')
     server = alg.server_init(params)
     assert (alg.store_row is not None) == spec.stateful, spec.name
-    assert alg.anchor == spec.anchor and (alg.client_guesses is not None) == spec.guesses
+    assert alg.pre_pass == spec.pre_pass and (alg.client_guesses is not None) == spec.guesses
     if spec.stateful:   # a row per client (per cluster: --fedvarp_clusters=10)
       rows = 10 if spec.name == 'cluster_fedvarp' else 25
       assert jax.tree_util.tree_leaves(server.clients)[0].shape[0] == rows, spec.name
