@@ -232,7 +232,7 @@ class ProgressReport(Callback):
     self.progress.note(f'{self.progress.label}: compiling')
 
   def on_compiled(self, loop):
-    self.progress.compiled(loop.phases.seconds['compile'], loop.start)
+    self.progress.compiled(loop.seconds('compile'), loop.start)
     self.progress.begin(loop.start)
 
   def on_round(self, loop, done):
@@ -268,7 +268,7 @@ def run_summary(loop, i: int) -> dict:
   """Run ``i``'s ``summary.json``."""
   run, c = loop.runs[i], loop.runs[i].config
   records = run.records
-  train_s = loop.phases.seconds['train']
+  train_s = loop.seconds('train')
   return {
       **run_fields(c), 'client_lr': c.algorithm.client_lr, **run.tags,
       'final_accuracy': records[-1]['test_accuracy'] if records else None,
@@ -278,7 +278,7 @@ def run_summary(loop, i: int) -> dict:
       'status': 'diverged' if run.diverged else 'finished',
       'diverged_round': run.diverged,
       **run.totals,
-      'compile_s': round(loop.phases.seconds['compile'], 3), 'train_s': round(train_s, 3),
+      'compile_s': round(loop.seconds('compile'), 3), 'train_s': round(train_s, 3),
       'rounds_per_s': (round((loop.done - loop.start) / train_s, 3) if train_s > 0 else None),
       'chunk_size': loop.chunk_size, 'runs_in_program': len(loop.runs),
       'client_state_bytes': (0 if loop.exp.algorithm.store_row is None else

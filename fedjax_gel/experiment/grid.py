@@ -105,14 +105,13 @@ def write_grid(loop, idx, workdir: str, client_lrs, server_lrs) -> dict:
                      f'{c.run_name}: final test accuracy, {c.run.num_rounds} rounds',
                      os.path.join(workdir, 'plots', 'grid.png'))
   scores = [-np.inf if x['final_accuracy'] is None else x['final_accuracy'] for x in cell_results]
-  phases = loop.phases
-  train_s = phases.seconds['train']
+  train_s = loop.seconds('train')
   workdir_lib.write_json(os.path.join(workdir, 'summary.json'), {   # last: the grid is finished
       **run_fields(c), 'cells': len(idx), 'diverged_cells': int(diverged.sum()),
       'best_cell': cell_results[int(np.argmax(scores))], 'chunk_size': loop.chunk_size,
-      'compile_s': round(phases.seconds['compile'], 3), 'train_s': round(train_s, 3),
+      'compile_s': round(loop.seconds('compile'), 3), 'train_s': round(train_s, 3),
       'rounds_per_s': round((loop.done - loop.start) / train_s, 3) if train_s > 0 else None,
-      'phases_s': phases.rounded()})
+      'phases_s': loop.phases.rounded()})
   workdir_lib.remove_checkpoints(workdir, keep=c.run.num_rounds)
   return result
 

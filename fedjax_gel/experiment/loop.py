@@ -90,7 +90,8 @@ class Loop:
     self.exp, self.runs, self.program = exp, list(runs), program
     self.hparams = hparams
     self.chunk_size = chunk_size
-    self.phases = phases or Phases()
+    self.phases = phases or Phases()   # the process's (shared by the loops of one command)
+    self.phases_before = dict(self.phases.seconds)
     self.num_rounds = self.runs[0].config.run.num_rounds
     seeds = [r.config.run.seed for r in self.runs]
     self.shared_key = len(set(seeds)) == 1   # one seed: one key, one cohort for all the runs
@@ -109,6 +110,10 @@ class Loop:
     self.t0 = time.perf_counter()
 
   # what callbacks use
+  def seconds(self, phase: str) -> float:
+    """Seconds this loop spent in ``phase`` (``phases`` holds the process's totals)."""
+    return self.phases.seconds[phase] - self.phases_before[phase]
+
   def run_state(self, i: int):
     return runs_lib.run_slice(self.state, i, self.program.batched)
 

@@ -365,6 +365,11 @@ def test_seeds_and_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf
     assert first[seed, 'fedavgcm']['test_loss'] == first[seed, 'gel']['test_loss']
   assert first[3, 'gel']['test_loss'] != first[4, 'gel']['test_loss']
   assert '| fedavgcm | 3,4 |' in proc.stdout and '| gel | 3,4 |' in proc.stdout
+  # compile_s and train_s are the program's own; phases_s the process's totals so far.
+  cm, gel = (json.loads((workdir / 'seed3' / n / 'summary.json').read_text())
+             for n in ('fedavgcm', 'gel'))
+  assert cm['compile_s'] + gel['compile_s'] <= gel['phases_s']['compile'] + 1e-3
+  assert 0 < gel['compile_s'] < gel['phases_s']['compile']
 
 
 # Every algorithm from the command line, in three commands (one test each, so that the two test
