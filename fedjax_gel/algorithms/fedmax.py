@@ -35,7 +35,8 @@ def _check(hp, model: str):
   return None
 
 
-FEDMAX = AlgorithmSpec('fedmax', lambda hp, s: fedmax(s.model, s.client_lr, hp.fedmax_beta, s.server),
+FEDMAX = AlgorithmSpec('fedmax',
+                       lambda hp, s: fedmax(s.model, s.client_lr, hp.fedmax_beta, s.server),
                        FedMaxHparams, check=_check,
                        client='SGD on cross-entropy + `beta KL(U || softmax(penultimate '
                        'activations))` (needs a hidden layer: `--model=mlp`)',

@@ -4,8 +4,8 @@ An ``AlgorithmSpec`` is what an experiment needs to know about an algorithm befo
 one: its hyper-parameters (a frozen dataclass whose fields carry their default, help text and
 check, ``hparam``), how to build the ``FederatedAlgorithm`` from them and from the experiment's
 ``Setting`` (model, loss, client learning rate, server optimiser, population), and properties
-the experiment plans with (per-client state, a pre-pass over the clients' data such as Mime's, guessed steps, a fixed server
-optimiser). ``fedjax_gel.algorithms.registry`` collects the specs; the command line's flags,
+the experiment plans with (per-client state, a pre-pass over the clients' data such as Mime's,
+guessed steps, a fixed server optimiser). ``fedjax_gel.algorithms.registry`` collects the specs; the command line's flags,
 their validation and the README's algorithm table are generated from it.
 
 The same ``hparam`` fields describe the experiment's own configuration sections

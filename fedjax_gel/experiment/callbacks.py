@@ -130,9 +130,9 @@ class DivergenceGuard(Callback):
       run = loop.runs[i]
       c = run.config
       tags = ''.join(f', {k} {v:g}' for k, v in run.tags.items())
-      self.note(f'{c.run_name} on {c.data.dataset}, seed {c.run.seed}{tags}: diverged (the server model '
-                f'is not finite after round {run.diverged}); stopped, its last good checkpoint '
-                'kept')
+      self.note(f'{c.run_name} on {c.data.dataset}, seed {c.run.seed}{tags}: diverged (the '
+                f'server model is not finite after round {run.diverged}); stopped, its last '
+                'good checkpoint kept')
     loop.newly_diverged.clear()
     if not loop.live():
       loop.stop = True

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-from fedjax_gel.core.spec import (AlgorithmSpec, at_least, flag_name, hparam, one_of, positive,
-                                  problems, within)
+from fedjax_gel.core.spec import (AlgorithmSpec, NoHparams, at_least, flag_name, hparam, one_of,
+                                  positive, problems, within)
 
 DATASETS = ('leaf_synthetic', 'fedprox_synthetic', 'leaf', 'femnist', 'shakespeare', 'sent140',
             'celeba', 'mnist', 'emnist', 'cifar10', 'cifar100')
@@ -243,8 +243,9 @@ class Config:
     the two algorithms share are kept and the new one's others take their defaults."""
     now = self.flags()
     if flags.get('algorithm', self.algorithm.name) != self.algorithm.name:
-      own = section_flags(self.algorithm.hparams or NO_FIELDS)
-      now = {k: v for k, v in now.items() if k not in own or k in hparam_flags(flags['algorithm'])}
+      drop = set(section_flags(self.algorithm.hparams or NoHparams())) - set(
+          hparam_flags(flags['algorithm']))
+      now = {k: v for k, v in now.items() if k not in drop}
     return make(**{**now, **flags})
 
   def to_json(self) -> dict:
@@ -274,14 +275,6 @@ def json_extras(d: dict) -> dict:
   known = set(SECTIONS) if 'data' in d else (
       set(section_flag_names()) | set(registry.hparam_fields()))
   return {k: v for k, v in d.items() if k not in known}
-
-
-@dataclasses.dataclass(frozen=True)
-class _NoFields:
-  pass
-
-
-NO_FIELDS = _NoFields()
 
 
 def section_flags(record) -> dict:

@@ -378,7 +378,8 @@ def test_cohort_spec_from_the_config():
            sample_with_replacement=False, aggregation_weights='uniform')
   assert factories.cohort_spec(c.cohort) == CohortSpec(7, (2, 5), 4, False, 'uniform')
   cyclic = c.replace(client_selection='cyclic', cyclic_groups=3)
-  assert factories.cohort_spec(cyclic.cohort) == CohortSpec(7, (2, 5), 4, False, 'uniform', 'cyclic', 3)
+  assert factories.cohort_spec(cyclic.cohort) == CohortSpec(7, (2, 5), 4, False, 'uniform',
+                                                            'cyclic', 3)
 
 
 @pytest.mark.parametrize('kwargs,flag', [

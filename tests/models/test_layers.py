@@ -87,8 +87,8 @@ def test_cnn_fast_layers_equal_xla_layers_and_vmap_without_batched_convolutions(
   rng = np.random.default_rng(3)
   x = jnp.asarray(rng.random((3, 4, 784)), jnp.float32)       # 3 clients, 4 images each
   y = jnp.asarray(rng.integers(0, 62, (3, 4)))
-  params = fast.init(jax.random.key(0), x[0])
-  np.testing.assert_allclose(fast.apply(params, x[0]), xla.apply(params, x[0]),
+  params = jax.jit(fast.init)(jax.random.key(0), x[0])   # jitted: one compile, not op by op
+  np.testing.assert_allclose(jax.jit(fast.apply)(params, x[0]), jax.jit(xla.apply)(params, x[0]),
                              rtol=1e-5, atol=1e-5)
 
   def client_grads(module):
@@ -96,8 +96,8 @@ def test_cnn_fast_layers_equal_xla_layers_and_vmap_without_batched_convolutions(
         -jax.nn.log_softmax(module.apply(p, xb))[jnp.arange(4), yb])
     return jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))
 
-  for a, b in zip(jax.tree.leaves(client_grads(fast)(params, x, y)),
-                  jax.tree.leaves(client_grads(xla)(params, x, y))):
+  for a, b in zip(jax.tree.leaves(jax.jit(client_grads(fast))(params, x, y)),
+                  jax.tree.leaves(jax.jit(client_grads(xla))(params, x, y))):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
   prims = _primitives(jax.make_jaxpr(client_grads(fast))(params, x, y).jaxpr)
   assert 'conv_general_dilated' not in prims and 'reduce_window_max' not in prims, prims
