@@ -25,8 +25,9 @@ from typing import Sequence
 import jax
 
 from fedjax_gel.core import keys
-from fedjax_gel.experiment import (callbacks as callbacks_lib, factories, grid as grid_lib, loop as loop_lib,
-                                   planning, plots, report, sinks, workdir as workdir_lib)
+from fedjax_gel.experiment import callbacks as callbacks_lib, factories, grid as grid_lib
+from fedjax_gel.experiment import loop as loop_lib, outputs, planning, sinks
+from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError, validate
 from fedjax_gel.experiment.progress import Progress
 
@@ -180,9 +181,9 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   results = train_all(p, vmap, list(callbacks), err, phases)
   with phases.time('report'):
     if p.grid is None:
-      write_report(p, workdir, results, out)
+      outputs.write_report(p, workdir, results, out)
     else:
-      write_grid_report(p, workdir, results, out)
+      outputs.write_grid_report(p, workdir, results, out)
   return results
 
 
@@ -289,51 +290,3 @@ def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, 
       summary,   # after the final checkpoint, before the progress' last line
       callbacks_lib.ProgressReport(progress),
       *extra])
-
-
-def write_report(p: Plan, workdir: str, summaries: list[dict], out):
-  """One line per run, ``report.md`` and ``plots/``."""
-  results = []
-  for x, w, summary in zip(p.configs, p.workdirs, summaries):
-    results.append((summary, workdir_lib.read_metrics(w)))
-    target = summary['rounds_to_target']
-    final, best = summary['final_accuracy'], summary['best_accuracy']
-    print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}, client lr '
-          f'{x.algorithm.client_lr:g}: final test '
-          f'accuracy {fmt(final)}, best {fmt(best)}, rounds to {x.run.target_accuracy:.0%}: '
-          f'{target if target is not None else "not reached"}', file=out)
-  text = report.report_text(results, p.levels[2])
-  if len(results) > 1:
-    print(text, file=out)
-  workdir_lib.write_text(os.path.join(workdir, 'report.md'), text + '\n')
-  plotted = plots.accuracy_plots(report.kept_runs(results, p.levels[2]),
-                                 os.path.join(workdir, 'plots'), p.configs[0].run.target_accuracy)
-  if not plotted:
-    print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')",
-          file=out)
-  print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, metrics.csv, '
-        f'summary.json, model.msgpack{"" if len(p.configs) == 1 else " per run"}; report.md'
-        f'{"; plots/" if plotted else ""})', file=out)
-
-
-def fmt(value) -> str:
-  return 'n/a' if value is None else f'{value:.4f}'
-
-
-def write_grid_report(p: Plan, workdir: str, results: list[dict], out):
-  """One line per grid and ``report.md`` with the grids' tables."""
-  tables = []
-  for x, w, result in zip(p.configs, p.workdirs, results):
-    diverged = sum(cell['diverged'] for cell in result['cells'])
-    finals = [(cell['final_accuracy'], cell) for cell in result['cells']
-              if cell['final_accuracy'] is not None]
-    best = max(finals, key=lambda t: t[0])[1] if finals else None
-    print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}: {len(result["cells"])} cells, '
-          f'{diverged} diverged' + (f', best final test accuracy {best["final_accuracy"]:.4f} '
-                                    f'at client lr {best["client_lr"]:g}, server lr '
-                                    f'{best["server_lr"]:g}' if best else ''), file=out)
-    tables.append(grid_lib.grid_table(result) + f'\n\nHeat map: `{os.path.relpath(w, workdir)}/'
-                  'plots/grid.png`')
-  workdir_lib.write_text(os.path.join(workdir, 'report.md'), '\n\n'.join(tables) + '\n')
-  print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, metrics.csv, '
-        'grid.json, summary.json, plots/grid.png per grid; report.md)', file=out)
