@@ -9,10 +9,10 @@ Runs, into ``--out`` (default ``benchmarks/reproductions/gel_synthetic``):
   GeL, FedYogi and FedYogi + GeL, each 10 x 10 cells as one program.
 
 Each is ``launch/run.py`` with a shipped flag file (printed as it runs); each work directory
-keeps its ``report.md``, ``plots/`` and per-run summaries (``metrics.jsonl`` files are not
-committed). Then ``README.md`` in ``--out`` sets the mean rounds to 85% against the paper's
-(within 25%, the reproduction's bar), the GeL speedups (positive?) and, per grid, how many
-cells end at 80% test accuracy or more.
+keeps its ``report.md``, ``plots/`` and per-run summaries (the records, ``metrics.jsonl``,
+``metrics.csv`` and ``tensorboard/``, are not committed). Then ``README.md`` in ``--out`` sets
+the mean rounds to 85% against the paper's (within 25%, the reproduction's bar), the GeL
+speedups (positive?) and, per grid, how many cells end at 80% test accuracy or more.
 
 Usage: ``python benchmarks/reproduce_gel_synthetic.py [--out DIR] [--seeds 0,1,2,3,4]``
 """
@@ -130,8 +130,8 @@ def main(argv=None):
   a = p.parse_args(argv)
   out = a.out if os.path.isabs(a.out) else os.path.join(REPO, a.out)
   os.makedirs(out, exist_ok=True)
-  with open(os.path.join(out, '.gitignore'), 'w') as f:
-    f.write('metrics.jsonl\n')
+  with open(os.path.join(out, '.gitignore'), 'w') as f:   # the records, in their three forms
+    f.write('metrics.jsonl\nmetrics.csv\ntensorboard/\n')
   commands = []
   t = time.perf_counter()
   for name, args in runs(a.seeds):

@@ -49,7 +49,10 @@ def problems(record) -> list[str]:
     if isinstance(value, float) and not math.isfinite(value):
       found.append(f'--{name} must be a finite number (got {value})')
     elif field.metadata.get('check') is not None:
-      problem = field.metadata['check'](name, value)
+      try:
+        problem = field.metadata['check'](name, value)
+      except (TypeError, ValueError):   # e.g. a string where a number belongs (from Python)
+        problem = f'--{name}: {value!r} is not of type {field.type}'
       if problem:
         found.append(problem)
   return found

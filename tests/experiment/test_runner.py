@@ -244,6 +244,8 @@ def test_parse_budget_range_errors(text):
     ({'algorithm': 'fedmax'}, '--algorithm=fedmax with --model=logistic'),
     ({'algorithm': 'gel', 'prox_mu': 0.1}, '--prox_mu is not a hyper-parameter of'),
     ({'no_such_flag': 1}, '--no_such_flag is not a flag'),
+    ({'algorithm': 'gel', 'guess_tau': 'x'}, "--guess_tau: 'x' is not of type int"),
+    ({'budget_range': (1,)}, '--budget_range'),
 ])
 def test_validate_names_the_flag(changes, flag):
   with pytest.raises(ConfigError) as e:
