@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm
-from fedjax_gel.algorithms.fedavg import local_sgd
+from fedjax_gel.algorithms.fedavg import local_sgd, static_zero
 from fedjax_gel.algorithms.gel import GelHparams, GuessPolicy, check_guesses, checked_policy
 from fedjax_gel.core.spec import AlgorithmSpec
 from fedjax_gel.optim.guessed import gel_sgdm, momentum_coefficients_l1
@@ -26,7 +26,7 @@ def fednova(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
   def normalizer(ctx: ClientContext):
     return momentum_coefficients_l1(ctx.budget, jnp.zeros_like(ctx.guesses), momentum)
 
-  return local_sgd(loss_fn, optax.sgd(client_lr, momentum=momentum or None), server_optimizer,
+  return local_sgd(loss_fn, optax.sgd(client_lr, momentum=None if static_zero(momentum) else momentum), server_optimizer,
                    normalizer=normalizer, name='fednova')
 
 

@@ -14,7 +14,7 @@ from typing import Callable
 import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
-from fedjax_gel.algorithms.fedavg import local_sgd
+from fedjax_gel.algorithms.fedavg import local_sgd, static_zero
 from fedjax_gel.algorithms.gel import GelHparams, GuessPolicy, check_guesses, checked_policy
 from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam
 from fedjax_gel.optim.guessed import gel_sgdm
@@ -24,7 +24,7 @@ def fedprox(loss_fn: Callable, client_lr: optax.ScalarOrSchedule, mu: float = 0.
             momentum: float = 0.9, server_optimizer: optax.GradientTransformation | None = None
             ) -> FederatedAlgorithm:
   """FedProx with client SGD(M)."""
-  return local_sgd(loss_fn, optax.sgd(client_lr, momentum=momentum or None), server_optimizer,
+  return local_sgd(loss_fn, optax.sgd(client_lr, momentum=None if static_zero(momentum) else momentum), server_optimizer,
                    prox_mu=mu, name='fedprox')
 
 

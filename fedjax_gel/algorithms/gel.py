@@ -27,7 +27,7 @@ import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, one_of, within
-from fedjax_gel.algorithms.fedavg import local_sgd
+from fedjax_gel.algorithms.fedavg import local_sgd, static_zero
 from fedjax_gel.optim.guessed import PROXIES, gel_sgdm
 
 GUESS_POLICIES = ('none', 'remaining', 'cohort_max', 'inf', 'fixed', 'percent')
@@ -90,7 +90,7 @@ def checked_policy(name: str, policy: GuessPolicy, proxy: str, momentum: float) 
   if policy.kind == 'inf' and proxy != 'zero':
     raise ValueError(f'{name}: infinitely many guesses need the zero proxy (the closed-form '
                      f'alpha/(1-alpha) nudge); with the {proxy} proxy they diverge')
-  if proxy == 'zero' and momentum == 0 and policy.kind != 'none':
+  if proxy == 'zero' and static_zero(momentum) and policy.kind != 'none':
     raise ValueError(f'{name}: zero-proxy guesses without momentum do nothing; use the '
                      'last_gradient proxy or a momentum in (0, 1)')
   return policy

@@ -116,7 +116,8 @@ def make_algorithm(c: Config, model: models.Model, counts, traced: dict | None =
   hparams = dataclasses.replace(a.hparams, **{k: v for k, v in traced.items() if k in own})
   setting = spec_lib.Setting(
       model, models.cross_entropy_loss(model), traced.get('client_lr', a.client_lr),
-      a.client_momentum, server_optimizer(c, traced.get('server_lr')), np.asarray(counts),
+      traced.get('client_momentum', a.client_momentum),
+      server_optimizer(c, traced.get('server_lr')), np.asarray(counts),
       c.cohort.aggregation_weights == 'uniform')
   try:
     algorithm = c.spec.build(hparams, setting)
@@ -215,9 +216,9 @@ def make_sampler(exp: Experiment) -> Callable:
 
 
 # Float flags of the config's sections that runs of one program may differ in (besides the
-# seed), their values the program's data (``core.runs``); ``batched_flags`` adds the algorithm's
-# float hyper-parameters.
-BATCHED_FIELDS = ('client_lr', 'server_lr')
+# seed), their values the program's data (``core.runs``): the learning rates and the clients'
+# momentum; ``batched_flags`` adds the algorithm's float hyper-parameters.
+BATCHED_FIELDS = ('client_lr', 'server_lr', 'client_momentum')
 
 
 def batched_flags(c: Config) -> tuple[str, ...]:

@@ -306,11 +306,11 @@ def momentum_coefficients(tau: int, tau_prime, alpha: float) -> jax.Array:
 def momentum_coefficients_l1(tau, tau_prime, alpha: float) -> jax.Array:
   """``||a||_1 = [tau - alpha^(tau'+1) (1 - alpha^tau) / (1 - alpha)] / (1 - alpha)``.
 
-  ``tau`` and ``tau'`` may be traced arrays (one per client); ``tau' = inf`` gives
-  ``tau / (1 - alpha)``; ``alpha = 0`` gives ``tau``.
+  ``tau``, ``tau'`` and ``alpha`` may be traced arrays (``tau``, ``tau'``: one per client);
+  ``tau' = inf`` gives ``tau / (1 - alpha)``; ``alpha = 0`` gives ``tau``.
   """
   tau = jnp.asarray(tau, jnp.float32)
-  if alpha == 0:
+  if isinstance(alpha, (int, float)) and alpha == 0:   # a traced alpha takes the formula
     return tau
   tail = jnp.power(alpha, jnp.asarray(tau_prime, jnp.float32) + 1.) * (1. - jnp.power(alpha, tau))
   return (tau - tail / (1. - alpha)) / (1. - alpha)

@@ -34,7 +34,7 @@ def test_every_batched_hyper_parameter_of_every_algorithm_traces(base, experimen
   for spec in registry.specs():
     c = base.replace(algorithm=spec.name, model='mlp' if spec.name == 'fedmax' else 'logistic')
     exp = factories.with_config(experiments[c.model.name], c)
-    for flag in factories.batched_flags(c)[len(factories.BATCHED_FIELDS):]:
+    for flag in factories.batched_flags(c)[2:]:   # beyond the learning rates (test_grid)
       value = c.flags()[flag]
       program, hparams = factories.make_runs(exp, [c, c.replace(**{flag: value / 2 or 0.1})], 3)
       assert list(hparams) == [flag]
@@ -43,7 +43,8 @@ def test_every_batched_hyper_parameter_of_every_algorithm_traces(base, experimen
       cohort = jax.eval_shape(program.sample, root, np.int32(0), None)
       jax.eval_shape(program.round, state, hparams, cohort, exp.train, root, np.int32(0))
       traced.append(flag)
-  assert {'prox_mu', 'gbo_beta', 'fedexp_eps', 'fedmax_beta', 'adabest_beta'} <= set(traced)
+  assert {'client_momentum', 'prox_mu', 'gbo_beta', 'fedexp_eps', 'fedmax_beta',
+          'adabest_beta'} <= set(traced)
 
 
 def records(workdir):
@@ -51,7 +52,8 @@ def records(workdir):
 
 
 @pytest.mark.parametrize('algorithm,flag,values', [('fedprox', 'prox_mu', (0.01, 2.0)),
-                                                   ('fedgbo', 'gbo_beta', (0.5, 0.9))])
+                                                   ('fedgbo', 'gbo_beta', (0.5, 0.9)),
+                                                   ('fednova', 'client_momentum', (0.5, 0.9))])
 def test_a_batch_over_a_hyper_parameter_gives_its_separate_runs(base, experiments, tmp_path,
                                                                 algorithm, flag, values):
   configs = [base.replace(algorithm=algorithm, **{flag: v}) for v in values]
