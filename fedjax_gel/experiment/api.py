@@ -35,13 +35,18 @@ from fedjax_gel.experiment.progress import Progress
 @dataclasses.dataclass(frozen=True)
 class Sweep:
   """What one invocation runs besides ``config`` itself: every algorithm (the FedGBO family
-  once per global optimiser) with every seed and client learning rate; ``server_lrs`` make each
-  of those a ``client_lrs x server_lrs`` grid (``experiment.grid``). Empty: the config's."""
+  once per global optimiser) with every seed and client learning rate (or every value of
+  ``hparam_grid``'s hyper-parameter); ``server_lrs`` make each of those a ``client_lrs x
+  server_lrs`` grid (``experiment.grid``). Empty: the config's."""
   seeds: Sequence[int] = ()
   algorithms: Sequence = ()   # names, or AlgorithmConfigs (with hyper-parameters of their own)
   gbo_optimizers: Sequence[str] = ()
   client_lrs: Sequence[float] = ()
   server_lrs: Sequence[float] = ()
+  # (flag, values): a float hyper-parameter of the algorithms (``factories.batched_flags``), one
+  # run per value for each algorithm that has it, the runs of one algorithm one program where
+  # they fit; the report keeps each algorithm's best value, as with ``client_lrs``.
+  hparam_grid: tuple = ()
 
 
 def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
@@ -49,6 +54,8 @@ def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
   (with ``server_lrs``, the client lrs are a grid's rows, not separate runs)."""
   for field in dataclasses.fields(sweep):
     name, values = field.name, getattr(sweep, field.name)
+    if name == 'hparam_grid':   # check_hparam_grid
+      continue
     if name == 'algorithms':
       values = [a if isinstance(a, str) else a.name for a in values]
     if len(set(values)) != len(values):
@@ -61,9 +68,44 @@ def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
   lrs = sweep.client_lrs or [c.algorithm.client_lr]
   if sweep.server_lrs:
     lrs = lrs[:1]   # the grid's rows: one program per algorithm and seed
-  return [validate(x.replace(seed=s, client_lr=lr)) for s in seeds
-          for a in (sweep.algorithms or [c.algorithm]) for x in algorithm_variants(c, a, sweep)
-          for lr in lrs]
+  configs = [validate(y) for s in seeds for a in (sweep.algorithms or [c.algorithm])
+             for x in algorithm_variants(c, a, sweep) for lr in lrs
+             for y in hparam_variants(x.replace(seed=s, client_lr=lr), sweep)]
+  check_hparam_grid(sweep, configs)
+  return configs
+
+
+def hparam_variants(c: Config, sweep: Sweep) -> list[Config]:
+  """``c`` once per value of ``sweep.hparam_grid`` when its algorithm has that flag."""
+  if not sweep.hparam_grid or sweep.hparam_grid[0] not in c.flags():
+    return [c]
+  flag, values = sweep.hparam_grid
+  return [c.replace(**{flag: v}) for v in values]
+
+
+def tuned_flag(sweep: Sweep) -> str | None:
+  """The flag of ``sweep.hparam_grid`` when it holds several values."""
+  return sweep.hparam_grid[0] if sweep.hparam_grid and len(sweep.hparam_grid[1]) > 1 else None
+
+
+def check_hparam_grid(sweep: Sweep, configs: list[Config]):
+  """``--hparam_grid``: a float hyper-parameter that some algorithm of the command batches,
+  distinct finite values, and no other grid beside it (ConfigError otherwise)."""
+  if not sweep.hparam_grid:
+    return
+  flag, values = sweep.hparam_grid
+  if flag in ('client_lr', 'server_lr'):
+    raise ConfigError(f'--hparam_grid={flag}: use --{flag}_grid')
+  if sweep.client_lrs or sweep.server_lrs:
+    raise ConfigError('--hparam_grid: one grid at a time (not with --client_lr_grid or '
+                      '--server_lr_grid)')
+  if not any(flag in factories.batched_flags(x) for x in configs):
+    names = ','.join(dict.fromkeys(x.algorithm.name for x in configs))
+    raise ConfigError(f'--hparam_grid: --{flag} is no float hyper-parameter of '
+                      f'--algorithm={names}')
+  if len(set(values)) != len(values) or not all(-3e38 < v < 3e38 for v in values):
+    raise ConfigError(f'--hparam_grid={flag}: needs distinct, finite values (got '
+                      f'{",".join(map(str, values))})')
 
 
 def algorithm_variants(c: Config, algorithm, sweep: Sweep) -> list[Config]:
@@ -81,14 +123,17 @@ def algorithm_variants(c: Config, algorithm, sweep: Sweep) -> list[Config]:
 
 def name_of_flag(field: str) -> str:
   return {'seeds': 'seeds', 'algorithms': 'algorithm', 'gbo_optimizers': 'gbo_optimizer',
-          'client_lrs': 'client_lr_grid', 'server_lrs': 'server_lr_grid'}[field]
+          'client_lrs': 'client_lr_grid', 'server_lrs': 'server_lr_grid',
+          'hparam_grid': 'hparam_grid'}[field]
 
 
-def run_dir(workdir: str, c: Config, levels: tuple[bool, bool, bool]) -> str:
-  """``WORKDIR[/seed<S>][/<run name>][/lr<lr>]``, each level only where runs differ in it."""
-  seeds, names, lrs = levels
+def run_dir(workdir: str, c: Config, levels: tuple) -> str:
+  """``WORKDIR[/seed<S>][/<run name>][/lr<lr> or /<flag><value>]``, each level only where runs
+  differ in it (``levels``: seeds, names, client lrs, and the ``hparam_grid`` flag or None)."""
+  seeds, names, lrs, flag = levels
   parts = [workdir] + ([f'seed{c.run.seed}'] if seeds else []) + (
-      [c.run_name] if names else []) + ([f'lr{c.algorithm.client_lr:g}'] if lrs else [])
+      [c.run_name] if names else []) + ([f'lr{c.algorithm.client_lr:g}'] if lrs else []) + (
+      [f'{flag}{c.flags()[flag]:g}'] if flag in c.flags() else [])
   return os.path.join(*parts)
 
 
@@ -104,7 +149,7 @@ class Plan:
   configs: list
   workdirs: list
   status: list          # workdir_lib.run_status per run
-  levels: tuple
+  levels: tuple         # run_dir's
   grid: tuple | None    # (client lrs, server lrs)
   base: factories.Experiment
   notes: list
@@ -122,7 +167,7 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
       grid_lib.check_grid(x)
   names = list(dict.fromkeys(x.run_name for x in configs))
   levels = (len({x.run.seed for x in configs}) > 1, len(names) > 1,
-            len({x.algorithm.client_lr for x in configs}) > 1)
+            len({x.algorithm.client_lr for x in configs}) > 1, tuned_flag(sweep))
   workdirs = [run_dir(workdir, x, levels) for x in configs]
   extra = None if grid is None else grid_lib.grid_fields(*grid)
   status = [workdir_lib.run_status(w, x, overwrite, extra) for x, w in zip(configs, workdirs)]
@@ -227,8 +272,10 @@ def train_group(p: Plan, group: list[int], extra: list, err, phases) -> dict:
   resume = any(p.status[i] == 'resume' for i in group)
   if p.grid is None:
     configs = [p.configs[i] for i in group]
+    flag = p.levels[3]
+    tags = [{flag: x.flags()[flag]} if flag in x.flags() else {} for x in configs]
     summaries = train(exp, [p.workdirs[i] for i in group], configs, resume=resume,
-                      callbacks=extra, err=err, phases=phases)
+                      callbacks=extra, err=err, phases=phases, tags=tags)
     return dict(zip(group, summaries))
   w = p.workdirs[group[0]]
   tags = grid_lib.cell_tags(*p.grid)
@@ -242,13 +289,14 @@ def train_group(p: Plan, group: list[int], extra: list, err, phases) -> dict:
 
 def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
           configs: Sequence[Config] | None = None, *, resume: bool = False,
-          callbacks: Sequence = (), err=None, phases: loop_lib.Phases | None = None
-          ) -> list[dict]:
+          callbacks: Sequence = (), err=None, phases: loop_lib.Phases | None = None,
+          tags: Sequence[dict] | None = None) -> list[dict]:
   """Trains ``configs`` (default ``[exp.config]``; they may differ only in the seed and the
   ``factories.batched_flags``) on ``exp``'s data and model as one program, run ``i`` into
   ``workdirs[i]``; returns their summaries. ``resume``: continue from the work directories'
   last common checkpoint (else they are started afresh). What ``run`` does for each group of
-  runs, for a caller that prepared the experiment itself (``factories.prepare``)."""
+  runs, for a caller that prepared the experiment itself (``factories.prepare``). ``tags``:
+  each run's fields in its records and summary (``loop.Run.tags``)."""
   configs = list(configs or [exp.config])
   workdirs = [workdirs] if isinstance(workdirs, str) else list(workdirs)
   if not resume:
@@ -261,9 +309,12 @@ def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
   lrs = list(dict.fromkeys(x.algorithm.client_lr for x in configs))
   if len(lrs) > 1:
     label += f', client lr {", ".join(f"{lr:g}" for lr in lrs)}'
+  tags = list(tags or [{} for _ in configs])
+  for key in dict.fromkeys(k for t in tags for k in t):
+    label += f', {key} {", ".join(f"{v:g}" for v in dict.fromkeys(t[key] for t in tags))}'
   summary = callbacks_lib.RunSummary()
-  train_runs(exp, [loop_lib.Run(x, w) for x, w in zip(configs, workdirs)], label, resume,
-             summary, list(callbacks), err, phases)
+  runs = [loop_lib.Run(x, w, t) for x, w, t in zip(configs, workdirs, tags)]
+  train_runs(exp, runs, label, resume, summary, list(callbacks), err, phases)
   return [summary.summaries[i] for i in range(len(configs))]
 
 

@@ -8,7 +8,8 @@ for and maps every user error to one line on stderr and exit status 2 (Ctrl-C: 1
 in-process.
 
 ``algorithm`` and ``gbo_optimizer`` take comma-separated lists (a sweep: ``api.Sweep``), as do
-``--seeds``, ``--client_lr_grid`` and ``--server_lr_grid``.
+``--seeds``, ``--client_lr_grid`` and ``--server_lr_grid``; ``--hparam_grid`` takes
+``NAME:v1,v2,...``.
 """
 from __future__ import annotations
 
@@ -70,6 +71,11 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
                     '--server_lr_grid as one vmapped program, each cell its own model, into '
                     'WORKDIR/.../grid.json with a heat map in plots/grid.png; diverged cells are '
                     'marked.', flag_values=values)
+  flags.DEFINE_string('hparam_grid', '', 'NAME:v1,v2,...: several values of a float '
+                      'hyper-parameter of the algorithms (e.g. prox_mu:0.001,0.01,0.1, '
+                      'client_momentum:0.5,0.9): every algorithm that has it runs with each, into '
+                      'WORKDIR/.../NAME<v>/, as one program where they fit, and the report keeps '
+                      'each algorithm\'s best value.', flag_values=values)
   flags.DEFINE_bool('vmap_seeds', True, 'Train the runs that differ only in seed and client '
                     'learning rate as one program vmapped over them where they fit (one device, '
                     'no per-client state or power-of-d; the same numbers as one run each).',
@@ -115,8 +121,19 @@ def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, api.Swee
       seeds=typed('seeds', values.seeds, int),
       algorithms=[x.algorithm for x in configs], gbo_optimizers=list(values.gbo_optimizer),
       client_lrs=typed('client_lr_grid', values.client_lr_grid, float),
-      server_lrs=typed('server_lr_grid', values.server_lr_grid, float))
+      server_lrs=typed('server_lr_grid', values.server_lr_grid, float),
+      hparam_grid=hparam_grid(values.hparam_grid))
   return configs[0], sweep
+
+
+def hparam_grid(text: str) -> tuple:
+  """``--hparam_grid``'s ``NAME:v1,v2,...`` as ``(NAME, [v1, v2, ...])``; ``()`` when empty."""
+  if not text:
+    return ()
+  name, colon, values = text.partition(':')
+  if not colon or not name.strip() or not values.strip():
+    raise ConfigError(f'--hparam_grid must be NAME:v1,v2,... (got {text!r})')
+  return name.strip(), typed('hparam_grid', values.split(','), float)
 
 
 def flagfiles(argv) -> list[str]:

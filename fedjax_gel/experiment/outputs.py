@@ -14,15 +14,18 @@ def write_report(p, workdir: str, summaries: list[dict], out):
     results.append((summary, workdir_lib.read_metrics(w)))
     target = summary['rounds_to_target']
     final, best = summary['final_accuracy'], summary['best_accuracy']
+    flag = p.levels[3]
+    value = f', {flag} {x.flags()[flag]:g}' if flag in x.flags() else ''
     print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}, client lr '
-          f'{x.algorithm.client_lr:g}: final test '
-          f'accuracy {fmt(final)}, best {fmt(best)}, rounds to {x.run.target_accuracy:.0%}: '
+          f'{x.algorithm.client_lr:g}{value}: final test accuracy {fmt(final)}, best '
+          f'{fmt(best)}, rounds to {x.run.target_accuracy:.0%}: '
           f'{target if target is not None else "not reached"}', file=out)
-  text = report.report_text(results, p.levels[2])
+  tuned = 'client_lr' if p.levels[2] else p.levels[3]
+  text = report.report_text(results, tuned)
   if len(results) > 1:
     print(text, file=out)
   workdir_lib.write_text(os.path.join(workdir, 'report.md'), text + '\n')
-  plotted = plots.accuracy_plots(report.kept_runs(results, p.levels[2]),
+  plotted = plots.accuracy_plots(report.kept_runs(results, tuned),
                                  os.path.join(workdir, 'plots'), p.configs[0].run.target_accuracy)
   if not plotted:
     print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')",

@@ -104,18 +104,19 @@ def cost_table(runs: Sequence[tuple[dict, Sequence[dict]]], baseline: str = 'fed
   return '\n'.join(lines)
 
 
-def best_learning_rates(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
-  """Per algorithm, the client lr with the highest mean best accuracy over seeds."""
+def best_values(results: Sequence[tuple[dict, Sequence[dict]]], key: str = 'client_lr') -> dict:
+  """Per algorithm, the value of ``key`` (the client lr, or a tuned hyper-parameter; None for an
+  algorithm without it) with the highest mean best accuracy over seeds."""
   score: dict = {}
   for summary, _ in results:
-    score.setdefault((summary['algorithm'], summary['client_lr']), []).append(
+    score.setdefault((summary['algorithm'], summary.get(key)), []).append(
         summary['best_accuracy'])
   best: dict = {}
-  for (name, lr), accs in score.items():
+  for (name, value), accs in score.items():
     mean = statistics.mean(accs)
     if name not in best or mean > best[name][1]:
-      best[name] = (lr, mean)
-  return {name: lr for name, (lr, _) in best.items()}
+      best[name] = (value, mean)
+  return {name: value for name, (value, _) in best.items()}
 
 
 def _fmt_ci(values, digits=1) -> str:
@@ -173,23 +174,26 @@ def paired_table(results: Sequence[tuple[dict, Sequence[dict]]]) -> str:
   return '\n'.join(lines)
 
 
-def kept_runs(results: Sequence[tuple[dict, Sequence[dict]]], grid: bool) -> list:
-  """The runs a report shows: with a client learning-rate grid, each algorithm's best lr."""
-  if not grid:
+def kept_runs(results: Sequence[tuple[dict, Sequence[dict]]], tuned: str | None) -> list:
+  """The runs a report shows: with a grid over ``tuned`` (``client_lr`` or a hyper-parameter),
+  each algorithm's best value."""
+  if tuned is None:
     return list(results)
-  best = best_learning_rates(results)
-  return [(s, r) for s, r in results if best[s['algorithm']] == s['client_lr']]
+  best = best_values(results, tuned)
+  return [(s, r) for s, r in results if best[s['algorithm']] == s.get(tuned)]
 
 
-def report_text(results: Sequence[tuple[dict, Sequence[dict]]], grid: bool) -> str:
-  """``report.md``: with a learning-rate grid, the best lr per algorithm is kept; the rounds
-  per seed, GeL's paired table, and FedGBO's cost table when FedAvg is among the runs."""
+def report_text(results: Sequence[tuple[dict, Sequence[dict]]], tuned: str | None) -> str:
+  """``report.md``: with a grid over ``tuned`` (the client lr or a hyper-parameter), the best
+  value per algorithm is kept; the rounds per seed, GeL's paired table, and FedGBO's cost table
+  when FedAvg is among the runs."""
   out = []
-  if grid:
-    best = best_learning_rates(results)
-    out.append('Client learning rate per algorithm (best mean max accuracy over the grid): ' +
-               ', '.join(f'{name} {lr:g}' for name, lr in best.items()))
-  results = kept_runs(results, grid)
+  if tuned is not None:
+    best = {name: v for name, v in best_values(results, tuned).items() if v is not None}
+    what = 'Client learning rate' if tuned == 'client_lr' else f'--{tuned}'
+    out.append(f'{what} per algorithm (best mean max accuracy over the grid): ' +
+               ', '.join(f'{name} {v:g}' for name, v in best.items()))
+  results = kept_runs(results, tuned)
   out.append(rounds_table([s for s, _ in results]))
   out.append(paired_table(results))
   if any(s['algorithm'] == 'fedavg' for s, _ in results):

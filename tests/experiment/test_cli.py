@@ -420,7 +420,7 @@ def test_gbo_family_and_learning_rate_grid(tmp_path, tiny_leaf_file):
 
 def test_best_learning_rate_is_the_best_mean_over_seeds():
   s = lambda lr, acc: ({'algorithm': 'a', 'client_lr': lr, 'best_accuracy': acc}, [])
-  assert report.best_learning_rates([s(0.1, 0.9), s(0.1, 0.5), s(0.3, 0.8), s(0.3, 0.7)]) == {
+  assert report.best_values([s(0.1, 0.9), s(0.1, 0.5), s(0.3, 0.8), s(0.3, 0.7)]) == {
       'a': 0.3}
 
 
@@ -485,3 +485,43 @@ def test_each_algorithm_of_a_command_gets_its_own_hyper_parameters_from_the_flag
   assert prox.algorithm.hparams.prox_mu == 0.5 and gel.algorithm.hparams.guess_tau == 20
   assert gbo.algorithm.hparams.gbo_beta == 0.5
   assert {x.algorithm.client_lr for x in (prox, gel, gbo)} == {0.2}
+
+
+def test_a_grid_over_a_hyper_parameter_from_the_command_line(tmp_path, tiny_leaf_file):
+  """--hparam_grid: FedProx once per mu (one program), FedAvgCM (no mu) once; the records and
+  summaries carry mu and the report keeps FedProx's best."""
+  workdir = tmp_path / 'mu'
+  proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--algorithm=fedavgcm,fedprox',
+             '--hparam_grid=prox_mu:0.001,1', '--num_rounds=2', '--eval_every=2',
+             '--clients_per_round=3', '--batch_size=2', '--budget_range=1,3',
+             f'--workdir={workdir}')
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert 'prox_mu' not in json.loads((workdir / 'fedavgcm' / 'summary.json').read_text())
+  for mu in ('0.001', '1'):
+    run_dir = workdir / 'fedprox' / f'prox_mu{mu}'
+    summary = json.loads((run_dir / 'summary.json').read_text())
+    assert summary['prox_mu'] == float(mu) and summary['runs_in_program'] == 2
+    records = [json.loads(l) for l in (run_dir / 'metrics.jsonl').read_text().splitlines()]
+    assert [r['prox_mu'] for r in records] == [float(mu)] * 2
+    assert f'fedprox on leaf, seed 0, client lr 0.01, prox_mu {mu}:' in proc.stdout
+  assert '--prox_mu per algorithm (best mean max accuracy over the grid): fedprox ' in (
+      workdir / 'report.md').read_text()
+
+
+@pytest.mark.parametrize('args,message', [
+    (['--hparam_grid=prox_mu'], '--hparam_grid must be NAME:v1,v2,...'),
+    (['--hparam_grid=prox_mu:a,b'], '--hparam_grid must hold floats'),
+    (['--hparam_grid=prox_mu:0.1,0.2', '--algorithm=gel'],
+     '--hparam_grid: --prox_mu is no float hyper-parameter of --algorithm=gel'),
+    (['--hparam_grid=guess_tau:1,2', '--algorithm=gel'], '--guess_tau is no float'),
+    (['--hparam_grid=client_lr:0.1,0.2'], '--hparam_grid=client_lr: use --client_lr_grid'),
+    (['--hparam_grid=prox_mu:0.1,0.1', '--algorithm=fedprox'], 'distinct'),
+    (['--hparam_grid=prox_mu:0.1,-1', '--algorithm=fedprox'], '--prox_mu must be >= 0'),
+    (['--hparam_grid=prox_mu:0.1,0.2', '--algorithm=fedprox', '--client_lr_grid=0.1,0.2'],
+     'one grid at a time'),
+])
+def test_bad_hyper_parameter_grids_are_one_line(tmp_path, args, message):
+  proc = run(*args, f'--workdir={tmp_path / "w"}')
+  assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
+  assert message in proc.stderr, proc.stderr
+  assert not (tmp_path / 'w').exists()
