@@ -147,7 +147,7 @@ def _fedavg(name: str):
 FEDAVG = AlgorithmSpec('fedavg', _fedavg('fedavg'), paper='McMahan et al. 2017')
 FEDAVGCM = AlgorithmSpec(
     'fedavgcm', lambda hp, s: fedavgcm(s.loss, s.client_lr, s.client_momentum, s.server),
-    client='SGD with momentum (`--client_momentum`), reset each round',
+    client='SGD with momentum (`--client_momentum`), reset each round', momentum=True,
     paper='Boukhari et al. 2023 (GeL) baseline')
 # FedOpt (Reddi et al. 2021, "Adaptive Federated Optimization"): SGD clients, the server
 # optimiser fixed to the paper's form (--server_optimizer may only repeat it).

@@ -26,7 +26,8 @@ def fednova(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
   def normalizer(ctx: ClientContext):
     return momentum_coefficients_l1(ctx.budget, jnp.zeros_like(ctx.guesses), momentum)
 
-  return local_sgd(loss_fn, optax.sgd(client_lr, momentum=None if static_zero(momentum) else momentum), server_optimizer,
+  sgd = optax.sgd(client_lr, momentum=None if static_zero(momentum) else momentum)
+  return local_sgd(loss_fn, sgd, server_optimizer,
                    normalizer=normalizer, name='fednova')
 
 
@@ -49,11 +50,13 @@ _NOVA_SERVER = ('`--server_optimizer` on `tau_eff sum_i p_i Delta_i / ||a_i||_1`
                 'Lemma 1)')
 FEDNOVA = AlgorithmSpec(
     'fednova', lambda hp, s: fednova(s.loss, s.client_lr, s.client_momentum, s.server),
-    client='SGDM', server=_NOVA_SERVER, paper='Wang et al. 2020, "Tackling the Objective '
+    client='SGDM', server=_NOVA_SERVER, momentum=True,
+    paper='Wang et al. 2020, "Tackling the Objective '
     'Inconsistency Problem in Heterogeneous Federated Optimization"')
 FEDNOVA_GEL = AlgorithmSpec(
     'fednova_gel', lambda hp, s: fednova_gel(s.loss, s.client_lr, s.client_momentum, s.server,
                                              hp.policy),
     GelHparams, client='SGDM + zero-proxy guesses', server=_NOVA_SERVER, guesses=True,
+    momentum=True,
     check=check_guesses('fednova_gel', zero_proxy_only="Lemma 1's ||a_i||_1"),
     paper='GeL Table 2, Lemma 1')

@@ -24,7 +24,8 @@ def fedprox(loss_fn: Callable, client_lr: optax.ScalarOrSchedule, mu: float = 0.
             momentum: float = 0.9, server_optimizer: optax.GradientTransformation | None = None
             ) -> FederatedAlgorithm:
   """FedProx with client SGD(M)."""
-  return local_sgd(loss_fn, optax.sgd(client_lr, momentum=None if static_zero(momentum) else momentum), server_optimizer,
+  sgd = optax.sgd(client_lr, momentum=None if static_zero(momentum) else momentum)
+  return local_sgd(loss_fn, sgd, server_optimizer,
                    prox_mu=mu, name='fedprox')
 
 
@@ -53,12 +54,13 @@ class ProxGelHparams(GelHparams, ProxHparams):
 FEDPROX = AlgorithmSpec(
     'fedprox', lambda hp, s: fedprox(s.loss, s.client_lr, hp.prox_mu, s.client_momentum,
                                      s.server),
-    ProxHparams, client='proximal SGDM', paper='Li et al. 2020, "Federated Optimization in '
+    ProxHparams, client='proximal SGDM', momentum=True,
+    paper='Li et al. 2020, "Federated Optimization in '
     'Heterogeneous Networks"')
 FEDPROX_GEL = AlgorithmSpec(
     'fedprox_gel', lambda hp, s: fedprox_gel(s.loss, s.client_lr, hp.prox_mu,
                                              s.client_momentum, s.server, hp.policy),
     ProxGelHparams, client='proximal SGDM + zero-proxy guesses that ignore the proximal term',
-    guesses=True,
+    guesses=True, momentum=True,
     check=check_guesses('fedprox_gel', zero_proxy_only='the guess ignores the proximal term'),
     paper='GeL Table 2')

@@ -171,7 +171,7 @@ def check_guesses(name: str, sgd_clients: bool = False, zero_proxy_only: str = '
 GEL = AlgorithmSpec(
     'gel', lambda hp, s: gel(s.loss, s.client_lr, s.client_momentum, s.server, hp.proxy(),
                              hp.policy),
-    GelHparams, client='SGDM + guessed steps (FedAvgCM + GeL)', guesses=True,
+    GelHparams, client='SGDM + guessed steps (FedAvgCM + GeL)', guesses=True, momentum=True,
     check=check_guesses('gel'), paper='Boukhari et al. 2023, "Boosting Federated Learning in '
     'Resource-Constrained Networks" (GeL), Alg. 1, eq. 5')
 FEDAVG_GEL = AlgorithmSpec(
@@ -184,4 +184,5 @@ FEDYOGI_GEL = AlgorithmSpec(
     'fedyogi_gel', lambda hp, s: gel(s.loss, s.client_lr, s.client_momentum, s.server,
                                      hp.proxy(), hp.policy, 'fedyogi_gel'),
     GelHparams, client='SGDM + guessed steps', guesses=True, server_optimizer='fedyogi',
+    momentum=True,
     server='fedyogi', check=check_guesses('fedyogi_gel'), paper='GeL §4.5')

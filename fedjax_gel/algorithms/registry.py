@@ -33,7 +33,8 @@ def register(spec: AlgorithmSpec) -> AlgorithmSpec:
 
   Raises ``ValueError`` when its name is taken by another spec, or when one of its
   hyper-parameters shares a name with another algorithm's but not its type, default or help
-  (a name is one flag)."""
+  (a name is one flag). A hyper-parameter named as a flag of the experiment's sections is
+  refused when a config of the algorithm is made (``experiment.config.make``)."""
   if _SPECS.get(spec.name, spec) is not spec:
     raise ValueError(f'an algorithm named {spec.name!r} is registered already')
   known = hparam_fields()

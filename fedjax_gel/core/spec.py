@@ -46,7 +46,10 @@ def problems(record) -> list[str]:
     if 'help' not in field.metadata:
       continue
     value, name = getattr(record, field.name), flag_name(field)
-    if isinstance(value, float) and not math.isfinite(value):
+    expected = field.type if isinstance(field.type, str) else field.type.__name__
+    if not TYPES.get(expected, lambda v: True)(value):
+      found.append(f'--{name}: {value!r} is not of type {expected}')
+    elif isinstance(value, float) and not math.isfinite(value):
       found.append(f'--{name} must be a finite number (got {value})')
     elif field.metadata.get('check') is not None:
       try:
@@ -56,6 +59,14 @@ def problems(record) -> list[str]:
       if problem:
         found.append(problem)
   return found
+
+
+_INT = lambda v: isinstance(v, int) and not isinstance(v, bool)
+# What a field's declared type accepts (``make`` turns NumPy scalars into Python ones first).
+TYPES = {'int': _INT, 'float': lambda v: _INT(v) or isinstance(v, float),
+         'bool': lambda v: isinstance(v, bool), 'str': lambda v: isinstance(v, str),
+         'Optional[str]': lambda v: v is None or isinstance(v, str),
+         'tuple': lambda v: isinstance(v, tuple)}
 
 
 def at_least(low, note: str = '') -> Check:
@@ -115,6 +126,7 @@ class AlgorithmSpec:
     client: what its clients do, in words (tables).
     server: what its server does, in words (tables).
     paper: the paper (authors, year, title) and where in it.
+    momentum: its clients read ``Setting.client_momentum``.
     stateful: it keeps a row per client (``FederatedAlgorithm.store_row``).
     pre_pass: ``FederatedAlgorithm.pre_pass``.
     guesses: it takes guessed steps (``FederatedAlgorithm.client_guesses``).
@@ -128,6 +140,7 @@ class AlgorithmSpec:
   client: str = 'SGD'
   server: str = '`--server_optimizer` on `Delta`'
   paper: str = ''
+  momentum: bool = False
   stateful: bool = False
   pre_pass: str = 'none'
   guesses: bool = False

@@ -68,16 +68,19 @@ def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
   lrs = sweep.client_lrs or [c.algorithm.client_lr]
   if sweep.server_lrs:
     lrs = lrs[:1]   # the grid's rows: one program per algorithm and seed
-  configs = [validate(y) for s in seeds for a in (sweep.algorithms or [c.algorithm])
-             for x in algorithm_variants(c, a, sweep) for lr in lrs
-             for y in hparam_variants(x.replace(seed=s, client_lr=lr), sweep)]
-  check_hparam_grid(sweep, configs)
-  return configs
+  if len({f'{v:g}' for v in sweep.client_lrs}) != len(sweep.client_lrs):
+    raise ConfigError(f'--client_lr_grid: values too close to tell apart in directory names '
+                      f'(got {",".join(map(str, sweep.client_lrs))})')
+  variants = [x for a in (sweep.algorithms or [c.algorithm])
+              for x in algorithm_variants(c, a, sweep)]
+  check_hparam_grid(sweep, variants)
+  return [validate(y) for s in seeds for x in variants for lr in lrs
+          for y in hparam_variants(x.replace(seed=s, client_lr=lr), sweep)]
 
 
 def hparam_variants(c: Config, sweep: Sweep) -> list[Config]:
-  """``c`` once per value of ``sweep.hparam_grid`` when its algorithm has that flag."""
-  if not sweep.hparam_grid or sweep.hparam_grid[0] not in c.flags():
+  """``c`` once per value of ``sweep.hparam_grid`` when its algorithm reads that flag."""
+  if not sweep.hparam_grid or sweep.hparam_grid[0] not in tunable_flags(c):
     return [c]
   flag, values = sweep.hparam_grid
   return [c.replace(**{flag: v}) for v in values]
@@ -99,13 +102,21 @@ def check_hparam_grid(sweep: Sweep, configs: list[Config]):
   if sweep.client_lrs or sweep.server_lrs:
     raise ConfigError('--hparam_grid: one grid at a time (not with --client_lr_grid or '
                       '--server_lr_grid)')
-  if not any(flag in factories.batched_flags(x) for x in configs):
+  if not any(flag in tunable_flags(x) for x in configs):
     names = ','.join(dict.fromkeys(x.algorithm.name for x in configs))
     raise ConfigError(f'--hparam_grid: --{flag} is no float hyper-parameter of '
                       f'--algorithm={names}')
-  if len(set(values)) != len(values) or not all(-3e38 < v < 3e38 for v in values):
-    raise ConfigError(f'--hparam_grid={flag}: needs distinct, finite values (got '
-                      f'{",".join(map(str, values))})')
+  if len({f'{v:g}' for v in values}) != len(values) or not all(-3e38 < v < 3e38 for v in values):
+    raise ConfigError(f'--hparam_grid={flag}: needs distinct finite values, told apart by their '
+                      f'directory names (got {",".join(map(str, values))})')
+
+
+def tunable_flags(c: Config) -> tuple[str, ...]:
+  """The flags a ``hparam_grid`` may vary for ``c``: its algorithm's float hyper-parameters
+  that runs of one program may differ in, and the clients' momentum where its clients have
+  momentum (``AlgorithmSpec.momentum``)."""
+  return tuple(f for f in factories.batched_flags(c)
+               if f not in factories.BATCHED_FIELDS or f == 'client_momentum' and c.spec.momentum)
 
 
 def algorithm_variants(c: Config, algorithm, sweep: Sweep) -> list[Config]:
@@ -234,14 +245,14 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
 
 def program_groups(p: Plan, vmap: bool) -> list[list[int]]:
   """The runs still to train, grouped into programs: a grid per config; else the runs of one
-  ``batch_key`` together where ``vmap`` and they fit one device (``planning``), one by one
-  otherwise."""
+  ``batch_key`` and status (new or resuming) together where ``vmap`` and they fit one device
+  (``planning``), one by one otherwise."""
   todo = [i for i, st in enumerate(p.status) if st != 'done']
   if p.grid is not None:
     return [[i] for i in todo]
   by_key: dict = {}
-  for i in todo:
-    by_key.setdefault(factories.batch_key(p.configs[i]), []).append(i)
+  for i in todo:   # a run that resumes never shares a program with one that starts afresh
+    by_key.setdefault((factories.batch_key(p.configs[i]), p.status[i]), []).append(i)
   out = []
   for group in by_key.values():
     exp = factories.with_config(p.base, p.configs[group[0]])

@@ -58,7 +58,8 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
     elif name == 'budget_range':
       flags.DEFINE_string(name, '%d,%d' % field.default, help_text, flag_values=values)
     else:
-      DEFINE[field.type](name, field.default, help_text, flag_values=values)
+      kind = field.type if isinstance(field.type, str) else field.type.__name__
+      DEFINE[kind](name, field.default, help_text, flag_values=values)
   flags.DEFINE_alias('algorithms', 'algorithm', flag_values=values)
   flags.DEFINE_list('seeds', [], 'Several seeds (overrides --seed): every algorithm runs with '
                     'each, paired, into WORKDIR/seed<S>/; a table of rounds to target ends the '

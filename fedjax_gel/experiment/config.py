@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
+import numpy as np
+
 from fedjax_gel.core.spec import (AlgorithmSpec, NoHparams, at_least, flag_name, hparam, one_of,
                                   positive, problems, within)
 
@@ -309,9 +311,14 @@ def make(**flags) -> Config:
   if problem:
     raise ConfigError(problem)
   own = hparam_flags(name)
+  clash = [f for f in own if f in where]
+  if clash:
+    raise ConfigError(f'--algorithm={name}: its hyper-parameter --{clash[0]} is a flag of the '
+                      'experiment already; rename it')
   sections = {k: {} for k in SECTIONS}
   hparams = {}
   for flag, value in flags.items():
+    value = value.item() if isinstance(value, np.generic) else value   # NumPy scalars
     if flag in where:
       section, field = where[flag]
       sections[section][field.name] = value
@@ -349,6 +356,9 @@ def validate(c: Config) -> Config:
     found = problems(getattr(c, name))
     need(not found, found[0] if found else '')
   spec, d, cohort = c.spec, c.data, c.cohort
+  need(isinstance(c.algorithm.hparams, spec.hparams),
+       f'--algorithm={spec.name}: its hyper-parameters must be a {spec.hparams.__name__} (got a '
+       f'{type(c.algorithm.hparams).__name__}; Config.replace(algorithm=...) builds them)')
   found = spec.problems(c.algorithm.hparams, c.model.name)
   need(not found, found[0] if found else '')
   fixed = spec.server_optimizer

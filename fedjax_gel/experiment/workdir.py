@@ -47,7 +47,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
                       ) from None
   try:
     before = {**Config.from_json(before).flags(), **json_extras(before)}
-  except (TypeError, ValueError, KeyError):
+  except (TypeError, ValueError, KeyError, AttributeError):   # AttributeError: not an object
     raise ConfigError(f'{saved} holds no configuration fedjax_gel can read; choose another '
                       '--workdir or pass --overwrite') from None
   now = json.loads(json.dumps({**c.flags(), **(extra or {})}))

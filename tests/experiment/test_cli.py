@@ -487,6 +487,21 @@ def test_each_algorithm_of_a_command_gets_its_own_hyper_parameters_from_the_flag
   assert {x.algorithm.client_lr for x in (prox, gel, gbo)} == {0.2}
 
 
+def test_a_grid_extended_by_a_value_and_rounds_resumes_the_old_runs_alone(tmp_path,
+                                                                          tiny_leaf_file):
+  """The two runs extended from their final state and the new one train as two programs: no
+  run restarts from round 0 and no record is written twice."""
+  common = ['--dataset=leaf', f'--data_path={tiny_leaf_file}', '--algorithm=fedprox',
+            '--eval_every=1', '--clients_per_round=3', '--batch_size=2', '--budget_range=1,3',
+            f'--workdir={tmp_path}']
+  assert run(*common, '--num_rounds=2', '--hparam_grid=prox_mu:0.01,0.1').returncode == 0
+  proc = run(*common, '--num_rounds=3', '--hparam_grid=prox_mu:0.01,0.1,1')
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  for mu in ('0.01', '0.1', '1'):
+    lines = (tmp_path / f'prox_mu{mu}' / 'metrics.jsonl').read_text().splitlines()
+    assert [json.loads(l)['round'] for l in lines] == [0, 1, 2, 3], mu
+
+
 def test_a_grid_over_a_hyper_parameter_from_the_command_line(tmp_path, tiny_leaf_file):
   """--hparam_grid: FedProx once per mu (one program), FedAvgCM (no mu) once; the records and
   summaries carry mu and the report keeps FedProx's best."""
@@ -519,9 +534,21 @@ def test_a_grid_over_a_hyper_parameter_from_the_command_line(tmp_path, tiny_leaf
     (['--hparam_grid=prox_mu:0.1,-1', '--algorithm=fedprox'], '--prox_mu must be >= 0'),
     (['--hparam_grid=prox_mu:0.1,0.2', '--algorithm=fedprox', '--client_lr_grid=0.1,0.2'],
      'one grid at a time'),
+    (['--hparam_grid=budget_range:1,2'], '--budget_range is no float hyper-parameter'),
+    (['--hparam_grid=client_momentum:0.1,0.9', '--algorithm=fedavg,scaffold'],
+     '--client_momentum is no float hyper-parameter of --algorithm=fedavg,scaffold'),
+    (['--hparam_grid=prox_mu:0.1,0.1000001', '--algorithm=fedprox'], 'told apart'),
 ])
 def test_bad_hyper_parameter_grids_are_one_line(tmp_path, args, message):
   proc = run(*args, f'--workdir={tmp_path / "w"}')
   assert proc.returncode == 2 and proc.stderr.count('\n') == 1, proc.stderr
   assert message in proc.stderr, proc.stderr
   assert not (tmp_path / 'w').exists()
+
+
+@pytest.mark.parametrize('text', ['[]', '{"data": 3}', '"x"'])
+def test_a_config_json_that_is_no_configuration_is_one_line(tmp_path, text):
+  (tmp_path / 'config.json').write_text(text)
+  proc = run('--num_rounds=2', f'--workdir={tmp_path}')
+  assert_one_line_error(proc, 'config.json', '--overwrite')
+  assert (tmp_path / 'config.json').read_text() == text

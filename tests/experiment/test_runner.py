@@ -246,6 +246,8 @@ def test_parse_budget_range_errors(text):
     ({'no_such_flag': 1}, '--no_such_flag is not a flag'),
     ({'algorithm': 'gel', 'guess_tau': 'x'}, "--guess_tau: 'x' is not of type int"),
     ({'budget_range': (1,)}, '--budget_range'),
+    ({'num_rounds': 2.0}, '--num_rounds: 2.0 is not of type int'),
+    ({'tensorboard': 'no'}, "--tensorboard: 'no' is not of type bool"),
 ])
 def test_validate_names_the_flag(changes, flag):
   with pytest.raises(ConfigError) as e:
