@@ -148,6 +148,11 @@ class GboHparams:
   gbo_beta2: float = hparam(0.99, 'FedGBO family: Adam beta2.', within(0, 1))
   gbo_eps: float = hparam(1e-3, 'FedGBO family: RMSProp/Adam eps (adaptivity).', at_least(0))
 
+  def reads(self, flag: str) -> bool:
+    """Whether the chosen optimiser reads ``flag`` (SGDm no ``eps``, only Adam a ``beta2``)."""
+    return {'gbo_eps': self.gbo_optimizer != 'sgdm',
+            'gbo_beta2': self.gbo_optimizer == 'adam'}.get(flag, True)
+
   def optimizer(self, learning_rate) -> GlobalBiasedOptimizer:
     """The optimiser ``gbo_optimizer`` names (``gbo_beta``: SGDm's and RMSProp's decay, Adam's
     beta1)."""

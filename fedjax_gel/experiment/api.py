@@ -80,7 +80,7 @@ def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
 
 def hparam_variants(c: Config, sweep: Sweep) -> list[Config]:
   """``c`` once per value of ``sweep.hparam_grid`` when its algorithm reads that flag."""
-  if not sweep.hparam_grid or sweep.hparam_grid[0] not in tunable_flags(c):
+  if not sweep.hparam_grid or sweep.hparam_grid[0] not in factories.tunable_flags(c):
     return [c]
   flag, values = sweep.hparam_grid
   return [c.replace(**{flag: v}) for v in values]
@@ -92,8 +92,8 @@ def tuned_flag(sweep: Sweep) -> str | None:
 
 
 def check_hparam_grid(sweep: Sweep, configs: list[Config]):
-  """``--hparam_grid``: a float hyper-parameter that some algorithm of the command batches,
-  distinct finite values, and no other grid beside it (ConfigError otherwise)."""
+  """``--hparam_grid``: a float hyper-parameter that some algorithm of the command reads,
+  distinct finite values, and no other grid beside it (ConfigError otherwise; ``tunable_flags``)."""
   if not sweep.hparam_grid:
     return
   flag, values = sweep.hparam_grid
@@ -102,21 +102,13 @@ def check_hparam_grid(sweep: Sweep, configs: list[Config]):
   if sweep.client_lrs or sweep.server_lrs:
     raise ConfigError('--hparam_grid: one grid at a time (not with --client_lr_grid or '
                       '--server_lr_grid)')
-  if not any(flag in tunable_flags(x) for x in configs):
+  if not any(flag in factories.tunable_flags(x) for x in configs):
     names = ','.join(dict.fromkeys(x.algorithm.name for x in configs))
     raise ConfigError(f'--hparam_grid: --{flag} is no float hyper-parameter of '
                       f'--algorithm={names}')
   if len({f'{v:g}' for v in values}) != len(values) or not all(-3e38 < v < 3e38 for v in values):
     raise ConfigError(f'--hparam_grid={flag}: needs distinct finite values, told apart by their '
                       f'directory names (got {",".join(map(str, values))})')
-
-
-def tunable_flags(c: Config) -> tuple[str, ...]:
-  """The flags a ``hparam_grid`` may vary for ``c``: its algorithm's float hyper-parameters
-  that runs of one program may differ in, and the clients' momentum where its clients have
-  momentum (``AlgorithmSpec.momentum``)."""
-  return tuple(f for f in factories.batched_flags(c)
-               if f not in factories.BATCHED_FIELDS or f == 'client_momentum' and c.spec.momentum)
 
 
 def algorithm_variants(c: Config, algorithm, sweep: Sweep) -> list[Config]:
@@ -144,7 +136,7 @@ def run_dir(workdir: str, c: Config, levels: tuple) -> str:
   seeds, names, lrs, flag = levels
   parts = [workdir] + ([f'seed{c.run.seed}'] if seeds else []) + (
       [c.run_name] if names else []) + ([f'lr{c.algorithm.client_lr:g}'] if lrs else []) + (
-      [f'{flag}{c.flags()[flag]:g}'] if flag in c.flags() else [])
+      [f'{flag}{c.flags()[flag]:g}'] if flag in factories.tunable_flags(c) else [])
   return os.path.join(*parts)
 
 
@@ -284,7 +276,7 @@ def train_group(p: Plan, group: list[int], extra: list, err, phases) -> dict:
   if p.grid is None:
     configs = [p.configs[i] for i in group]
     flag = p.levels[3]
-    tags = [{flag: x.flags()[flag]} if flag in x.flags() else {} for x in configs]
+    tags = [{flag: x.flags()[flag]} if flag in factories.tunable_flags(x) else {} for x in configs]
     summaries = train(exp, [p.workdirs[i] for i in group], configs, resume=resume,
                       callbacks=extra, err=err, phases=phases, tags=tags)
     return dict(zip(group, summaries))

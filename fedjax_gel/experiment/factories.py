@@ -230,6 +230,17 @@ def batched_flags(c: Config) -> tuple[str, ...]:
       if f.type in ('float', float) and not f.metadata.get('static'))
 
 
+def tunable_flags(c: Config) -> tuple[str, ...]:
+  """The flags a ``hparam_grid`` may vary for ``c``: its algorithm's float hyper-parameters
+  that runs of one program may differ in, and the clients' momentum where its clients have
+  momentum (``AlgorithmSpec.momentum``); a hyper-parameter record may say which of its fields
+  its current settings read (``reads(flag)``, e.g. FedGBO's ``gbo_eps`` not with SGDm)."""
+  reads = getattr(c.algorithm.hparams, 'reads', lambda flag: True)
+  return tuple(f for f in batched_flags(c)
+               if f == 'client_momentum' and c.spec.momentum or
+               f not in BATCHED_FIELDS and reads(f))
+
+
 def batch_key(c: Config) -> Config:
   """What runs of one program share: the config but its seed and ``batched_flags``."""
   return c.replace(seed=0, **{f: 0. for f in batched_flags(c)})

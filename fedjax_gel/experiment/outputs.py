@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from fedjax_gel.experiment import grid as grid_lib, plots, report, workdir as workdir_lib
+from fedjax_gel.experiment import factories, grid as grid_lib, plots, report
+from fedjax_gel.experiment import workdir as workdir_lib
 
 
 def write_report(p, workdir: str, summaries: list[dict], out):
@@ -15,7 +16,7 @@ def write_report(p, workdir: str, summaries: list[dict], out):
     target = summary['rounds_to_target']
     final, best = summary['final_accuracy'], summary['best_accuracy']
     flag = p.levels[3]
-    value = f', {flag} {x.flags()[flag]:g}' if flag in x.flags() else ''
+    value = f', {flag} {x.flags()[flag]:g}' if flag in factories.tunable_flags(x) else ''
     print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}, client lr '
           f'{x.algorithm.client_lr:g}{value}: final test accuracy {fmt(final)}, best '
           f'{fmt(best)}, rounds to {x.run.target_accuracy:.0%}: '

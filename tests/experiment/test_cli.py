@@ -538,6 +538,8 @@ def test_a_grid_over_a_hyper_parameter_from_the_command_line(tmp_path, tiny_leaf
     (['--hparam_grid=client_momentum:0.1,0.9', '--algorithm=fedavg,scaffold'],
      '--client_momentum is no float hyper-parameter of --algorithm=fedavg,scaffold'),
     (['--hparam_grid=prox_mu:0.1,0.1000001', '--algorithm=fedprox'], 'told apart'),
+    (['--hparam_grid=gbo_eps:0.001,0.1', '--algorithm=fedgbo'],
+     '--gbo_eps is no float hyper-parameter of --algorithm=fedgbo'),   # SGDm reads no eps
 ])
 def test_bad_hyper_parameter_grids_are_one_line(tmp_path, args, message):
   proc = run(*args, f'--workdir={tmp_path / "w"}')
