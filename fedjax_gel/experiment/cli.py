@@ -98,7 +98,7 @@ def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, api.Swee
   hyper-parameter flag given on the command line is checked even when no algorithm of the
   command reads it."""
   given = {}
-  for name, field in config_fields().items():
+  for name in config_fields():
     value = values[name].value
     if name in LISTS:
       if not value:
@@ -107,12 +107,12 @@ def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, api.Swee
     elif name == 'budget_range':
       value = parse_budget_range(value)
     given[name] = value
-  for name, field in registry.hparam_fields().items():
+  hparams = registry.hparam_fields()
+  for name, field in hparams.items():
     check = field.metadata.get('check')
     problem = check and values[name].present and check(name, given[name])
     if problem:
       raise ConfigError(problem)
-  hparams = registry.hparam_fields()
   sections = {k: v for k, v in given.items() if k not in hparams and k != 'algorithm'}
   configs = []
   for name in values.algorithm:
