@@ -222,6 +222,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     print(f'interrupted {where}: run the same command to continue (finished runs are kept, '
           'the others resume from their last checkpoint)', file=sys.stderr)
     return 130
+  total = f', total {time.perf_counter() - start:.1f} s' if start else ''
+  print(f'all runs: {phases.line()}{total}', file=sys.stderr)
   return 0
 
 

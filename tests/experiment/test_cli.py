@@ -11,6 +11,7 @@ import importlib.util
 import io
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -248,6 +249,9 @@ def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   first = process(*common, '--algorithm=fedavg', '--target_accuracy=0.01')   # the command itself
   assert first.returncode == 0, first.stderr
   assert 'Traceback' not in first.stderr and str(workdir) in first.stdout
+  last = first.stderr.splitlines()[-1]   # the whole process by phase, the report included
+  assert re.fullmatch(r'all runs: imports \S+ s, data \S+ s, compile \S+ s, train \S+ s, '
+                      r'eval \S+ s, report \S+ s, total \S+ s', last), last
 
   config = json.loads((workdir / 'config.json').read_text())
   assert config['algorithm']['name'] == 'fedavg' and config['run']['num_rounds'] == 3
