@@ -38,6 +38,7 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
 
   from fedjax_gel import algorithms
   from fedjax_gel.core import devices, round as round_lib, sampling
+  from fedjax_gel.experiment import planning
 
   if max(counts) > jax.device_count():
     print(f'error: --devices asks for {max(counts)} devices, {jax.device_count()} present',
@@ -50,9 +51,9 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
     samples = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
     runs = {}
     for n in counts:
-      mesh = devices.client_mesh(n)
+      mesh, chunk = planning.devices_and_chunk(alg, params, data, cohort, BATCH, (TAU, TAU),
+                                               num_devices=n)
       state, pool = devices.replicate((alg.server_init(params), data), mesh)
-      chunk = round_lib.default_chunk_size(cohort, params, 61 * 4, BATCH, n)
       t = time.perf_counter()
       compiled = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh).lower(
           state, samples[0], pool, root, np.int32(0)).compile()

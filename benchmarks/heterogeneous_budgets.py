@@ -37,10 +37,13 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
 
   from fedjax_gel import algorithms
   from fedjax_gel.core import devices, round as round_lib, sampling
+  from fedjax_gel.experiment import planning
 
   alg = algorithms.fedavg(loss, optax.sgd(0.01))
   state = alg.server_init(params)
-  mesh = devices.client_mesh(devices.auto_num_devices(cohort, jax.device_count()))
+  plan = lambda chunk_size: planning.devices_and_chunk(alg, params, data, cohort, batch,
+                                                       (low, high), chunk_size=chunk_size)
+  mesh = plan(0)[0]   # the planner's devices, as launch/run.py's
   state, data = devices.replicate((state, data), mesh)   # as launch/run.py places them
   num_used = 1 if mesh is None else mesh.size
   mean_tau = (low + high) / 2
@@ -54,8 +57,7 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
       spec=spec) for r in range(repeats + 1)] for k, b in kinds.items()}
   rows = []
   for chunk_size in chunk_sizes:
-    chunk = chunk_size or round_lib.default_chunk_size(cohort, params, 61 * 4, batch, num_used,
-                                                       budget_range=(low, high))
+    chunk = plan(chunk_size)[1]
     rf = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh)
     t = time.perf_counter()
     compiled = rf.lower(state, cohorts['heterogeneous'][0], data, root, jnp.int32(0)).compile()

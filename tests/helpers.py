@@ -12,6 +12,9 @@ from fedjax_gel.core.shuffle import cycled_permutation
 
 B, TAU_MAX = 3, 6
 EMPTY_CLIENT = 12
+# XLA's CPU defaults, for a program of a test (the suite compiles with ``QUICK_COMPILE``'s
+# emitters: tests/conftest.py).
+DEFAULT_EMITTERS = {'xla_cpu_use_fusion_emitters': True}
 
 
 def small_pool():

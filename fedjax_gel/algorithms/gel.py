@@ -81,18 +81,27 @@ class GuessPolicy(NamedTuple):
     return jnp.floor(self.percent / 100. * b)
 
 
+def guess_conflict(kind: str, proxy: str, momentum_free: bool) -> str | None:
+  """Why guesses of policy ``kind`` with ``proxy`` are meaningless, or None: infinitely many
+  last-gradient guesses diverge, and zero-proxy guesses without momentum do nothing."""
+  if kind == 'inf' and proxy != 'zero':
+    return ('infinitely many guesses need the zero proxy (the closed-form alpha/(1-alpha) '
+            f'nudge); with the {proxy} proxy they diverge')
+  if proxy == 'zero' and momentum_free and kind != 'none':
+    return ('zero-proxy guesses without momentum do nothing; use the last_gradient proxy or a '
+            'momentum in (0, 1)')
+  return None
+
+
 def checked_policy(name: str, policy: GuessPolicy, proxy: str, momentum: float) -> GuessPolicy:
-  """The policy, checked against the proxy: infinitely many last-gradient guesses, or zero-proxy
-  guesses without momentum, would be meaningless."""
+  """The policy, checked (``GuessPolicy.check``) and checked against the proxy
+  (``guess_conflict``)."""
   policy = policy.check()
   if proxy not in PROXIES:
     raise ValueError(f'{name}: unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
-  if policy.kind == 'inf' and proxy != 'zero':
-    raise ValueError(f'{name}: infinitely many guesses need the zero proxy (the closed-form '
-                     f'alpha/(1-alpha) nudge); with the {proxy} proxy they diverge')
-  if proxy == 'zero' and static_zero(momentum) and policy.kind != 'none':
-    raise ValueError(f'{name}: zero-proxy guesses without momentum do nothing; use the '
-                     'last_gradient proxy or a momentum in (0, 1)')
+  conflict = guess_conflict(policy.kind, proxy, static_zero(momentum))
+  if conflict:
+    raise ValueError(f'{name}: {conflict}')
   return policy
 
 
@@ -148,22 +157,21 @@ class GelHparams:
 
 
 def check_guesses(name: str, sgd_clients: bool = False, zero_proxy_only: str = ''):
-  """The cross-field check of a GeL spec: infinitely many guesses need momentum clients and the
-  zero proxy; ``zero_proxy_only`` (why) for FedNova's and FedProx's GeL; SGD clients need the
-  last-gradient proxy."""
+  """The cross-field check of a GeL spec: the builder's rule (``guess_conflict``; SGD clients
+  have no momentum) in flag terms, and ``zero_proxy_only`` (why) for FedNova's and FedProx's
+  GeL."""
   def check(hp: GelHparams, model: str):
     del model
     proxy = hp.proxy(sgd_clients)
-    if hp.guess_policy == 'inf' and (proxy != 'zero' or sgd_clients):
-      return (f'--guess_policy=inf needs momentum clients and the zero proxy (the closed-form '
-              f'alpha/(1-alpha) nudge); --algorithm={name} with --guess_proxy={proxy} would '
-              'loop forever')
+    conflict = guess_conflict(hp.guess_policy, proxy, sgd_clients)
+    if conflict:   # named by the flag at fault: the policy for inf, else the proxy
+      first, second = ((f'--guess_policy={hp.guess_policy}', f'--guess_proxy={proxy}')
+                       if hp.guess_policy == 'inf' else
+                       (f'--guess_proxy={proxy}', f'--guess_policy={hp.guess_policy}'))
+      return f'{first} with {second} and --algorithm={name}: {conflict}'
     if zero_proxy_only and proxy != 'zero':
       return (f'--guess_proxy={proxy}: {name} guesses with the zero proxy only '
               f'({zero_proxy_only})')
-    if sgd_clients and proxy == 'zero':
-      return (f'--guess_proxy=zero: {name} has plain SGD clients, whose zero-proxy guesses do '
-              'nothing; use last_gradient, or --algorithm=gel')
     return None
   return check
 

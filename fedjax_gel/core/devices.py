@@ -18,6 +18,12 @@ CLIENT_AXIS = 'clients'
 CPU_DEVICES_FLAG = '--xla_force_host_platform_device_count'
 # Below this many clients per device a round is too small to gain from splitting it.
 MIN_CLIENTS_PER_DEVICE = 200   # 2 CPU devices: slower at 200 clients, faster at 400
+# XLA options of a program compiled for compile time: XLA's CPU backend compiles with its
+# legacy loop emitters instead of its fusion emitters, 20-40% faster (a small round: 1.3 s ->
+# 1.0 s); the program then runs as fast for a 20-client logistic round, 9-16% slower for 200
+# to 2,000 clients and 1.4x slower for GeL's FEMNIST CNN (benchmarks/RESULTS.md, start-up).
+# Other backends ignore the option.
+QUICK_COMPILE = {'xla_cpu_use_fusion_emitters': False}
 
 
 def use_all_cpu_cores(count: int | None = None) -> bool:
@@ -33,6 +39,12 @@ def use_all_cpu_cores(count: int | None = None) -> bool:
   count = count or os.cpu_count() or 1
   os.environ['XLA_FLAGS'] = f'{flags} {CPU_DEVICES_FLAG}={count}'.strip()
   return True
+
+
+def compiler_options(quick: bool) -> dict | None:
+  """``jax.jit``'s ``compiler_options`` of a program compiled for compile time (``quick``:
+  ``QUICK_COMPILE``) or for run time (None: XLA's defaults)."""
+  return dict(QUICK_COMPILE) if quick else None
 
 
 def auto_num_devices(cohort_size: int, available: int) -> int:

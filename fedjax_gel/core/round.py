@@ -158,7 +158,8 @@ def chunk_layout(cohort_size: int, chunk_size: int, num_devices: int = 1) -> tup
 
 
 def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | None = None,
-                donate_state: bool = False, fuse_dots: bool | None = None):
+                donate_state: bool = False, fuse_dots: bool | None = None,
+                compiler_options: dict | None = None):
   """Builds the jitted round function.
 
   The batch size ``B`` and the largest budget ``b`` are read from the cohort's ``CohortSpec``
@@ -175,6 +176,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       that never touches the old state again saves a copy of it, the per-client store included).
     fuse_dots: run the vmapped local step's batched short-contraction products as fused
       multiply-adds (``core.small_dots``); ``None``: on the CPU backend only.
+    compiler_options: XLA options of the compilation (``jax.jit``'s; e.g.
+      ``core.devices.QUICK_COMPILE``); None: XLA's defaults.
 
   Returns:
     ``round_fn(server_state, cohort, data, root_key, round_idx)``, jitted; it compiles once per
@@ -344,7 +347,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
                            {k: jnp.asarray(v, jnp.float32) for k, v in diagnostics.items()})
     return new_state, metrics
 
-  return RoundFunction(jax.jit(round_fn, donate_argnums=(0,) if donate_state else ()))
+  return RoundFunction(jax.jit(round_fn, donate_argnums=(0,) if donate_state else (),
+                               compiler_options=compiler_options))
 
 
 class RoundFunction:

@@ -18,6 +18,7 @@ read the model (power-of-d).
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -46,7 +47,8 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
                init_params: Callable[[jax.Array], object],
                sample: Callable, *, chunk_size: int,
                batched: bool = True, shared_key: bool = False, mesh=None,
-               donate_state: bool = True, fuse_dots: bool | None = None) -> RunsProgram:
+               donate_state: bool = True, fuse_dots: bool | None = None,
+               compiler_options: dict | None = None) -> RunsProgram:
   """The functions that train R runs as one program.
 
   Args:
@@ -62,7 +64,11 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
     mesh: devices for one run's cohort (``build_round``); only when not ``batched``.
     donate_state: the round reuses the buffers of the states it is given.
     fuse_dots: ``build_round``'s (None: on CPU).
+    compiler_options: XLA options of ``init``, ``sample`` and ``round`` (``build_round``'s;
+      ``server_params``, a trivial program also called inside other traces, takes XLA's
+      defaults).
   """
+  jit = functools.partial(jax.jit, compiler_options=compiler_options)
   def init(root, hp):
     return make_algorithm(hp).server_init(init_params(root))
 
@@ -70,10 +76,9 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
     return make_algorithm(hp).server_params(state)
 
   if not batched:   # one run: its hyper-parameters are constants (``hparams`` is ``{}``)
-    return RunsProgram(jax.jit(init), jax.jit(sample), _OneRun(build_round(
+    return RunsProgram(jit(init), jit(sample), _OneRun(build_round(
         make_algorithm({}), chunk_size=chunk_size, mesh=mesh, donate_state=donate_state,
-        fuse_dots=fuse_dots)),
-                       jax.jit(server_params), False)
+        fuse_dots=fuse_dots, compiler_options=compiler_options)), jax.jit(server_params), False)
 
   def one_round(state, hp, cohort, data, root, r):
     return build_round(make_algorithm(hp), chunk_size=chunk_size, fuse_dots=fuse_dots)(
@@ -81,10 +86,10 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
 
   per_run = None if shared_key else 0   # the axis of roots and cohorts
   return RunsProgram(
-      jax.jit(jax.vmap(init, in_axes=(per_run, 0))),
-      jax.jit(sample if shared_key else jax.vmap(sample, in_axes=(0, None, None))),
-      jax.jit(jax.vmap(one_round, in_axes=(0, 0, per_run, None, per_run, None)),
-              donate_argnums=(0,) if donate_state else ()),
+      jit(jax.vmap(init, in_axes=(per_run, 0))),
+      jit(sample if shared_key else jax.vmap(sample, in_axes=(0, None, None))),
+      jit(jax.vmap(one_round, in_axes=(0, 0, per_run, None, per_run, None)),
+          donate_argnums=(0,) if donate_state else ()),
       jax.jit(jax.vmap(server_params)), True)
 
 

@@ -141,6 +141,8 @@ class Experiment(NamedTuple):
   # Compiled programs that depend on the data and the model only (evaluation, the sampler),
   # shared by every algorithm and seed of the experiment (``with_config`` keeps the dict).
   compiled: dict | None = None
+  # XLA options of every program of the experiment (``planning.quick_compile``).
+  compiler_options: dict | None = None
 
 
 def prepare(c: Config) -> Experiment:
@@ -165,7 +167,8 @@ def prepare(c: Config) -> Experiment:
                                          seed=c.data.split_seed)
   plan = planning.memory_plan(c, params, algorithm, train, (test_pool, train_pool), num_devices)
   exp = Experiment(c, model, algorithm, train, test_pool, train_pool, chunk, mesh, plan,
-                   compiled={})
+                   compiled={}, compiler_options=devices.compiler_options(
+                       planning.quick_compile(k, params)))
   exp = planning.fit_memory(exp)
   return exp._replace(train=devices.replicate(train, mesh))   # placed once, not every round
 
@@ -265,7 +268,7 @@ def make_runs(exp: Experiment, configs, chunk_size: int) -> tuple[runs_lib.RunsP
       algorithm, lambda root: exp.model.init(keys.init_key(root)), make_sampler(exp),
       chunk_size=chunk_size, batched=len(configs) > 1,
       shared_key=len({x.run.seed for x in configs}) == 1, mesh=exp.mesh,
-      fuse_dots=planning.fuse_dots(exp, len(configs)))
+      fuse_dots=planning.fuse_dots(exp, len(configs)), compiler_options=exp.compiler_options)
   return program, hparams
 
 

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from fedjax_gel.core import devices, federated_data, memory, round as round_lib, store
-from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.experiment.config import CohortConfig, Config, ConfigError
 
 
 class MemoryPlan(NamedTuple):
@@ -208,6 +208,23 @@ def check_runs_fit(exp, num_runs: int, what: str) -> int:
 # of tracing and 0.5 s of compilation and saves about 0.4 ms a round. Below this many
 # client-rounds (runs x rounds x cohort) a program is built without it.
 FUSE_MIN_CLIENT_ROUNDS = 20_000
+
+
+# A round of at most this many multiply-adds of a forward pass (clients x mean budget x batch x
+# parameters; 20 clients of the quickstart: 260,000) is compiled for compile time
+# (``core.devices.QUICK_COMPILE``): it saves 0.3-0.5 s per program, and XLA's legacy emitters run
+# a round this small as fast; larger rounds run up to 1.4x faster with XLA's defaults
+# (benchmarks/RESULTS.md, start-up). The rule reads neither the rounds nor the runs of a
+# program, so a run's numbers do not depend on how many rounds or runs it shares a program with.
+QUICK_COMPILE_MAX_ROUND_WORK = 1_000_000
+
+
+def quick_compile(k: CohortConfig, params) -> bool:
+  """Whether an experiment's programs are compiled for compile time: its round's work
+  (``k``: the cohort section; ``params``: the model's parameters or their shapes) is small."""
+  size = sum(math.prod(p.shape) for p in jax.tree.leaves(params))
+  mean_budget = (k.budget_range[0] + k.budget_range[1]) / 2
+  return k.clients_per_round * mean_budget * k.batch_size * size <= QUICK_COMPILE_MAX_ROUND_WORK
 
 
 def fuse_dots(exp, num_runs: int) -> bool | None:

@@ -133,7 +133,8 @@ BAD_INPUT = [
     (f'{LEAF} --workdir=/proc/no/such', '/proc/no/such'),
     (f'{LEAF} --seeds=1,x', '--seeds'),
     (f'{LEAF} --algorithm=gel,gel', '--algorithm'),
-    (f'{LEAF} --algorithm=fedavg_gel --guess_policy=inf', '--guess_policy'),
+    (f'{LEAF} --algorithm=fedavg_gel --guess_policy=inf', '--guess_policy=inf', 'diverge'),
+    (f'{LEAF} --algorithm=fedavg_gel --guess_proxy=zero', '--guess_proxy=zero', 'do nothing'),
     # FedNova's normaliser ||a_i||_1 (Lemma 1) covers zero-proxy guesses only
     (f'{LEAF} --algorithm=fednova_gel --guess_proxy=last_gradient', '--guess_proxy=last_gradient',
      'fednova_gel'),

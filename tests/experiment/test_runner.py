@@ -12,7 +12,7 @@ import pytest
 
 from fedjax_gel import models, optim
 from fedjax_gel.algorithms import GuessPolicy, registry
-from fedjax_gel.core import keys
+from fedjax_gel.core import devices, keys
 from fedjax_gel.core.sampling import CohortSpec
 from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
@@ -492,10 +492,15 @@ def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
   assert records[-1]['test_accuracy'] > records[0]['test_accuracy']
 
 
-def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path):
-  """Three seeds as one vmapped program write exactly the metrics of three separate runs."""
+@pytest.mark.parametrize('emitters', ['quick', 'default'])
+def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path, emitters):
+  """Three seeds as one vmapped program write exactly the metrics of three separate runs,
+  whether compiled for compile time (``QUICK_COMPILE``) or with XLA's defaults."""
   configs = [base_config.replace(algorithm='gel', seed=s) for s in (0, 1, 2)]
   exp = factories.prepare(configs[0])
+  assert exp.compiler_options == devices.QUICK_COMPILE   # a small round
+  if emitters == 'default':
+    exp = exp._replace(compiler_options=helpers.DEFAULT_EMITTERS, compiled={})
   assert planning.batchable(exp) and planning.runs_chunk_size(exp, 3) == exp.chunk_size
   together = api.train(exp, [str(tmp_path / f'v{s}') for s in (0, 1, 2)], configs,
                        err=io.StringIO())
