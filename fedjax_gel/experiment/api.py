@@ -26,7 +26,7 @@ import jax
 
 from fedjax_gel.core import keys
 from fedjax_gel.experiment import callbacks as callbacks_lib, factories, grid as grid_lib
-from fedjax_gel.experiment import loop as loop_lib, outputs, planning, plots, sinks
+from fedjax_gel.experiment import loop as loop_lib, outputs, planning, sinks
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError, validate
 from fedjax_gel.experiment.progress import Progress
@@ -226,7 +226,6 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   if p.grid is None:
     for note in p.notes:   # a grid sizes its own chunks
       print(f'note: {note}', file=out)
-  plots.prefetch()
   results = train_all(p, vmap, list(callbacks), err, phases)
   with phases.time('report'):
     if p.grid is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 from typing import Sequence
 
 import numpy as np
@@ -28,18 +27,6 @@ def _pyplot():
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   return plt
-
-
-def prefetch() -> None:
-  """Imports matplotlib (about 0.5 s) in a background thread, to overlap with training: the
-  compiled rounds release the interpreter, and ``_pyplot`` later finds the module imported (or
-  waits on Python's import lock for the thread to finish it)."""
-  def work():
-    try:
-      _pyplot()
-    except Exception:  # pylint: disable=broad-except
-      pass   # the plots import it again and report what is wrong
-  threading.Thread(target=work, daemon=True).start()
 
 
 def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
