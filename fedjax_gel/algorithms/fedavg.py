@@ -150,9 +150,10 @@ FEDAVGCM = AlgorithmSpec(
     client='SGD with momentum (`--client_momentum`), reset each round', momentum=True,
     paper='Boukhari et al. 2023 (GeL) baseline')
 # FedOpt (Reddi et al. 2021, "Adaptive Federated Optimization"): SGD clients, the server
-# optimiser fixed to the paper's form (--server_optimizer may only repeat it).
+# optimiser fixed to the paper's form (--server_optimizer may only repeat it); FedAvg with it
+# is refused in their favour.
 FEDADAM, FEDYOGI, FEDADAGRAD = (
-    AlgorithmSpec(name, _fedavg(name), server_optimizer=name,
+    AlgorithmSpec(name, _fedavg(name), server_optimizer=name, base='fedavg',
                   server=f'{name} (the paper\'s form; tune `--server_lr`, whose default 1.0 is '
                   'SGD\'s)', paper='Reddi et al. 2021, "Adaptive Federated Optimization"')
     for name in ('fedadam', 'fedyogi', 'fedadagrad'))

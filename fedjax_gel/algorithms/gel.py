@@ -192,5 +192,5 @@ FEDYOGI_GEL = AlgorithmSpec(
     'fedyogi_gel', lambda hp, s: gel(s.loss, s.client_lr, s.client_momentum, s.server,
                                      hp.proxy(), hp.policy, 'fedyogi_gel'),
     GelHparams, client='SGDM + guessed steps', guesses=True, server_optimizer='fedyogi',
-    momentum=True,
+    base='gel', momentum=True,
     server='fedyogi', check=check_guesses('fedyogi_gel'), paper='GeL §4.5')

@@ -131,6 +131,9 @@ class AlgorithmSpec:
     pre_pass: ``FederatedAlgorithm.pre_pass``.
     guesses: it takes guessed steps (``FederatedAlgorithm.client_guesses``).
     server_optimizer: the server optimiser it fixes (FedOpt), else None: the experiment's.
+    base: with ``server_optimizer``, the algorithm it is with that server optimiser; the
+      experiment layer refuses ``base`` with ``server_optimizer`` in its favour (one name per
+      run: ``fedyogi``, not ``fedavg`` with ``--server_optimizer=fedyogi``).
     check: ``(hparams, model name) -> problem or None`` for checks across fields.
     run_name: ``hparams -> name`` of its runs, when it differs from ``name``.
   """
@@ -145,6 +148,7 @@ class AlgorithmSpec:
   pre_pass: str = 'none'
   guesses: bool = False
   server_optimizer: str | None = None
+  base: str = ''
   check: Callable[[Any, str], Optional[str]] | None = None
   run_name: Callable[[Any], str] | None = None
 

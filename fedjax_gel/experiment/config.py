@@ -366,6 +366,11 @@ def validate(c: Config) -> Config:
        f'--server_optimizer={c.server.optimizer}: --algorithm={spec.name} fixes its server '
        f'optimiser ({fixed}); use --algorithm=fedavg to combine SGD clients with another server '
        'optimiser')
+  from fedjax_gel.algorithms import registry   # pylint: disable=g-import-not-at-top
+  named = [s.name for s in registry.specs()
+           if s.base == spec.name and s.server_optimizer == c.server.optimizer]
+  need(not named, f'--server_optimizer={c.server.optimizer} with --algorithm={spec.name} is '
+       f'--algorithm={named[0] if named else ""}; use that name (one name per run)')
   leaf_data = d.dataset in LEAF_DATASETS
   need(not leaf_data or d.data_path, f'--data_path is required with --dataset={d.dataset}')
   need(leaf_data or not d.data_path,

@@ -139,6 +139,8 @@ BAD_INPUT = [
     (f'{LEAF} --algorithm=fednova_gel --guess_proxy=last_gradient', '--guess_proxy=last_gradient',
      'fednova_gel'),
     (f'{LEAF} --algorithm=fedyogi --server_optimizer=adam', '--server_optimizer=adam'),
+    (f'{LEAF} --algorithm=fedavg --server_optimizer=fedadam', '--server_optimizer=fedadam',
+     '--algorithm=fedadam'),
     (f'{LEAF} --algorithm=fedmax', '--algorithm=fedmax'),
     ('--dataset=celeba --data_path={data}', '--image_dir'),
     ('--dataset=mnist --data_dir={dir}/no_tfds_here', 'mnist'),

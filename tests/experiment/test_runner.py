@@ -240,6 +240,8 @@ def test_parse_budget_range_errors(text):
     ({'algorithm': 'fedgbo', 'gbo_beta': 1.0}, '--gbo_beta'),
     ({'algorithm': 'fedexp', 'fedexp_eps': float('nan')}, '--fedexp_eps'),
     ({'algorithm': 'fedadam', 'server_optimizer': 'adam'}, '--server_optimizer'),
+    ({'algorithm': 'fedavg', 'server_optimizer': 'fedyogi'}, '--server_optimizer=fedyogi'),
+    ({'algorithm': 'gel', 'server_optimizer': 'fedyogi'}, '--server_optimizer=fedyogi'),
     ({'algorithm': 'fedavg_gel', 'guess_proxy': 'zero'}, '--guess_proxy'),
     ({'algorithm': 'fedmax'}, '--algorithm=fedmax with --model=logistic'),
     ({'algorithm': 'gel', 'prox_mu': 0.1}, '--prox_mu is not a hyper-parameter of'),
