@@ -76,4 +76,25 @@ def replicate(tree, mesh):
   if mesh is None:
     return tree
   import jax  # pylint: disable=g-import-not-at-top
-  return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  if sharding.is_fully_addressable:
+    return jax.device_put(tree, sharding)
+
+  def one(a):   # a mesh over several processes: each places its own devices' copies
+    if isinstance(a, jax.Array) and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+      return jax.random.wrap_key_data(one(jax.random.key_data(a)), impl=jax.random.key_impl(a))
+    host = to_host(a)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+  return jax.tree.map(one, tree)
+
+
+def to_host(tree):
+  """``jax.device_get`` for arrays that may span several processes' devices: a replicated
+  array is read from this process' first copy."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  def one(a):
+    if isinstance(a, jax.Array) and not a.is_fully_addressable:
+      return np.asarray(a.addressable_data(0))
+    return np.asarray(jax.device_get(a)) if isinstance(a, jax.Array) else a
+  return jax.tree.map(one, tree)

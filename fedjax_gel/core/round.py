@@ -403,7 +403,7 @@ def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size:
   elif jax.default_backend() == 'cpu':
     budget = CPU_CHUNK_BYTES * num_devices
   else:
-    stats = jax.devices()[0].memory_stats() or {}
+    stats = jax.local_devices()[0].memory_stats() or {}
     budget = int(stats.get('bytes_limit', 4 << 30)) // 4 * num_devices
   model_bytes = tree_bytes(params)
   per_client = state_copies * model_bytes + 2 * batch_size * example_bytes

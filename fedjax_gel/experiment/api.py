@@ -25,7 +25,7 @@ from typing import Sequence
 import jax
 
 from fedjax_gel.core import keys
-from fedjax_gel.experiment import callbacks as callbacks_lib, factories, grid as grid_lib
+from fedjax_gel.experiment import callbacks as callbacks_lib, cluster, factories, grid as grid_lib
 from fedjax_gel.experiment import loop as loop_lib, outputs, planning, sinks
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError, validate
@@ -211,16 +211,21 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   progress lines (default stderr). ``phases``: the clock of a caller that timed its imports (``Phases(imports=...)``).
   """
   out = out or sys.stdout
+  if not cluster.writes():   # another process than 0: the same work, nothing written or printed
+    out = err = open(os.devnull, 'w')  # pylint: disable=consider-using-with
   phases = phases or loop_lib.Phases()
   workdir = workdir or default_workdir(expand(c, sweep))
   p = plan(c, workdir, sweep, overwrite, phases)
-  for w in p.workdirs:
+  cluster.sync('planned')   # every process has read the work directory before it changes
+  writes = cluster.writes()
+  for w in (p.workdirs if writes else ()):
     workdir_lib.make_workdir(w)
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
     if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
-      workdir_lib.extend(w, x)
+      if writes:
+        workdir_lib.extend(w, x)
       p.status[i] = 'resume'
-    elif p.status[i] == 'new':
+    elif p.status[i] == 'new' and writes:
       workdir_lib.start(w, x.to_json() if p.grid is None else
                         {**x.to_json(), **grid_lib.grid_fields(*p.grid)})
   if p.grid is None:
@@ -228,7 +233,9 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
       print(f'note: {note}', file=out)
   results = train_all(p, vmap, list(callbacks), err, phases)
   with phases.time('report'):
-    if p.grid is None:
+    if not writes:
+      pass
+    elif p.grid is None:
       outputs.write_report(p, workdir, results, out)
     else:
       outputs.write_grid_report(p, workdir, results, out)
@@ -331,8 +338,8 @@ def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, 
   program, hparams = factories.make_runs(exp, [r.config for r in runs], chunk)
   progress = Progress(first.run.num_rounds, stream=err, label=label)
   loop = loop_lib.Loop(exp, runs, program, hparams, chunk, phases)
-  sinks_used = [sinks.JsonlWriter(), sinks.CsvWriter()]
-  if first.run.tensorboard:
+  sinks_used = [sinks.JsonlWriter(), sinks.CsvWriter()] if cluster.writes() else []
+  if first.run.tensorboard and cluster.writes():
     sinks_used.append(sinks.TensorBoardWriter())
   return loop_lib.train(loop, [
       # a round's records are written before its checkpoint, which counts them

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from flax import serialization
 
-from fedjax_gel.core import evaluation, round as round_lib, runs as runs_lib
+from fedjax_gel.core import devices, evaluation, round as round_lib, runs as runs_lib
 from fedjax_gel.experiment import checkpoint, workdir as workdir_lib
 from fedjax_gel.experiment.progress import Progress
 
@@ -93,10 +93,10 @@ class Evaluate(Callback):
     params = loop.program.server_params(loop.state, loop.hparams)
     live = loop.live()
     if self.fn_together:
-      both = jax.device_get(self.fn(params, self.test_pool, self.train_pool))
+      both = devices.to_host(self.fn(params, self.test_pool, self.train_pool))
       return [jax.tree.map(lambda a, i=i: a[i], both) for i in live]
-    return [self.fn(runs_lib.run_slice(params, i, loop.program.batched), self.test_pool,
-                    self.train_pool) for i in live]
+    return [devices.to_host(self.fn(runs_lib.run_slice(params, i, loop.program.batched),
+                                    self.test_pool, self.train_pool)) for i in live]
 
   def evaluate(self, loop, done: int):
     with loop.phases.time('train'):   # the rounds dispatched so far finish first
@@ -174,7 +174,7 @@ class Checkpointer(Callback):
         run.totals, run.distance = dict(saved['totals']), saved['distance']
         run.diverged = saved['diverged']
       states[w] = (idx, state)
-    loop.state = assemble(loop, states.values())
+    loop.state = loop.placed(assemble(loop, states.values()))
     loop.start = loop.done = start
 
   def save(self, loop, done: int):
@@ -203,8 +203,9 @@ class Checkpointer(Callback):
 def assemble(loop, parts):
   """The loop's state from the work directories' restored ``(run indices, state)``."""
   parts = list(parts)
-  if not loop.program.batched:
-    return jax.device_put(parts[0][1])
+  if not loop.program.batched:   # on the run's devices (every process' when there are several)
+    return devices.replicate(parts[0][1], loop.exp.mesh) if loop.exp.mesh else jax.device_put(
+        parts[0][1])
   order, slices = [], []
   for idx, state in parts:
     order += idx
@@ -307,7 +308,7 @@ class RunSummary(Callback):
       run = loop.runs[i]
       finished = run.diverged is None
       if finished:
-        params = jax.device_get(loop.run_params(i))
+        params = devices.to_host(loop.run_params(i))
         checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
       summary = run_summary(loop, i)
       workdir_lib.write_json(os.path.join(w, 'summary.json'), summary)

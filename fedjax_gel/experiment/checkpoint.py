@@ -19,6 +19,8 @@ import re
 import jax
 from flax import serialization
 
+from fedjax_gel.core import devices
+from fedjax_gel.experiment import cluster
 from fedjax_gel.experiment.config import ConfigError
 
 VERSION = 1
@@ -41,7 +43,10 @@ def rounds(workdir: str) -> list[int]:
 
 
 def write_atomic(file: str, data: bytes):
-  """Writes ``file`` whole or not at all: a temporary file, flushed to disk, renamed over it."""
+  """Writes ``file`` whole or not at all: a temporary file, flushed to disk, renamed over it.
+  Only the writing process writes (``cluster.writes``)."""
+  if not cluster.writes():
+    return
   tmp = file + '.tmp'
   with open(tmp, 'wb') as f:
     f.write(data)
@@ -51,10 +56,13 @@ def write_atomic(file: str, data: bytes):
 
 
 def save(workdir: str, round_idx: int, state, meta: dict):
-  """Writes the checkpoint of ``round_idx`` and drops all but the last ``KEEP``."""
+  """Writes the checkpoint of ``round_idx`` and drops all but the last ``KEEP`` (the writing
+  process; the others keep nothing)."""
+  if not cluster.writes():
+    return
   data = serialization.msgpack_serialize({
       'version': VERSION, 'round': round_idx, 'meta': meta,
-      'state': serialization.to_state_dict(jax.device_get(state))})
+      'state': serialization.to_state_dict(devices.to_host(state))})
   write_atomic(path(workdir, round_idx), data)
   for old in rounds(workdir)[:-KEEP]:
     os.remove(path(workdir, old))
@@ -100,8 +108,9 @@ def restore(workdir: str, round_idx: int, target):
   """``load``, and ``metrics.jsonl`` cut back to its length at the checkpoint (the lines of
   later rounds are written again as the run resumes)."""
   state, meta = load(workdir, round_idx, target)
-  with open(os.path.join(workdir, 'metrics.jsonl'), 'rb+') as f:
-    f.truncate(meta['metrics_bytes'])
+  if cluster.writes():
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'rb+') as f:
+      f.truncate(meta['metrics_bytes'])
   return state, meta
 
 

@@ -19,7 +19,7 @@ import time
 
 from absl import flags, logging
 
-from fedjax_gel.experiment import api, compilation_cache
+from fedjax_gel.experiment import api, cluster, compilation_cache
 from fedjax_gel.algorithms import registry
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment.config import Config, ConfigError, parse_budget_range
@@ -81,6 +81,14 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
                     'learning rate as one program vmapped over them where they fit (one device, '
                     'no per-client state or power-of-d; the same numbers as one run each).',
                     flag_values=values)
+  flags.DEFINE_integer('num_processes', 1, 'Processes running this same command together (JAX '
+                       "multi-process: every program spans all their devices, process 0 writes); "
+                       "0: from the cluster's environment (SLURM, Open MPI, TPU pods).",
+                       lower_bound=0, flag_values=values)
+  flags.DEFINE_integer('process_id', 0, 'This process among --num_processes (0 writes).',
+                       lower_bound=0, flag_values=values)
+  flags.DEFINE_string('coordinator_address', '', "HOST:PORT of process 0's coordinator (with "
+                      '--num_processes > 1).', flag_values=values)
 
 
 def typed(flag: str, items, kind):
@@ -199,6 +207,10 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   if len(argv) > 1:
     return fail(f'unexpected arguments: {" ".join(argv[1:])}')
   from fedjax_gel.core.devices import use_all_cpu_cores  # pylint: disable=g-import-not-at-top
+  try:   # before JAX starts its backends
+    cluster.initialize(values.coordinator_address, values.num_processes, values.process_id)
+  except ValueError as e:
+    return fail(str(e))
   use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
   try:
     compilation_cache.enable(values.compilation_cache)
@@ -222,8 +234,10 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     print(f'interrupted {where}: run the same command to continue (finished runs are kept, '
           'the others resume from their last checkpoint)', file=sys.stderr)
     return 130
-  total = f', total {time.perf_counter() - start:.1f} s' if start else ''
-  print(f'all runs: {phases.line()}{total}', file=sys.stderr)
+  cluster.sync('finished')   # process 0, the coordinator, ends last
+  if cluster.writes():
+    total = f', total {time.perf_counter() - start:.1f} s' if start else ''
+    print(f'all runs: {phases.line()}{total}', file=sys.stderr)
   return 0
 
 

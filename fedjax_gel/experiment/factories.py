@@ -170,7 +170,10 @@ def prepare(c: Config) -> Experiment:
                    compiled={}, compiler_options=devices.compiler_options(
                        planning.quick_compile(k, params)))
   exp = planning.fit_memory(exp)
-  return exp._replace(train=devices.replicate(train, mesh))   # placed once, not every round
+  # placed once, not every round; on a mesh every program's inputs live on all its devices
+  return exp._replace(train=devices.replicate(train, mesh),
+                      test_pool=devices.replicate(test_pool, mesh),
+                      train_pool=devices.replicate(train_pool, mesh))
 
 
 def check_population(k: config_lib.CohortConfig, population: int):

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_gel.core import keys, runs as runs_lib
+from fedjax_gel.core import devices, keys, runs as runs_lib, store as store_lib
 from fedjax_gel.experiment.config import Config
 
 # (total, RoundMetrics field) summed over a run's rounds.
@@ -95,9 +95,10 @@ class Loop:
     self.num_rounds = self.runs[0].config.run.num_rounds
     seeds = [r.config.run.seed for r in self.runs]
     self.shared_key = len(set(seeds)) == 1   # one seed: one key, one cohort for all the runs
-    self.roots = (keys.root_key(seeds[0]) if self.shared_key else
-                  jnp.stack([keys.root_key(s) for s in seeds]))
-    self.state = program.init(self.roots, hparams)
+    self.roots = devices.replicate(   # on the run's devices (several processes': a global array)
+        keys.root_key(seeds[0]) if self.shared_key else
+        jnp.stack([keys.root_key(s) for s in seeds]), exp.mesh)
+    self.state = self.placed(program.init(self.roots, hparams))
     self.start = 0          # the round the rounds start from (a resumed run's checkpoint)
     self.done = 0           # rounds trained so far
     self.stop = False       # set by a callback to end the loop after the round under way
@@ -108,6 +109,15 @@ class Loop:
     self.newly_diverged = []
     self.callbacks = []
     self.t0 = time.perf_counter()
+
+  def placed(self, state):
+    """``state`` as the round keeps it: on a mesh, the per-client store's rows split over the
+    devices (``core.store.constrain``), so that the compiled round gets the sharding it
+    returns."""
+    mesh = self.exp.mesh
+    if mesh is None or self.exp.algorithm.store_row is None:
+      return state
+    return jax.jit(lambda s: s._replace(clients=store_lib.constrain(s.clients, mesh)))(state)
 
   # what callbacks use
   def seconds(self, phase: str) -> float:
@@ -130,7 +140,7 @@ class Loop:
     """Adds the rounds since the last sync to the runs' totals (a host sync), and marks a run
     diverged at the first round whose server model is not finite (``newly_diverged``)."""
     for done, m in self.pending:
-      m = jax.device_get(m)
+      m = devices.to_host(m)
       for i in self.live():
         mi = runs_lib.run_slice(m, i, self.program.batched)
         if not bool(mi.finite):
@@ -140,7 +150,7 @@ class Loop:
         for total, field in TOTALS:
           self.runs[i].totals[total] += int(getattr(mi, field))
     if self.pending:
-      last = jax.device_get(self.pending[-1][1])
+      last = devices.to_host(self.pending[-1][1])
       for i in self.live():
         mi = runs_lib.run_slice((last.client_distance, last.diagnostics), i,
                                 self.program.batched)

@@ -33,7 +33,7 @@ def example_bytes(data: federated_data.FederatedData) -> int:
 
 def memory_limit() -> int:
   """Bytes one device may use: the accelerator's limit, or the host's physical memory."""
-  stats = jax.devices()[0].memory_stats() or {}
+  stats = jax.local_devices()[0].memory_stats() or {}
   if 'bytes_limit' in stats:
     return int(stats['bytes_limit'])
   return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
@@ -103,6 +103,8 @@ def devices_and_chunk(algorithm, params, data, cohort_size: int, batch_size: int
   ``'clients'`` mesh (None for one), and ``chunk_size`` (0: ``round.default_chunk_size`` for the
   budgets) clients per chunk, at most the cohort. The rule of every run, batch and benchmark;
   ``params``: the model's parameters or their shapes, ``data``: the training pool."""
+  if jax.process_count() > 1:   # several processes: every program spans all their devices
+    num_devices = jax.device_count()
   mesh = devices.client_mesh(num_devices or auto_num_devices(
       cohort_size, store_bytes(algorithm, params), memory_limit(), jax.device_count(),
       shared_memory=jax.default_backend() == 'cpu'))

@@ -12,7 +12,7 @@ import os
 import shutil
 from typing import Optional
 
-from fedjax_gel.experiment import checkpoint, report
+from fedjax_gel.experiment import checkpoint, cluster, report
 from fedjax_gel.experiment.config import Config, ConfigError, json_extras
 
 
@@ -117,6 +117,8 @@ def extend(workdir: str, c: Config):
 def remove_checkpoints(workdir: str, keep: int | None = None):
   """Removes a run's checkpoints but the one of round ``keep`` (a finished run's final state,
   kept so that the run can be extended); also those a kill left behind."""
+  if not cluster.writes():
+    return
   for r in checkpoint.rounds(workdir):
     if r != keep:
       os.remove(checkpoint.path(workdir, r))

@@ -124,6 +124,8 @@ BAD_INPUT = [
     ('--dataset=leaf --data_path={malformed}', '{malformed}'),
     (f'{LEAF} --sample_with_replacement=false --clients_per_round=9', '--clients_per_round'),
     ('--no_such_flag=1', 'no_such_flag'),
+    (f'{LEAF} --num_processes=2', '--num_processes=2', '--coordinator_address'),
+    (f'{LEAF} --num_processes=2 --coordinator_address=127.0.0.1:1 --process_id=2', '--process_id=2'),
     ('--num_rounds=abc', '--num_rounds'),
     ('--client_lr=inf', '--client_lr must be a finite number'),
     ('--flagfile={missing}', '{missing}'),

@@ -1,0 +1,53 @@
+"""Runs over several processes: JAX's multi-controller runtime, and which process writes.
+
+Every process runs the same command; ``initialize`` joins them before JAX starts (JAX's
+distributed runtime, with gloo collectives on CPU), after which ``jax.devices()`` lists every
+process' devices and the experiment's mesh spans them (``planning.devices_and_chunk``). Every
+process runs every program and every callback, so that the programs stay in step; only process
+0 writes files and prints (``writes``), and every process reads the same work directory when a
+run resumes (on several hosts it must be a shared file system).
+
+Process count and id come from ``--num_processes``/``--process_id``/``--coordinator_address``,
+or, with ``--num_processes=0``, from the environment as JAX detects it (SLURM, Open MPI, TPU
+pods, Kubernetes).
+"""
+from __future__ import annotations
+
+
+def initialize(coordinator_address: str, num_processes: int, process_id: int) -> None:
+  """Joins the processes (before JAX starts its backends); one process does nothing.
+
+  ``num_processes=0``: the cluster's own variables (JAX's detection); else
+  ``coordinator_address`` (``host:port`` of process 0) and ``process_id`` are needed.
+  Raises ``ValueError`` (one line naming the flag) for settings that cannot work.
+  """
+  if num_processes == 1 and not coordinator_address:
+    return
+  if num_processes < 0:
+    raise ValueError(f'--num_processes={num_processes}: must be 0 (detect) or a count')
+  if num_processes > 1:
+    if not coordinator_address:
+      raise ValueError(f'--num_processes={num_processes} needs --coordinator_address=HOST:PORT '
+                       '(process 0\'s)')
+    if not 0 <= process_id < num_processes:
+      raise ValueError(f'--process_id={process_id}: must be in 0..{num_processes - 1}')
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')   # CPU collectives
+  if num_processes == 0:
+    jax.distributed.initialize()
+  else:
+    jax.distributed.initialize(coordinator_address, num_processes, process_id)
+
+
+def writes() -> bool:
+  """Whether this process writes outputs (process 0; the only one when there is one)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.process_index() == 0
+
+
+def sync(name: str) -> None:
+  """Waits until every process has reached ``sync(name)`` (nothing with one process)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices(name)
