@@ -234,6 +234,14 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     print(f'interrupted {where}: run the same command to continue (finished runs are kept, '
           'the others resume from their last checkpoint)', file=sys.stderr)
     return 130
+  except Exception as e:  # pylint: disable=broad-except
+    if not cluster.lost_peer(e):
+      raise
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    print(f'error: process {values.process_id} lost the other processes of the run ({first}); '
+          'it stops: start every process again with the same command to resume from the last '
+          'checkpoint', file=sys.stderr)
+    return 1
   cluster.sync('finished')   # process 0, the coordinator, ends last
   if cluster.writes():
     total = f', total {time.perf_counter() - start:.1f} s' if start else ''

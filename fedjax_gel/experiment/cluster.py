@@ -45,6 +45,13 @@ def writes() -> bool:
   return jax.process_index() == 0
 
 
+def lost_peer(error: BaseException) -> bool:
+  """Whether ``error`` is a collective or the coordination service failing because another
+  process of the run is gone (several processes only)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.process_count() > 1 and isinstance(error, jax.errors.JaxRuntimeError)
+
+
 def sync(name: str) -> None:
   """Waits until every process has reached ``sync(name)`` (nothing with one process)."""
   import jax  # pylint: disable=g-import-not-at-top
