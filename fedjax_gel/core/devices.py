@@ -96,5 +96,5 @@ def to_host(tree):
   def one(a):
     if isinstance(a, jax.Array) and not a.is_fully_addressable:
       return np.asarray(a.addressable_data(0))
-    return np.asarray(jax.device_get(a)) if isinstance(a, jax.Array) else a
+    return jax.device_get(a)
   return jax.tree.map(one, tree)

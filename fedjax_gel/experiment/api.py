@@ -217,28 +217,23 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   workdir = workdir or default_workdir(expand(c, sweep))
   p = plan(c, workdir, sweep, overwrite, phases)
   cluster.sync('planned')   # every process has read the work directory before it changes
-  writes = cluster.writes()
-  for w in (p.workdirs if writes else ()):
+  for w in p.workdirs:
     workdir_lib.make_workdir(w)
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
     if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
-      if writes:
-        workdir_lib.extend(w, x)
+      workdir_lib.extend(w, x)
       p.status[i] = 'resume'
-    elif p.status[i] == 'new' and writes:
+    elif p.status[i] == 'new':
       workdir_lib.start(w, x.to_json() if p.grid is None else
                         {**x.to_json(), **grid_lib.grid_fields(*p.grid)})
   if p.grid is None:
     for note in p.notes:   # a grid sizes its own chunks
       print(f'note: {note}', file=out)
   results = train_all(p, vmap, list(callbacks), err, phases)
-  with phases.time('report'):
-    if not writes:
-      pass
-    elif p.grid is None:
-      outputs.write_report(p, workdir, results, out)
-    else:
-      outputs.write_grid_report(p, workdir, results, out)
+  if cluster.writes():   # only process 0 writes (several processes)
+    with phases.time('report'):
+      write = outputs.write_report if p.grid is None else outputs.write_grid_report
+      write(p, workdir, results, out)
   return results
 
 

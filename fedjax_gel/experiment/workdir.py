@@ -77,6 +77,8 @@ def check_resume(workdir: str, target):
 def start(workdir: str, config_json: dict):
   """A new run's work directory: its ``config.json``, an empty ``metrics.jsonl``, and no
   checkpoints or TensorBoard events of an earlier run there."""
+  if not cluster.writes():   # only process 0 writes (several processes)
+    return
   remove_checkpoints(workdir)
   shutil.rmtree(os.path.join(workdir, 'tensorboard'), ignore_errors=True)
   write_json(os.path.join(workdir, 'config.json'), config_json)
@@ -108,6 +110,8 @@ def extend(workdir: str, c: Config):
   """Makes the run in ``workdir`` an unfinished run of ``c.run.num_rounds`` rounds: its summary goes
   (first, so that a kill leaves an unfinished run) and its config is rewritten; it then resumes
   from its final state like any unfinished run."""
+  if not cluster.writes():   # only process 0 writes (several processes)
+    return
   summary = os.path.join(workdir, 'summary.json')
   if os.path.exists(summary):
     os.remove(summary)
@@ -126,6 +130,8 @@ def remove_checkpoints(workdir: str, keep: int | None = None):
 
 def make_workdir(workdir: str):
   """Creates the work directory; a path that cannot be one is a ConfigError."""
+  if not cluster.writes():   # only process 0 writes (several processes)
+    return
   try:
     os.makedirs(workdir, exist_ok=True)
   except OSError as e:
