@@ -98,10 +98,6 @@ class AdaBestState(NamedTuple):
   clients: Any      # AdaBestRow
 
 
-def identity(ids):
-  return ids
-
-
 def corrected_sgd(loss_fn: Callable, lr: float, mu: float = 0.0):
   """``client_step`` of ``y <- y - lr (grad L(y) + correction + mu (y - x))``; with ``mu`` the
   broadcast must be ``x`` itself."""
@@ -160,7 +156,7 @@ def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
 
   return FederatedAlgorithm(name, server_init, broadcast, client_init,
                             corrected_sgd(loss_fn, client_lr), client_final, server_update,
-                            lambda s: s.params, store_row=identity)
+                            lambda s: s.params, store_row=store.by_client)
 
 
 def feddyn(loss_fn: Callable, client_lr: float, mu: float, num_clients: int,
@@ -184,7 +180,7 @@ def feddyn(loss_fn: Callable, client_lr: float, mu: float, num_clients: int,
 
   return FederatedAlgorithm(name, server_init, lambda s: s.params, client_init,
                             corrected_sgd(loss_fn, client_lr, mu), client_final, server_update,
-                            lambda s: s.params, store_row=identity)
+                            lambda s: s.params, store_row=store.by_client)
 
 
 def adabest(loss_fn: Callable, client_lr: float, mu: float, beta: float, num_clients: int,
@@ -215,7 +211,7 @@ def adabest(loss_fn: Callable, client_lr: float, mu: float, beta: float, num_cli
 
   return FederatedAlgorithm(name, server_init, lambda s: (s.params, s.round + 1), client_init,
                             corrected_sgd(loss_fn, client_lr), client_final, server_update,
-                            lambda s: s.params, store_row=identity)
+                            lambda s: s.params, store_row=store.by_client)
 
 
 @dataclasses.dataclass(frozen=True)

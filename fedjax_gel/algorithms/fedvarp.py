@@ -29,7 +29,7 @@ import numpy as np
 import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
-from fedjax_gel.algorithms.drift import identity, mean_row
+from fedjax_gel.algorithms.drift import mean_row
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.core import store
 from fedjax_gel.core.spec import AlgorithmSpec, hparam, positive
@@ -67,7 +67,7 @@ def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
   server_optimizer = server_optimizer or optax.sgd(1.0)
   weights = cluster_weights(memory_weights, clusters).astype(np.float32)
   if clusters is None:
-    row_of = identity
+    row_of = store.by_client
   else:
     table = np.asarray(clusters, np.int32)
     row_of = lambda ids: jnp.asarray(table)[ids]

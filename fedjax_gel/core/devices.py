@@ -88,6 +88,18 @@ def replicate(tree, mesh):
   return jax.tree.map(one, tree)
 
 
+def split_rows(tree, mesh):
+  """``tree``'s leaves (host arrays) split by their first axis into one block per device of the
+  mesh's ``'clients'`` axis; each process places only its own devices' blocks."""
+  import jax  # pylint: disable=g-import-not-at-top
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(CLIENT_AXIS))
+
+  def one(a):
+    host = np.asarray(a)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+  return jax.tree.map(one, tree)
+
+
 def to_host(tree):
   """``jax.device_get`` for arrays that may span several processes' devices: a replicated
   array is read from this process' first copy."""

@@ -2,8 +2,10 @@
 
 A federated dataset is one pytree of arrays whose leading axis runs over *all* examples of *all*
 clients, plus ``offsets[N]`` and ``counts[N]``: client ``i`` owns pool rows
-``offsets[i] : offsets[i] + counts[i]``. There is no per-client padding, so a population whose
-clients range from 5 to 50,000 examples costs exactly its number of examples.
+``offsets[i] : offsets[i] + counts[i]``, in client order. There is no per-client padding, so a
+population whose clients range from 5 to 50,000 examples costs exactly its number of examples.
+On a mesh of devices the pool is split by client (``to_device(data, mesh)``): each device holds
+the examples of the clients it owns, its block padded to the largest device's count.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ class FederatedData(NamedTuple):
 
   Attributes:
     examples: dict of arrays, each with leading axis ``P`` (total examples).
-    offsets: ``[N]`` int32, first pool row of each client.
+    offsets: ``[N]`` int32, first pool row of each client (non-decreasing in the client id).
     counts: ``[N]`` int32, number of examples of each client.
     client_names: the clients' names (host-side metadata, never traced).
   """
@@ -60,17 +62,64 @@ def client_examples(data: FederatedData, i: int) -> dict:
   return {k: np.asarray(v)[lo:lo + n] for k, v in data.examples.items()}
 
 
-def to_device(data: FederatedData) -> FederatedData:
-  """Moves the pool and the index arrays onto the default device.
+def to_device(data: FederatedData, mesh=None) -> FederatedData:
+  """Moves the pool and the index arrays onto the default device, or onto ``mesh`` split by
+  client (``owner_layout``): each device holds only the examples of the clients it owns.
 
   The client names stay behind (strings are host metadata and cannot enter a jitted function).
   """
   import jax  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  if mesh is not None:
+    data = owner_layout(data, mesh.shape[devices.CLIENT_AXIS])
+    return FederatedData(devices.split_rows(data.examples, mesh),
+                         *devices.replicate((data.offsets, data.counts), mesh))
   # device_put, not jnp.asarray: a transfer, with no program to compile per array
   return FederatedData(
       {k: jax.device_put(np.asarray(v)) for k, v in data.examples.items()},
       jax.device_put(np.asarray(data.offsets, np.int32)),
       jax.device_put(np.asarray(data.counts, np.int32)))
+
+
+def clients_per_owner(num_clients: int, num_devices: int) -> int:
+  """``S = ceil(N / D)``: device ``d`` owns clients ``d S .. (d + 1) S - 1`` (the last ones may
+  own fewer, or none), and the rows of a per-client store split the same way."""
+  return -(-num_clients // num_devices)
+
+
+def owner_blocks(counts, num_devices: int) -> tuple[list, int]:
+  """``(clients of each device, rows L of each device's block)``: ``L`` is the largest number
+  of examples a device owns (at least 1)."""
+  counts = np.asarray(counts)
+  owned = clients_per_owner(len(counts), num_devices)
+  blocks = [np.arange(d * owned, min((d + 1) * owned, len(counts))) for d in range(num_devices)]
+  return blocks, max(1, max(int(counts[b].sum()) for b in blocks))
+
+
+def owner_layout(data: FederatedData, num_devices: int) -> FederatedData:
+  """The pool re-laid out in ``num_devices`` equal blocks of ``L`` rows (host side): block ``d``
+  holds the examples of the clients device ``d`` owns (``clients_per_owner``), in client order,
+  then zero rows up to ``L``, the largest block's count. ``offsets`` point into the blocks, so
+  client ``i`` still owns rows ``offsets[i] : offsets[i] + counts[i]``, and they rise with
+  ``i``. One device: the pool itself (its clients in order, unpadded)."""
+  counts = np.asarray(data.counts, np.int32)
+  offsets = np.asarray(data.offsets, np.int64)
+  blocks, length = owner_blocks(counts, num_devices)
+  rows, new_offsets = [], np.zeros(len(counts), np.int32)
+  for d, block in enumerate(blocks):
+    starts = np.concatenate([[0], np.cumsum(counts[block])[:-1]]).astype(np.int64)
+    new_offsets[block] = d * length + starts
+    idx = np.concatenate([np.arange(offsets[i], offsets[i] + counts[i]) for i in block] +
+                         [np.zeros(0, np.int64)])
+    rows.append(np.concatenate([idx, np.full(length - len(idx), -1)]))
+  rows = np.concatenate(rows)
+  examples = {}
+  for k, v in data.examples.items():
+    v = np.asarray(v)
+    out = v[np.maximum(rows, 0)] if len(v) else np.zeros((len(rows),) + v.shape[1:], v.dtype)
+    out[rows < 0] = 0
+    examples[k] = out
+  return FederatedData(examples, new_offsets, counts, data.client_names)
 
 
 class FederatedSplit(NamedTuple):

@@ -34,7 +34,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
-from fedjax_gel.core import keys, small_dots
+from fedjax_gel.core import federated_data, keys, small_dots
 from fedjax_gel.core import store as store_lib
 from fedjax_gel.core.devices import CLIENT_AXIS
 from fedjax_gel.core.federated_data import FederatedData
@@ -105,6 +105,26 @@ def pad_and_sort(cohort: Cohort, guesses, num_chunks: int, chunk_size: int) -> C
   shape = (num_chunks, chunk_size)
   return Clients(*(a[order].reshape(shape) for a in fields),
                  jnp.maximum(slots[order], 0).reshape(shape), (slots[order] >= 0).reshape(shape))
+
+
+def route(cohort: Cohort, guesses, owned: int, num_clients: int, num_devices: int,
+          capacity: int) -> Clients:
+  """Sends each client of the cohort to the device that owns it (device ``d`` owns clients
+  ``d owned .. (d + 1) owned - 1``, ``federated_data.clients_per_owner``): leaves
+  ``[num_devices, capacity]``, row ``d`` holding device ``d``'s clients sorted by budget, then
+  padding slots (budget 0, weight 0, not valid) naming a client the device owns."""
+  size = cohort.budgets.shape[0]
+  owner = jnp.minimum(cohort.client_ids // owned, num_devices - 1)
+  order = jnp.lexsort((cohort.budgets, owner))          # by owner, then by budget
+  share = jnp.zeros((num_devices,), jnp.int32).at[owner].add(1)
+  slot = jnp.arange(capacity)[None, :]
+  valid = slot < share[:, None]
+  src = order[jnp.minimum((jnp.cumsum(share) - share)[:, None] + slot, size - 1)]
+  own = jnp.minimum(jnp.arange(num_devices, dtype=jnp.int32) * owned, num_clients - 1)
+  pick = lambda a, pad: jnp.where(valid, a[src], pad)
+  return Clients(pick(cohort.client_ids, own[:, None]), pick(cohort.budgets, 0),
+                 pick(cohort.weights, 0.), pick(guesses, 0.),
+                 pick(jnp.arange(size, dtype=jnp.int32), 0), valid)
 
 
 def all_finite(tree) -> jax.Array:
@@ -298,37 +318,115 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       acc0 = tree_map(lambda s: jnp.zeros(s.shape, s.dtype), acc0)
       return jax.lax.scan(body, acc0, chunks)
 
-    return train_chunk, accumulate
+    return train_chunk, chunk_totals, accumulate
+
+  def on_one_device(server_state, clients: Clients, bcast, data, client_key_root, train_chunk,
+                    accumulate):
+    """The round's chunks on one device: ``((sums, spread, totals), written, row_idx)``."""
+    row_idx = stored = None
+    if stateful:
+      row_idx = algorithm.store_row(clients.client_ids)
+      stored = store_lib.gather(server_state.clients, row_idx)
+    acc, written = accumulate(bcast, data, client_key_root, (clients, stored))
+    return acc, written, row_idx
+
+  def on_mesh(server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals):
+    """Owner computes: each device trains, chunk by chunk, the clients whose examples (and
+    store rows) it holds; their weighted sums meet in one ``psum``. Returns ``((sums, spread,
+    totals), written, routed)`` with ``written``'s leaves ``[devices, capacity, ...]``."""
+    num_devices = mesh.shape[CLIENT_AXIS]
+    num_clients = data.counts.shape[0]
+    owned = federated_data.clients_per_owner(num_clients, num_devices)
+    per_device = chunk_layout(cohort.budgets.shape[0], chunk_size, num_devices)[0] // num_devices
+    capacity = -(-cohort.budgets.shape[0] // per_device) * per_device
+    routed = route(cohort, guesses, owned, num_clients, num_devices, capacity)
+    split = stateful and store_lib.split_by_client(algorithm)
+    if split and store_lib.num_rows(server_state.clients) != owned * num_devices:
+      raise ValueError(f'round_fn: a store of {store_lib.num_rows(server_state.clients)} rows '
+                       f'for {num_clients} clients on {num_devices} devices; place it with '
+                       'fedjax_gel.core.store.place(store, mesh)')
+
+    def device(bcast, examples, offsets, counts, key_root, routed, store):
+      d = jax.lax.axis_index(CLIENT_AXIS)
+      base = jax.tree.leaves(examples)[0].shape[0] * d     # this device's first pool row
+      local = FederatedData(examples, offsets - base, counts)
+      chunks = tree_map(lambda a: a.reshape(-1, per_device), routed)   # [chunks, per_device]
+
+      def stored_rows(ids):
+        if not stateful:
+          return None
+        rows = ids - d * owned if split else algorithm.store_row(ids)
+        return store_lib.gather(store, rows)
+
+      def body(c, carry):
+        acc, written = carry
+        chunk = tree_map(lambda a: a[c], chunks)
+        add, rows = chunk_totals(bcast, local, key_root, (chunk, stored_rows(chunk.client_ids)))
+        if stateful:
+          written = tree_map(lambda w, r: w.at[c].set(r), written, rows)
+        return tree_map(jnp.add, acc, add), written
+
+      first = tree_map(lambda a: a[0], chunks)
+      shapes = jax.eval_shape(chunk_totals, bcast, local, key_root,
+                              (first, stored_rows(first.client_ids)))
+      zeros = lambda tree, lead=(): tree_map(lambda x: jnp.zeros(lead + x.shape, x.dtype), tree)
+      written = zeros(shapes[1], (chunks.valid.shape[0],)) if stateful else None
+      trips = -(-jnp.sum(routed.valid) // per_device)     # this device's chunks with clients
+      acc, written = jax.lax.fori_loop(0, trips, body, (zeros(shapes[0]), written))
+      written = tree_map(lambda w: w.reshape((1, capacity) + w.shape[2:]), written)
+      return jax.lax.psum(acc, CLIENT_AXIS), written
+
+    clients_spec = P(CLIENT_AXIS)
+    store = server_state.clients if stateful else None
+    run = jax.shard_map(
+        device, mesh=mesh, check_vma=False,
+        in_specs=(P(), P(CLIENT_AXIS), P(), P(), P(), clients_spec,
+                  P(CLIENT_AXIS) if split else P()),
+        out_specs=(P(), P(CLIENT_AXIS)))
+    acc, written = run(bcast, data.examples, data.offsets, data.counts, client_key_root, routed,
+                       store)
+    return acc, written, routed
+
+  def write_rows(clients_store, written, ids):
+    """Writes the rows the clients returned (``written``: rows and real-client masks, leading
+    axes matching ``ids``) into the store: on a mesh, each device into its own rows."""
+    new_rows, real = written
+    if mesh is None or not store_lib.split_by_client(algorithm):
+      flat = lambda a: a.reshape((-1,) + a.shape[ids.ndim:])
+      new = store_lib.write_mean(clients_store, algorithm.store_row(ids).reshape(-1),
+                                 tree_map(flat, new_rows), flat(real))
+      return store_lib.constrain(new, mesh, split=False)
+    owned = store_lib.num_rows(clients_store) // mesh.shape[CLIENT_AXIS]
+
+    def device(part, ids, new_rows, real):
+      rows = ids[0] - jax.lax.axis_index(CLIENT_AXIS) * owned
+      return store_lib.write_mean(part, rows, tree_map(lambda a: a[0], new_rows), real[0])
+    return jax.shard_map(device, mesh=mesh, in_specs=P(CLIENT_AXIS), out_specs=P(CLIENT_AXIS),
+                         check_vma=False)(clients_store, ids, new_rows, real)
 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
     spec = cohort.spec
-    train_chunk, accumulate = kernels(spec.batch_size, spec.max_budget)
+    train_chunk, chunk_totals, accumulate = kernels(spec.batch_size, spec.max_budget)
     size = cohort.budgets.shape[0]
-    devices = 1 if mesh is None else mesh.shape[CLIENT_AXIS]
-    chunk, num_chunks = chunk_layout(size, chunk_size, devices)
     if algorithm.client_guesses is None:
       guesses = jnp.zeros(cohort.budgets.shape, jnp.float32)
     else:
       guesses = jnp.asarray(algorithm.client_guesses(cohort.budgets, spec.max_budget), jnp.float32)
-    clients = pad_and_sort(cohort, guesses, num_chunks, chunk)
-    stored = None
-    if stateful:
-      row_idx = algorithm.store_row(clients.client_ids)
-      stored = store_lib.gather(server_state.clients, row_idx)
-    chunks = (clients, stored)
     bcast = algorithm.broadcast(server_state)
     client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
     if mesh is None:
-      (sums, spread, totals), written = accumulate(bcast, data, client_key_root, chunks)
-    else:   # each device takes a slice of every chunk; the weighted sums meet in one psum
-      sharded = jax.shard_map(
-          lambda *a: (lambda acc, rows: (jax.lax.psum(acc, CLIENT_AXIS), rows))(*accumulate(*a)),
-          mesh=mesh, in_specs=(P(), P(), P(), P(None, CLIENT_AXIS)),
-          out_specs=(P(), P(None, CLIENT_AXIS)), check_vma=False)
-      (sums, spread, totals), written = sharded(bcast, data, client_key_root, chunks)
+      clients = pad_and_sort(cohort, guesses, *chunk_layout(size, chunk_size)[::-1])
+      (sums, spread, totals), written, _ = on_one_device(
+          server_state, clients, bcast, data, client_key_root, train_chunk, accumulate)
+    else:
+      (sums, spread, totals), written, clients = on_mesh(
+          server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals)
     weight_total, num_real, loss_wsum, loss_w, grads, examples, computed = totals
-    uploads = jax.eval_shape(train_chunk, bcast, data, client_key_root,
-                             tree_map(lambda a: a[0], chunks)).upload
+    one = tree_map(lambda a: a.reshape(-1)[:1], clients)   # the upload of one client
+    stored = (store_lib.gather(server_state.clients, jnp.zeros((1,), jnp.int32)) if stateful
+              else None)
+    uploads = jax.eval_shape(lambda: train_chunk(bcast, data, client_key_root, (one, stored))
+                             ).upload
     scale = jnp.where(weight_total > 0, 1. / jnp.maximum(weight_total, 1e-30), 0.)
     mean_upload = tree_map(lambda s, u: (s * scale).astype(u.dtype), sums, uploads)
     info = RoundInfo(weight_total, num_real)
@@ -336,10 +434,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
                    algorithm.diagnostics(server_state, mean_upload, info))
     new_state = algorithm.server_update(server_state, mean_upload, info)
     if stateful:
-      new_rows, real = tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), written)
-      clients = store_lib.write_mean(new_state.clients, row_idx.reshape(-1), new_rows, real)
-      new_state = new_state._replace(clients=store_lib.constrain(clients, mesh))
-    up, down = tree_bytes(uploads) // chunk, tree_bytes(bcast)
+      new_state = new_state._replace(
+          clients=write_rows(new_state.clients, written, clients.client_ids))
+    up, down = tree_bytes(uploads), tree_bytes(bcast)
     metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), grads, examples, computed,
                            num_real * up, num_real * down,
                            mean_pairwise_cosine_distance(*spread, num_real), num_real,
@@ -348,33 +445,39 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     return new_state, metrics
 
   return RoundFunction(jax.jit(round_fn, donate_argnums=(0,) if donate_state else (),
-                               compiler_options=compiler_options))
+                               compiler_options=compiler_options), mesh)
 
 
 class RoundFunction:
   """The jitted round; refuses a data pool still on the host before jit sees it."""
 
-  def __init__(self, jitted):
-    self.jitted = jitted
+  def __init__(self, jitted, mesh=None):
+    self.jitted, self.mesh = jitted, mesh
 
   def __call__(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
-    check_on_device(data)
+    check_on_device(data, self.mesh)
     return self.jitted(server_state, cohort, data, root_key, round_idx)
 
   def lower(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
     """``jax.jit``'s ``lower`` (for ``.compile()``, memory and cost analyses)."""
-    check_on_device(data)
+    check_on_device(data, self.mesh)
     return self.jitted.lower(server_state, cohort, data, root_key, round_idx)
 
 
-def check_on_device(data) -> None:
-  """Raises ``TypeError`` (one line naming ``to_device``) for a pool still on the host."""
+def check_on_device(data, mesh=None) -> None:
+  """Raises ``TypeError`` (one line naming ``to_device``) for a pool still on the host, or not
+  split by client over the round's mesh."""
   if not isinstance(data, FederatedData):
     raise TypeError(f'round_fn: data must be a FederatedData on the device, got '
                     f'{type(data).__name__}')
   if data.client_names or any(isinstance(a, np.ndarray) for a in jax.tree.leaves(data)):
     raise TypeError('round_fn: the data pool is on the host; pass fedjax_gel.to_device(data) '
                     '(done once, not every round)')
+  split = jax.sharding.NamedSharding(mesh, P(CLIENT_AXIS)) if mesh is not None else None
+  if split is not None and not all(a.sharding.is_equivalent_to(split, a.ndim)
+                                   for a in jax.tree.leaves(data.examples)):
+    raise TypeError('round_fn: on a mesh the data pool must be split by client; pass '
+                    'fedjax_gel.to_device(data, mesh)')
 
 
 CPU_CHUNK_BYTES = 16 << 20   # per device: chunks about this size run fastest on CPU caches

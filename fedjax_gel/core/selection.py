@@ -34,10 +34,12 @@ def client_losses(per_example_loss: Callable, params, data: FederatedData, ids, 
                   batch_size: int, key) -> jax.Array:
   """Mean loss of each client in ``ids`` at ``params``: over all its examples or one minibatch."""
   if mode == 'full':
-    total = data.num_examples
     losses = per_example_loss(params, data.examples)                        # [P]
-    owner = jnp.repeat(jnp.arange(data.counts.shape[0]), data.counts, total_repeat_length=total)
-    sums = jax.ops.segment_sum(losses, owner, num_segments=data.counts.shape[0])
+    rows = jnp.arange(losses.shape[0])   # a client's rows follow the offsets, which rise with it
+    owner = jnp.searchsorted(data.offsets, rows, side='right') - 1
+    inside = rows < data.offsets[owner] + data.counts[owner]   # not a split pool's padding
+    sums = jax.ops.segment_sum(jnp.where(inside, losses, 0.), owner,
+                               num_segments=data.counts.shape[0])
     return sums[ids] / jnp.maximum(data.counts[ids], 1)
   if mode == 'minibatch':
     n = data.counts[ids]

@@ -8,8 +8,10 @@ nothing goes through the host.
 * **Writes are means.** When several real clients of a round write one row (a client sampled
   twice with replacement; the clients of one cluster), the row becomes the mean of what they
   wrote. Every duplicate writes the same value, so the scatter is deterministic.
-* **Sharding.** With a mesh, :func:`place` pads the rows to a multiple of the devices and shards
-  them over the ``'clients'`` axis; the round keeps that sharding. Padding rows are never read.
+* **Sharding.** With a mesh, a store of one row per client (``store_row=by_client``) is split
+  like the clients' data: :func:`place` pads its rows to a multiple of the devices and splits
+  them over the ``'clients'`` axis, and each device reads and writes the rows of its own clients
+  (``core.round``). Other stores stay whole on every device. Padding rows are never read.
 """
 from __future__ import annotations
 
@@ -75,26 +77,46 @@ def write_mean(store, idx, new, writes):
   return tree_map(put, store, new)
 
 
-def sharding(mesh):
-  """Rows split over the mesh's ``'clients'`` axis."""
-  return NamedSharding(mesh, P(CLIENT_AXIS))
+def by_client(ids):
+  """``store_row`` of a store with one row per client, row ``i`` client ``i``'s. On a mesh the
+  engine splits such a store's rows as it splits the clients' data
+  (``federated_data.clients_per_owner``): each device holds, reads and writes only the rows of
+  the clients it owns. A store indexed any other way (e.g. by cluster) is kept whole on every
+  device."""
+  return ids
 
 
-def place(store, mesh):
-  """The store on the mesh: rows padded with zeros to a multiple of the devices and sharded.
+def split_by_client(algorithm) -> bool:
+  """Whether ``algorithm``'s store is split over a mesh with the clients (``by_client``)."""
+  return algorithm.store_row is by_client
 
-  ``mesh=None`` returns it unchanged (one device).
-  """
+
+def sharding(mesh, split: bool):
+  """Rows split over the mesh's ``'clients'`` axis (``split``), or whole on every device."""
+  return NamedSharding(mesh, P(CLIENT_AXIS) if split else P())
+
+
+def padded_rows(rows: int, mesh) -> int:
+  """Rows of a split store: ``rows`` padded to a multiple of the devices."""
+  devices = mesh.shape[CLIENT_AXIS]
+  return -(-rows // devices) * devices
+
+
+def place(store, mesh, split: bool = True):
+  """The store as the round keeps it on ``mesh``: rows padded with zeros to ``padded_rows`` and
+  split over the devices (``split``), or whole on every device; ``mesh=None`` returns it
+  unchanged. Padding rows are never read."""
   if mesh is None:
     return store
-  devices = mesh.shape[CLIENT_AXIS]
-  pad = -num_rows(store) % devices
-  padded = tree_map(lambda s: jnp.pad(s, [(0, pad)] + [(0, 0)] * (s.ndim - 1)), store)
-  return jax.device_put(padded, sharding(mesh))
+
+  def pad(s):
+    extra = padded_rows(num_rows(s), mesh) - num_rows(s) if split else 0
+    return tree_map(lambda x: jnp.pad(x, [(0, extra)] + [(0, 0)] * (x.ndim - 1)), s)
+  return jax.jit(pad, out_shardings=sharding(mesh, split))(store)
 
 
-def constrain(store, mesh):
-  """Keeps a store sharded inside a jitted function (no-op without a mesh)."""
-  if mesh is None or num_rows(store) % mesh.shape[CLIENT_AXIS]:
+def constrain(store, mesh, split: bool):
+  """Keeps a placed store's sharding inside a jitted function (no-op without a mesh)."""
+  if mesh is None:
     return store
-  return jax.lax.with_sharding_constraint(store, sharding(mesh))
+  return jax.lax.with_sharding_constraint(store, sharding(mesh, split))

@@ -152,7 +152,6 @@ def prepare(c: Config) -> Experiment:
   check_population(c.cohort, split.train.num_clients)
   model = make_model(c, split)
   algorithm = make_algorithm(c, model, split.train.counts)
-  train = federated_data.to_device(split.train)
   r, k = c.run, c.cohort
   if r.num_devices > jax.device_count():
     raise ConfigError(f'--num_devices={r.num_devices} but only {jax.device_count()} '
@@ -165,13 +164,15 @@ def prepare(c: Config) -> Experiment:
   test_pool = evaluation.make_eval_pool(split.test)
   train_pool = evaluation.make_eval_pool(split.train, max_examples=r.train_eval_examples,
                                          seed=c.data.split_seed)
-  plan = planning.memory_plan(c, params, algorithm, train, (test_pool, train_pool), num_devices)
-  exp = Experiment(c, model, algorithm, train, test_pool, train_pool, chunk, mesh, plan,
+  plan = planning.memory_plan(c, params, algorithm, split.train, (test_pool, train_pool),
+                              num_devices)
+  exp = Experiment(c, model, algorithm, split.train, test_pool, train_pool, chunk, mesh, plan,
                    compiled={}, compiler_options=devices.compiler_options(
                        planning.quick_compile(k, params)))
   exp = planning.fit_memory(exp)
-  # placed once, not every round; on a mesh every program's inputs live on all its devices
-  return exp._replace(train=devices.replicate(train, mesh),
+  # placed once, not every round; on a mesh the training pool is split by client (each device
+  # holds its own clients' examples) and the evaluation pools live on every device
+  return exp._replace(train=federated_data.to_device(split.train, mesh),
                       test_pool=devices.replicate(test_pool, mesh),
                       train_pool=devices.replicate(train_pool, mesh))
 

@@ -111,13 +111,14 @@ class Loop:
     self.t0 = time.perf_counter()
 
   def placed(self, state):
-    """``state`` as the round keeps it: on a mesh, the per-client store's rows split over the
-    devices (``core.store.constrain``), so that the compiled round gets the sharding it
-    returns."""
-    mesh = self.exp.mesh
-    if mesh is None or self.exp.algorithm.store_row is None:
+    """``state`` as the round keeps it: on a mesh, the per-client store padded and split over
+    the devices with the clients (``core.store.place``), so that the compiled round gets the
+    sharding it returns."""
+    mesh, algorithm = self.exp.mesh, self.exp.algorithm
+    if mesh is None or algorithm.store_row is None:
       return state
-    return jax.jit(lambda s: s._replace(clients=store_lib.constrain(s.clients, mesh)))(state)
+    return state._replace(clients=store_lib.place(state.clients, mesh,
+                                                  store_lib.split_by_client(algorithm)))
 
   # what callbacks use
   def seconds(self, phase: str) -> float:

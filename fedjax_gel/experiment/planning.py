@@ -46,17 +46,20 @@ CHUNK_MEMORY_FRACTION = 0.75
 
 def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int) -> MemoryPlan:
   """The memory of one client of a chunk and what is free for chunks on each device
-  (``params``: the model's parameters or their shapes).
+  (``params``: the model's parameters or their shapes; ``train``: the training pool).
 
-  Resident on each device: the training pool and the evaluation pools (on CPU the devices are
-  one host's cores, each with its copy) and about four copies of the server model (the state,
-  its optimiser and the donated copy).
+  Resident on each device: its block of the training pool (split by client,
+  ``federated_data.owner_layout``), the evaluation pools (whole on every device) and about four
+  copies of the server model (the state, its optimiser and the donated copy). CPU devices are
+  one host's cores: there the host holds the blocks once and the evaluation pools per device.
   """
   spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], v.dtype) for k, v in train.examples.items()}
   per_client = memory.client_bytes(algorithm, params, spec, c.cohort.batch_size,
                                     c.cohort.budget_range[1])
   shared = jax.default_backend() == 'cpu'
-  data = round_lib.tree_bytes((train.examples, pools)) * (num_devices if shared else 1)
+  block = federated_data.owner_blocks(train.counts, num_devices)[1] * example_bytes(train)
+  evals = round_lib.tree_bytes(pools)
+  data = block * num_devices + evals * num_devices if shared else block + evals
   free = memory_limit() - data - 4 * round_lib.tree_bytes(params)
   return MemoryPlan(per_client, free, 1 if shared else num_devices)
 

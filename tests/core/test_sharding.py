@@ -1,4 +1,5 @@
-"""Multi-device rounds on 8 simulated CPU devices equal the single-device round."""
+"""Multi-device rounds on 8 simulated CPU devices equal the single-device round: the pool and
+the per-client store split by client over the devices, each device training its own clients."""
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ POOL = textwrap.dedent('''
     from fedjax_gel import algorithms, models
     from fedjax_gel.core import federated_data as fd, keys, sampling, store
     from fedjax_gel.core.devices import client_mesh, replicate
-    from fedjax_gel.core.round import build_round
+    from fedjax_gel.core.round import build_round, chunk_layout
     assert jax.device_count() == 8, jax.devices()
     rng = np.random.default_rng(SEED)
     w = rng.normal(size=(6, 3))
@@ -20,7 +21,8 @@ POOL = textwrap.dedent('''
     for n in rng.integers(0, 40, size=30):
       x = rng.normal(size=(int(n), 6)).astype(np.float32)
       clients.append({'x': x, 'y': np.argmax(x @ w, 1).astype(np.int32)})
-    data = fd.to_device(fd.from_client_arrays(clients))
+    host = fd.from_client_arrays(clients)
+    data = fd.to_device(host)
     model = models.get_model('logistic', (6,), 3)
     loss = models.cross_entropy_loss(model)
     root = keys.root_key(0)
@@ -33,43 +35,70 @@ SCRIPT = POOL.replace('SEED', '0') + textwrap.dedent('''
     c = sampling.sample_cohort(root, 0, data.counts, spec)
     out = []
     for devices, chunk in [(1, 21), (8, 5), (4, 21), (2, 3)]:
-      rf = build_round(alg, chunk_size=chunk, mesh=client_mesh(devices))
-      state, m = rf(alg.server_init(params), c, data, root, jnp.int32(0))
-      out.append((state.params, m))
-    for params_d, m in out[1:]:
+      mesh = client_mesh(devices)
+      rf = build_round(alg, chunk_size=chunk, mesh=mesh)
+      state, m = rf(alg.server_init(params), c, fd.to_device(host, mesh), root, jnp.int32(0))
+      out.append((state.params, m, chunk_layout(21, chunk, devices)[0] // devices, devices))
+    for params_d, m, per_device, devices in out[1:]:
       jax.tree_util.tree_map(
           lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6),
           params_d, out[0][0])
       np.testing.assert_allclose(m.train_loss, out[0][1].train_loss, rtol=1e-6)
       assert int(m.grad_computations) == int(out[0][1].grad_computations)
       assert int(m.examples) == 4 * int(m.grad_computations)
-      # Each device loops its slice of a chunk to the slice's largest budget: never fewer steps
-      # than are useful, never more than every slot running the cohort's largest budget.
-      assert int(m.grad_computations) <= int(m.computed_steps) <= 24 * int(np.max(c.budgets))
+      # Each device loops each of its chunks to the chunk's largest budget: never fewer steps
+      # than are useful, never more than every slot of its chunks running the largest budget.
+      slots = 21 + devices * (per_device - 1)
+      assert int(m.grad_computations) <= int(m.computed_steps) <= slots * int(np.max(c.budgets))
+    # 8 devices, one client per chunk: every computed step is a real one
+    assert int(out[1][1].computed_steps) == int(out[1][1].grad_computations)
+    # each device holds only its own clients' examples (owner blocks of 4 clients)
+    mesh = client_mesh(8)
+    split = fd.to_device(host, mesh)
+    counts = np.asarray(host.counts)
+    blocks, rows = fd.owner_blocks(counts, 8)
+    assert rows == max(counts[4 * d:4 * d + 4].sum() for d in range(8))
+    for shard in split.examples['x'].addressable_shards:
+      d = shard.index[0].start // rows
+      assert shard.data.shape[0] == rows
+      for i in blocks[d]:
+        lo = int(split.offsets[i]) - d * rows
+        np.testing.assert_array_equal(np.asarray(shard.data)[lo:lo + counts[i]],
+                                      fd.client_examples(host, i)['x'])
+    try:   # a pool not split by client is refused before it is read at the wrong rows
+      rf(alg.server_init(params), c, replicate(data, mesh), root, jnp.int32(0))
+      raise AssertionError('not refused')
+    except TypeError as e:
+      assert 'to_device(data, mesh)' in str(e), e
     print('SHARDED-OK')
 ''')
 
 
 STATEFUL = POOL.replace('SEED', '1') + textwrap.dedent('''
     spec = sampling.CohortSpec(21, (1, 7), 4)
-    for alg in [algorithms.scaffold(loss, 0.05, 30),
-                algorithms.fedvarp(loss, 0.05, np.full(30, 1 / 30))]:
+    for alg, split in [
+        (algorithms.scaffold(loss, 0.05, 30), True),
+        (algorithms.fedvarp(loss, 0.05, np.full(30, 1 / 30)), True),
+        (algorithms.fedvarp(loss, 0.05, np.full(30, 1 / 30), clusters=np.arange(30) % 4), False)]:
       out = []
       for devices, chunk in [(1, 21), (8, 5)]:
         mesh = client_mesh(devices)
         rf = build_round(alg, chunk_size=chunk, mesh=mesh, donate_state=True)
         fresh = jax.tree_util.tree_map(jnp.copy, params)   # the donated state owns its buffers
-        state, pool = replicate((alg.server_init(fresh), data), mesh)   # as the runner does
-        state = state._replace(clients=store.place(state.clients, mesh))
-        if mesh is not None:
-          assert len(jax.tree_util.tree_leaves(pool)[0].sharding.device_set) == 8
-        for r in range(3):
+        state, pool = replicate(alg.server_init(fresh), mesh), fd.to_device(host, mesh)
+        state = state._replace(clients=store.place(state.clients, mesh,
+                                                   store.split_by_client(alg)))
+        for r in range(3):   # with replacement: some clients write their row twice
           c = sampling.sample_cohort(root, r, data.counts, spec)
           state, _ = rf(state, c, pool, root, jnp.int32(r))
         out.append(state)
       leaf = jax.tree_util.tree_leaves(out[1].clients)[0]
-      assert leaf.shape[0] == 32, leaf.shape                 # 30 rows padded for 8 devices
-      assert leaf.sharding.spec == jax.sharding.PartitionSpec('clients'), leaf.sharding
+      if split:   # 30 rows padded for 8 devices, 4 on each (the rows of its own clients)
+        assert leaf.shape[0] == 32, leaf.shape
+        assert leaf.sharding.spec == jax.sharding.PartitionSpec('clients'), leaf.sharding
+        assert {s.data.shape[0] for s in leaf.addressable_shards} == {4}
+      else:       # 4 cluster rows, whole on every device
+        assert leaf.shape[0] == 4 and leaf.sharding.is_fully_replicated, leaf.sharding
       assert len({s.device for s in leaf.addressable_shards}) == 8
       jax.tree_util.tree_map(
           lambda a, b: np.testing.assert_allclose(a, b[:a.shape[0]] if a.ndim == b.ndim and
@@ -93,6 +122,7 @@ def test_eight_cpu_devices_match_one():
 
 
 def test_client_store_sharded_over_eight_devices_matches_one():
-  """SCAFFOLD's and FedVARP's stores, split over 8 devices (30 rows padded to 32), give the
+  """SCAFFOLD's and FedVARP's stores, split over 8 devices
+  (30 rows padded to 32), and ClusterFedVARP's store, whole on every device, give the
   single-device rounds' models and rows."""
   run_on_eight_devices(STATEFUL, 'STORE-OK')
