@@ -76,7 +76,7 @@ def launch_round(algorithm, params, data, root, cohort: int, tau: int, batch: in
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
-  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import federated_data, store  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
 
@@ -88,7 +88,8 @@ def launch_round(algorithm, params, data, root, cohort: int, tau: int, batch: in
   def sample(r):
     return sampling.sample_cohort(root, r, data.counts, spec)
 
-  state, pool = devices.replicate((algorithm.server_init(params), data), mesh)
+  state = store.place_state(algorithm.server_init(params), algorithm, mesh)
+  pool = federated_data.to_device(data, mesh)
   t = time.perf_counter()
   compiled = round_fn.lower(state, sample(0), pool, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t

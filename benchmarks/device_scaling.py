@@ -37,7 +37,7 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
   import optax
 
   from fedjax_gel import algorithms
-  from fedjax_gel.core import devices, round as round_lib, sampling
+  from fedjax_gel.core import federated_data, round as round_lib, sampling, store
   from fedjax_gel.experiment import planning
 
   if max(counts) > jax.device_count():
@@ -53,7 +53,8 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
     for n in counts:
       mesh, chunk = planning.devices_and_chunk(alg, params, data, cohort, BATCH, (TAU, TAU),
                                                num_devices=n)
-      state, pool = devices.replicate((alg.server_init(params), data), mesh)
+      state = store.place_state(alg.server_init(params), alg, mesh)
+      pool = federated_data.to_device(data, mesh)
       t = time.perf_counter()
       compiled = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh).lower(
           state, samples[0], pool, root, np.int32(0)).compile()

@@ -36,7 +36,7 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   import optax
 
   from fedjax_gel import algorithms
-  from fedjax_gel.core import devices, round as round_lib, sampling
+  from fedjax_gel.core import devices, federated_data, round as round_lib, sampling
   from fedjax_gel.experiment import planning
 
   alg = algorithms.fedavg(loss, optax.sgd(0.01))
@@ -44,7 +44,8 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   plan = lambda chunk_size: planning.devices_and_chunk(alg, params, data, cohort, batch,
                                                        (low, high), chunk_size=chunk_size)
   mesh = plan(0)[0]   # the planner's devices, as launch/run.py's
-  state, data = devices.replicate((state, data), mesh)   # as launch/run.py places them
+  state = devices.replicate(state, mesh)   # as launch/run.py places them
+  data = federated_data.to_device(data, mesh)
   num_used = 1 if mesh is None else mesh.size
   mean_tau = (low + high) / 2
   lo, hi = math.floor(mean_tau), math.ceil(mean_tau)

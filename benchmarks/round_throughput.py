@@ -51,7 +51,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   import optax
 
   from fedjax_gel import algorithms
-  from fedjax_gel.core import devices, round as round_lib, sampling, store
+  from fedjax_gel.core import devices, federated_data, round as round_lib, sampling, store
 
   population = data.num_clients
   alg = {'fedavg': lambda: algorithms.fedavg(loss, optax.sgd(0.01)),
@@ -60,9 +60,8 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
          }[algorithm]()
   state = alg.server_init(params)
   mesh = devices.client_mesh(num_devices or devices.auto_num_devices(cohort, jax.device_count()))
-  state, pool = devices.replicate((state, data), mesh)   # as launch/run.py places them
-  if alg.store_row is not None:
-    state = state._replace(clients=store.place(state.clients, mesh))
+  state = store.place_state(state, alg, mesh)   # as launch/run.py places them
+  pool = federated_data.to_device(data, mesh)
   num_used = 1 if mesh is None else mesh.size
   if chunk_size == 0:
     chunk_size = round_lib.default_chunk_size(cohort, params, 61 * 4, batch, num_used)

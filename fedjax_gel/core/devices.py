@@ -81,6 +81,8 @@ def replicate(tree, mesh):
     return jax.device_put(tree, sharding)
 
   def one(a):   # a mesh over several processes: each places its own devices' copies
+    if isinstance(a, jax.Array) and a.sharding.is_equivalent_to(sharding, a.ndim):
+      return a
     if isinstance(a, jax.Array) and jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
       return jax.random.wrap_key_data(one(jax.random.key_data(a)), impl=jax.random.key_impl(a))
     host = to_host(a)

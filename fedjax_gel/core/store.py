@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from fedjax_gel.core import devices
 from fedjax_gel.core.devices import CLIENT_AXIS
 
 tree_map = jax.tree_util.tree_map
@@ -113,6 +114,17 @@ def place(store, mesh, split: bool = True):
     extra = padded_rows(num_rows(s), mesh) - num_rows(s) if split else 0
     return tree_map(lambda x: jnp.pad(x, [(0, extra)] + [(0, 0)] * (x.ndim - 1)), s)
   return jax.jit(pad, out_shardings=sharding(mesh, split))(store)
+
+
+def place_state(state, algorithm, mesh):
+  """A server state as ``build_round``'s round on ``mesh`` keeps it: whole on every device, its
+  per-client store (stateful algorithms) placed (``place``); ``mesh=None``: unchanged."""
+  if mesh is None:
+    return state
+  if algorithm.store_row is None:
+    return devices.replicate(state, mesh)
+  rest = devices.replicate(state._replace(clients=None), mesh)
+  return rest._replace(clients=place(state.clients, mesh, split_by_client(algorithm)))
 
 
 def constrain(store, mesh, split: bool):

@@ -164,9 +164,8 @@ class Checkpointer(Callback):
     if not start:
       return
     states = {}
-    for w, idx in dirs.items():
-      target = jax.eval_shape(lambda idx=idx: group_state(loop, idx))
-      state, meta = checkpoint.restore(w, start, target)
+    for w, idx in dirs.items():   # read into the shapes and shardings of the fresh state
+      state, meta = checkpoint.restore(w, start, group_state(loop, idx))
       records = workdir_lib.read_metrics(w)
       for i, saved in zip(idx, meta['runs']):
         run = loop.runs[i]
@@ -203,9 +202,8 @@ class Checkpointer(Callback):
 def assemble(loop, parts):
   """The loop's state from the work directories' restored ``(run indices, state)``."""
   parts = list(parts)
-  if not loop.program.batched:   # on the run's devices (every process' when there are several)
-    return devices.replicate(parts[0][1], loop.exp.mesh) if loop.exp.mesh else jax.device_put(
-        parts[0][1])
+  if not loop.program.batched:   # read onto the run's devices
+    return parts[0][1]
   order, slices = [], []
   for idx, state in parts:
     order += idx

@@ -6,26 +6,35 @@ the round it was taken after, and the run's bookkeeping at that round (``meta``:
 random draw of round ``r`` comes from ``(seed, r)`` (``core.keys``), so a resumed run repeats
 exactly the rounds an uninterrupted one would have run.
 
-Format: flax's msgpack serialisation of ``{'version', 'round', 'state', 'meta'}`` (no pickle),
-written to a temporary file, flushed to disk and renamed over ``checkpoint-<round>.msgpack``, so
-a checkpoint is whole or absent. The last ``KEEP`` checkpoints are kept.
+Format: a directory ``checkpoint-<round>/`` holding the server state as an orbax-checkpoint
+(``state/``; every process writes the shards of its own devices, nothing is gathered onto one
+host) and ``meta.msgpack`` (flax msgpack of ``{'version', 'round', 'meta', 'layout'}``, no
+pickle). Every process writes into ``checkpoint-<round>.tmp/``; once orbax's save has returned
+on all of them (it ends with a barrier), process 0 adds the meta, flushes it to disk and renames
+the directory, so a checkpoint is whole or absent. What a kill leaves behind (a ``.tmp``
+directory) is never read and goes at the next save. The last ``KEEP`` checkpoints are kept.
+
+A checkpoint resumes under any number of processes and devices: its arrays are read straight
+into the new run's shardings. A per-client store split over ``D`` devices has its rows padded to
+a multiple of ``D`` (``core.store.place``); read under another count, its zero padding rows are
+dropped or added (``layout`` records the shapes and the device count they were written with).
 """
 from __future__ import annotations
 
 import glob
 import os
 import re
+import shutil
 
 import jax
 from flax import serialization
 
-from fedjax_gel.core import devices
 from fedjax_gel.experiment import cluster
 from fedjax_gel.experiment.config import ConfigError
 
-VERSION = 1
+VERSION = 2
 KEEP = 2
-_NAME = re.compile(r'checkpoint-(\d+)\.msgpack$')
+_NAME = re.compile(r'checkpoint-(\d+)$')
 
 
 class CheckpointError(ConfigError):
@@ -33,13 +42,36 @@ class CheckpointError(ConfigError):
 
 
 def path(workdir: str, round_idx: int) -> str:
-  return os.path.join(workdir, f'checkpoint-{round_idx}.msgpack')
+  return os.path.join(workdir, f'checkpoint-{round_idx}')
 
 
 def rounds(workdir: str) -> list[int]:
   """The rounds of the checkpoints in ``workdir``, ascending."""
-  found = (_NAME.search(p) for p in glob.glob(os.path.join(workdir, 'checkpoint-*.msgpack')))
+  found = (_NAME.search(p) for p in glob.glob(os.path.join(workdir, 'checkpoint-*')))
   return sorted(int(m.group(1)) for m in found if m)
+
+
+def remove(workdir: str, round_idx: int):
+  """Removes the checkpoint of ``round_idx``."""
+  shutil.rmtree(path(workdir, round_idx))
+
+
+def leftovers(workdir: str) -> list[str]:
+  """What a killed save (``checkpoint-<round>.tmp``) or an earlier version (one
+  ``checkpoint-<round>.msgpack`` file) left in ``workdir``."""
+  return sorted(glob.glob(os.path.join(workdir, 'checkpoint-*.tmp')) +
+                glob.glob(os.path.join(workdir, 'checkpoint-*.msgpack')))
+
+
+def _checkpointer():
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top  # 0.2 s: when needed
+  return ocp, ocp.Checkpointer(ocp.StandardCheckpointHandler())
+
+
+def _devices(leaves) -> int:
+  """Devices the arrays of ``leaves`` span (1 for shapes without a sharding)."""
+  return max([len(a.sharding.device_set) for a in leaves
+              if getattr(a, 'sharding', None) is not None] + [1])
 
 
 def write_atomic(file: str, data: bytes):
@@ -56,16 +88,37 @@ def write_atomic(file: str, data: bytes):
 
 
 def save(workdir: str, round_idx: int, state, meta: dict):
-  """Writes the checkpoint of ``round_idx`` and drops all but the last ``KEEP`` (the writing
-  process; the others keep nothing)."""
+  """Writes the checkpoint of ``round_idx`` (every process its own shards; process 0 the meta)
+  and drops all but the last ``KEEP``. A checkpoint of that round already there is kept (a
+  round's state is a function of the round)."""
+  final = path(workdir, round_idx)
+  if os.path.isdir(final):
+    return
+  ocp, checkpointer = _checkpointer()
+  tmp = os.path.abspath(final + '.tmp')
+  leaves = jax.tree.leaves(state)
+  checkpointer.save(os.path.join(tmp, 'state'), args=ocp.args.StandardSave(state), force=True)
   if not cluster.writes():
     return
-  data = serialization.msgpack_serialize({
-      'version': VERSION, 'round': round_idx, 'meta': meta,
-      'state': serialization.to_state_dict(devices.to_host(state))})
-  write_atomic(path(workdir, round_idx), data)
+  layout = {'shapes': [list(a.shape) for a in leaves], 'devices': _devices(leaves)}
+  write_atomic(os.path.join(tmp, 'meta.msgpack'), serialization.msgpack_serialize(
+      {'version': VERSION, 'round': round_idx, 'meta': meta, 'layout': layout}))
+  _fsync_dir(tmp)
+  os.replace(tmp, final)
+  _fsync_dir(workdir)
   for old in rounds(workdir)[:-KEEP]:
-    os.remove(path(workdir, old))
+    remove(workdir, old)
+  for left in leftovers(workdir):   # a kill's
+    if left.endswith('.tmp'):
+      shutil.rmtree(left, ignore_errors=True)
+
+
+def _fsync_dir(directory: str):
+  fd = os.open(directory, os.O_RDONLY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
 
 
 def _read(file: str) -> dict:
@@ -73,7 +126,7 @@ def _read(file: str) -> dict:
     data = serialization.msgpack_restore(f.read())
   if not isinstance(data, dict) or data.get('version') != VERSION:
     raise ValueError(f'not a version-{VERSION} checkpoint')
-  for k in ('round', 'meta', 'state'):
+  for k in ('round', 'meta', 'layout'):
     if k not in data:
       raise ValueError(f'no {k!r}')
   return data
@@ -84,23 +137,55 @@ def _error(file: str, e: Exception, what: str = 'unreadable checkpoint') -> Chec
   return CheckpointError(f'{file}: {what} ({reason}); remove it or pass --overwrite')
 
 
-def load(workdir: str, round_idx: int, target):
-  """``(state, meta)`` of the checkpoint of ``round_idx``; ``target`` gives the state's structure
-  (a freshly initialised state, or its shapes). A damaged file, or one holding a state of other
-  shapes (another model or algorithm), is a CheckpointError."""
+def _fits(layout: dict, target) -> bool:
+  """Whether arrays of ``layout['shapes']`` hold ``target``'s: the same shapes, but for rows a
+  split store pads (fewer than the devices of either layout)."""
+  leaves = jax.tree.leaves(target)
+  shapes = layout['shapes']
+  if len(shapes) != len(leaves):
+    raise ValueError(f'{len(shapes)} arrays where the run has {len(leaves)}')
+  pad = max(layout['devices'], _devices(leaves))
+  exact = True
+  for saved, a in zip(shapes, leaves):
+    saved = tuple(saved)
+    if saved == a.shape:
+      continue
+    exact = False
+    if len(saved) != len(a.shape) or saved[1:] != a.shape[1:] or abs(saved[0] - a.shape[0]) >= pad:
+      raise ValueError(f'an array of shape {saved} where the run has {a.shape}')
+  return exact
+
+
+def read_meta(workdir: str, round_idx: int, target) -> dict:
+  """The checkpoint's meta (the bookkeeping ``save`` was given); a damaged checkpoint, or one
+  holding a state of other shapes (another model or algorithm), is a CheckpointError."""
   file = path(workdir, round_idx)
   try:
-    data = _read(file)
+    data = _read(os.path.join(file, 'meta.msgpack'))
   except Exception as e:  # pylint: disable=broad-except  # any damage reads as one line
     raise _error(file, e) from None
   try:
-    state = serialization.from_state_dict(target, data['state'])
-    for a, b in zip(jax.tree.leaves(target), jax.tree.leaves(state)):
-      if a.shape != b.shape or a.dtype != b.dtype:
-        raise ValueError(f'an array of shape {b.shape} {b.dtype} where the run has {a.shape} '
-                         f'{a.dtype}')
+    _fits(data['layout'], target)
   except Exception as e:  # pylint: disable=broad-except
     raise _error(file, e, "holds another configuration's state") from None
+  return data
+
+
+def load(workdir: str, round_idx: int, target):
+  """``(state, meta)`` of the checkpoint of ``round_idx``, read into ``target``'s shapes and
+  shardings (arrays, or ``jax.ShapeDtypeStruct``s with shardings); see ``read_meta``."""
+  data = read_meta(workdir, round_idx, target)
+  file = path(workdir, round_idx)
+  ocp, checkpointer = _checkpointer()
+  shapes = jax.tree.map(
+      lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=getattr(a, 'sharding', None)),
+      target)
+  try:
+    state = checkpointer.restore(os.path.join(os.path.abspath(file), 'state'),
+                                 args=ocp.args.StandardRestore(
+                                     shapes, strict=_fits(data['layout'], target)))
+  except Exception as e:  # pylint: disable=broad-except
+    raise _error(file, e) from None
   return state, data['meta']
 
 
@@ -115,11 +200,14 @@ def restore(workdir: str, round_idx: int, target):
 
 
 def check(workdir: str, target, meta_keys: tuple):
-  """Reads every checkpoint in ``workdir`` before a run resumes from them: each must fit
-  ``target`` (see ``load``), hold ``meta_keys``, and fit the ``metrics.jsonl`` there."""
+  """Reads every checkpoint's meta in ``workdir`` before a run resumes from them: each must fit
+  ``target`` (see ``read_meta``), hold ``meta_keys``, and fit the ``metrics.jsonl`` there."""
   metrics = os.path.join(workdir, 'metrics.jsonl')
+  for old in glob.glob(os.path.join(workdir, 'checkpoint-*.msgpack')):
+    raise CheckpointError(f'{old}: a checkpoint of an earlier fedjax_gel (one file, version 1); '
+                          'remove it or pass --overwrite')
   for r in rounds(workdir):
-    _, meta = load(workdir, r, target)
+    meta = read_meta(workdir, r, target)['meta']
     missing = [k for k in ('metrics_bytes',) + tuple(meta_keys) if k not in meta]
     if missing:
       raise _error(path(workdir, r), ValueError(f'no {missing[0]!r} in its meta'))

@@ -89,6 +89,9 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
                        lower_bound=0, flag_values=values)
   flags.DEFINE_string('coordinator_address', '', "HOST:PORT of process 0's coordinator (with "
                       '--num_processes > 1).', flag_values=values)
+  flags.DEFINE_integer('heartbeat_timeout', 100, 'Seconds without news from a process after '
+                       'which the others stop (several processes; JAX\'s default).', lower_bound=1,
+                       flag_values=values)
 
 
 def typed(flag: str, items, kind):
@@ -208,7 +211,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     return fail(f'unexpected arguments: {" ".join(argv[1:])}')
   from fedjax_gel.core.devices import use_all_cpu_cores  # pylint: disable=g-import-not-at-top
   try:   # before JAX starts its backends
-    cluster.initialize(values.coordinator_address, values.num_processes, values.process_id)
+    cluster.initialize(values.coordinator_address, values.num_processes, values.process_id,
+                       values.heartbeat_timeout)
   except ValueError as e:
     return fail(str(e))
   use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh

@@ -14,11 +14,14 @@ pods, Kubernetes).
 from __future__ import annotations
 
 
-def initialize(coordinator_address: str, num_processes: int, process_id: int) -> None:
+def initialize(coordinator_address: str, num_processes: int, process_id: int,
+               heartbeat_timeout: int = 100) -> None:
   """Joins the processes (before JAX starts its backends); one process does nothing.
 
   ``num_processes=0``: the cluster's own variables (JAX's detection); else
   ``coordinator_address`` (``host:port`` of process 0) and ``process_id`` are needed.
+  ``heartbeat_timeout``: seconds without a heartbeat from a process after which the others
+  give up on it (a process blocked in a collective with a dead peer waits this long).
   Raises ``ValueError`` (one line naming the flag) for settings that cannot work.
   """
   if num_processes == 1 and not coordinator_address:
@@ -34,9 +37,10 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int) ->
   import jax  # pylint: disable=g-import-not-at-top
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')   # CPU collectives
   if num_processes == 0:
-    jax.distributed.initialize()
+    jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout)
   else:
-    jax.distributed.initialize(coordinator_address, num_processes, process_id)
+    jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                               heartbeat_timeout_seconds=heartbeat_timeout)
 
 
 def writes() -> bool:

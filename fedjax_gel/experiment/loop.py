@@ -111,14 +111,9 @@ class Loop:
     self.t0 = time.perf_counter()
 
   def placed(self, state):
-    """``state`` as the round keeps it: on a mesh, the per-client store padded and split over
-    the devices with the clients (``core.store.place``), so that the compiled round gets the
-    sharding it returns."""
-    mesh, algorithm = self.exp.mesh, self.exp.algorithm
-    if mesh is None or algorithm.store_row is None:
-      return state
-    return state._replace(clients=store_lib.place(state.clients, mesh,
-                                                  store_lib.split_by_client(algorithm)))
+    """``state`` as the round keeps it on the experiment's mesh (``core.store.place_state``):
+    the per-client store split over the devices with the clients."""
+    return store_lib.place_state(state, self.exp.algorithm, self.exp.mesh)
 
   # what callbacks use
   def seconds(self, phase: str) -> float:

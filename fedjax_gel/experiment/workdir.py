@@ -125,7 +125,12 @@ def remove_checkpoints(workdir: str, keep: int | None = None):
     return
   for r in checkpoint.rounds(workdir):
     if r != keep:
-      os.remove(checkpoint.path(workdir, r))
+      checkpoint.remove(workdir, r)
+  for left in checkpoint.leftovers(workdir):
+    if os.path.isdir(left):
+      shutil.rmtree(left)
+    else:
+      os.remove(left)
 
 
 def make_workdir(workdir: str):

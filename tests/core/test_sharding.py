@@ -85,9 +85,8 @@ STATEFUL = POOL.replace('SEED', '1') + textwrap.dedent('''
         mesh = client_mesh(devices)
         rf = build_round(alg, chunk_size=chunk, mesh=mesh, donate_state=True)
         fresh = jax.tree_util.tree_map(jnp.copy, params)   # the donated state owns its buffers
-        state, pool = replicate(alg.server_init(fresh), mesh), fd.to_device(host, mesh)
-        state = state._replace(clients=store.place(state.clients, mesh,
-                                                   store.split_by_client(alg)))
+        state = store.place_state(alg.server_init(fresh), alg, mesh)   # as the runner does
+        pool = fd.to_device(host, mesh)
         for r in range(3):   # with replacement: some clients write their row twice
           c = sampling.sample_cohort(root, r, data.counts, spec)
           state, _ = rf(state, c, pool, root, jnp.int32(r))

@@ -1,15 +1,21 @@
 """``launch/run.py`` as several processes of JAX's multi-controller runtime (CPU, gloo): the
-same metrics as one process, only process 0 writes."""
+same metrics as one process (to float summation order: rtol 1e-5), only process 0 writes,
+checkpoints resume under another process count, a killed process stops the run and the same
+command resumes it."""
 from __future__ import annotations
 
 import json
 import os
 import pathlib
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ALGORITHMS = ('fedavgcm', 'gel', 'scaffold')
@@ -25,40 +31,122 @@ def records(workdir: pathlib.Path) -> list[dict]:
   return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
 
 
-def test_two_processes_give_the_metrics_of_one(tmp_path, tiny_leaf_file):
-  common = ['launch/run.py', '--dataset=leaf', f'--data_path={tiny_leaf_file}', '--num_rounds=6',
-            '--eval_every=2', '--clients_per_round=4', '--batch_size=2', '--budget_range=1,3',
-            f'--algorithm={",".join(ALGORITHMS)}']
-  one = subprocess.run([sys.executable, *common, f'--workdir={tmp_path / "one"}'], cwd=REPO,
-                       text=True, capture_output=True, check=False)
-  assert one.returncode == 0, one.stderr[-2000:]
+COMMON = ('launch/run.py', '--dataset=leaf', '--eval_every=2', '--clients_per_round=4',
+          '--batch_size=2', '--budget_range=1,3')
+
+
+def flags(data, workdir, *more) -> list[str]:
+  return [sys.executable, *COMMON, f'--data_path={data}', f'--workdir={workdir}', *more]
+
+
+def together(count: int, devices: int, data, workdir, *more, wait: bool = True):
+  """Starts ``count`` processes of one run with ``devices`` CPU devices each (process 0 last);
+  ``wait``: returns their ``(returncode, stdout, stderr)`` in process order, else the processes."""
   port = free_port()
   env = {**os.environ, 'XLA_FLAGS': f"{os.environ.get('XLA_FLAGS', '')} "
-         '--xla_force_host_platform_device_count=2'}   # 2 processes x 2 devices
-  procs = [subprocess.Popen(
-      [sys.executable, *common, f'--workdir={tmp_path / "two"}', '--num_processes=2',
-       f'--process_id={i}', f'--coordinator_address=127.0.0.1:{port}'], cwd=REPO, env=env,
-      text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in (1, 0)]
-  outs = [p.communicate(timeout=300) for p in procs]
-  for p, (_, err) in zip(procs, outs):
-    assert p.returncode == 0, err[-2000:]
-  second, first = outs
-  ours = lambda text: [l for l in text.splitlines() if not l.startswith('[Gloo]')]  # gloo's own
-  assert ours(second[0]) == [] and 'all runs:' not in second[1]   # process 1 prints nothing
-  assert 'outputs:' in first[0] and str(tmp_path / 'two') in first[0]
+         f'--xla_force_host_platform_device_count={devices}'}
+  procs = {i: subprocess.Popen(
+      flags(data, workdir, *more, f'--num_processes={count}', f'--process_id={i}',
+            f'--coordinator_address=127.0.0.1:{port}'), cwd=REPO, env=env, text=True,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in reversed(range(count))}
+  if not wait:
+    return [procs[i] for i in range(count)]
+  outs = {i: p.communicate(timeout=400) for i, p in procs.items()}
+  return [(procs[i].returncode, *outs[i]) for i in range(count)]
+
+
+def ours(text: str) -> list[str]:
+  """The lines of ``text`` but gloo's own (``[Gloo] Rank i is connected to ... peer ranks``,
+  sometimes cut in two by another thread's output)."""
+  return [l for l in text.splitlines() if '[Gloo]' not in l and 'peer ranks' not in l]
+
+
+def alone(data, workdir, *more):
+  out = subprocess.run(flags(data, workdir, *more), cwd=REPO, text=True, capture_output=True,
+                       check=False)
+  assert out.returncode == 0, out.stderr[-2000:]
+  return out
+
+
+@pytest.fixture(scope='module')
+def one_process(tiny_leaf_file, tmp_path_factory):
+  """One process's 6 rounds of every algorithm (its work directory)."""
+  workdir = tmp_path_factory.mktemp('one') / 'run'
+  alone(tiny_leaf_file, workdir, '--num_rounds=6', f'--algorithm={",".join(ALGORITHMS)}')
+  return workdir
+
+
+def assert_same_metrics(ours_dir, alone_dir, rounds):
   for name in ALGORITHMS:
-    alone, together = records(tmp_path / 'one' / name), records(tmp_path / 'two' / name)
-    assert [r['round'] for r in together] == [r['round'] for r in alone] == [0, 2, 4, 6]
+    mine, theirs = records(ours_dir / name), records(alone_dir / name)
+    assert [r['round'] for r in mine] == [r['round'] for r in theirs] == rounds
     for key in ('test_loss', 'train_loss', 'test_accuracy', 'grad_computations'):
-      # equal up to the order of the sums over 4 devices (SCAFFOLD's store: 1e-7 at round 6)
-      np.testing.assert_allclose([r[key] for r in together], [r[key] for r in alone],
+      # equal up to the order of the sums over the devices (SCAFFOLD's store: 1e-7 at round 6)
+      np.testing.assert_allclose([r[key] for r in mine], [r[key] for r in theirs],
                                  rtol=1e-5, err_msg=f'{name} {key}')
-    config = json.loads((tmp_path / 'two' / name / 'config.json').read_text())
-    assert config['algorithm']['name'] == name
-    assert json.loads((tmp_path / 'two' / name / 'summary.json').read_text())['status'] == (
-        'finished')
-  written = sorted(str(p.relative_to(tmp_path / 'two')) for p in (tmp_path / 'two').rglob('*')
-                   if p.is_file() and 'tensorboard' not in p.parts)
-  assert written == sorted(str(p.relative_to(tmp_path / 'one')) for p in
-                           (tmp_path / 'one').rglob('*')
-                           if p.is_file() and 'tensorboard' not in p.parts)
+
+
+def files(workdir: pathlib.Path) -> list[str]:
+  return sorted(str(p.relative_to(workdir)) for p in workdir.rglob('*')
+                if p.is_file() and 'tensorboard' not in p.parts and 'checkpoint-' not in str(p))
+
+
+def test_two_processes_give_the_metrics_of_one_and_one_process_resumes_them(
+    tmp_path, tiny_leaf_file, one_process):
+  """2 processes x 3 devices: 8 clients owned 2 a device by 4 of the 6 devices, SCAFFOLD's
+  store padded to 12 rows. One process then extends both runs to 8 rounds from their
+  checkpoints (the 6-device one read into one device's layout): the same metrics again."""
+  two = tmp_path / 'two'
+  runs = together(2, 3, tiny_leaf_file, two, '--num_rounds=6',
+                  f'--algorithm={",".join(ALGORITHMS)}')
+  for code, _, err in runs:
+    assert code == 0, err[-2000:]
+  (_, out0, _), (_, out1, err1) = runs
+  assert ours(out1) == [] and 'all runs:' not in err1   # process 1 prints nothing
+  assert 'outputs:' in out0 and str(two) in out0
+  assert_same_metrics(two, one_process, [0, 2, 4, 6])
+  for name in ALGORITHMS:
+    assert json.loads((two / name / 'config.json').read_text())['algorithm']['name'] == name
+    assert json.loads((two / name / 'summary.json').read_text())['status'] == 'finished'
+  assert files(two) == files(one_process)
+  one = tmp_path / 'one'
+  shutil.copytree(one_process, one)
+  for workdir in (one, two):
+    alone(tiny_leaf_file, workdir, '--num_rounds=8', f'--algorithm={",".join(ALGORITHMS)}')
+  assert_same_metrics(two, one, [0, 2, 4, 6, 8])
+
+
+def test_four_processes_give_the_metrics_of_one(tmp_path, tiny_leaf_file, one_process):
+  four = tmp_path / 'four'
+  for code, _, err in together(4, 1, tiny_leaf_file, four, '--num_rounds=6',
+                               f'--algorithm={",".join(ALGORITHMS)}'):
+    assert code == 0, err[-2000:]
+  assert_same_metrics(four, one_process, [0, 2, 4, 6])
+
+
+def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path,
+                                                                        tiny_leaf_file):
+  """kill -9 of process 1 after the first checkpoint: process 0 stops with one line and a
+  non-zero status; the same two commands then finish the run, bit-identical to an
+  uninterrupted one."""
+  more = ('--num_rounds=1500', '--eval_every=500', '--checkpoint_every=100',
+          '--algorithm=scaffold', '--heartbeat_timeout=10')
+  whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
+  for code, _, err in together(2, 1, tiny_leaf_file, whole, *more):
+    assert code == 0, err[-2000:]
+  procs = together(2, 1, tiny_leaf_file, resumed, *more, wait=False)
+  deadline = time.time() + 200
+  while not list(resumed.glob('checkpoint-*[0-9]')) and procs[0].poll() is None:
+    assert time.time() < deadline
+    time.sleep(0.02)
+  os.kill(procs[1].pid, signal.SIGKILL)
+  _, err = procs[0].communicate(timeout=120)
+  procs[1].communicate()
+  assert procs[0].returncode not in (0, None)
+  lines = ours(err)
+  assert 'lost the other processes' in lines[-1] and 'same command' in lines[-1], err[-2000:]
+  for code, _, err in together(2, 1, tiny_leaf_file, resumed, *more):
+    assert code == 0, err[-2000:]
+  assert (resumed / 'metrics.jsonl').read_bytes() != b''
+  assert [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(resumed)] == [
+      {k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(whole)]

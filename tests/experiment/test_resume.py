@@ -47,12 +47,17 @@ def snapshot(workdir):
   return {p: p.read_bytes() for p in workdir.rglob('*') if p.is_file()}
 
 
+def checkpoints(workdir) -> list[str]:
+  """The names of the whole checkpoints in ``workdir`` (not what a killed save left)."""
+  return sorted(p.name for p in workdir.glob('checkpoint-*') if not p.name.endswith('.tmp'))
+
+
 def killed_then_resumed(cmd, workdir, checkpoints_dir):
   """Starts ``cmd``, kills it with SIGKILL at a random moment after its first checkpoint, then
   runs ``cmd`` again to the end; returns that second process."""
   proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 120
-  while not list(checkpoints_dir.glob('checkpoint-*.msgpack')) and proc.poll() is None:
+  while not checkpoints(checkpoints_dir) and proc.poll() is None:
     assert time.time() < deadline
     time.sleep(0.01)
   time.sleep(random.uniform(0, 0.4))
@@ -93,7 +98,7 @@ def test_a_finished_run_extended_equals_the_longer_run(tiny_leaf_file, uninterru
     summary = json.loads((short / seed / 'summary.json').read_text())
     assert summary['rounds'] == 400 and summary['status'] == 'finished'
     assert json.loads((short / seed / 'config.json').read_text())['run']['num_rounds'] == 400
-    assert [p.name for p in (short / seed).glob('checkpoint-*')] == ['checkpoint-400.msgpack']
+    assert checkpoints(short / seed) == ['checkpoint-400']
   summary = short / 'seed0' / 'summary.json'
   summary.write_text(summary.read_text().replace('"finished"', '"diverged"'))
   diverged = run(cmd(500))
@@ -121,7 +126,7 @@ def test_ctrl_c_stops_between_rounds_with_a_checkpoint_and_the_run_resumes(
   assert last.startswith('interrupted after round ') and 'run the same command' in last, err
   done = int(last.split()[3].rstrip(','))
   for seed in ('seed0', 'seed1'):
-    assert (workdir / seed / f'checkpoint-{done}.msgpack').exists()
+    assert (workdir / seed / f'checkpoint-{done}').is_dir()
   resumed = run(cmd)
   assert resumed.returncode == 0, resumed.stderr
   assert 'gel, seeds 0, 1: the round compiled in ' in resumed.stderr
@@ -144,7 +149,7 @@ def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted,
     assert csv_rows(workdir / seed) == csv_rows(uninterrupted / seed)
     assert ((workdir / seed / 'model.msgpack').read_bytes() ==
             (uninterrupted / seed / 'model.msgpack').read_bytes())
-    assert [p.name for p in (workdir / seed).glob('checkpoint-*')] == ['checkpoint-400.msgpack']
+    assert checkpoints(workdir / seed) == ['checkpoint-400']
     assert json.loads((workdir / seed / 'summary.json').read_text())['rounds'] == 400
 
 
@@ -170,11 +175,12 @@ def test_finished_runs_are_kept_and_a_damaged_checkpoint_is_one_line(tiny_leaf_f
   assert snapshot(workdir / 'gel') == before
 
   (workdir / 'gel' / 'summary.json').unlink()   # unfinished, with a damaged checkpoint
-  (workdir / 'gel' / 'checkpoint-10.msgpack').write_bytes(b'\x00not msgpack')
+  (workdir / 'gel' / 'checkpoint-10').mkdir()
+  (workdir / 'gel' / 'checkpoint-10' / 'meta.msgpack').write_bytes(b'\x00not msgpack')
   damaged = run(cmd)
   assert damaged.returncode == 2 and 'Traceback' not in damaged.stderr
   assert len(damaged.stderr.splitlines()) == 1
-  assert 'checkpoint-10.msgpack' in damaged.stderr and '--overwrite' in damaged.stderr
+  assert 'checkpoint-10: unreadable' in damaged.stderr and '--overwrite' in damaged.stderr
   assert (workdir / 'gel' / 'metrics.jsonl').read_bytes() == before[workdir / 'gel' / 'metrics.jsonl']
 
 
@@ -204,7 +210,7 @@ def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_p
   proc = run(cmd)
   assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
   (line,) = proc.stderr.splitlines()
-  assert 'checkpoint-10.msgpack: ' in line and error in line and '--overwrite' in line
+  assert 'checkpoint-10: ' in line and error in line and '--overwrite' in line
   assert snapshot(workdir) == before
 
 
@@ -221,7 +227,7 @@ def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
   assert metrics(resumed) == metrics(whole)   # the records, but for their elapsed_s
   assert csv_rows(resumed) == csv_rows(whole)
   assert (resumed / 'grid.json').read_bytes() == (whole / 'grid.json').read_bytes()
-  assert [p.name for p in resumed.glob('checkpoint-*')] == ['checkpoint-1500.msgpack']
+  assert checkpoints(resumed) == ['checkpoint-1500']
   before = snapshot(resumed)
   again = run(command(tiny_leaf_file, resumed, *grid_flags))
   assert again.returncode == 0, again.stderr
