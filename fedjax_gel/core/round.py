@@ -177,6 +177,13 @@ def chunk_layout(cohort_size: int, chunk_size: int, num_devices: int = 1) -> tup
   return chunk, math.ceil(cohort_size / chunk)
 
 
+def routed_chunk(cohort_size: int, chunk_size: int, num_devices: int) -> int:
+  """Clients per chunk on each device of a mesh: a device's slice of ``chunk_layout``'s chunk,
+  at most ``1 / ROUTED_CHUNKS`` of its mean share of the cohort."""
+  return min(chunk_layout(cohort_size, chunk_size, num_devices)[0] // num_devices,
+             max(1, -(-cohort_size // (num_devices * ROUTED_CHUNKS))))
+
+
 def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | None = None,
                 donate_state: bool = False, fuse_dots: bool | None = None,
                 compiler_options: dict | None = None):
@@ -337,8 +344,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     num_devices = mesh.shape[CLIENT_AXIS]
     num_clients = data.counts.shape[0]
     owned = federated_data.clients_per_owner(num_clients, num_devices)
-    per_device = chunk_layout(cohort.budgets.shape[0], chunk_size, num_devices)[0] // num_devices
-    capacity = -(-cohort.budgets.shape[0] // per_device) * per_device
+    size = cohort.budgets.shape[0]
+    per_device = routed_chunk(size, chunk_size, num_devices)
+    capacity = -(-size // per_device) * per_device
     routed = route(cohort, guesses, owned, num_clients, num_devices, capacity)
     split = stateful and store_lib.split_by_client(algorithm)
     if split and store_lib.num_rows(server_state.clients) != owned * num_devices:
@@ -480,6 +488,11 @@ def check_on_device(data, mesh=None) -> None:
                     'fedjax_gel.to_device(data, mesh)')
 
 
+# On a mesh each device cuts its share of the cohort into chunks of at most 1/ROUTED_CHUNKS of
+# the mean share, so that the shares' imbalance and the padding of each device's last chunk
+# cost little: 1,000 clients over 4 devices (16 a chunk) computed 0.97 real slots, against 0.67
+# with one 250-client chunk a device (benchmarks/population_sharding.py).
+ROUTED_CHUNKS = 16
 CPU_CHUNK_BYTES = 16 << 20   # per device: chunks about this size run fastest on CPU caches
 # Heterogeneous budgets: at least this many budget-sorted chunks, each looping to its own
 # largest tau_i (benchmarks/heterogeneous_budgets.py: 1 chunk wastes a third of the steps of

@@ -161,7 +161,9 @@ class Checkpointer(Callback):
   def on_start(self, loop):
     dirs = groups(loop)
     start = resume_round(list(dirs)) if self.resume else 0
-    if not start:
+    if not start:   # no checkpoint common to the directories (a kill between their saves)
+      for w in dirs if self.resume else ():
+        checkpoint.cut_metrics(w, 0)   # the run starts again: so do its records
       return
     states = {}
     for w, idx in dirs.items():   # read into the shapes and shardings of the fresh state

@@ -52,8 +52,12 @@ def rounds(workdir: str) -> list[int]:
 
 
 def remove(workdir: str, round_idx: int):
-  """Removes the checkpoint of ``round_idx``."""
-  shutil.rmtree(path(workdir, round_idx))
+  """Removes the checkpoint of ``round_idx``, whole: renamed out of the way first (a
+  ``.tmp`` name, never read), then deleted."""
+  gone = path(workdir, round_idx) + '.removed.tmp'
+  shutil.rmtree(gone, ignore_errors=True)
+  os.replace(path(workdir, round_idx), gone)
+  shutil.rmtree(gone)
 
 
 def leftovers(workdir: str) -> list[str]:
@@ -63,9 +67,17 @@ def leftovers(workdir: str) -> list[str]:
                 glob.glob(os.path.join(workdir, 'checkpoint-*.msgpack')))
 
 
-def _checkpointer():
+def _orbax(method: str, directory: str, args_of):
+  """``Checkpointer.save`` or ``.restore`` of orbax's synchronous checkpointer on
+  ``directory`` with ``args_of(orbax.checkpoint)``; closed after use."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top  # 0.2 s: when needed
-  return ocp, ocp.Checkpointer(ocp.StandardCheckpointHandler())
+  checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
+  try:
+    if method == 'save':
+      return checkpointer.save(directory, args=args_of(ocp), force=True)
+    return checkpointer.restore(directory, args=args_of(ocp))
+  finally:
+    checkpointer.close()
 
 
 def _devices(leaves) -> int:
@@ -94,10 +106,9 @@ def save(workdir: str, round_idx: int, state, meta: dict):
   final = path(workdir, round_idx)
   if os.path.isdir(final):
     return
-  ocp, checkpointer = _checkpointer()
   tmp = os.path.abspath(final + '.tmp')
   leaves = jax.tree.leaves(state)
-  checkpointer.save(os.path.join(tmp, 'state'), args=ocp.args.StandardSave(state), force=True)
+  _orbax('save', os.path.join(tmp, 'state'), lambda ocp: ocp.args.StandardSave(state))
   if not cluster.writes():
     return
   layout = {'shapes': [list(a.shape) for a in leaves], 'devices': _devices(leaves)}
@@ -176,14 +187,13 @@ def load(workdir: str, round_idx: int, target):
   shardings (arrays, or ``jax.ShapeDtypeStruct``s with shardings); see ``read_meta``."""
   data = read_meta(workdir, round_idx, target)
   file = path(workdir, round_idx)
-  ocp, checkpointer = _checkpointer()
   shapes = jax.tree.map(
       lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=getattr(a, 'sharding', None)),
       target)
+  strict = _fits(data['layout'], target)
   try:
-    state = checkpointer.restore(os.path.join(os.path.abspath(file), 'state'),
-                                 args=ocp.args.StandardRestore(
-                                     shapes, strict=_fits(data['layout'], target)))
+    state = _orbax('restore', os.path.join(os.path.abspath(file), 'state'),
+                   lambda ocp: ocp.args.StandardRestore(shapes, strict=strict))
   except Exception as e:  # pylint: disable=broad-except
     raise _error(file, e) from None
   return state, data['meta']
@@ -193,10 +203,17 @@ def restore(workdir: str, round_idx: int, target):
   """``load``, and ``metrics.jsonl`` cut back to its length at the checkpoint (the lines of
   later rounds are written again as the run resumes)."""
   state, meta = load(workdir, round_idx, target)
-  if cluster.writes():
-    with open(os.path.join(workdir, 'metrics.jsonl'), 'rb+') as f:
-      f.truncate(meta['metrics_bytes'])
+  cut_metrics(workdir, meta['metrics_bytes'])
   return state, meta
+
+
+def cut_metrics(workdir: str, size: int):
+  """Cuts ``metrics.jsonl`` back to ``size`` bytes (the writing process), as it was when the
+  run stood where it resumes from (0: its start)."""
+  metrics = os.path.join(workdir, 'metrics.jsonl')
+  if cluster.writes() and os.path.exists(metrics):
+    with open(metrics, 'rb+') as f:
+      f.truncate(size)
 
 
 def check(workdir: str, target, meta_keys: tuple):

@@ -203,6 +203,10 @@ class RunConfig:
       'gets at least 200 clients or the per-client store would take more than half of one '
       "device's memory, else one. On CPU every core is a device.",
       at_least(0, ', 0 meaning automatic'))
+  device_memory_gb: float = hparam(
+      0., "GiB of each device's memory the planner may use; 0 = all it has (an accelerator's "
+      "limit; on CPU the host's memory, which each process of several then plans with).",
+      at_least(0, ", 0 meaning the device's own"))
 
 
 SECTIONS = {'data': DataConfig, 'model': ModelConfig, 'cohort': CohortConfig,

@@ -159,7 +159,8 @@ def prepare(c: Config) -> Experiment:
   params = jax.eval_shape(model.init, jax.random.key(0))
   mesh, chunk = planning.devices_and_chunk(algorithm, params, split.train, k.clients_per_round,
                                            k.batch_size, tuple(k.budget_range), r.num_devices,
-                                           r.chunk_size)
+                                           r.chunk_size,
+                                           planning.memory_limit(r.device_memory_gb))
   num_devices = 1 if mesh is None else mesh.size
   test_pool = evaluation.make_eval_pool(split.test)
   train_pool = evaluation.make_eval_pool(split.train, max_examples=r.train_eval_examples,

@@ -31,8 +31,11 @@ def example_bytes(data: federated_data.FederatedData) -> int:
              for v in data.examples.values())
 
 
-def memory_limit() -> int:
-  """Bytes one device may use: the accelerator's limit, or the host's physical memory."""
+def memory_limit(gib: float = 0.) -> int:
+  """Bytes one device may use: ``gib`` (``--device_memory_gb``) when positive, else the
+  accelerator's limit, or the host's physical memory."""
+  if gib > 0:
+    return int(gib * 2**30)
   stats = jax.local_devices()[0].memory_stats() or {}
   if 'bytes_limit' in stats:
     return int(stats['bytes_limit'])
@@ -56,12 +59,19 @@ def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int) ->
   spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], v.dtype) for k, v in train.examples.items()}
   per_client = memory.client_bytes(algorithm, params, spec, c.cohort.batch_size,
                                     c.cohort.budget_range[1])
-  shared = jax.default_backend() == 'cpu'
   block = federated_data.owner_blocks(train.counts, num_devices)[1] * example_bytes(train)
-  evals = round_lib.tree_bytes(pools)
-  data = block * num_devices + evals * num_devices if shared else block + evals
-  free = memory_limit() - data - 4 * round_lib.tree_bytes(params)
-  return MemoryPlan(per_client, free, 1 if shared else num_devices)
+  sharing = devices_per_memory(num_devices)
+  data = (block + round_lib.tree_bytes(pools)) * sharing
+  free = memory_limit(c.run.device_memory_gb) - data - 4 * round_lib.tree_bytes(params)
+  return MemoryPlan(per_client, free, 1 if sharing > 1 else num_devices)
+
+
+def devices_per_memory(num_devices: int) -> int:
+  """Devices of a mesh of ``num_devices`` whose blocks one memory holds: on CPU this process'
+  devices (cores of one host), else 1."""
+  if jax.default_backend() != 'cpu':
+    return 1
+  return max(1, num_devices // jax.process_count())
 
 
 def chunk_capacity(plan: MemoryPlan, store_need: int) -> int:
@@ -83,7 +93,8 @@ def fit_memory(exp):
   if exp.memory.free_bytes - store_need <= 0:
     raise ConfigError(
         f'--dataset={c.data.dataset}: the data, the model and the client state take more than the '
-        f'{gib(memory_limit())} of device memory; use a smaller dataset or model')
+        f'{gib(memory_limit(c.run.device_memory_gb))} of device memory; use a smaller dataset or '
+        'model, or more processes or devices')
   if fits < 1:
     raise ConfigError(
         f'--budget_range={k.budget_range[0]},{k.budget_range[1]} with --batch_size='
@@ -101,15 +112,17 @@ def fit_memory(exp):
 
 def devices_and_chunk(algorithm, params, data, cohort_size: int, batch_size: int,
                       budget_range: tuple[int, int], num_devices: int = 0,
-                      chunk_size: int = 0) -> tuple:
+                      chunk_size: int = 0, memory_bytes: int | None = None) -> tuple:
   """``(mesh, chunk)`` of one run's cohort: ``num_devices`` (0: ``auto_num_devices``) on the
   ``'clients'`` mesh (None for one), and ``chunk_size`` (0: ``round.default_chunk_size`` for the
   budgets) clients per chunk, at most the cohort. The rule of every run, batch and benchmark;
-  ``params``: the model's parameters or their shapes, ``data``: the training pool."""
+  ``params``: the model's parameters or their shapes, ``data``: the training pool;
+  ``memory_bytes``: each device's (default ``memory_limit()``)."""
   if jax.process_count() > 1:   # several processes: every program spans all their devices
     num_devices = jax.device_count()
   mesh = devices.client_mesh(num_devices or auto_num_devices(
-      cohort_size, store_bytes(algorithm, params), memory_limit(), jax.device_count(),
+      cohort_size, store_bytes(algorithm, params), memory_bytes or memory_limit(),
+      jax.device_count(),
       shared_memory=jax.default_backend() == 'cpu'))
   used = 1 if mesh is None else mesh.size
   chunk = chunk_size or round_lib.default_chunk_size(
@@ -137,27 +150,31 @@ def auto_num_devices(cohort_size: int, store_size: int, memory: int, available: 
 
 
 def check_store_memory(c: Config, algorithm, params, num_devices: int) -> int:
-  """Bytes of the per-client store on each device, with the round's three cohort-sized copies
-  of rows; fails early when they cannot fit in half of each device's memory.
+  """Bytes of the per-client store in each memory, with the round's three cohort-sized copies
+  of rows; fails early when they cannot fit in half of it.
 
-  CPU devices are cores of one host: there the whole store must fit in the host's memory.
+  A store split by client (``core.store.by_client``) puts ``1 / num_devices`` of its rows on
+  each device, another a whole copy; CPU devices are cores of one host, whose memory holds the
+  rows of all of this process' devices (``devices_per_memory``).
   """
   if algorithm.store_row is None:
     return 0
-  if jax.default_backend() == 'cpu':
-    num_devices = 1
   clients = jax.eval_shape(algorithm.server_init, params).clients
   row = store.row_bytes(clients)
-  # The store's share of each device, and the cohort's gathered, new and averaged rows.
-  need = -(-store.num_rows(clients) // num_devices) * row + 3 * c.cohort.clients_per_round * row
-  have = memory_limit()
+  split = num_devices if store.split_by_client(algorithm) else 1
+  sharing = devices_per_memory(num_devices)
+  # The store's share of each memory, and the cohort's gathered, new and averaged rows.
+  need = (-(-store.num_rows(clients) // split) * row * (sharing if split > 1 else 1) +
+          3 * c.cohort.clients_per_round * row)
+  have = memory_limit(c.run.device_memory_gb)
   if need > have // 2:
+    where = f'{num_devices} device(s)' + (f' of {jax.process_count()} processes'
+                                          if jax.process_count() > 1 else '')
     raise ConfigError(
         f'--algorithm={c.algorithm.name} keeps {row} bytes of state for each of '
-        f'{store.num_rows(clients)} clients: {need / 2**30:.1f} GiB per device on '
-        f'{num_devices} device(s), more than half of the {have / 2**30:.1f} GiB available; '
-        'use fewer clients or a smaller model, or split it over more accelerators '
-        '(--num_devices)')
+        f'{store.num_rows(clients)} clients: {need / 2**30:.2f} GiB per memory on {where}, more '
+        f'than half of the {have / 2**30:.2f} GiB available; use fewer clients or a smaller '
+        'model, or split it over more devices or processes (--num_devices, --num_processes)')
   return need
 
 

@@ -94,7 +94,7 @@ def test_the_memory_guard_shares_a_chunk_among_the_cells(tiny_leaf_file, monkeyp
              budget_range=(1, 3))
   exp = factories.prepare(c)
   limit = helpers.memory_for(exp, 5)
-  monkeypatch.setattr(planning, 'memory_limit', lambda: limit)
+  monkeypatch.setattr(planning, 'memory_limit', lambda gib=0.: limit)
   exp = factories.prepare(c)
   assert exp.chunk_size == 4 and planning.check_runs_fit(exp, 2, '--server_lr_grid') == 2
   with pytest.raises(ConfigError, match=r'^--server_lr_grid: 6 runs of one client each need'):

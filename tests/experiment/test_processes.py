@@ -129,7 +129,7 @@ def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path
   """kill -9 of process 1 after the first checkpoint: process 0 stops with one line and a
   non-zero status; the same two commands then finish the run, bit-identical to an
   uninterrupted one."""
-  more = ('--num_rounds=1500', '--eval_every=500', '--checkpoint_every=100',
+  more = ('--num_rounds=600', '--eval_every=100', '--checkpoint_every=50',
           '--algorithm=scaffold', '--heartbeat_timeout=10')
   whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
   for code, _, err in together(2, 1, tiny_leaf_file, whole, *more):

@@ -449,7 +449,7 @@ def test_a_store_that_cannot_fit_is_one_clear_error(base_config, monkeypatch):
   model_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree_util.tree_leaves(params))
   assert planning.store_bytes(exp.algorithm, params) == 8 * (model_bytes + 4)
   # one chunk needs about 8 models; the store and 3 cohorts' rows (17 rows) more than half of 12
-  monkeypatch.setattr(planning, 'memory_limit', lambda: 12 * model_bytes)
+  monkeypatch.setattr(planning, 'memory_limit', lambda gib=0.: 12 * model_bytes)
   with pytest.raises(ConfigError) as e:
     factories.prepare(c)
   message = str(e.value)
@@ -587,7 +587,7 @@ def test_memory_guard_shrinks_the_chunk_before_compiling(base_config, monkeypatc
   roomy = factories.prepare(c)
   assert roomy.chunk_size == 12 and roomy.notes == ()
   limit = helpers.memory_for(roomy, 5)
-  monkeypatch.setattr(planning, 'memory_limit', lambda: limit)
+  monkeypatch.setattr(planning, 'memory_limit', lambda gib=0.: limit)
   exp = factories.prepare(c)
   assert exp.chunk_size == 5
   (note,) = exp.notes
@@ -601,7 +601,7 @@ def test_memory_guard_shrinks_the_chunk_before_compiling(base_config, monkeypatc
 def test_memory_guard_fails_in_one_line_when_one_client_cannot_fit(base_config, monkeypatch):
   exp = factories.prepare(base_config)
   limit = helpers.memory_for(exp, 0)
-  monkeypatch.setattr(planning, 'memory_limit', lambda: limit)
+  monkeypatch.setattr(planning, 'memory_limit', lambda gib=0.: limit)
   with pytest.raises(ConfigError) as e:
     factories.prepare(base_config)
   message = str(e.value)
