@@ -3,8 +3,8 @@
 Three measurements, each a set of real processes of JAX's multi-controller runtime on this host
 (CPU devices, gloo collectives), the run's mesh spanning all their devices:
 
-* ``memory``: bytes of the training pool (LEAF Synthetic tiled to ``--population`` clients, laid
-  out by owner) and of SCAFFOLD's per-client store that each process and each device holds, for
+* ``memory``: bytes of the training pool (LEAF Synthetic tiled to ``--population`` clients, each
+  with its own copy of its rows, laid out by owner) and of SCAFFOLD's per-client store that each process and each device holds, for
   1 process x 1 device, 1 x 2, 2 x 1 and 4 x 1.
 * ``throughput``: FedAvg rounds (``tau = 5``, ``B = 10``) of ``--cohorts`` clients as 2 processes
   x 1 device and as 1 process x 2 devices, alternately, the ratio of their median round times.
@@ -43,6 +43,7 @@ def worker(args):
   from fedjax_gel.core import devices, federated_data, round as round_lib, sampling, store  # pylint: disable=g-import-not-at-top,line-too-long
   from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
 
+  data = federated_data.owner_layout(data, 1)   # each client its own rows, as a real population
   population = data.num_clients
   alg = (algorithms.scaffold(loss, 0.01, population) if args.algorithm == 'scaffold' else
          algorithms.fedavg(loss, optax.sgd(0.01)))
@@ -52,12 +53,13 @@ def worker(args):
   state = store.place_state(alg.server_init(params), alg, mesh)
   local = lambda tree: sum(s.data.nbytes for a in jax.tree.leaves(tree)
                            for s in a.addressable_shards)
-  per_device = lambda tree: max(s.data.nbytes for s in jax.tree.leaves(tree)[0].addressable_shards)
+  per_device = lambda tree: sum(max(s.data.nbytes for s in a.addressable_shards)
+                                for a in jax.tree.leaves(tree))
   out = dict(process=jax.process_index(), processes=jax.process_count(), devices=num,
-             pool_bytes_process=local(pool.examples), pool_bytes_device=sum(
-                 per_device(a) for a in pool.examples.values()),
+             pool_bytes_process=local(pool.examples), pool_bytes_device=per_device(pool.examples),
              pool_bytes_whole=round_lib.tree_bytes(pool.examples),
-             store_bytes_process=local(state.clients) if alg.store_row else 0)
+             store_bytes_process=local(state.clients) if alg.store_row else 0,
+             store_bytes_device=per_device(state.clients) if alg.store_row else 0)
   if args.rounds:
     _, chunk = planning.devices_and_chunk(alg, params, data, args.cohort, BATCH, (TAU, TAU),
                                           num_devices=num)
@@ -131,13 +133,13 @@ def main():
   what = args.what.split(',')
   print(f'host: {common.host()}; population {args.population:,} (LEAF Synthetic tiled)\n')
   if 'memory' in what:
-    print('| processes x devices | pool bytes per process | per device | whole pool | '
-          'SCAFFOLD store bytes per process |\n|---|---|---|---|---|')
+    print('| processes x devices | pool bytes per process | per device | whole pool (padded) | '
+          'SCAFFOLD store bytes per process | per device |\n|---|---|---|---|---|---|')
     for p, d in [(1, 1), (1, 2), (2, 1), (4, 1)]:
       for r in launch(p, d, population=args.population, algorithm='scaffold', rounds=0):
         print(f'| {p} x {d} (process {r["process"]}) | {r["pool_bytes_process"]:,} | '
               f'{r["pool_bytes_device"]:,} | {r["pool_bytes_whole"]:,} | '
-              f'{r["store_bytes_process"]:,} |', flush=True)
+              f'{r["store_bytes_process"]:,} | {r["store_bytes_device"]:,} |', flush=True)
     print()
   if 'throughput' in what:
     print('| cohort | 2 processes x 1 device (s/round) | 1 process x 2 devices | ratio |\n'

@@ -210,6 +210,9 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   if len(argv) > 1:
     return fail(f'unexpected arguments: {" ".join(argv[1:])}')
   from fedjax_gel.core.devices import use_all_cpu_cores  # pylint: disable=g-import-not-at-top
+  if values.num_processes != 1 and not values.workdir:   # a default name is each one's clock
+    return fail(f'--num_processes={values.num_processes} needs --workdir: every process must '
+                'name the same work directory')
   try:   # before JAX starts its backends
     cluster.initialize(values.coordinator_address, values.num_processes, values.process_id,
                        values.heartbeat_timeout)

@@ -89,7 +89,7 @@ def fit_memory(exp):
   num_devices = 1 if exp.mesh is None else exp.mesh.size
   store_need = check_store_memory(c, exp.algorithm, params, num_devices)
   fits = chunk_capacity(exp.memory, store_need)
-  gib = lambda b: f'{b / 2**30:.2f} GiB'
+  gib = lambda b: f'{b / 2**30:.3g} GiB'
   if exp.memory.free_bytes - store_need <= 0:
     raise ConfigError(
         f'--dataset={c.data.dataset}: the data, the model and the client state take more than the '

@@ -130,6 +130,8 @@ BAD_INPUT = [
     ('--client_lr=inf', '--client_lr must be a finite number'),
     ('--flagfile={missing}', '{missing}'),
     (f'{LEAF} --num_devices=4096', '--num_devices'),
+    (f'{LEAF} --device_memory_gb=0.000001', '--dataset=leaf', 'more processes or devices'),
+    (f'{LEAF} --device_memory_gb=-1', '--device_memory_gb'),
     ('--data_path={data}', '--data_path'),
     (f'{LEAF} --budget_range=1,1000000000', '--budget_range', 'one client needs about'),
     (f'{LEAF} --workdir=/proc/no/such', '/proc/no/such'),
@@ -219,6 +221,13 @@ def test_bad_input_is_one_line_and_nothing_is_written_or_lost(bad_runs, paths, i
             for p in workdir.rglob('*') if p.is_file()} == EARLIER_RUN
   elif workdir is not None:
     assert not workdir.exists()
+
+
+def test_several_processes_need_a_named_workdir(paths):
+  """A default work directory is named by each process' clock: refused before anything."""
+  proc = run('--dataset=leaf', f'--data_path={paths["data"]}', '--num_processes=2',
+             '--process_id=1', '--coordinator_address=127.0.0.1:1')
+  assert_one_line_error(proc, '--num_processes=2 needs --workdir')
 
 
 def test_compilation_cache_is_filled_once_and_changes_no_result(paths, tmp_path):
