@@ -131,7 +131,8 @@ def main():
     return worker(args)
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   what = args.what.split(',')
-  print(f'host: {common.host()}; population {args.population:,} (LEAF Synthetic tiled)\n')
+  print(f'host: {common.host()}; population {args.population:,} (LEAF Synthetic\'s 1,000 '
+        'clients repeated, each client with its own rows)\n')
   if 'memory' in what:
     print('| processes x devices | pool bytes per process | per device | whole pool (padded) | '
           'SCAFFOLD store bytes per process | per device |\n|---|---|---|---|---|---|')

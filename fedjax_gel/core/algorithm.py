@@ -76,7 +76,8 @@ class FederatedAlgorithm(NamedTuple):
     client_model: ``client_state -> the client's model``, for the spread of client models
       (mean pairwise cosine distance) the engine reports.
     store_row: ``None`` for an algorithm without per-client state. Otherwise ``client_ids ->
-      rows`` (e.g. the identity, or a cluster id) and the algorithm is *stateful*: its server
+      rows`` (``core.store.by_client``, one row per client, which a mesh splits with the
+      clients' data; or e.g. a cluster id) and the algorithm is *stateful*: its server
       state is a NamedTuple with a field ``clients``, the store (leaves ``[rows, ...]``); each
       client reads its row as ``ClientContext.stored`` and its ``client_final`` returns
       ``(upload, new_row)``. ``server_update`` sees the store as it was before the round; the

@@ -13,8 +13,12 @@
   ``sum_i w_i upload_i`` into running sums. Peak memory is O(chunk_size x model), and the result
   does not depend on ``chunk_size`` (up to float summation order). Stateful algorithms add
   O(cohort x row) for the gathered and the written rows.
-* Devices: with a mesh, every chunk is split over the mesh axis ``'clients'`` and the weighted
-  sums are reduced with one ``psum``; one code path for 1 CPU, many GPUs or a TPU slice.
+* Devices (owner computes): with a mesh, the data pool and a per-client store are split by
+  client over the mesh axis ``'clients'`` (``federated_data.to_device(data, mesh)``,
+  ``store.place_state``); the cohort is routed to the devices that own its clients (``route``),
+  each device runs its own clients' chunks (at most ``routed_chunk`` clients each, only the
+  chunks that hold clients) on its own examples and rows, and the weighted sums meet in one
+  ``psum``. One code path for the cores of a CPU, many GPUs, many processes or a TPU slice.
 * Per-client state (stateful algorithms, ``FederatedAlgorithm.store_row``): the cohort's rows
   are gathered from the store in the server state before the chunks run, travel with them, and
   the rows the clients return are written back after ``server_update`` (``core.store``).
@@ -196,9 +200,10 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     algorithm: the federated algorithm.
     chunk_size: the most clients processed together (vmapped); the scan over chunks is
       sequential. The cohort is cut into equal chunks of at most this size.
-    mesh: a device mesh with an axis named ``'clients'``: each chunk's clients are split over it
-      (``shard_map``) and the weighted sums reduced across devices; ``None`` runs on the default
-      device. The chunk size is rounded up to a multiple of the axis size.
+    mesh: a device mesh with an axis named ``'clients'``: each device trains the cohort's
+      clients it owns (``shard_map``; the pool must be ``to_device(data, mesh)``'s and the
+      store ``store.place_state``'s) and the weighted sums are reduced across devices; ``None``
+      runs on the default device.
     donate_state: let the round reuse the server state's buffers for the new state (a caller
       that never touches the old state again saves a copy of it, the per-client store included).
     fuse_dots: run the vmapped local step's batched short-contraction products as fused
