@@ -353,6 +353,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     per_device = routed_chunk(size, chunk_size, num_devices)
     capacity = -(-size // per_device) * per_device
     routed = route(cohort, guesses, owned, num_clients, num_devices, capacity)
+    # computed whole on every device (a few integers per client): else XLA splits the routing's
+    # prefix sum over the devices, a collective every round
+    routed = jax.lax.with_sharding_constraint(routed, jax.sharding.NamedSharding(mesh, P()))
     split = stateful and store_lib.split_by_client(algorithm)
     if split and store_lib.num_rows(server_state.clients) != owned * num_devices:
       raise ValueError(f'round_fn: a store of {store_lib.num_rows(server_state.clients)} rows '
