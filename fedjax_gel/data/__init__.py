@@ -5,10 +5,10 @@ The package imports only ``leaf`` so that ``python -m fedjax_gel.data.leaf_synth
 module once.
 """
 from fedjax_gel.data import leaf
-from fedjax_gel.data.leaf import (DEFAULT_SPLIT_SEED, DataError, num_train_samples, read_leaf_json,
-                                  split_by_sample, to_federated, write_leaf_json)
+from fedjax_gel.data.leaf import (DEFAULT_SPLIT_SEED, DataError, Sampling, num_train_samples,
+                                  read_leaf_json, split_by_sample, to_federated, write_leaf_json)
 
 load_leaf = leaf.load
 
-__all__ = ['DEFAULT_SPLIT_SEED', 'DataError', 'leaf', 'load_leaf', 'num_train_samples',
+__all__ = ['DEFAULT_SPLIT_SEED', 'DataError', 'Sampling', 'leaf', 'load_leaf', 'num_train_samples',
            'read_leaf_json', 'split_by_sample', 'to_federated', 'write_leaf_json']

@@ -15,7 +15,7 @@ import json
 import numbers
 import os
 import random
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -173,18 +173,22 @@ def _read_one(path: str) -> dict:
   return _check_file(raw, path)
 
 
-def read_leaf_json(paths: PathLike | Iterable[PathLike]) -> dict:
+def read_leaf_json(paths: PathLike | Iterable[PathLike], sampling=None) -> dict:
   """Reads and merges LEAF JSON files (or directories of them) into one LEAF dict.
 
   Files are taken in order of their names and users in file order. ``'hierarchies'`` is kept
   when every file has it (concatenated as found: LEAF's own split output keeps the entries of
-  dropped users, so it is not checked against ``'users'``). Raises ``DataError`` naming the
-  file on any problem.
+  dropped users, so it is not checked against ``'users'``). ``sampling``: LEAF's sampling and
+  user filter (``Sampling``), applied to each file as LEAF's ``preprocess.sh`` does, before
+  the merge. Raises ``DataError`` naming the file on any problem.
   """
   merged = {'users': [], 'num_samples': [], 'user_data': {}}
   hierarchies, sources = [], {}
-  for path in _json_files(paths):
-    part = _read_one(path)
+  files = _json_files(paths)
+  parts = [_read_one(path) for path in files]
+  if sampling is not None and sampling.active:
+    parts = preprocess(parts, sampling)
+  for path, part in zip(files, parts):
     for u in part['users']:
       if u in sources:
         raise DataError(f'{path}: user {u!r} already appears in {sources[u]}')
@@ -218,6 +222,137 @@ def write_leaf_json(data: Mapping[str, Any], path: PathLike) -> None:
     os.makedirs(parent, exist_ok=True)
   with open(path, 'w', encoding='utf-8') as f:
     json.dump(out, f)
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+SAMPLINGS = ('none', 'niid', 'iid')
+
+
+class Sampling(NamedTuple):
+  """LEAF's ``preprocess.sh`` steps before its split, on raw ``all_data`` files: ``-s niid|iid
+  --sf fraction [--iu users]`` (``utils/sample.py``), then ``-k min_samples``
+  (``utils/remove_users.py``). The defaults do neither.
+
+  Attributes:
+    mode: ``'none'``; ``'niid'``: whole users at random until their samples reach ``fraction``
+      of the file's (the last user cut to its first samples); ``'iid'``: ``fraction`` of the
+      file's samples at random, dealt in order to ``iid_users`` of its user count new users.
+    fraction: ``--sf``.
+    iid_users: ``--iu``, the iid sample's users as a fraction of the file's users (at least 1).
+    min_samples: ``-k``: users with at most this many samples are dropped; -1 keeps all.
+    seed: seed of one ``random.Random`` shared by the files in name order (LEAF's
+      ``sample.py`` uses Python's unseeded global generator, so no seed reproduces its subsets;
+      its rules are followed draw for draw).
+  """
+  mode: str = 'none'
+  fraction: float = 0.1
+  iid_users: float = 0.01
+  min_samples: int = -1
+  seed: int = DEFAULT_SPLIT_SEED
+
+  @property
+  def active(self) -> bool:
+    return self.mode != 'none' or self.min_samples >= 0
+
+
+def sample_niid(data: Mapping[str, Any], fraction: float, rng: random.Random) -> dict:
+  """LEAF's niid sampling of one file: users (with their hierarchies) shuffled, then taken
+  whole until ``int(fraction * total)`` samples; the last one cut to a shuffle of its first
+  samples to reach that count exactly."""
+  target = int(fraction * sum(len(data['user_data'][u]['y']) for u in data['users']))
+  users = list(data['users'])
+  hiers = list(data['hierarchies']) if 'hierarchies' in data else None
+  if hiers is not None:
+    pairs = list(zip(users, hiers))
+    rng.shuffle(pairs)
+    users, hiers = [u for u, _ in pairs], [h for _, h in pairs]
+  else:
+    rng.shuffle(users)
+  out = {'users': [], 'num_samples': [], 'user_data': {}}
+  if hiers is not None:
+    out['hierarchies'] = []
+  total = 0
+  for i, u in enumerate(users):
+    if total >= target:
+      break
+    d = data['user_data'][u]
+    n = len(d['y'])
+    if total + n > target:
+      n = target - total
+      idx = rng.sample(range(n), n)
+      d = {'x': _take(d['x'], idx), 'y': _take(d['y'], idx)}
+    out['users'].append(u)
+    out['num_samples'].append(n)
+    out['user_data'][u] = d
+    total += n
+    if hiers is not None:
+      out['hierarchies'].append(hiers[i])
+  return out
+
+
+def sample_iid(data: Mapping[str, Any], fraction: float, users_fraction: float,
+               rng: random.Random, first_user: int = 0) -> dict:
+  """LEAF's iid sampling of one file: ``int(fraction * total)`` of its samples drawn without
+  replacement from all users' samples pooled, dealt in draw order to ``round(users_fraction *
+  U)`` (at least 1) new users named ``str(first_user + i)``, the first groups one sample
+  smaller when they do not divide evenly (LEAF's ``iid_divide``)."""
+  xs = [x for u in data['users'] for x in data['user_data'][u]['x']]
+  ys = [y for u in data['users'] for y in data['user_data'][u]['y']]
+  picked = rng.sample(range(len(ys)), int(fraction * len(ys)))
+  groups = max(1, int(round(users_fraction * len(data['users']))))
+  small, big = divmod(len(picked), groups)
+  sizes = [small] * (groups - big) + [small + 1] * big
+  out = {'users': [], 'num_samples': [], 'user_data': {}}
+  start = 0
+  for g, size in enumerate(sizes):
+    idx = picked[start:start + size]
+    start += size
+    u = str(first_user + g)
+    out['users'].append(u)
+    out['num_samples'].append(size)
+    out['user_data'][u] = {'x': _stack([xs[i] for i in idx], data, 'x'),
+                           'y': _stack([ys[i] for i in idx], data, 'y')}
+  return out
+
+
+def _stack(rows: list, data: Mapping[str, Any], key: str) -> np.ndarray:
+  """``rows`` of ``data``'s ``key`` arrays as one array (empty: their shape and dtype)."""
+  if rows:
+    return np.stack(rows)
+  ref = next(iter(data['user_data'].values()))[key]
+  return np.zeros((0,) + np.shape(ref)[1:], np.asarray(ref).dtype)
+
+
+def remove_users(data: Mapping[str, Any], min_samples: int) -> dict:
+  """LEAF's ``remove_users.py``: keeps the users with more than ``min_samples`` samples (and
+  their hierarchies)."""
+  keep = [i for i, u in enumerate(data['users'])
+          if len(data['user_data'][u]['y']) > min_samples]
+  users = [data['users'][i] for i in keep]
+  out = {'users': users, 'num_samples': [len(data['user_data'][u]['y']) for u in users],
+         'user_data': {u: data['user_data'][u] for u in users}}
+  if 'hierarchies' in data and len(data['hierarchies']) == len(data['users']):
+    out['hierarchies'] = [data['hierarchies'][i] for i in keep]
+  return out
+
+
+def preprocess(parts: Sequence[Mapping[str, Any]], sampling: Sampling) -> list[dict]:
+  """LEAF's sampling and user filter (``sampling``) applied to each file's dict, in order."""
+  rng, next_user, out = random.Random(sampling.seed), 0, []
+  for part in parts:
+    if sampling.mode == 'niid':
+      part = sample_niid(part, sampling.fraction, rng)
+    elif sampling.mode == 'iid':
+      part = sample_iid(part, sampling.fraction, sampling.iid_users, rng, next_user)
+      next_user += len(part['users'])
+    elif sampling.mode != 'none':
+      raise ValueError(f'sampling mode must be one of {SAMPLINGS}, got {sampling.mode!r}')
+    if sampling.min_samples >= 0:
+      part = remove_users(part, sampling.min_samples)
+    out.append(part)
+  return out
 
 
 # --------------------------------------------------------------------------- splitting
@@ -362,6 +497,7 @@ def load(
     seed: int = DEFAULT_SPLIT_SEED,
     split: str = 'sample',
     gap: int = 0,
+    sampling: Sampling = Sampling(),
 ) -> FederatedSplit:
   """Loads LEAF data as a ``FederatedSplit``.
 
@@ -371,6 +507,8 @@ def load(
   training, then ``gap`` skipped: Shakespeare) or ``'user'`` (held-out users,
   ``split_by_user``); or a directory with ``train/`` and ``test/`` sub-directories of LEAF JSON
   files (LEAF's split output), joined by user name, and the split arguments are unused.
+  ``sampling``: LEAF's sampling and user filter of raw files before the split (``Sampling``;
+  not for ``train/`` and ``test/``, which LEAF wrote after them).
   """
   if split not in SPLITS:
     raise ValueError(f'split must be one of {SPLITS}, got {split!r}')
@@ -379,8 +517,13 @@ def load(
     raise DataError(f'{path}: no such file or directory')
   train_dir, test_dir = os.path.join(path, 'train'), os.path.join(path, 'test')
   if os.path.isdir(train_dir) and os.path.isdir(test_dir):
+    if sampling.active:
+      raise DataError(f'{path}: holds train/ and test/, which LEAF samples and filters before it '
+                      'splits; point at its raw all_data/ to sample here')
     return to_federated(read_leaf_json(train_dir), read_leaf_json(test_dir))
-  data = read_leaf_json(path)
+  data = read_leaf_json(path, sampling)
+  if not data['users']:
+    raise DataError(f'{path}: no user left after LEAF\'s sampling and user filter')
   if split == 'user':
     return to_federated(*split_by_user(data, train_fraction, seed), same_users=False)
   train, test = split_by_sample(data, train_fraction, seed, split == 'position', gap)

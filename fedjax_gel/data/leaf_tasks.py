@@ -26,7 +26,7 @@ import re
 import numpy as np
 
 from fedjax_gel.core.federated_data import FederatedData, FederatedSplit
-from fedjax_gel.data.leaf import DEFAULT_SPLIT_SEED, DataError, PathLike, load
+from fedjax_gel.data.leaf import DEFAULT_SPLIT_SEED, DataError, PathLike, Sampling, load
 
 LEAF_CHARS = ('\n !"&\'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}')
 TFF_CHARS = ('dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\naeimquyAEIMQUY]!%)'
@@ -59,13 +59,14 @@ def char_ids(strings: np.ndarray, vocabulary: str) -> np.ndarray:
 
 def load_shakespeare(path: PathLike, vocabulary: str = 'leaf', train_fraction: float = 0.8,
                      seed: int = DEFAULT_SPLIT_SEED, split: str = 'position',
-                     gap: int = SHAKESPEARE_GAP) -> FederatedSplit:
+                     gap: int = SHAKESPEARE_GAP, sampling: Sampling = Sampling()
+                     ) -> FederatedSplit:
   """LEAF Shakespeare as character ids (see the module docstring); ``gap`` samples are skipped
   between each user's train and test parts of a ``'position'`` split."""
   if vocabulary not in VOCABULARIES:
     raise ValueError(f'vocabulary must be one of {sorted(VOCABULARIES)}, got {vocabulary!r}')
   chars = VOCABULARIES[vocabulary]
-  data = load(path, train_fraction, seed, split, gap)
+  data = load(path, train_fraction, seed, split, gap, sampling)
 
   def encode(ex):
     if ex['x'].dtype.kind != 'U' or ex['y'].dtype.kind != 'U':
@@ -108,11 +109,12 @@ def sentiment_labels(y: np.ndarray, source) -> np.ndarray:
 
 def load_sent140(path: PathLike, features: str = 'bow', vocab_size: int = 10_000,
                  seq_len: int = 25, train_fraction: float = 0.9,
-                 seed: int = DEFAULT_SPLIT_SEED, split: str = 'sample') -> FederatedSplit:
+                 seed: int = DEFAULT_SPLIT_SEED, split: str = 'sample',
+                 sampling: Sampling = Sampling()) -> FederatedSplit:
   """LEAF Sent140 as bag-of-words counts or word ids (see the module docstring)."""
   if features not in ('bow', 'tokens'):
     raise ValueError(f"features must be 'bow' or 'tokens', got {features!r}")
-  data = load(path, train_fraction, seed, split)
+  data = load(path, train_fraction, seed, split, sampling=sampling)
 
   def text(ex):
     x = ex['x']
@@ -139,9 +141,9 @@ def load_sent140(path: PathLike, features: str = 'bow', vocab_size: int = 10_000
 
 
 def load_femnist(path: PathLike, train_fraction: float = 0.9, seed: int = DEFAULT_SPLIT_SEED,
-                 split: str = 'sample') -> FederatedSplit:
+                 split: str = 'sample', sampling: Sampling = Sampling()) -> FederatedSplit:
   """LEAF FEMNIST (one file or LEAF's directory of files, merged) as ``[28, 28, 1]`` images."""
-  data = load(path, train_fraction, seed, split)
+  data = load(path, train_fraction, seed, split, sampling=sampling)
 
   def reshape(ex):
     x = ex['x']
@@ -170,12 +172,12 @@ def read_image(image_dir: str, name: str, size: int = CELEBA_SIZE) -> np.ndarray
 
 def load_celeba(path: PathLike, image_dir: str, train_fraction: float = 0.9,
                 seed: int = DEFAULT_SPLIT_SEED, split: str = 'sample',
-                size: int = CELEBA_SIZE) -> FederatedSplit:
+                size: int = CELEBA_SIZE, sampling: Sampling = Sampling()) -> FederatedSplit:
   """LEAF CelebA: image names in the JSON, pixels from ``image_dir`` (see the module docstring)."""
   if not image_dir or not os.path.isdir(image_dir):
     raise DataError(f'--image_dir={image_dir}: no such directory (CelebA needs the images, '
                     "LEAF's data/raw/img_align_celeba)")
-  data = load(path, train_fraction, seed, split)
+  data = load(path, train_fraction, seed, split, sampling=sampling)
 
   def images(ex):
     if ex['x'].dtype.kind != 'U' or ex['x'].ndim != 1:

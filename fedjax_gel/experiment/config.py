@@ -19,6 +19,7 @@ import numpy as np
 
 from fedjax_gel.core.spec import (AlgorithmSpec, NoHparams, at_least, flag_name, hparam, one_of,
                                   positive, problems, within)
+from fedjax_gel.data.leaf import SAMPLINGS, Sampling
 
 DATASETS = ('leaf_synthetic', 'fedprox_synthetic', 'leaf', 'femnist', 'shakespeare', 'sent140',
             'celeba', 'mnist', 'emnist', 'cifar10', 'cifar100')
@@ -68,6 +69,18 @@ class DataConfig:
       'default', "LEAF's split of --data_path: sample (each user's samples at random), position "
       '(first samples train; Shakespeare), user (held-out users); default: position for '
       'shakespeare, else sample.', one_of('default', 'sample', 'position', 'user'))
+  leaf_sample: str = hparam(
+      'none', "LEAF datasets: LEAF's sampling of raw all_data files before the split "
+      '(preprocess.sh -s): none, niid (whole users) or iid (samples pooled).',
+      one_of(*SAMPLINGS))
+  leaf_fraction: float = hparam(0.1, "LEAF's --sf: fraction of each file's samples kept.",
+                                within(0, 1, open_low=True))
+  leaf_iid_users: float = hparam(
+      0.01, "LEAF's --iu: iid sampling's users, as a fraction of each file's users.",
+      within(0, 1, open_low=True))
+  leaf_min_samples: int = hparam(
+      -1, "LEAF's -k: users with at most this many samples are dropped (after the sampling); "
+      '-1: none.', at_least(-1, ', -1 meaning no filter'))
   split_gap: int = hparam(
       79, "position split: samples skipped between train and test (LEAF's Shakespeare: 79, so "
       'no test window overlaps training).', at_least(0))
@@ -95,6 +108,12 @@ class DataConfig:
   train_fraction: float = hparam(0.9, "Per-client train share (LEAF's 0.9).",
                                  within(0, 1, open_low=True, open_high=True))
   split_seed: int = hparam(931231, 'Seed of the per-client train/test split.')
+
+  @property
+  def sampling(self):
+    """LEAF's sampling and user filter of raw files (``data.leaf.Sampling``)."""
+    return Sampling(self.leaf_sample, self.leaf_fraction, self.leaf_iid_users,
+                    self.leaf_min_samples, self.split_seed)
 
   @property
   def split(self) -> str:
@@ -380,6 +399,9 @@ def validate(c: Config) -> Config:
   need(leaf_data or not d.data_path,
        f'--data_path is only read with LEAF datasets (got --dataset={d.dataset})')
   need(d.dataset != 'celeba' or d.image_dir, '--image_dir is required with --dataset=celeba')
+  need(leaf_data or not d.sampling.active,
+       f'--leaf_sample/--leaf_min_samples are only read with LEAF datasets (got '
+       f'--dataset={d.dataset})')
   need(d.partition != 'pachinko' or d.dataset == 'cifar100',
        f'--partition=pachinko needs superclasses: --dataset=cifar100 only (got {d.dataset})')
   need(cohort.power_d == 0 or cohort.power_d >= cohort.clients_per_round,

@@ -65,7 +65,8 @@ def load_split(c: Config) -> federated_data.FederatedSplit:
     except ImportError as e:
       raise ConfigError(f'--dataset={d.dataset}: {e}') from None
   from fedjax_gel.data import leaf, leaf_tasks
-  args = dict(train_fraction=d.train_fraction, seed=d.split_seed, split=d.split)
+  args = dict(train_fraction=d.train_fraction, seed=d.split_seed, split=d.split,
+              sampling=d.sampling)
   if d.dataset == 'shakespeare':
     return leaf_tasks.load_shakespeare(d.data_path, d.char_vocabulary, gap=d.split_gap, **args)
   if d.dataset == 'sent140':
