@@ -64,7 +64,8 @@ class DataConfig:
   dataset: str = hparam('leaf_synthetic', f'One of {", ".join(DATASETS)}.', one_of(*DATASETS))
   data_path: Optional[str] = hparam(
       None, 'LEAF datasets: a LEAF JSON file, a directory of them (merged: FEMNIST), or a '
-      'directory with train/ and test/.')
+      'directory with train/ and test/; subset:femnist_niid_05 and '
+      'subset:shakespeare_niid_keep100 are real LEAF subsets shipped with fedjax_gel.')
   leaf_split: str = hparam(
       'default', "LEAF's split of --data_path: sample (each user's samples at random), position "
       '(first samples train; Shakespeare), user (held-out users); default: position for '

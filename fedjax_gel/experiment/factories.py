@@ -64,7 +64,8 @@ def load_split(c: Config) -> federated_data.FederatedSplit:
                             d.pachinko_beta, seed=d.split_seed, data_dir=d.data_dir)
     except ImportError as e:
       raise ConfigError(f'--dataset={d.dataset}: {e}') from None
-  from fedjax_gel.data import leaf, leaf_tasks
+  from fedjax_gel.data import leaf, leaf_tasks, subsets
+  d = dataclasses.replace(d, data_path=subsets.resolve(d.data_path))   # subset:<name>
   args = dict(train_fraction=d.train_fraction, seed=d.split_seed, split=d.split,
               sampling=d.sampling)
   if d.dataset == 'shakespeare':
