@@ -19,7 +19,7 @@ def write_report(p, workdir: str, summaries: list[dict], out):
     value = f', {flag} {x.flags()[flag]:g}' if flag in factories.tunable_flags(x) else ''
     print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}, client lr '
           f'{x.algorithm.client_lr:g}{value}: final test accuracy {fmt(final)}, best '
-          f'{fmt(best)}, rounds to {x.run.target_accuracy:.0%}: '
+          f'{fmt(best)}, rounds to {report.percent(x.run.target_accuracy)}: '
           f'{target if target is not None else "not reached"}', file=out)
   tuned = 'client_lr' if p.levels[2] else p.levels[3]
   text = report.report_text(results, tuned)

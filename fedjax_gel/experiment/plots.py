@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fedjax_gel.experiment.report import mean_ci
+from fedjax_gel.experiment.report import mean_ci, percent
 
 
 def _pyplot():
@@ -66,7 +66,7 @@ def accuracy_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str
       if half.any():
         ax.fill_between(x, mean - half, mean + half, alpha=0.2)
     if target is not None:
-      ax.axhline(target, color='gray', linestyle=':', linewidth=1, label=f'target {target:.0%}')
+      ax.axhline(target, color='gray', linestyle=':', linewidth=1, label=f'target {percent(target)}')
     band = f', mean and 95% CI over {seeds} seeds' if seeds > 1 else ''
     ax.set(xlabel=xlabel, ylabel='test accuracy', title=f'test accuracy{band}')
     ax.grid(True, alpha=0.3)

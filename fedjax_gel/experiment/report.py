@@ -13,6 +13,11 @@ T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
+
+def percent(fraction: float) -> str:
+  """An accuracy as a percentage with the digits it has: 0.85 -> '85%', 0.815 -> '81.5%'."""
+  return f'{100 * fraction:.4g}%'
+
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
   """``(mean, half-width)`` of the 95% confidence interval ``mean +- t_{0.975, n-1} s / sqrt(n)``
   (Student's t over seeds; half-width NaN for one value)."""
@@ -41,7 +46,7 @@ def rounds_table(summaries: Sequence[dict]) -> str:
   for s in summaries:
     by_alg.setdefault(s['algorithm'], []).append(s)
   target = summaries[0]['target_accuracy'] if summaries else 0.
-  lines = [f'| algorithm | seeds | rounds to {target:.0%} per seed | mean rounds to {target:.0%} '
+  lines = [f'| algorithm | seeds | rounds to {percent(target)} per seed | mean rounds to {percent(target)} '
            '| mean best accuracy | mean final accuracy |',
            '|---|---|---|---:|---:|---:|']
   for alg, runs in by_alg.items():
@@ -139,7 +144,7 @@ def paired_table(results: Sequence[tuple[dict, Sequence[dict]]]) -> str:
   names = list(by_alg)
   target = results[0][0]['target_accuracy']
   mib = 2 ** 20
-  lines = [f'| algorithm | baseline | seeds reaching {target:.0%} | rounds to {target:.0%} '
+  lines = [f'| algorithm | baseline | seeds reaching {percent(target)} | rounds to {percent(target)} '
            '(mean +- 95% CI) | speedup | accuracy beyond target at baseline\'s round (pp) | '
            'gradient computations to target | MiB up to target | MiB down to target |',
            '|---|---|---:|---:|---:|---:|---:|---:|---:|']
