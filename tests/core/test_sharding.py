@@ -107,6 +107,50 @@ STATEFUL = POOL.replace('SEED', '1') + textwrap.dedent('''
 ''')
 
 
+# Fewer clients than devices (some devices own none), clients without examples, a cohort of one
+# and one larger than the population (drawn with replacement), over 8 and 3 devices; and
+# power-of-d's full loss read from a split pool, against each client's mean loss.
+EDGES = textwrap.dedent('''
+import jax, jax.numpy as jnp, numpy as np
+from fedjax_gel import algorithms, models
+from fedjax_gel.core import federated_data as fd, keys, sampling, store, selection
+from fedjax_gel.core.devices import client_mesh
+from fedjax_gel.core.round import build_round
+rng = np.random.default_rng(3)
+for sizes in ([5, 0, 7, 0, 3], [0, 4], [9]):
+  clients=[{'x': rng.normal(size=(n,4)).astype(np.float32), 'y': rng.integers(0,3,n).astype(np.int32)} for n in sizes]
+  host=fd.from_client_arrays(clients)
+  model=models.get_model('logistic',(4,),3); loss=models.cross_entropy_loss(model)
+  root=keys.root_key(0); params=model.init(keys.init_key(root))
+  N=len(sizes)
+  for alg in [algorithms.fedavgcm(loss,0.05,0.9), algorithms.scaffold(loss,0.05,N)]:
+    for C in (1, 7):
+      spec=sampling.CohortSpec(C,(1,4),2)
+      outs=[]
+      for D,chunk in [(1,C),(8,3),(3,2)]:
+        mesh=client_mesh(D)
+        rf=build_round(alg, chunk_size=chunk, mesh=mesh)
+        st=store.place_state(alg.server_init(params), alg, mesh)
+        pool=fd.to_device(host, mesh)
+        for r in range(3):
+          c=sampling.sample_cohort(root,r,pool.counts,spec)
+          st,m=rf(st,c,pool,root,jnp.int32(r))
+        outs.append((st,m))
+      for st,m in outs[1:]:
+        np.testing.assert_allclose(m.train_loss, outs[0][1].train_loss, rtol=1e-5, atol=1e-6)
+        assert int(m.grad_computations)==int(outs[0][1].grad_computations)
+        jax.tree.map(lambda a,b: np.testing.assert_allclose(np.asarray(a)[:np.shape(b)[0]] if np.ndim(a) else a, b, rtol=1e-5, atol=1e-6), st, outs[0][0])
+  # power-of-d full loss on split pool vs numpy
+  mesh=client_mesh(8); pool=fd.to_device(host, mesh)
+  ex=models.per_example_cross_entropy(model)
+  ids=jnp.arange(N, dtype=jnp.int32)
+  got=selection.client_losses(ex, params, pool, ids, 'full', 2, None)
+  ref=[float(np.mean(ex(params, {k: jnp.asarray(v) for k,v in c.items()}))) if len(c['y']) else 0. for c in clients]
+  np.testing.assert_allclose(np.asarray(got), ref, rtol=1e-5, atol=1e-6)
+print('EDGE-OK')
+''')
+
+
 def run_on_eight_devices(script, token):
   env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
              JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
@@ -125,3 +169,7 @@ def test_client_store_sharded_over_eight_devices_matches_one():
   (30 rows padded to 32), and ClusterFedVARP's store, whole on every device, give the
   single-device rounds' models and rows."""
   run_on_eight_devices(STATEFUL, 'STORE-OK')
+
+
+def test_populations_smaller_than_the_mesh_and_empty_clients_match_one_device():
+  run_on_eight_devices(EDGES, 'EDGE-OK')
