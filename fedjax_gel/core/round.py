@@ -334,13 +334,11 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
 
   def on_one_device(server_state, clients: Clients, bcast, data, client_key_root, train_chunk,
                     accumulate):
-    """The round's chunks on one device: ``((sums, spread, totals), written, row_idx)``."""
-    row_idx = stored = None
+    """The round's chunks on one device: ``((sums, spread, totals), written)``."""
+    stored = None
     if stateful:
-      row_idx = algorithm.store_row(clients.client_ids)
-      stored = store_lib.gather(server_state.clients, row_idx)
-    acc, written = accumulate(bcast, data, client_key_root, (clients, stored))
-    return acc, written, row_idx
+      stored = store_lib.gather(server_state.clients, algorithm.store_row(clients.client_ids))
+    return accumulate(bcast, data, client_key_root, (clients, stored))
 
   def on_mesh(server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals):
     """Owner computes: each device trains, chunk by chunk, the clients whose examples (and
@@ -359,8 +357,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     split = stateful and store_lib.split_by_client(algorithm)
     if split and store_lib.num_rows(server_state.clients) != owned * num_devices:
       raise ValueError(f'round_fn: a store of {store_lib.num_rows(server_state.clients)} rows '
-                       f'for {num_clients} clients on {num_devices} devices; place it with '
-                       'fedjax_gel.core.store.place(store, mesh)')
+                       f'for {num_clients} clients on {num_devices} devices; place the state '
+                       'with fedjax_gel.core.store.place_state(state, algorithm, mesh)')
 
     def device(bcast, examples, offsets, counts, key_root, routed, store):
       d = jax.lax.axis_index(CLIENT_AXIS)
@@ -392,11 +390,10 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       written = tree_map(lambda w: w.reshape((1, capacity) + w.shape[2:]), written)
       return jax.lax.psum(acc, CLIENT_AXIS), written
 
-    clients_spec = P(CLIENT_AXIS)
     store = server_state.clients if stateful else None
     run = jax.shard_map(
         device, mesh=mesh, check_vma=False,
-        in_specs=(P(), P(CLIENT_AXIS), P(), P(), P(), clients_spec,
+        in_specs=(P(), P(CLIENT_AXIS), P(), P(), P(), P(CLIENT_AXIS),
                   P(CLIENT_AXIS) if split else P()),
         out_specs=(P(), P(CLIENT_AXIS)))
     acc, written = run(bcast, data.examples, data.offsets, data.counts, client_key_root, routed,
@@ -432,7 +429,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
     if mesh is None:
       clients = pad_and_sort(cohort, guesses, *chunk_layout(size, chunk_size)[::-1])
-      (sums, spread, totals), written, _ = on_one_device(
+      (sums, spread, totals), written = on_one_device(
           server_state, clients, bcast, data, client_key_root, train_chunk, accumulate)
     else:
       (sums, spread, totals), written, clients = on_mesh(
