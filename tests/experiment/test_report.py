@@ -1,5 +1,8 @@
 """The report's tables against hand-made summaries and metrics."""
 import math
+import statistics
+
+import pytest
 
 from fedjax_gel.experiment import report
 from fedjax_gel.experiment.report import cost_table, rounds_table
@@ -79,8 +82,50 @@ def test_paired_table_by_hand():
                      '70.00 |')
   # speedup (35 - 25) / 25; beyond: gel at 40 (seed 0) 0.89, at 30 (seed 1) 0.88 -> +4, +3 pp
   beyond_half = 12.706 * 0.7071068 / 1.4142136
-  assert rows[3] == (f'| gel | fedavgcm | 2/2 | 25.0 +- {half:.1f} | +40.0% | '
-                     f'3.50 +- {beyond_half:.2f} | 250 | 25.00 | 50.00 |')
+  # two seeds: Fieller's interval is unbounded (t_{0.975, 1} = 12.7 swamps mean(R_gel))
+  assert rows[3] == (f'| gel | fedavgcm | 2/2 | 25.0 +- {half:.1f} | +40.0% (unbounded; 2/2 '
+                     f'seeds) | 3.50 +- {beyond_half:.2f} | 250 | 25.00 | 50.00 |')
+
+
+def test_speedup_ci_bounds_are_where_the_paired_t_test_turns():
+  # Fieller's bounds q = 1 + s are where the mean of d_k = R_base,k - q R_k is exactly
+  # t_{0.975, n-1} standard errors from 0: checked directly, without the quadratic.
+  base = [150., 140., 160., 135., 155., 148.]
+  gel = [120., 118., 125., 116., 130., 112.]
+  s, low, high = report.speedup_ci(base, gel)
+  assert s == pytest.approx(sum(base) / sum(gel) - 1)
+  assert low < s < high
+  for bound in (low, high):
+    d = [b - (1 + bound) * g for b, g in zip(base, gel)]
+    t = statistics.mean(d) / (statistics.stdev(d) / math.sqrt(len(d)))
+    assert abs(t) == pytest.approx(2.571, rel=1e-9)   # t_{0.975, 5}
+  # just inside the interval the paired t-test does not reject
+  d = [b - (1 + (low + high) / 2) * g for b, g in zip(base, gel)]
+  assert abs(statistics.mean(d) / (statistics.stdev(d) / math.sqrt(6))) < 2.571
+
+
+def test_speedup_ci_edge_cases():
+  s, low, high = report.speedup_ci([150., 120., 90.], [100., 80., 60.])   # every seed +50%
+  assert (s, low, high) == pytest.approx((0.5, 0.5, 0.5))
+  s, low, high = report.speedup_ci([150.], [100.])
+  assert s == 0.5 and math.isnan(low) and math.isnan(high)
+  with pytest.raises(ValueError, match='same seeds'):
+    report.speedup_ci([1., 2.], [1.])
+  assert report.speedup_text(0.171, 0.12, 0.24, 38, 40) == '+17.1% (+12.0% to +24.0%; 38/40 seeds)'
+
+
+def test_paired_table_speedup_only_over_seeds_both_reached():
+  #       round:  0    10    20    30
+  runs = [run('fedavgcm', 0, [0.1, 0.5, 0.86, 0.9]),   # 20
+          run('fedavgcm', 1, [0.1, 0.5, 0.8, 0.86]),   # 30
+          run('fedavgcm', 2, [0.1, 0.5, 0.8, 0.8]),    # never: seed 2 leaves the pair
+          run('gel', 0, [0.1, 0.86, 0.9, 0.9]),        # 10
+          run('gel', 1, [0.1, 0.5, 0.86, 0.9]),        # 20
+          run('gel', 2, [0.1, 0.86, 0.9, 0.9])]        # 10
+  row = report.paired_table(runs).splitlines()[3].split(' | ')
+  # over seeds 0 and 1: 25 / 15 - 1, not the means over different seed sets (25 / 13.3 - 1)
+  assert row[2:5] == ['3/3', f'13.3 +- {report.mean_ci([10, 20, 10])[1]:.1f}',
+                      '+66.7% (unbounded; 2/3 seeds)']
 
 
 def test_paired_table_when_a_run_never_reaches_the_target():

@@ -1,0 +1,207 @@
+"""What the paper-reproduction scripts share: running their ``launch/run.py`` commands, reading
+the per-seed results back, and setting them against the paper's numbers with 95% intervals.
+
+A paper value *reproduces* when it lies inside the interval measured here: Student's t for
+mean rounds to the target (over the seeds that reached it), Fieller's interval for a speedup
+``mean(R_base) / mean(R) - 1`` over the seeds both algorithms reached
+(``fedjax_gel.experiment.report.speedup_ci``). The papers' own values are means over 5 seeds,
+so a value outside the interval may still be what a 5-seed experiment draws: the tables also
+give the range (2.5 to 97.5 percentiles) of the same figure over 5-seed subsets of the seeds
+run here, and a verdict says when the paper's value lies in it.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from fedjax_gel.experiment import report
+
+PAPER_SEEDS = 5   # the GeL paper's seeds per experiment
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What a reproduction leaves out of git by default: the records in their three forms, the models
+# and checkpoints (config.json, summary.json, report.md and plots/ are committed).
+GITIGNORE = 'metrics.jsonl\nmetrics.csv\ntensorboard/\nmodel.msgpack\ncheckpoint-*/\n'
+
+
+class Run(NamedTuple):
+  """One ``launch/run.py`` command into ``--out``/``name``."""
+  name: str
+  flags: list[str]
+
+
+def run_all(out: str, runs: list[Run], overwrite: bool,
+            gitignore: str = GITIGNORE) -> tuple[list[str], float]:
+  """Runs the commands from the repository root (``out`` relative to it or absolute); without
+  ``overwrite`` a command whose ``report.md`` exists (written once all its runs finished) is
+  skipped and an interrupted one resumes. Returns the commands as a user would type them and
+  the minutes they took; exits with a failed run's status."""
+  os.makedirs(os.path.join(REPO, out), exist_ok=True)
+  with open(os.path.join(REPO, out, '.gitignore'), 'w') as f:
+    f.write(gitignore)
+  commands = []
+  start = time.perf_counter()
+  for run in runs:
+    cmd = ['python', 'launch/run.py', *run.flags, f'--workdir={os.path.join(out, run.name)}']
+    cmd += ['--overwrite'] if overwrite else []
+    commands.append(' '.join(cmd))
+    if not overwrite and os.path.exists(os.path.join(REPO, out, run.name, 'report.md')):
+      print(f'finished before: {commands[-1]}', flush=True)
+      continue
+    print('$ ' + commands[-1], flush=True)
+    status = subprocess.run([sys.executable, *cmd[1:]], cwd=REPO, check=False).returncode
+    if status:
+      sys.exit(status)
+  return commands, (time.perf_counter() - start) / 60
+
+
+def load(out: str, run: str, algorithm: str) -> dict[int, tuple[dict, Optional[list]]]:
+  """Per seed, ``(summary, metrics records or None where not kept)`` of ``algorithm`` in
+  ``out/run`` (one run or several, in ``seed<S>/`` and ``<algorithm>/`` folders)."""
+  found = {}
+  for path in glob.glob(os.path.join(REPO, out, run, '**', 'summary.json'), recursive=True):
+    with open(path) as f:
+      summary = json.load(f)
+    if summary.get('algorithm') != algorithm:
+      continue
+    records = None
+    metrics = os.path.join(os.path.dirname(path), 'metrics.jsonl')
+    if os.path.exists(metrics):
+      with open(metrics) as f:
+        records = [json.loads(line) for line in f]
+    found[summary['seed']] = (summary, records)
+  return found
+
+
+def _inside(value: float, low: float, high: float) -> bool:
+  return low <= value <= high
+
+
+def subset_range(base: list, other: Optional[list] = None, draws: int = 20_000):
+  """The 2.5 and 97.5 percentiles, over ``draws`` subsets of ``PAPER_SEEDS`` seeds (drawn
+  without replacement by a fixed generator), of the subset's mean of ``base`` or, with
+  ``other`` (paired), of its speedup ``mean(base) / mean(other) - 1``; None for too few
+  seeds."""
+  b = np.asarray(base, float)
+  if len(b) <= PAPER_SEEDS:
+    return None
+  pick = np.argsort(np.random.default_rng(0).random((draws, len(b))), axis=1)[:, :PAPER_SEEDS]
+  values = b[pick].mean(1)
+  if other is not None:
+    values = values / np.asarray(other, float)[pick].mean(1) - 1
+  return tuple(np.percentile(values, [2.5, 97.5]))
+
+
+def _verdict(verdicts: dict, ok: bool, text: str, value: float, draws, fmt: str) -> None:
+  if not ok and draws is not None:
+    low, high = draws
+    text += (f' (5-seed subsets here range {low:{fmt}} to {high:{fmt}}: '
+             + ('a 5-seed draw explains it)' if _inside(value, low, high) else 'outside)'))
+  verdicts['reproduce' if ok else 'differ'].append(text)
+
+
+def rounds_table(out: str, paper: dict, target: float) -> tuple[list[str], dict]:
+  """Markdown lines: per ``(run, algorithm)`` of ``paper`` (its rounds to the target), the mean
+  rounds here +- the 95% interval and the seeds reaching. Returns the lines and the verdicts
+  ``{'reproduce': [...], 'differ': [...]}``."""
+  lines = [f'| run | algorithm | paper | here: rounds to {report.percent(target)} (mean +- 95% '
+           'CI) | seeds reaching | paper inside | means of 5-seed subsets (95% range) |',
+           '|---|---|---:|---:|---:|---|---:|']
+  verdicts = {'reproduce': [], 'differ': []}
+  for (run, alg), value in paper.items():
+    runs = load(out, run, alg)
+    reached = [s['rounds_to_target'] for s, _ in runs.values() if s['rounds_to_target'] is not None]
+    where = f'{run} {alg}'
+    if len(reached) < 2:
+      lines.append(f'| {run} | {alg} | {value} | - | {len(reached)}/{len(runs)} | - | - |')
+      verdicts['differ'].append(f'{where}: {len(reached)} seed(s) reached the target')
+      continue
+    mean, half = report.mean_ci(reached)
+    ok = _inside(value, mean - half, mean + half)
+    draws = subset_range(reached)
+    lines.append(f'| {run} | {alg} | {value} | {mean:.1f} +- {half:.1f} | '
+                 f'{len(reached)}/{len(runs)} | {"yes" if ok else "**no**"} | '
+                 f'{"-" if draws is None else f"{draws[0]:.0f} to {draws[1]:.0f}"} |')
+    _verdict(verdicts, ok, f'{where}: {mean:.1f} +- {half:.1f} rounds, the paper\'s {value}',
+             value, draws, '.0f')
+  return lines, verdicts
+
+
+def speedup_table(out: str, pairs: list, paper: dict, target: float,
+                  verdicts: dict) -> list[str]:
+  """Markdown lines: per ``((run, baseline), (run, compared))`` pair, the speedup over the seeds
+  both reached with Fieller's 95% interval, the paper's (from ``paper``'s rounds, when it has
+  both), whether the interval lies above 0, and the compared run's accuracy beyond the target
+  at the round the baseline reaches it (percentage points, paired by seed, where the records
+  are kept). Appends to ``verdicts``."""
+  lines = ['| baseline -> compared | paper | here (95% CI; seeds both reached) | paper inside | '
+           '5-seed subsets (95% range) | faster (interval above 0) | accuracy beyond target at '
+           'baseline\'s round (pp) |', '|---|---:|---:|---|---:|---|---:|']
+  for b, c in pairs:
+    base, other = load(out, *b), load(out, *c)
+    common = sorted(k for k in base if base[k][0]['rounds_to_target'] is not None
+                    and k in other and other[k][0]['rounds_to_target'] is not None)
+    name = f'{" ".join(b)} -> {" ".join(c)}'
+    value = paper[b] / paper[c] - 1 if b in paper and c in paper else None
+    shown = '-' if value is None else f'{value:+.1%}'
+    if len(common) < 2:
+      lines.append(f'| {name} | {shown} | - | - | - | - | - |')
+      verdicts['differ'].append(f'{name}: {len(common)} seed(s) where both reached the target')
+      continue
+    rb = [base[k][0]['rounds_to_target'] for k in common]
+    rc = [other[k][0]['rounds_to_target'] for k in common]
+    s, low, high = report.speedup_ci(rb, rc)
+    draws = subset_range(rb, rc)
+    beyond = []
+    for k in common:
+      at = [r for r in other[k][1] or []
+            if r['round'] == base[k][0]['rounds_to_target'] and 'test_accuracy' in r]
+      beyond += [100 * (at[0]['test_accuracy'] - target)] if at else []
+    faster = 'yes' if low > 0 else ('**slower**' if high < 0 else 'not shown')
+    ok = value is not None and _inside(value, low, high)
+    lines.append(f'| {name} | {shown} | {report.speedup_text(s, low, high, len(common), len(base))}'
+                 f' | {"-" if value is None else ("yes" if ok else "**no**")} | '
+                 f'{"-" if draws is None else f"{draws[0]:+.1%} to {draws[1]:+.1%}"} | {faster} | '
+                 f'{report.mean_ci_text(beyond, 2) if beyond else "-"} |')
+    if value is not None:
+      _verdict(verdicts, ok, f'{name}: {s:+.1%} ({low:+.1%} to {high:+.1%}), the paper\'s '
+               f'{value:+.1%}', value, draws, '+.1%')
+  return lines
+
+
+def verdict_lines(verdicts: dict) -> list[str]:
+  """The two lists a reproduction's README ends its numbers with."""
+  lines = ['Reproduce (the paper\'s value inside the 95% interval):', '']
+  lines += [f'- {v}' for v in verdicts['reproduce']] or ['- none']
+  lines += ['', 'Do not reproduce:', '']
+  lines += [f'- {v}' for v in verdicts['differ']] or ['- none']
+  return lines
+
+
+def discussion(out: str) -> list[str]:
+  """``out/discussion.md``, written by hand after reading the tables, when there is one."""
+  path = os.path.join(REPO, out, 'discussion.md')
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return ['', f.read().rstrip('\n')]
+
+
+def wall_minutes(out: str, runs: list[Run]) -> str:
+  """``name: minutes`` of each command as it ran (the largest sum of a summary's ``phases_s``:
+  a command's summaries carry its phases so far), whatever a later re-run took."""
+  parts = []
+  for run in runs:
+    totals = []
+    for path in glob.glob(os.path.join(REPO, out, run.name, '**', 'summary.json'),
+                          recursive=True):
+      with open(path) as f:
+        totals.append(sum(json.load(f).get('phases_s', {}).values()))
+    parts.append(f'{run.name} {max(totals) / 60:.1f} min' if totals else f'{run.name} -')
+  return ', '.join(parts)
