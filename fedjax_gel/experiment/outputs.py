@@ -28,6 +28,8 @@ def write_report(p, workdir: str, summaries: list[dict], out):
   workdir_lib.write_text(os.path.join(workdir, 'report.md'), text + '\n')
   plotted = plots.accuracy_plots(report.kept_runs(results, tuned),
                                  os.path.join(workdir, 'plots'), p.configs[0].run.target_accuracy)
+  if plotted and tuned == 'client_lr':
+    plots.lr_heatmap(results, os.path.join(workdir, 'plots', 'lr_grid.png'))
   if not plotted:
     print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')",
           file=out)

@@ -4,6 +4,10 @@
   over seeds with its 95% confidence band (GeL Fig. 4, rows 1-2);
 * ``accuracy_gradients.png``: the same means against the cumulative gradient computations of
   all clients (GeL Fig. 4, row 3);
+* ``accuracy_upload.png``: the same means against the cumulative MiB uploaded by all clients
+  (FedGBO's Table 4 costs as curves);
+* ``lr_grid.png``: with a client learning-rate grid, each algorithm's mean best test accuracy
+  per learning rate (the grid the report picks from);
 * ``grid_<algorithm>.png``: a learning-rate grid's final test accuracy as a heat map (GeL
   Fig. 7), diverged cells marked.
 """
@@ -30,8 +34,8 @@ def _pyplot():
 
 
 def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
-  """Per run name: ``(rounds, mean accuracy, 95% half-width, mean gradient computations)`` over
-  the evaluations every seed has (seeds share the evaluation schedule)."""
+  """Per run name: ``(rounds, mean accuracy, 95% half-width, mean gradient computations, mean
+  MiB uploaded)`` over the evaluations every seed has (seeds share the evaluation schedule)."""
   by_alg: dict[str, list[Sequence[dict]]] = {}
   for summary, records in results:
     by_alg.setdefault(summary['algorithm'], []).append(records)
@@ -43,13 +47,14 @@ def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
     stats = [mean_ci(v) for v in acc]
     out[name] = (np.array(common), np.array([m for m, _ in stats]),
                  np.array([0. if math.isnan(h) else h for _, h in stats]),
-                 np.array([np.mean([a[t]['grad_computations'] for a in at]) for t in common]))
+                 np.array([np.mean([a[t]['grad_computations'] for a in at]) for t in common]),
+                 np.array([np.mean([a[t]['bytes_up'] for a in at]) for t in common]) / 2 ** 20)
   return out
 
 
 def accuracy_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
                    target: float | None = None) -> list[str]:
-  """Writes the two accuracy plots; returns their paths ([] without matplotlib)."""
+  """Writes the three accuracy plots; returns their paths ([] without matplotlib)."""
   plt = _pyplot()
   if plt is None:
     return []
@@ -58,7 +63,8 @@ def accuracy_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str
   seeds = max(sum(1 for s, _ in results if s['algorithm'] == name) for name in data)
   paths = []
   for x_key, xlabel, file in ((0, 'communication rounds', 'accuracy_rounds.png'),
-                              (3, 'cumulative gradient computations', 'accuracy_gradients.png')):
+                              (3, 'cumulative gradient computations', 'accuracy_gradients.png'),
+                              (4, 'cumulative MiB uploaded by the clients', 'accuracy_upload.png')):
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, c in data.items():
       x, mean, half = c[x_key], c[1], c[2]
@@ -102,6 +108,42 @@ def grid_heatmap(accuracy: np.ndarray, diverged: np.ndarray, client_lrs: Sequenc
   ax.set_yticks(range(len(client_lrs)), [log(v) for v in client_lrs])
   ax.set(xlabel='log10 server learning rate', ylabel='log10 client learning rate', title=title)
   fig.colorbar(im, ax=ax, label='final test accuracy')
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
+
+
+def lr_heatmap(results: Sequence[tuple[dict, Sequence[dict]]], path: str) -> str | None:
+  """Each algorithm's (rows) mean best test accuracy over seeds at each client learning rate
+  (columns) of a grid, the values written in and the colour scale from the data. Returns the
+  path (None without matplotlib)."""
+  plt = _pyplot()
+  if plt is None:
+    return None
+  best: dict = {}
+  for summary, _ in results:
+    best.setdefault(summary['algorithm'], {}).setdefault(summary['client_lr'], []).append(
+        summary['best_accuracy'])
+  names = list(best)
+  lrs = sorted({lr for by_lr in best.values() for lr in by_lr})
+  acc = np.array([[np.mean(best[n][lr]) if lr in best[n] else np.nan for lr in lrs]
+                  for n in names])
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig, ax = plt.subplots(figsize=(2.6 + 0.8 * len(lrs), 1.2 + 0.4 * len(names)))
+  shown = np.ma.masked_invalid(acc)
+  im = ax.imshow(shown, cmap=plt.get_cmap('viridis').with_extremes(bad='lightgrey'),
+                 aspect='auto')
+  middle = np.nanmin(acc) + 0.5 * (np.nanmax(acc) - np.nanmin(acc))
+  for i in range(len(names)):
+    for j in range(len(lrs)):
+      if not np.isnan(acc[i, j]):
+        ax.text(j, i, f'{100 * acc[i, j]:.1f}', ha='center', va='center', fontsize=8,
+                color='black' if acc[i, j] > middle else 'white')
+  ax.set_xticks(range(len(lrs)), [f'{lr:g}' for lr in lrs])
+  ax.set_yticks(range(len(names)), names)
+  ax.set(xlabel='client learning rate', title='best test accuracy (%) per learning rate')
+  fig.colorbar(im, ax=ax)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)

@@ -288,7 +288,7 @@ def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   assert '| fedavg | - | 1/1 |' in (workdir / 'report.md').read_text()   # the paired table
   if importlib.util.find_spec('matplotlib') is not None:   # an optional dependency ('.[plot]')
     assert sorted(p.name for p in (workdir / 'plots').iterdir()) == [
-        'accuracy_gradients.png', 'accuracy_rounds.png']
+        'accuracy_gradients.png', 'accuracy_rounds.png', 'accuracy_upload.png']
   else:
     assert 'plots/ not written: matplotlib is not installed' in first.stdout
 
@@ -437,6 +437,8 @@ def test_gbo_family_and_learning_rate_grid(tmp_path, tiny_leaf_file):
   text = (workdir / 'report.md').read_text()
   assert 'Client learning rate per algorithm' in text and '(fedavg max)' in text
   assert text.strip() in proc.stdout
+  if importlib.util.find_spec('matplotlib') is not None:
+    assert (workdir / 'plots' / 'lr_grid.png').stat().st_size > 0
 
 
 def test_best_learning_rate_is_the_best_mean_over_seeds():
