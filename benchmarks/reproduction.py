@@ -106,29 +106,36 @@ def _verdict(verdicts: dict, ok: bool, text: str, value: float, draws, fmt: str)
   verdicts['reproduce' if ok else 'differ'].append(text)
 
 
-def rounds_table(out: str, paper: dict, target: float) -> tuple[list[str], dict]:
+def rounds_table(out: str, paper: dict, target: float,
+                 judge: bool = True) -> tuple[list[str], dict]:
   """Markdown lines: per ``(run, algorithm)`` of ``paper`` (its rounds to the target), the mean
-  rounds here +- the 95% interval and the seeds reaching. Returns the lines and the verdicts
-  ``{'reproduce': [...], 'differ': [...]}``."""
+  rounds here +- the 95% interval and the seeds reaching; with ``judge`` (the paper's target
+  is this target), whether the paper's value is inside and the range of 5-seed subsets.
+  Returns the lines and the verdicts ``{'reproduce': [...], 'differ': [...]}``."""
   lines = [f'| run | algorithm | paper | here: rounds to {report.percent(target)} (mean +- 95% '
-           'CI) | seeds reaching | paper inside | means of 5-seed subsets (95% range) |',
-           '|---|---|---:|---:|---:|---|---:|']
+           'CI) | seeds reaching |' + (' paper inside | means of 5-seed subsets (95% range) |'
+                                       if judge else ''),
+           '|---|---|---:|---:|---:|' + ('---|---:|' if judge else '')]
   verdicts = {'reproduce': [], 'differ': []}
   for (run, alg), value in paper.items():
     runs = load(out, run, alg)
     reached = [s['rounds_to_target'] for s, _ in runs.values() if s['rounds_to_target'] is not None]
-    where = f'{run} {alg}'
+    row = f'| {run} | {alg} | {value} | '
     if len(reached) < 2:
-      lines.append(f'| {run} | {alg} | {value} | - | {len(reached)}/{len(runs)} | - | - |')
-      verdicts['differ'].append(f'{where}: {len(reached)} seed(s) reached the target')
+      lines.append(row + f'- | {len(reached)}/{len(runs)} |' + (' - | - |' if judge else ''))
+      if judge:
+        verdicts['differ'].append(f'{run} {alg}: {len(reached)} seed(s) reached the target')
       continue
     mean, half = report.mean_ci(reached)
+    row += f'{mean:.1f} +- {half:.1f} | {len(reached)}/{len(runs)} |'
+    if not judge:
+      lines.append(row)
+      continue
     ok = _inside(value, mean - half, mean + half)
     draws = subset_range(reached)
-    lines.append(f'| {run} | {alg} | {value} | {mean:.1f} +- {half:.1f} | '
-                 f'{len(reached)}/{len(runs)} | {"yes" if ok else "**no**"} | '
+    lines.append(row + f' {"yes" if ok else "**no**"} | '
                  f'{"-" if draws is None else f"{draws[0]:.0f} to {draws[1]:.0f}"} |')
-    _verdict(verdicts, ok, f'{where}: {mean:.1f} +- {half:.1f} rounds, the paper\'s {value}',
+    _verdict(verdicts, ok, f'{run} {alg}: {mean:.1f} +- {half:.1f} rounds, the paper\'s {value}',
              value, draws, '.0f')
   return lines, verdicts
 
@@ -205,3 +212,15 @@ def wall_minutes(out: str, runs: list[Run]) -> str:
         totals.append(sum(json.load(f).get('phases_s', {}).values()))
     parts.append(f'{run.name} {max(totals) / 60:.1f} min' if totals else f'{run.name} -')
   return ', '.join(parts)
+
+
+def load_all(out: str, run: str) -> list[tuple[dict, list]]:
+  """Every run's ``(summary, metrics records)`` in ``out/run`` (those with records kept)."""
+  found = []
+  for path in sorted(glob.glob(os.path.join(REPO, out, run, '**', 'summary.json'),
+                               recursive=True)):
+    metrics = os.path.join(os.path.dirname(path), 'metrics.jsonl')
+    if os.path.exists(metrics):
+      with open(path) as f, open(metrics) as g:
+        found.append((json.load(f), [json.loads(line) for line in g]))
+  return found
