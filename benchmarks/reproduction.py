@@ -61,22 +61,32 @@ def run_all(out: str, runs: list[Run], overwrite: bool,
   return commands, (time.perf_counter() - start) / 60
 
 
-def load(out: str, run: str, algorithm: str) -> dict[int, tuple[dict, Optional[list]]]:
-  """Per seed, ``(summary, metrics records or None where not kept)`` of ``algorithm`` in
-  ``out/run`` (one run or several, in ``seed<S>/`` and ``<algorithm>/`` folders)."""
-  found = {}
-  for path in glob.glob(os.path.join(REPO, out, run, '**', 'summary.json'), recursive=True):
+def _read(out: str, run: str) -> list[tuple[dict, Optional[list]]]:
+  """Every ``summary.json`` under ``out/run`` with its ``metrics.jsonl`` records (None where
+  they were not kept), in path order."""
+  found = []
+  for path in sorted(glob.glob(os.path.join(REPO, out, run, '**', 'summary.json'),
+                               recursive=True)):
     with open(path) as f:
       summary = json.load(f)
-    if summary.get('algorithm') != algorithm:
-      continue
-    records = None
     metrics = os.path.join(os.path.dirname(path), 'metrics.jsonl')
+    records = None
     if os.path.exists(metrics):
       with open(metrics) as f:
         records = [json.loads(line) for line in f]
-    found[summary['seed']] = (summary, records)
+    found.append((summary, records))
   return found
+
+
+def load(out: str, run: str, algorithm: str) -> dict[int, tuple[dict, Optional[list]]]:
+  """Per seed, ``(summary, metrics records or None)`` of ``algorithm`` in ``out/run`` (one run
+  or several, in ``seed<S>/`` and ``<algorithm>/`` folders)."""
+  return {s['seed']: (s, r) for s, r in _read(out, run) if s.get('algorithm') == algorithm}
+
+
+def load_all(out: str, run: str) -> list[tuple[dict, list]]:
+  """Every run's ``(summary, metrics records)`` in ``out/run`` (those with records kept)."""
+  return [(s, r) for s, r in _read(out, run) if r is not None]
 
 
 def _inside(value: float, low: float, high: float) -> bool:
@@ -205,22 +215,6 @@ def wall_minutes(out: str, runs: list[Run]) -> str:
   a command's summaries carry its phases so far), whatever a later re-run took."""
   parts = []
   for run in runs:
-    totals = []
-    for path in glob.glob(os.path.join(REPO, out, run.name, '**', 'summary.json'),
-                          recursive=True):
-      with open(path) as f:
-        totals.append(sum(json.load(f).get('phases_s', {}).values()))
+    totals = [sum(s.get('phases_s', {}).values()) for s, _ in _read(out, run.name)]
     parts.append(f'{run.name} {max(totals) / 60:.1f} min' if totals else f'{run.name} -')
   return ', '.join(parts)
-
-
-def load_all(out: str, run: str) -> list[tuple[dict, list]]:
-  """Every run's ``(summary, metrics records)`` in ``out/run`` (those with records kept)."""
-  found = []
-  for path in sorted(glob.glob(os.path.join(REPO, out, run, '**', 'summary.json'),
-                               recursive=True)):
-    metrics = os.path.join(os.path.dirname(path), 'metrics.jsonl')
-    if os.path.exists(metrics):
-      with open(path) as f, open(metrics) as g:
-        found.append((json.load(f), [json.loads(line) for line in g]))
-  return found
