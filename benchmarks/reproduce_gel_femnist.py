@@ -57,7 +57,7 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
   return '\n'.join([
       '# GeL on real LEAF FEMNIST (the shipped subset): Tables 1 and 2 and Appendix F.1', '',
       'Written by `python benchmarks/reproduce_gel_femnist.py`, which ran these commands '
-      f'({minutes:.1f} minutes this time; runs already finished only re-report):', '',
+      f'({minutes:.1f} minutes this time; a command already finished is not run again):', '',
       '```bash', *commands, '```', '',
       'Wall time of each command when it ran, on this project\'s 2-core CPU machine (no '
       'accelerator; each command\'s 5 seeds are one vmapped program): '
