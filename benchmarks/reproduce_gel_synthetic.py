@@ -122,11 +122,7 @@ def main(argv=None):
   p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', 'gel_synthetic'))
   p.add_argument('--seeds', default=','.join(map(str, range(SEEDS))))
   a = p.parse_args(argv)
-  commands, minutes = reproduction.run_all(a.out, runs(a.seeds), overwrite=True)
-  text = summary_text(a.out, commands, minutes)
-  with open(os.path.join(reproduction.REPO, a.out, 'README.md'), 'w') as f:
-    f.write(text)
-  print(text)
+  reproduction.reproduce(a.out, runs(a.seeds), summary_text, overwrite=True)
 
 
 if __name__ == '__main__':

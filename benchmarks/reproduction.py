@@ -11,6 +11,7 @@ run here, and a verdict says when the paper's value lies in it.
 """
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -34,6 +35,19 @@ class Run(NamedTuple):
   """One ``launch/run.py`` command into ``--out``/``name``."""
   name: str
   flags: list[str]
+
+
+def reproduce(out: str, runs: list[Run], summary_text, overwrite: bool,
+              keep_records: bool = False) -> None:
+  """A reproduction script's whole job: ``run_all``, then ``out/README.md`` from
+  ``summary_text(out, commands, minutes)``, printed too. ``keep_records``: commit each run's
+  ``metrics.jsonl`` (a few KB per run) with its summaries."""
+  gitignore = GITIGNORE.replace('metrics.jsonl\n', '') if keep_records else GITIGNORE
+  commands, minutes = run_all(out, runs, overwrite, gitignore)
+  text = summary_text(out, commands, minutes)
+  with open(os.path.join(REPO, out, 'README.md'), 'w') as f:
+    f.write(text)
+  print(text)
 
 
 def run_all(out: str, runs: list[Run], overwrite: bool,
@@ -61,9 +75,11 @@ def run_all(out: str, runs: list[Run], overwrite: bool,
   return commands, (time.perf_counter() - start) / 60
 
 
-def _read(out: str, run: str) -> list[tuple[dict, Optional[list]]]:
+@functools.lru_cache(maxsize=None)
+def _read(out: str, run: str) -> tuple[tuple[dict, Optional[list]], ...]:
   """Every ``summary.json`` under ``out/run`` with its ``metrics.jsonl`` records (None where
-  they were not kept), in path order."""
+  they were not kept), in path order; read once per process (the tables ask for a run many
+  times, after ``run_all`` has finished writing it)."""
   found = []
   for path in sorted(glob.glob(os.path.join(REPO, out, run, '**', 'summary.json'),
                                recursive=True)):
@@ -75,7 +91,7 @@ def _read(out: str, run: str) -> list[tuple[dict, Optional[list]]]:
       with open(metrics) as f:
         records = [json.loads(line) for line in f]
     found.append((summary, records))
-  return found
+  return tuple(found)
 
 
 def load(out: str, run: str, algorithm: str) -> dict[int, tuple[dict, Optional[list]]]:
@@ -175,11 +191,9 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
     rc = [other[k][0]['rounds_to_target'] for k in common]
     s, low, high = report.speedup_ci(rb, rc)
     draws = subset_range(rb, rc)
-    beyond = []
-    for k in common:
-      at = [r for r in other[k][1] or []
-            if r['round'] == base[k][0]['rounds_to_target'] and 'test_accuracy' in r]
-      beyond += [100 * (at[0]['test_accuracy'] - target)] if at else []
+    beyond = [report.beyond_target(other[k][1] or [], base[k][0]['rounds_to_target'], target)
+              for k in common]
+    beyond = [b for b in beyond if b is not None]
     faster = 'yes' if low > 0 else ('**slower**' if high < 0 else 'not shown')
     ok = value is not None and _inside(value, low, high)
     lines.append(f'| {name} | {shown} | {report.speedup_text(s, low, high, len(common), len(base))}'

@@ -101,6 +101,13 @@ def first_reaching(records: Sequence[dict], accuracy: float):
   return next((r for r in records if r['test_accuracy'] >= accuracy), None)
 
 
+def beyond_target(records: Sequence[dict], rnd: int, target: float):
+  """``acc(rnd) - target`` in percentage points, GeL's "accuracy beyond target" at the round
+  ``rnd`` a baseline reaches it (None when ``records`` have no evaluation at ``rnd``)."""
+  at = next((r for r in records if r['round'] == rnd), None)
+  return None if at is None else 100 * (at['test_accuracy'] - target)
+
+
 def cost_table(runs: Sequence[tuple[dict, Sequence[dict]]], baseline: str = 'fedavg') -> str:
   """FedGBO's Table 4 form: per algorithm, the max accuracy and the upload bytes and gradient
   computations spent to reach it; then the rounds, bytes and gradients to reach the baseline's
@@ -214,11 +221,9 @@ def paired_table(results: Sequence[tuple[dict, Sequence[dict]]]) -> str:
                               len(common), len(runs)))
     else:
       row.append('-')
-    beyond = []
-    for seed, hit in base_hits.items():
-      at = [r for r in runs.get(seed, (None, []))[1] if hit is not None and r['round'] == hit['round']]
-      if at:
-        beyond.append(100 * (at[0]['test_accuracy'] - target))
+    beyond = [beyond_target(runs[seed][1], hit['round'], target)
+              for seed, hit in base_hits.items() if hit is not None and seed in runs]
+    beyond = [b for b in beyond if b is not None]
     row.append(mean_ci_text(beyond, 2) if base != name and beyond else '-')
     for key, scale, digits in (('grad_computations', 1, 0), ('bytes_up', mib, 2),
                                ('bytes_down', mib, 2)):
