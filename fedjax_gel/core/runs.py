@@ -84,9 +84,17 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
     return build_round(make_algorithm(hp), chunk_size=chunk_size, fuse_dots=fuse_dots)(
         state, cohort, data, root, r)
 
+  def init_runs(roots, hp):
+    # One run after another (``lax.map``), not ``vmap``: XLA's CPU runtime (JAX 0.10.2) can
+    # deadlock, at random, on a vmapped Flax LSTM initialisation (the Shakespeare model hung
+    # forever on about half the tries); the initialisation runs once, so its speed is moot.
+    if shared_key:
+      return jax.lax.map(lambda h: init(roots, h), hp)
+    return jax.lax.map(lambda a: init(*a), (roots, hp))
+
   per_run = None if shared_key else 0   # the axis of roots and cohorts
   return RunsProgram(
-      jit(jax.vmap(init, in_axes=(per_run, 0))),
+      jit(init_runs),
       jit(sample if shared_key else jax.vmap(sample, in_axes=(0, None, None))),
       jit(jax.vmap(one_round, in_axes=(0, 0, per_run, None, per_run, None)),
           donate_argnums=(0,) if donate_state else ()),
