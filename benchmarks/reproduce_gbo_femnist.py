@@ -53,10 +53,8 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
     paper = f'{PAPER_MAX[name]:.1f}%' if name in PAPER_MAX else '-'
     rows.append(f'| {name} | {best[name]:g} | {100 * summary["best_accuracy"]:.1f}% | {paper} |')
   return '\n'.join([
-      '# FedGBO on real LEAF FEMNIST (the shipped subset): Fig. 2 (K = 10, SGDm) and Table 4',
-      '', 'Written by `python benchmarks/reproduce_gbo_femnist.py`, which ran '
-      f'({minutes:.1f} minutes this time; a finished command is not run again):', '', '```bash',
-      *commands, '```', '',
+      *reproduction.header('FedGBO on real LEAF FEMNIST (the shipped subset): Fig. 2 (K = 10, '
+                           'SGDm) and Table 4', 'reproduce_gbo_femnist.py', commands, minutes),
       'Wall time of the command when it ran, on this project\'s 2-core CPU machine (no '
       f'accelerator): {reproduction.wall_minutes(out, RUNS)}. One seed (0).', '',
       'Each algorithm ran every client learning rate of the grid; the kept rate is the one with '

@@ -38,21 +38,12 @@ PAPER = {('table1', 'fedavgcm'): 569, ('table1', 'gel'): 464}
 PAIRS = [(('table1', 'fedavgcm'), ('table1', 'gel'))]
 
 
-def target() -> float:
-  """The target the flag file holds (fixed from the pilot before the reported runs)."""
-  with open(os.path.join(reproduction.REPO, TABLE1)) as f:
-    return float(next(line.split('=', 1)[1] for line in f
-                      if line.startswith('--target_accuracy=')))
-
-
 def summary_text(out: str, commands: list[str], minutes: float) -> str:
-  goal = target()
+  goal = float(reproduction.flag_value(TABLE1, 'target_accuracy'))  # fixed from the pilot
   rounds, verdicts = reproduction.rounds_table(out, PAPER, goal, judge=False)
   return '\n'.join([
-      '# GeL on real LEAF Shakespeare (the shipped subset): Table 1', '',
-      'Written by `python benchmarks/reproduce_gel_shakespeare.py`, which ran these commands '
-      f'({minutes:.1f} minutes this time; a command already finished is not run again):', '',
-      '```bash', *commands, '```', '',
+      *reproduction.header('GeL on real LEAF Shakespeare (the shipped subset): Table 1',
+                           'reproduce_gel_shakespeare.py', commands, minutes),
       'Wall time of each command when it ran, on this project\'s 2-core CPU machine (no '
       'accelerator; each command\'s seeds are one vmapped program): '
       f'{reproduction.wall_minutes(out, RUNS)}.', '',

@@ -215,6 +215,26 @@ def verdict_lines(verdicts: dict) -> list[str]:
   return lines
 
 
+def header(title: str, script: str, commands: list[str], minutes: float,
+           resumed: bool = True) -> list[str]:
+  """A reproduction README's opening lines: ``title``, the script and the commands it ran, and
+  how long they took this time (``resumed``: finished commands were skipped, not re-run)."""
+  skipped = '; a command already finished is not run again' if resumed else ''
+  return [f'# {title}', '', f'Written by `python benchmarks/{script}`, which ran these commands '
+          f'({minutes:.1f} minutes this time{skipped}):', '', '```bash', *commands, '```', '']
+
+
+def flag_value(flagfile: str, name: str) -> str:
+  """The value of ``--name=`` in ``flagfile`` (relative to the repository): reproduction
+  scripts read a target fixed before the reported runs from the flag file that holds it,
+  so that the two cannot disagree."""
+  with open(os.path.join(REPO, flagfile)) as f:
+    for line in f:
+      if line.startswith(f'--{name}='):
+        return line.split('=', 1)[1].strip()
+  raise ValueError(f'{flagfile} sets no --{name}')
+
+
 def discussion(out: str) -> list[str]:
   """``out/discussion.md``, written by hand after reading the tables, when there is one."""
   path = os.path.join(REPO, out, 'discussion.md')
