@@ -190,7 +190,7 @@ def routed_chunk(cohort_size: int, chunk_size: int, num_devices: int) -> int:
 
 def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | None = None,
                 donate_state: bool = False, fuse_dots: bool | None = None,
-                compiler_options: dict | None = None):
+                compiler_options: dict | None = None, static_steps: bool | None = None):
   """Builds the jitted round function.
 
   The batch size ``B`` and the largest budget ``b`` are read from the cohort's ``CohortSpec``
@@ -210,6 +210,12 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       multiply-adds (``core.small_dots``); ``None``: on the CPU backend only.
     compiler_options: XLA options of the compilation (``jax.jit``'s; e.g.
       ``core.devices.QUICK_COMPILE``); None: XLA's defaults.
+    static_steps: loop every chunk's local steps ``b`` times, a trip count fixed at compile
+      time (steps beyond a client's ``tau_i`` masked), rather than to the chunk's own largest
+      ``tau_i``, a data-dependent ``while`` loop that on an accelerator may read its predicate
+      back on the host once per step. ``None``: static when every budget is equal (the
+      spec's ``a = b``: no step is wasted) or on an accelerator (the masked steps of a
+      budget-sorted chunk are the price); the chunk's own largest budget on CPU otherwise.
 
   Returns:
     ``round_fn(server_state, cohort, data, root_key, round_idx)``, jitted; it compiles once per
@@ -218,11 +224,14 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
   """
   if fuse_dots is None:
     fuse_dots = jax.default_backend() == 'cpu'
+  if static_steps is None and jax.default_backend() != 'cpu':
+    static_steps = True
   stateful = algorithm.store_row is not None
 
-  def kernels(batch_size: int, max_budget: int):
+  def kernels(batch_size: int, max_budget: int, static_trips: bool):
     """The chunk functions for minibatches of ``batch_size`` and budgets up to ``max_budget``
-    (static: ``max_budget * batch_size`` sizes the data-order buffer)."""
+    (static: ``max_budget * batch_size`` sizes the data-order buffer); ``static_trips``: every
+    chunk loops ``max_budget`` steps."""
     order_len = max_budget * batch_size
 
     def pre_pass_values(bcast, data: FederatedData, n, offsets, rows, real):
@@ -269,7 +278,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       ckeys = jax.vmap(lambda i, s: keys.client_key(client_key_root, i, s))(cohort.client_ids,
                                                                             cohort.slots)
       shuffle_keys, algo_keys = jax.vmap(lambda k: tuple(jax.random.split(k)))(ckeys)
-      order = jax.vmap(cycled_permutation, in_axes=(0, 0, None))(shuffle_keys, n, order_len)
+      pool_rows = jax.tree.leaves(data.examples)[0].shape[0]   # bounds every client's n
+      order = jax.vmap(cycled_permutation, in_axes=(0, 0, None, None))(shuffle_keys, n,
+                                                                       order_len, pool_rows)
       rows = offsets[:, None] + order                       # [chunk, tau_max * B] pool rows
       real = cohort.valid & (n > 0)                          # clients without data take no step
       budgets = jnp.where(real, jnp.minimum(cohort.budgets, max_budget), 0)
@@ -293,8 +304,11 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
         active = k < budgets
         return masked(active, new_state, state), loss_sum + jnp.where(active, loss, 0.)
 
-      trips = jnp.max(budgets)
+      # A static trip count (a loop XLA knows the length of) or the chunk's own largest budget
+      # (a data-dependent while loop: fewer masked steps, one predicate read per step).
+      trips = max_budget if static_trips else jnp.max(budgets)
       state, loss_sum = jax.lax.fori_loop(0, trips, local_step, (state, jnp.zeros(n.shape)))
+      trips = jnp.asarray(trips, jnp.int32)
       upload = jax.vmap(algorithm.client_final, in_axes=(0, None, 0))(state, bcast, ctx)
       new_rows = None
       if stateful:
@@ -419,7 +433,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
     spec = cohort.spec
-    train_chunk, chunk_totals, accumulate = kernels(spec.batch_size, spec.max_budget)
+    equal = spec.budget_range[0] == spec.budget_range[1]
+    train_chunk, chunk_totals, accumulate = kernels(
+        spec.batch_size, spec.max_budget, equal if static_steps is None else static_steps)
     size = cohort.budgets.shape[0]
     if algorithm.client_guesses is None:
       guesses = jnp.zeros(cohort.budgets.shape, jnp.float32)

@@ -6,16 +6,19 @@ through it). Only the first ``length = tau_max * B`` positions are needed, so ``
 *partial* Fisher-Yates shuffle: step ``t`` swaps positions ``t`` and ``j_t ~ U{t..n-1}``.
 
 All of it is computed at once, whatever ``n`` (a client with 50,000 examples costs what one with
-50 costs), without a loop over the swaps: position ``t`` is final after step ``t``, and takes the
+50 costs), without a loop over the swaps, in ``O(L)`` memory per client (``O(C L)`` for a
+vmapped chunk of ``C`` clients): position ``t`` is final after step ``t``, and takes the
 value position ``j_t`` held just before it. That value is ``j_t`` itself unless an earlier step
 ``s`` also drew ``j_s = j_t``, in which case (for the last such ``s``) it is ``f(s)``, the value
 position ``s`` held before step ``s``. ``f(s)`` is ``s`` unless an earlier step ``r`` swapped
 into ``s`` (``j_r = s``, ``r < s``), in which case it is ``f(r)`` for the last such ``r``: a
-forest of pointers resolved by pointer jumping. The two "last earlier step" maps come from
-``L x L`` comparisons for short orders (``L <= 128``: one fused pass, vectorised across
-clients) and from a stable sort and a scatter for longer ones. ``tests/core`` checks both
-against the textbook sequential algorithm. (A loop over the swaps, one after another, is
-slower on CPU: each of its ``L`` steps runs a few small kernels over the whole chunk.)
+forest of pointers resolved by pointer jumping. The first "last earlier step" map comes from
+one sort of the steps by ``(j_t, t)``, packed into one int32 key ``j_t L + t`` where it fits
+(a single-operand sort, 2-3x faster on CPU than sorting the pairs), the second from a
+scatter. ``tests/core`` checks it against the textbook sequential algorithm. (An earlier
+version compared all ``L x L`` pairs of steps: faster below ``L = 32`` but ``O(C L^2)``
+memory, 655 MB at 10,000 clients with ``L = 128``. A loop over the swaps, one after another,
+is slower on CPU: each of its ``L`` steps runs a few small kernels over the whole chunk.)
 """
 from __future__ import annotations
 
@@ -33,21 +36,37 @@ def fisher_yates_draws(key: jax.Array, n, length: int) -> jax.Array:
   return jnp.where(t < n - 1, t + r, t)
 
 
-DENSE_MAX_LENGTH = 128
-
-
 def order_bytes(length: int) -> int:
-  """Device bytes one client's order of ``length`` takes while it is computed: the ``L x L``
-  comparisons of short orders, the sort's buffers of long ones. XLA's memory analysis on CPU
-  gives about ``8.8 L^2`` and ``45-50 L`` bytes; these round up."""
-  return 10 * length * length if length <= DENSE_MAX_LENGTH else 56 * length
+  """Device bytes one client's order of ``length`` takes while it is computed: the sort's
+  and the pointer jumping's ``O(L)`` buffers (XLA's memory analysis on CPU gives about
+  ``40 L`` bytes; this rounds up)."""
+  return 56 * length
 
 
-def partial_fisher_yates(draws: jax.Array) -> jax.Array:
-  """First ``L`` entries of the permutation the swaps ``(t, draws[t])`` produce."""
-  if draws.shape[0] <= DENSE_MAX_LENGTH:
-    return swaps_dense(draws)
-  return swaps_parallel(draws)
+def sorted_by_target(draws: jax.Array, bound: int | None = None):
+  """``(j, t)`` of the steps sorted by ``j`` then ``t``. ``bound``: a static bound on the draws
+  (``n``); where ``bound L`` fits in int32 the pairs are sorted as one packed key."""
+  length = draws.shape[0]
+  t = jnp.arange(length, dtype=jnp.int32)
+  if bound is not None and bound * length < 2**31:
+    key = jnp.sort(draws * length + t)
+    return key // length, key % length
+  return jax.lax.sort((draws, t), num_keys=1, is_stable=True)
+
+
+def partial_fisher_yates(draws: jax.Array, bound: int | None = None) -> jax.Array:
+  """First ``L`` entries of the permutation the swaps ``(t, draws[t])`` produce; ``bound`` as
+  in ``sorted_by_target``."""
+  length = draws.shape[0]
+  t = jnp.arange(length, dtype=jnp.int32)
+  sorted_j, sorted_t = sorted_by_target(draws, bound)
+  same = jnp.concatenate([jnp.zeros((1,), bool), sorted_j[1:] == sorted_j[:-1]])
+  prev = jnp.zeros_like(t).at[sorted_t].set(jnp.where(same, jnp.roll(sorted_t, 1), -1),
+                                            unique_indices=True)
+  # j_r = s with r != s implies r < s (j_r >= r); length = out of range, dropped
+  target = jnp.where(draws != t, draws, length)
+  into = jnp.full((length,), -1, jnp.int32).at[target].max(t, mode='drop')
+  return resolve(draws, prev, into)
 
 
 def resolve(draws: jax.Array, prev: jax.Array, into: jax.Array) -> jax.Array:
@@ -60,38 +79,12 @@ def resolve(draws: jax.Array, prev: jax.Array, into: jax.Array) -> jax.Array:
   return jnp.where(prev >= 0, f[jnp.maximum(prev, 0)], draws)
 
 
-def swaps_dense(draws: jax.Array) -> jax.Array:
-  """``prev`` and ``into`` from ``L x L`` comparisons (short orders), reduced over the major
-  axis so that the reduction vectorises."""
-  t = jnp.arange(draws.shape[0], dtype=jnp.int32)
-  s = t[:, None]                                           # rows: the earlier step
-  # Computed once, not fused into (and recomputed for) each of the L x L comparisons.
-  draws = jax.lax.optimization_barrier(draws)
-  prev = jnp.max(jnp.where((s < t) & (draws[:, None] == draws), s, -1), axis=0)
-  # j_s = t with s != t implies s < t (j_s >= s).
-  into = jnp.max(jnp.where((draws[:, None] == t) & (draws[:, None] != s), s, -1), axis=0)
-  return resolve(draws, prev, into)
-
-
-def swaps_parallel(draws: jax.Array) -> jax.Array:
-  """``prev`` from a stable sort by target, ``into`` from a scatter (long orders)."""
-  length = draws.shape[0]
-  t = jnp.arange(length, dtype=jnp.int32)
-  order = jnp.argsort(draws, stable=True)
-  sorted_j = draws[order]
-  same = jnp.concatenate([jnp.zeros((1,), bool), sorted_j[1:] == sorted_j[:-1]])
-  prev_sorted = jnp.where(same, jnp.roll(order, 1), -1)
-  prev = jnp.zeros_like(t).at[order].set(prev_sorted)
-  target = jnp.where(draws != t, draws, length)          # length = out of range, dropped
-  into = jnp.full((length,), -1, jnp.int32).at[target].max(t, mode='drop')
-  return resolve(draws, prev, into)
-
-
-def cycled_permutation(key: jax.Array, n, length: int) -> jax.Array:
+def cycled_permutation(key: jax.Array, n, length: int, bound: int | None = None) -> jax.Array:
   """``[length]`` int32 ``perm[t mod n]`` for a uniform random permutation of ``range(n)``.
 
-  A client with ``n = 0`` examples gets zeros (the engine gives it no steps).
+  A client with ``n = 0`` examples gets zeros (the engine gives it no steps). ``bound``: a
+  static upper bound on ``n`` (the round passes its pool's rows), for the faster sort.
   """
   n = jnp.asarray(n, jnp.int32)
-  head = partial_fisher_yates(fisher_yates_draws(key, n, length))
+  head = partial_fisher_yates(fisher_yates_draws(key, n, length), bound)
   return head[jnp.arange(length, dtype=jnp.int32) % jnp.maximum(n, 1)]

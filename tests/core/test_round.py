@@ -105,6 +105,48 @@ def test_masked_steps_are_exact_noops(data, model):
   assert max(jax.tree_util.tree_leaves(moved)) > 0
 
 
+def _has_while(jaxpr) -> bool:
+  """Whether a data-dependent loop (``while``) appears anywhere in ``jaxpr``."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'while':
+      return True
+    for p in eqn.params.values():
+      for sub in p if isinstance(p, (tuple, list)) else (p,):
+        inner = getattr(sub, 'jaxpr', None)
+        if isinstance(sub, jax.extend.core.Jaxpr) and _has_while(sub):
+          return True
+        if isinstance(inner, jax.extend.core.Jaxpr) and _has_while(inner):
+          return True
+  return False
+
+
+@pytest.mark.parametrize('budget_range', [(4, 4), (1, TAU_MAX)])
+def test_static_step_count_gives_the_same_round(data, model, budget_range):
+  """A trip count fixed at compile time (every chunk loops b steps, the rest masked) against
+  the chunk's own largest budget: the same models and losses, bit for bit; equal budgets
+  (a = b) get the static loop by default, so the round has no data-dependent loop."""
+  alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.1, 0.9)
+  params = init_params(model)
+  spec = CohortSpec(9, budget_range, B)
+  c = sample_cohort(keys.root_key(5), 2, data.counts, spec)
+  out = {}
+  for static in (None, True, False):
+    rf = build_round(alg, chunk_size=3, static_steps=static)
+    args = (alg.server_init(params), c, data, keys.root_key(5), jnp.int32(2))
+    out[static] = rf(*args)
+    if static is not None:
+      assert _has_while(jax.make_jaxpr(rf.jitted)(*args).jaxpr) == (not static)
+  for other in (True, None):
+    jax.tree_util.tree_map(np.testing.assert_array_equal, out[False][0], out[other][0])
+    np.testing.assert_array_equal(out[False][1].train_loss, out[other][1].train_loss)
+  default_static = budget_range[0] == budget_range[1]
+  jaxpr = jax.make_jaxpr(build_round(alg, chunk_size=3).jitted)(
+      alg.server_init(params), c, data, keys.root_key(5), jnp.int32(2)).jaxpr
+  assert _has_while(jaxpr) == (not default_static)
+  if default_static:   # every chunk computes b steps a client, as the dynamic loop would
+    assert int(out[None][1].computed_steps) == int(out[False][1].computed_steps) == 9 * 4
+
+
 def test_zero_budget_client_uploads_nothing(data, model):
   alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.1))
   params = init_params(model)

@@ -10,8 +10,7 @@ import pytest
 from fedjax_gel.core import keys
 from fedjax_gel.core.sampling import (CohortSpec, aggregation_weights, sample_budgets,
                                       sample_clients, sample_cohort)
-from fedjax_gel.core.shuffle import (cycled_permutation, fisher_yates_draws, swaps_dense,
-                                     swaps_parallel)
+from fedjax_gel.core.shuffle import cycled_permutation, fisher_yates_draws, partial_fisher_yates
 
 perms = jax.jit(jax.vmap(cycled_permutation, in_axes=(0, 0, None)), static_argnums=2)
 
@@ -29,7 +28,11 @@ def sequential_fisher_yates(draws, length):
   return [a.get(t, t) for t in range(length)]
 
 
-@pytest.mark.parametrize('swaps', [swaps_dense, swaps_parallel])
+# The packed int32 sort key (bound 10**6 with these lengths) and the pair sort (no bound).
+SWAPS = [lambda d: partial_fisher_yates(d, 10**6), partial_fisher_yates]
+
+
+@pytest.mark.parametrize('swaps', SWAPS)
 @pytest.mark.parametrize('length', [1, 2, 7, 40, 150])
 def test_vectorised_swaps_equal_textbook_fisher_yates(swaps, length):
   fn = jax.jit(jax.vmap(swaps))
@@ -40,12 +43,35 @@ def test_vectorised_swaps_equal_textbook_fisher_yates(swaps, length):
       assert out.tolist() == sequential_fisher_yates(row, length), (n, row)
 
 
-@pytest.mark.parametrize('swaps', [swaps_dense, swaps_parallel])
+@pytest.mark.parametrize('swaps', SWAPS)
 def test_swaps_resolve_chains_by_hand(swaps):
   # L = 4, n = 6: swaps (0,2) (1,2) (2,5) (3,3): 012345 -> 210345 -> 201345 -> 205341 -> 2053..
   np.testing.assert_array_equal(swaps(jnp.array([2, 2, 5, 3], jnp.int32)), [2, 0, 5, 3])
   # L = 3, n = 9, every draw beyond the buffer, the last two equal: 0<->7, 1<->8, 2<->8.
   np.testing.assert_array_equal(swaps(jnp.array([7, 8, 8], jnp.int32)), [7, 8, 1])
+
+
+def test_same_key_same_order_other_key_other_order():
+  ks = jax.random.split(jax.random.key(7), 3)
+  n = jnp.array([500, 500, 500])
+  a, b = np.asarray(perms(ks, n, 64)), np.asarray(perms(ks, n, 64))
+  np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(a[0], a[1])
+  # the packed and the pair sort give the same order for the same key
+  np.testing.assert_array_equal(
+      cycled_permutation(ks[0], 500, 64, bound=500), cycled_permutation(ks[0], 500, 64))
+
+
+def test_order_memory_is_linear_in_length():
+  """O(C L) device memory: four times the length, at most about four times XLA's temporary
+  buffers (an L x L intermediate would make it sixteen)."""
+  def temp(length):
+    fn = jax.jit(jax.vmap(lambda k, n: cycled_permutation(k, n, length, bound=10**4)))
+    ks, n = jax.random.split(jax.random.key(0), 256), jnp.full((256,), 10**4)
+    return fn.lower(ks, n).compile().memory_analysis().temp_size_in_bytes
+  small, large = temp(128), temp(512)
+  assert large <= 5 * small, (small, large)
+  assert large <= 256 * 512 * 64   # and within order_bytes' 56 bytes per position, rounded up
 
 
 def test_full_permutation_is_uniform():
