@@ -64,26 +64,31 @@ def femnist_like_workload(num_clients: int, per_client: int, cpu_devices: int | 
           model.init(keys.init_key(root)))
 
 
-def launch_round(algorithm, params, data, root, cohort: int, tau: int, batch: int,
+def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
                  replace: bool) -> dict:
-  """The round as ``launch/run.py`` sets it up for ``cohort`` clients of budget ``tau``: the
-  devices and chunk of the library's planner (``experiment.planning.devices_and_chunk``), state
-  and pool placed on the devices once, compiled and run once (warm-up). Returns ``compiled,
-  state, pool, sample`` (round -> cohort), ``devices``, ``chunk`` (clients per chunk as the
-  round runs them) and ``compile_s``."""
+  """The round as ``launch/run.py`` sets it up for ``cohort`` clients of budget ``tau`` (or
+  ``tau_i ~ U{a..b}`` for ``tau = (a, b)``) in a long run: the devices, chunk and compile
+  options of the library's planner (``experiment.planning``), state and pool placed on the
+  devices once, compiled and run once (warm-up). Returns ``compiled, state, pool, sample``
+  (round -> cohort), ``devices``, ``chunk`` (clients per chunk as the round runs them) and
+  ``compile_s``."""
   import time  # pylint: disable=g-import-not-at-top
 
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
-  from fedjax_gel.core import federated_data, store  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import devices, federated_data, store  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
 
-  mesh, chunk = planning.devices_and_chunk(algorithm, params, data, cohort, batch, (tau, tau))
+  budgets = (tau, tau) if isinstance(tau, int) else tuple(tau)
+  mesh, chunk = planning.devices_and_chunk(algorithm, params, data, cohort, batch, budgets)
   num_used = 1 if mesh is None else mesh.size
-  round_fn = round_lib.build_round(algorithm, chunk_size=chunk, mesh=mesh)
-  spec = sampling.CohortSpec(cohort, (tau, tau), batch, replace=replace)
+  k = config.CohortConfig(clients_per_round=cohort, batch_size=batch, budget_range=budgets)
+  round_fn = round_lib.build_round(
+      algorithm, chunk_size=chunk, mesh=mesh,
+      compiler_options=devices.compiler_options(planning.quick_compile(k, params)))
+  spec = sampling.CohortSpec(cohort, budgets, batch, replace=replace)
 
   def sample(r):
     return sampling.sample_cohort(root, r, data.counts, spec)

@@ -1,0 +1,192 @@
+"""The engine's round against a straightforward vmap + masked-scan round, in one process.
+
+The straightforward round is what a JAX user writes in about 50 lines (``naive_round``): the
+cohort's clients vmapped all at once, a ``lax.scan`` over the ``b`` local steps with steps
+beyond ``tau_i`` masked, then the weighted mean of the clients' models and their mean loss. No
+chunking, no budget sorting, no rewrite of the small products, XLA's defaults, one device. Its
+data order (``--naive_order``): ``replace`` (default, the cheapest there is and so the strictest
+baseline) draws each minibatch's examples uniformly with replacement; ``shuffle`` shuffles each
+client's examples without replacement as the engine does, the way a user would (``argsort`` of
+uniform scores over the largest client's ``n``, examples beyond ``n_i`` sent last, cycled when
+``tau_i B > n_i``), which costs ``O(n log n)`` a client where the engine's costs
+``O(tau_max B)``.
+
+The engine's round is ``launch/run.py``'s: the devices, chunk and compile options of the
+library's planner (``benchmarks/common.launch_round``), doing its full job (population gather,
+partial Fisher-Yates shuffles, budget-sorted chunks, weighted aggregation and every
+``RoundMetrics`` field: bytes, the clients' model spread, finiteness).
+
+Same workload on both sides: LEAF Synthetic's training pool on the device, the logistic model,
+FedAvgCM (client SGD lr 0.01 with momentum 0.9, server SGD(1)), the same cohorts (clients and
+budgets ``tau_i ~ U{a..b}``, ``--budget_range``) and batch; each side's examples through a
+gradient are checked equal. Times are medians of ``--repeats`` rounds timed alternately, after
+a warm-up; compile times apart. Each cohort size runs in its own process.
+
+Usage: ``python benchmarks/vs_naive_vmap.py [--cohorts 20,200,1000,2000,10000]
+[--budget_range 13,13] [--batch_size 5] [--repeats 10] [--naive_order replace|shuffle]
+[--json PATH]``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+LR, MOMENTUM = 0.01, 0.9
+
+
+def naive_round(loss, max_budget: int, batch: int, max_count: int, order: str = 'replace'):
+  """The straightforward round: ``(params, examples, offsets, counts, ids, budgets, weights,
+  key) -> (new params, mean loss)``, jitted; ``order``: ``'replace'`` or ``'shuffle'``."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  def client(params, examples, offset, n, budget, key):
+    if order == 'replace':
+      picks = jax.random.randint(key, (max_budget * batch,), 0, jnp.maximum(n, 1))
+    else:
+      scores = jnp.where(jnp.arange(max_count) < n, jax.random.uniform(key, (max_count,)), 2.)
+      picks = jnp.argsort(scores)[jnp.arange(max_budget * batch) % jnp.maximum(n, 1)]
+    rows = (offset + picks).reshape(max_budget, batch)
+    velocity = jax.tree.map(jnp.zeros_like, params)
+
+    def step(carry, k):
+      y, v = carry
+      b = {name: a[rows[k]] for name, a in examples.items()}
+      value, g = jax.value_and_grad(loss)(y, b)
+      v_new = jax.tree.map(lambda v_, g_: MOMENTUM * v_ - LR * g_, v, g)
+      y_new = jax.tree.map(jnp.add, y, v_new)
+      on = k < budget
+      keep = lambda new, old: jax.tree.map(lambda a, b_: jnp.where(on, a, b_), new, old)
+      return (keep(y_new, y), keep(v_new, v)), jnp.where(on, value, 0.)
+
+    (y, _), losses = jax.lax.scan(step, (params, velocity), jnp.arange(max_budget))
+    return y, jnp.sum(losses) / jnp.maximum(budget, 1)
+
+  @jax.jit
+  def round_fn(params, examples, offsets, counts, ids, budgets, weights, key):
+    n = counts[ids]
+    budgets = jnp.where(n > 0, budgets, 0)
+    w = jnp.where(n > 0, weights, 0.)
+    keys = jax.random.split(key, ids.shape[0])
+    ys, losses = jax.vmap(client, in_axes=(None, None, 0, 0, 0, 0))(
+        params, examples, offsets[ids], n, budgets, keys)
+    p = w / jnp.sum(w)
+    new = jax.tree.map(lambda a: jnp.tensordot(p, a, axes=1), ys)
+    return new, jnp.sum(p * losses)
+
+  return round_fn
+
+
+def measure(cohort: int, budget_range: tuple[int, int], batch: int, repeats: int,
+            order: str) -> dict:
+  """Runs in a fresh process: one cohort size, both rounds, timed alternately."""
+  _, data, _, loss, root, params = common.synthetic_workload()
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import sampling  # pylint: disable=g-import-not-at-top
+
+  alg = algorithms.fedavgcm(loss, LR, MOMENTUM)
+  engine = common.launch_round(alg, params, data, root, cohort, budget_range, batch,
+                               replace=True)
+  spec = sampling.CohortSpec(cohort, budget_range, batch, replace=True)
+  cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
+  counts = np.asarray(data.counts)
+  naive = naive_round(loss, budget_range[1], batch, int(counts.max()), order)
+  pool = jax.device_put(data.examples, jax.devices()[0])
+  offsets, counts_d = jax.device_put((data.offsets, data.counts), jax.devices()[0])
+
+  def naive_call(c, r):
+    return naive(params, pool, offsets, counts_d, c.client_ids, c.budgets, c.weights,
+                 jax.random.fold_in(root, r))
+
+  t = time.perf_counter()
+  naive.lower(params, pool, offsets, counts_d, cohorts[0].client_ids, cohorts[0].budgets,
+              cohorts[0].weights, root).compile()
+  naive_compile_s = time.perf_counter() - t
+  jax.block_until_ready(naive_call(cohorts[0], 0))
+
+  times, naive_times, examples = [], [], None
+  for r, c in enumerate(cohorts[1:], 1):
+    t = time.perf_counter()
+    out, metrics = engine['compiled'](engine['state'], c, engine['pool'], root, jnp.int32(r))
+    jax.block_until_ready(out)
+    times.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    jax.block_until_ready(naive_call(c, r))
+    naive_times.append(time.perf_counter() - t)
+    useful = int(np.sum(np.where(counts[np.asarray(c.client_ids)] > 0,
+                                 np.minimum(np.asarray(c.budgets), budget_range[1]), 0))) * batch
+    assert int(metrics.examples) == useful, (int(metrics.examples), useful)
+    examples = useful
+  engine_s, naive_s = statistics.median(times), statistics.median(naive_times)
+  return {'cohort': cohort, 'budget_range': list(budget_range), 'batch': batch,
+          'naive_order': order,
+          'devices': engine['devices'], 'chunk': engine['chunk'],
+          'compile_s': engine['compile_s'], 'naive_compile_s': naive_compile_s,
+          'round_s': engine_s, 'naive_round_s': naive_s, 'speedup': naive_s / engine_s,
+          'examples_per_round': examples,
+          'device': f'{jax.devices()[0].platform}: {jax.devices()[0].device_kind}'}
+
+
+def table(rows: list[dict]) -> str:
+  out = ['| clients | budgets | naive order | engine devices | chunk | engine compile s | '
+         'naive compile s | engine round ms | naive round ms | engine / naive speed |',
+         '|---:|---|---|---:|---:|---:|---:|---:|---:|---:|']
+  for r in rows:
+    a, b = r['budget_range']
+    out.append(f'| {r["cohort"]:,} | {"tau = " + str(a) if a == b else f"U{{{a}..{b}}}"} | '
+               f'{r["naive_order"]} | {r["devices"]} | {r["chunk"]:,} | {r["compile_s"]:.2f} | '
+               f'{r["naive_compile_s"]:.2f} | {r["round_s"] * 1e3:.2f} | '
+               f'{r["naive_round_s"] * 1e3:.2f} | {r["speedup"]:.2f}x |')
+  return '\n'.join(out)
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--cohorts', default='20,200,1000,2000,10000')
+  p.add_argument('--budget_range', default='13,13', help='a,b: tau_i ~ U{a..b}')
+  p.add_argument('--batch_size', type=int, default=5)
+  p.add_argument('--repeats', type=int, default=10)
+  p.add_argument('--naive_order', default='replace', choices=('replace', 'shuffle'),
+                 help="the naive round's data order (see the module doc)")
+  p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--single', type=int, help=argparse.SUPPRESS)
+  a = p.parse_args(argv)
+  cohorts = common.int_list(p, 'cohorts', a.cohorts)
+  budgets = common.int_list(p, 'budget_range', a.budget_range)
+  if len(budgets) != 2 or not 1 <= budgets[0] <= budgets[1]:
+    p.exit(2, f'error: --budget_range must be a,b with 1 <= a <= b (got {a.budget_range!r})\n')
+  if min(cohorts + [a.batch_size, a.repeats]) <= 0:
+    p.exit(2, 'error: --cohorts, --batch_size and --repeats must be positive\n')
+  if a.single:
+    print(json.dumps(measure(a.single, tuple(budgets), a.batch_size, a.repeats, a.naive_order)))
+    return
+  rows = []
+  for c in cohorts:
+    cmd = [sys.executable, __file__, '--single', str(c), '--budget_range', a.budget_range,
+           '--batch_size', str(a.batch_size), '--repeats', str(a.repeats),
+           '--naive_order', a.naive_order]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+      sys.exit(f'error: the {c}-client measurement failed:\n{proc.stderr[-3000:]}')
+    rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    print(f'{c} clients: engine {rows[-1]["round_s"] * 1e3:.2f} ms, naive '
+          f'{rows[-1]["naive_round_s"] * 1e3:.2f} ms ({rows[-1]["speedup"]:.2f}x)',
+          file=sys.stderr, flush=True)
+  common.report(rows, table(rows), a.json)
+
+
+if __name__ == '__main__':
+  main()
