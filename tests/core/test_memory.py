@@ -7,8 +7,10 @@ import optax
 import pytest
 
 from fedjax_gel import algorithms, models
+from fedjax_gel.algorithms import registry
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import memory
+from fedjax_gel.core.spec import Setting
 from fedjax_gel.core.round import build_round
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 
@@ -33,12 +35,12 @@ def test_peak_bytes_adds_an_inner_programs_peak():
   assert memory.peak_bytes(jaxpr) == 16000
 
 
-def xla_bytes_per_client(alg, params, pool, tau, batch, chunks=(4, 12)):
+def xla_bytes_per_client(alg, params, pool, tau, batch, chunks=(4, 12), fuse_dots=None):
   """The growth of the compiled round's temporary memory per client added to the chunk."""
   temp = []
   for k in chunks:
     cohort = sample_cohort(jax.random.key(0), 0, pool.counts, CohortSpec(k, (tau, tau), batch))
-    round_fn = build_round(alg, chunk_size=k)
+    round_fn = build_round(alg, chunk_size=k, fuse_dots=fuse_dots)
     compiled = round_fn.lower(alg.server_init(params), cohort, pool, jax.random.key(1),
                               jnp.int32(0)).compile()
     analysis = compiled.memory_analysis()
@@ -49,8 +51,8 @@ def xla_bytes_per_client(alg, params, pool, tau, batch, chunks=(4, 12)):
 
 
 @pytest.mark.parametrize('algorithm,name,tau,batch', [
-    ('fedavgcm', 'logistic', 13, 5),    # a short order: the L x L comparisons
-    ('fedavgcm', 'logistic', 400, 5),   # a long order: the sort
+    ('fedavgcm', 'logistic', 13, 5),    # a short order
+    ('fedavgcm', 'logistic', 400, 5),   # a long order
     ('gel', 'mlp', 100, 10),            # activations, a larger model, guesses
     ('scaffold', 'mlp', 13, 5),         # control variates: a store row in, a new row out
 ])
@@ -68,4 +70,28 @@ def test_client_bytes_bounds_xla_without_waste(algorithm, name, tau, batch):
   spec = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in pool.examples.items()}
   estimate = memory.client_bytes(alg, params, spec, batch, tau)
   measured = xla_bytes_per_client(alg, params, pool, tau, batch)
-  assert measured <= estimate <= 2.5 * measured, (estimate, measured)
+  assert measured <= estimate <= 3 * measured, (estimate, measured)
+
+
+@pytest.mark.parametrize('name', [spec.name for spec in registry.BUILTIN])
+def test_client_bytes_bounds_xla_for_every_algorithm(name):
+  """Every built-in algorithm with its default hyper-parameters (the MLP, a short order): the
+  estimate the planner sizes chunks with is at least XLA's per-client memory (Mimelite's
+  full-batch pre-pass included), and at most 4x it (1.5x to 3.7x here: the estimate's
+  program-order scan of the step does not see XLA's fusions). The rounds are built without the
+  CPU's fused small products, which halves their compile time; with the MLP the unfused round
+  takes the more memory of the two (the fused one is checked above)."""
+  rng = np.random.default_rng(0)
+  counts = [40] * 16
+  pool = fd.to_device(fd.from_client_arrays([
+      {'x': rng.normal(size=(n, 60)).astype(np.float32),
+       'y': rng.integers(0, 5, n).astype(np.int32)} for n in counts]))
+  model = models.get_model('mlp', (60,), 5)
+  params = model.init(jax.random.key(0))
+  spec = registry.get(name)
+  alg = spec.build(spec.hparams(), Setting(model, models.cross_entropy_loss(model), 0.01, 0.9,
+                                           optax.sgd(1.), np.asarray(counts)))
+  example = {k: jax.ShapeDtypeStruct(v.shape[1:], v.dtype) for k, v in pool.examples.items()}
+  estimate = memory.client_bytes(alg, params, example, 5, 13)
+  measured = xla_bytes_per_client(alg, params, pool, 13, 5, fuse_dots=False)
+  assert measured <= estimate <= 4 * measured, (estimate, measured)

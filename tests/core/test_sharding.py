@@ -152,8 +152,10 @@ print('EDGE-OK')
 
 
 def run_on_eight_devices(script, token):
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
-             JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
+  # the suite's XLA flags kept (its programs compiled for compile time: tests/conftest.py)
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
+             XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
+                       '--xla_force_host_platform_device_count=8'.strip())
   out = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True, text=True,
                        timeout=300)
   assert out.returncode == 0, out.stderr[-3000:]
