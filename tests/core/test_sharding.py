@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # 30 clients of 0..39 examples (6 features, 3 classes), a logistic model and its initial params.
@@ -117,7 +119,7 @@ from fedjax_gel.core import federated_data as fd, keys, sampling, store, selecti
 from fedjax_gel.core.devices import client_mesh
 from fedjax_gel.core.round import build_round
 rng = np.random.default_rng(3)
-for sizes in ([5, 0, 7, 0, 3], [0, 4], [9]):
+for sizes in (SIZES,):
   clients=[{'x': rng.normal(size=(n,4)).astype(np.float32), 'y': rng.integers(0,3,n).astype(np.int32)} for n in sizes]
   host=fd.from_client_arrays(clients)
   model=models.get_model('logistic',(4,),3); loss=models.cross_entropy_loss(model)
@@ -173,5 +175,7 @@ def test_client_store_sharded_over_eight_devices_matches_one():
   run_on_eight_devices(STATEFUL, 'STORE-OK')
 
 
-def test_populations_smaller_than_the_mesh_and_empty_clients_match_one_device():
-  run_on_eight_devices(EDGES, 'EDGE-OK')
+@pytest.mark.parametrize('sizes', [[5, 0, 7, 0, 3], [0, 4], [9]])
+def test_populations_smaller_than_the_mesh_and_empty_clients_match_one_device(sizes):
+  # one process per population: the suite's two workers can run them side by side
+  run_on_eight_devices(f'SIZES = {sizes}\n' + EDGES, 'EDGE-OK')
