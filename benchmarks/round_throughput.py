@@ -19,7 +19,7 @@ gathered and written inside the round). Reported:
   the device's peak bytes where the backend reports them (GPU/TPU).
 
 Usage: ``python benchmarks/round_throughput.py [--cohorts 20,200,2000,10000] [--repeats 10]
-[--algorithm fedavg|scaffold|fedvarp] [--plot PNG]``
+[--algorithm fedavg|scaffold|fedvarp] [--fuse_dots auto|true|false] [--plot PNG]``
 (``pip install -e '.[bench]'`` adds psutil, used to name the host's memory).
 """
 from __future__ import annotations
@@ -42,7 +42,8 @@ ALGORITHMS = ('fedavg', 'scaffold', 'fedvarp')
 
 
 def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
-            num_devices: int, algorithm: str = 'fedavg', population: int = 0) -> dict:
+            num_devices: int, algorithm: str = 'fedavg', population: int = 0,
+            fuse_dots: bool | None = None) -> dict:
   """Runs in a fresh process: one cohort size, engine round vs batched limit."""
   _, data, _, loss, root, params = common.synthetic_workload(population)
   import jax
@@ -65,7 +66,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   num_used = 1 if mesh is None else mesh.size
   if chunk_size == 0:
     chunk_size = round_lib.default_chunk_size(cohort, params, 61 * 4, batch, num_used)
-  rf = round_lib.build_round(alg, chunk_size=chunk_size, mesh=mesh)
+  rf = round_lib.build_round(alg, chunk_size=chunk_size, mesh=mesh, fuse_dots=fuse_dots)
   spec = sampling.CohortSpec(cohort, (tau, tau), batch)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
 
@@ -102,6 +103,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
     device_peak = int(stats['peak_bytes_in_use'])
   return {
       'algorithm': algorithm, 'population': data.num_clients, 'cohort': cohort, 'tau': tau,
+      'fuse_dots': fuse_dots is not False and jax.default_backend() == 'cpu',
       'batch': batch,
       'devices': num_used,
       'chunk_size': round_lib.chunk_layout(cohort, chunk_size, num_used)[0],
@@ -121,7 +123,8 @@ def table(rows: list[dict]) -> str:
          'device peak MiB |',
          '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in rows:
-    out.append(f'| {r["algorithm"]} | {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | {r["compile_s"]:.2f} | '
+    name = r['algorithm'] + ('' if r.get('fuse_dots', True) else ' (unfused products)')
+    out.append(f'| {name} | {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | {r["compile_s"]:.2f} | '
                f'{r["round_s"] * 1e3:.2f} | {r["examples_per_s"]:,.0f} | '
                f'{r["client_steps_per_s"]:,.0f} | {r["useful_fraction"]:.2f} | '
                f'{r["batched_s"] * 1e3:.2f} | '
@@ -144,6 +147,8 @@ def main(argv=None):
   p.add_argument('--population', type=int, default=0,
                  help='clients to sample from (tiled over the 1,000 LEAF Synthetic clients); '
                       '0: the 1,000 themselves')
+  p.add_argument('--fuse_dots', default='auto', choices=('auto', 'true', 'false'),
+                 help="the round's fused small products (core.small_dots); auto: on CPU")
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--plot', help='also plot examples/s of the round and of the batched limit '
                                 'against the cohort size (PNG)')
@@ -155,15 +160,16 @@ def main(argv=None):
   if min(cohorts + [a.tau, a.batch_size, a.repeats]) <= 0 or min(a.chunk_size, a.population) < 0:
     p.exit(2, 'error: --cohorts, --tau, --batch_size and --repeats must be positive\n')
   if a.single:
+    fuse = {'auto': None, 'true': True, 'false': False}[a.fuse_dots]
     print(json.dumps(measure(a.single, a.tau, a.batch_size, a.repeats, a.chunk_size,
-                             a.num_devices, a.algorithm, a.population)))
+                             a.num_devices, a.algorithm, a.population, fuse)))
     return
   rows = []
   for c in cohorts:   # one process per cohort size: its peak memory is its own
     cmd = [sys.executable, __file__, '--single', str(c), '--tau', str(a.tau), '--batch_size',
            str(a.batch_size), '--repeats', str(a.repeats), '--chunk_size', str(a.chunk_size),
            '--num_devices', str(a.num_devices), '--algorithm', a.algorithm,
-           '--population', str(a.population)]
+           '--population', str(a.population), '--fuse_dots', a.fuse_dots]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode:
       sys.exit(f'error: the {c}-client measurement failed:\n{proc.stderr[-3000:]}')
