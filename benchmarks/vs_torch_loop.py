@@ -13,9 +13,12 @@ random clients of 200 examples (``common.femnist_like_workload``; FEMNIST is a d
   ``torch.optim.SGD(momentum=0.9)``, ``tau`` steps on minibatches of a ``torch.randperm`` of
   its examples, then add its weighted parameters to the average. The client datasets are torch
   tensors before the clock starts; torch uses its default threads (one per core).
+* PyTorch vmapped, the best a PyTorch user can do without writing kernels: ``torch.func.vmap``
+  of ``torch.func.grad`` over the clients' stacked parameters, momentum and minibatches, the
+  same SGD-with-momentum update by hand, one weighted sum at the end.
 
-Before timing, one round of both sides on clients holding exactly one batch each (``tau = 1``,
-so the data order cannot differ) checks that they compute the same model: ``max abs diff``.
+Before timing, one round of each side on clients holding exactly one batch each (``tau = 1``,
+so the data order cannot differ) checks that they compute our model: ``max abs diff``.
 Reported per cohort size: compile time, round time (median of ``--repeats`` rounds after a
 warm-up round, timed alternately, ``block_until_ready``), examples/s and
 ``ratio = PyTorch round time / fedjax_gel round time``. ``--xla_layers`` builds our CNN with
@@ -93,7 +96,32 @@ def torch_side(params):
           total[k] += w * v
     return {k: v / weight_sum for k, v in total.items()}
 
-  return model, init, round_fn
+  def vmap_round(global_weights, clients, tau, generator):
+    """The same round with the clients vmapped (``torch.func``): every client's parameters and
+    momentum stacked, one ``vmap(grad(...))`` per local step over all clients' minibatches."""
+    from torch import func  # pylint: disable=g-import-not-at-top
+    xs, ys = torch.stack([x for x, _ in clients]), torch.stack([y for _, y in clients])
+    size, n = xs.shape[:2]
+    orders = torch.stack([torch.cat([torch.randperm(n, generator=generator)
+                                     for _ in range(-(-tau * BATCH // n))])[:tau * BATCH]
+                          for _ in range(size)])
+    params = {k: v.detach().unsqueeze(0).repeat(size, *([1] * v.ndim))
+              for k, v in global_weights.items()}
+    velocity = {k: torch.zeros_like(v) for k, v in params.items()}
+    grads = func.vmap(func.grad(
+        lambda p, x, y: loss_fn(func.functional_call(model, p, (x,)), y)))
+    rows = torch.arange(size)[:, None]
+    for k in range(tau):
+      idx = orders[:, k * BATCH:(k + 1) * BATCH]
+      g = grads(params, xs[rows, idx], ys[rows, idx])
+      with torch.no_grad():
+        for name in params:   # torch.optim.SGD's momentum: buf = m buf + g; p -= lr buf
+          velocity[name].mul_(MOMENTUM).add_(g[name])
+          params[name].sub_(LR * velocity[name])
+    w = torch.tensor([float(min(tau * BATCH, len(x))) for x, _ in clients])
+    return {k: torch.tensordot(w / w.sum(), v, dims=1) for k, v in params.items()}
+
+  return model, init, round_fn, vmap_round
 
 
 def to_torch(host, ids):
@@ -107,8 +135,9 @@ def to_torch(host, ids):
 
 
 def check(algorithm, params, host, round_fn, init):
-  """Largest difference between the two sides' new models after one round of ``tau = 1`` on
-  20 clients holding one batch each (mean gradient over the whole batch: no order)."""
+  """Largest difference between our new model and a PyTorch round's (``round_fn``) after one
+  round of ``tau = 1`` on 20 clients holding one batch each (mean gradient over the whole
+  batch: no order)."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
@@ -151,10 +180,11 @@ def measure(cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
 
   ours = algorithms.fedavgcm(loss, LR, MOMENTUM)
-  _, init, torch_round = torch_side(params)
+  _, init, torch_round, vmap_round = torch_side(params)
   diff = check(ours, params, host, torch_round, init)
-  print(f'one round of both sides (tau = 1, 20 clients): max abs diff {diff:.1e}',
-        file=sys.stderr)
+  vmap_diff = check(ours, params, host, vmap_round, init)
+  print(f'one round (tau = 1, 20 clients): max abs diff {diff:.1e} to the PyTorch loop, '
+        f'{vmap_diff:.1e} to torch.func.vmap', file=sys.stderr)
   generator = torch.Generator().manual_seed(0)
   rows = []
   for cohort in cohorts:
@@ -162,8 +192,9 @@ def measure(cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
     compiled, state, pool, sample = ran['compiled'], ran['state'], ran['pool'], ran['sample']
     clients = [to_torch(host, np.asarray(sample(r).client_ids)) for r in range(repeats + 1)]
     torch_round(init, clients[0], TAU, generator)   # warm-up
+    vmap_round(init, clients[0], TAU, generator)
 
-    ours_t, theirs_t = [], []
+    ours_t, theirs_t, vmap_t = [], [], []
     for r in range(1, repeats + 1):   # alternately, so both see the same machine load
       t = time.perf_counter()
       jax.block_until_ready(compiled(state, sample(r), pool, root, np.int32(r))[0])
@@ -171,32 +202,41 @@ def measure(cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
       t = time.perf_counter()
       torch_round(init, clients[r], TAU, generator)
       theirs_t.append(time.perf_counter() - t)
+      t = time.perf_counter()
+      vmap_round(init, clients[r], TAU, generator)
+      vmap_t.append(time.perf_counter() - t)
     ours_s, theirs_s = statistics.median(ours_t), statistics.median(theirs_t)
+    vmap_s = statistics.median(vmap_t)
     examples = cohort * TAU * BATCH
     rows.append({
         'cohort': cohort, 'devices': ran['devices'], 'chunk': ran['chunk'],
         'layers': 'xla' if xla_layers else 'fedjax_gel', 'fedjax_gel_compile_s': ran['compile_s'], 'fedjax_gel_round_s': ours_s,
         'torch_round_s': theirs_s, 'fedjax_gel_examples_per_s': examples / ours_s,
         'torch_examples_per_s': examples / theirs_s, 'ratio': theirs_s / ours_s,
-        'max_abs_diff': diff, 'torch': f'{torch.__version__}, {torch.get_num_threads()} threads',
+        'torch_vmap_round_s': vmap_s, 'torch_vmap_examples_per_s': examples / vmap_s,
+        'vmap_ratio': vmap_s / ours_s, 'max_abs_diff': diff, 'vmap_max_abs_diff': vmap_diff, 'torch': f'{torch.__version__}, {torch.get_num_threads()} threads',
         'device': f'{jax.devices()[0].platform}: {jax.devices()[0].device_kind}',
     })
-    print(f'{cohort} clients: fedjax_gel {ours_s:.2f} s, PyTorch loop {theirs_s:.2f} s, '
-          f'{theirs_s / ours_s:.2f}x', file=sys.stderr)
+    print(f'{cohort} clients: fedjax_gel {ours_s:.2f} s, PyTorch loop {theirs_s:.2f} s '
+          f'({theirs_s / ours_s:.2f}x), torch.func.vmap {vmap_s:.2f} s ({vmap_s / ours_s:.2f}x)',
+          file=sys.stderr)
   return rows
 
 
 def table(rows: list[dict]) -> str:
-  out = [f'PyTorch {rows[0]["torch"]}; both sides\' models after one round: max abs diff '
-         f'{rows[0]["max_abs_diff"]:.1e}\n',
+  out = [f'PyTorch {rows[0]["torch"]}; models after one round against ours: max abs diff '
+         f'{rows[0]["max_abs_diff"]:.1e} (loop), {rows[0]["vmap_max_abs_diff"]:.1e} (vmap)\n',
          '| clients | layers | devices | chunk | fedjax_gel compile s | fedjax_gel round s | '
-         'PyTorch loop round s | fedjax_gel examples/s | PyTorch examples/s | ratio |',
-         '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|']
+         'PyTorch loop round s | torch.func.vmap round s | fedjax_gel examples/s | '
+         'PyTorch loop examples/s | torch.func.vmap examples/s | loop / ours | vmap / ours |',
+         '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in rows:
     out.append(f'| {r["cohort"]:,} | {r["layers"]} | {r["devices"]} | {r["chunk"]} | '
                f'{r["fedjax_gel_compile_s"]:.2f} | {r["fedjax_gel_round_s"]:.2f} | '
-               f'{r["torch_round_s"]:.2f} | {r["fedjax_gel_examples_per_s"]:,.0f} | '
-               f'{r["torch_examples_per_s"]:,.0f} | {r["ratio"]:.2f} |')
+               f'{r["torch_round_s"]:.2f} | {r["torch_vmap_round_s"]:.2f} | '
+               f'{r["fedjax_gel_examples_per_s"]:,.0f} | {r["torch_examples_per_s"]:,.0f} | '
+               f'{r["torch_vmap_examples_per_s"]:,.0f} | {r["ratio"]:.2f} | '
+               f'{r["vmap_ratio"]:.2f} |')
   return '\n'.join(out)
 
 
@@ -220,7 +260,8 @@ def main(argv=None):
   common.plot(a.plot, f'FedAvgCM round, GeL FEMNIST CNN, tau={TAU}, B={BATCH}',
               'clients per round', 'examples/s',
               {'fedjax_gel': (xs, [r['fedjax_gel_examples_per_s'] for r in rows]),
-               'PyTorch per-client loop': (xs, [r['torch_examples_per_s'] for r in rows])})
+               'PyTorch per-client loop': (xs, [r['torch_examples_per_s'] for r in rows]),
+               'PyTorch torch.func.vmap': (xs, [r['torch_vmap_examples_per_s'] for r in rows])})
 
 
 if __name__ == '__main__':
