@@ -103,7 +103,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
     device_peak = int(stats['peak_bytes_in_use'])
   return {
       'algorithm': algorithm, 'population': data.num_clients, 'cohort': cohort, 'tau': tau,
-      'fuse_dots': fuse_dots is not False and jax.default_backend() == 'cpu',
+      'fuse_dots': jax.default_backend() == 'cpu' if fuse_dots is None else fuse_dots,
       'batch': batch,
       'devices': num_used,
       'chunk_size': round_lib.chunk_layout(cohort, chunk_size, num_used)[0],

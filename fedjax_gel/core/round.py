@@ -9,7 +9,8 @@
 * ``server_update`` receives ``sum_i w_i upload_i / sum_i w_i`` (summed in float32, cast back to
   the upload's dtype), or zeros when the cohort's total weight is 0.
 * The cohort is sorted by ``tau_i`` and cut into chunks of ``chunk_size`` clients (static); a scan
-  runs over chunks, each chunk loops only to its own largest ``tau_i`` and adds
+  runs over chunks, each chunk loops to its own largest ``tau_i`` (on CPU with budgets that
+  differ; else ``b`` steps, a count fixed at compile time: ``static_steps``) and adds
   ``sum_i w_i upload_i`` into running sums. Peak memory is O(chunk_size x model), and the result
   does not depend on ``chunk_size`` (up to float summation order). Stateful algorithms add
   O(cohort x row) for the gathered and the written rows.

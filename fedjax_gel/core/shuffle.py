@@ -44,11 +44,12 @@ def order_bytes(length: int) -> int:
 
 
 def sorted_by_target(draws: jax.Array, bound: int | None = None):
-  """``(j, t)`` of the steps sorted by ``j`` then ``t``. ``bound``: a static bound on the draws
-  (``n``); where ``bound L`` fits in int32 the pairs are sorted as one packed key."""
+  """``(j, t)`` of the steps sorted by ``j`` then ``t``. ``bound``: a static bound on ``n``;
+  the draws are below ``max(n, L)`` (steps ``t >= n - 1`` draw ``j_t = t``), so where
+  ``max(bound, L) L`` fits in int32 the pairs are sorted as one packed key."""
   length = draws.shape[0]
   t = jnp.arange(length, dtype=jnp.int32)
-  if bound is not None and bound * length < 2**31:
+  if bound is not None and max(bound, length) * length < 2**31:
     key = jnp.sort(draws * length + t)
     return key // length, key % length
   return jax.lax.sort((draws, t), num_keys=1, is_stable=True)

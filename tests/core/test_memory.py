@@ -54,8 +54,7 @@ def xla_bytes_per_client(alg, params, pool, tau, batch, chunks=(4, 12), fuse_dot
     ('fedavgcm', 'logistic', 13, 5),    # a short order
     ('fedavgcm', 'logistic', 400, 5),   # a long order
     ('gel', 'mlp', 100, 10),            # activations, a larger model, guesses
-    ('scaffold', 'mlp', 13, 5),         # control variates: a store row in, a new row out
-])
+])   # SCAFFOLD's store rows and every other algorithm: the next test
 def test_client_bytes_bounds_xla_without_waste(algorithm, name, tau, batch):
   rng = np.random.default_rng(0)
   pool = fd.to_device(fd.from_client_arrays([

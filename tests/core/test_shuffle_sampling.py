@@ -62,6 +62,15 @@ def test_same_key_same_order_other_key_other_order():
       cycled_permutation(ks[0], 500, 64, bound=500), cycled_permutation(ks[0], 500, 64))
 
 
+def test_long_orders_of_small_clients_do_not_overflow_the_packed_key():
+  """Steps past ``n`` draw ``j_t = t``, so ``L^2`` bounds the key too: with ``L = 50,000``
+  (``L^2 > 2^31``) and ``n = 10`` the pairs are sorted unpacked, and the order still cycles
+  through a permutation of the 10 examples."""
+  out = np.asarray(cycled_permutation(jax.random.key(3), 10, 50_000, bound=10))
+  assert sorted(out[:10].tolist()) == list(range(10))
+  np.testing.assert_array_equal(out, np.tile(out[:10], 5_000))
+
+
 def test_order_memory_is_linear_in_length():
   """O(C L) device memory: four times the length, at most about four times XLA's temporary
   buffers (an L x L intermediate would make it sixteen)."""
