@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
+import sys
 
 
 def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
@@ -101,6 +103,17 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
   jax.block_until_ready(compiled(state, sample(0), pool, root, np.int32(0)))
   return dict(compiled=compiled, state=state, pool=pool, sample=sample, devices=num_used,
               chunk=round_lib.chunk_layout(cohort, chunk, num_used)[0], compile_s=compile_s)
+
+
+def in_fresh_process(script: str, cohort: int, args: list[str]) -> dict:
+  """Runs ``python script --single cohort *args`` (a benchmark measuring one cohort size in a
+  process of its own, so that its peak memory and compilations are its own) and returns the
+  JSON row it prints last; exits with its error output when it fails."""
+  proc = subprocess.run([sys.executable, script, '--single', str(cohort), *args],
+                        capture_output=True, text=True, check=False)
+  if proc.returncode:
+    sys.exit(f'error: the {cohort}-client measurement failed:\n{proc.stderr[-3000:]}')
+  return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def int_list(parser, flag: str, text: str) -> list[int]:

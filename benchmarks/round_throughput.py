@@ -29,7 +29,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 
@@ -166,14 +165,11 @@ def main(argv=None):
     return
   rows = []
   for c in cohorts:   # one process per cohort size: its peak memory is its own
-    cmd = [sys.executable, __file__, '--single', str(c), '--tau', str(a.tau), '--batch_size',
-           str(a.batch_size), '--repeats', str(a.repeats), '--chunk_size', str(a.chunk_size),
-           '--num_devices', str(a.num_devices), '--algorithm', a.algorithm,
-           '--population', str(a.population), '--fuse_dots', a.fuse_dots]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode:
-      sys.exit(f'error: the {c}-client measurement failed:\n{proc.stderr[-3000:]}')
-    rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    rows.append(common.in_fresh_process(__file__, c, [
+        '--tau', str(a.tau), '--batch_size', str(a.batch_size), '--repeats', str(a.repeats),
+        '--chunk_size', str(a.chunk_size), '--num_devices', str(a.num_devices),
+        '--algorithm', a.algorithm, '--population', str(a.population),
+        '--fuse_dots', a.fuse_dots]))
     print(f'{c} clients: {rows[-1]["round_s"] * 1e3:.2f} ms/round, ratio to batched '
           f'{rows[-1]["ratio_to_batched"]:.2f}', file=sys.stderr)
   common.report(rows, table(rows), a.json)

@@ -32,7 +32,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -175,13 +174,9 @@ def main(argv=None):
     return
   rows = []
   for c in cohorts:
-    cmd = [sys.executable, __file__, '--single', str(c), '--budget_range', a.budget_range,
-           '--batch_size', str(a.batch_size), '--repeats', str(a.repeats),
-           '--naive_order', a.naive_order]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode:
-      sys.exit(f'error: the {c}-client measurement failed:\n{proc.stderr[-3000:]}')
-    rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    rows.append(common.in_fresh_process(__file__, c, [
+        '--budget_range', a.budget_range, '--batch_size', str(a.batch_size),
+        '--repeats', str(a.repeats), '--naive_order', a.naive_order]))
     print(f'{c} clients: engine {rows[-1]["round_s"] * 1e3:.2f} ms, naive '
           f'{rows[-1]["naive_round_s"] * 1e3:.2f} ms ({rows[-1]["speedup"]:.2f}x)',
           file=sys.stderr, flush=True)

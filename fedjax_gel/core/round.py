@@ -225,8 +225,6 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
   """
   if fuse_dots is None:
     fuse_dots = jax.default_backend() == 'cpu'
-  if static_steps is None and jax.default_backend() != 'cpu':
-    static_steps = True
   stateful = algorithm.store_row is not None
 
   def kernels(batch_size: int, max_budget: int, static_trips: bool):
@@ -434,9 +432,10 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
     spec = cohort.spec
-    equal = spec.budget_range[0] == spec.budget_range[1]
-    train_chunk, chunk_totals, accumulate = kernels(
-        spec.batch_size, spec.max_budget, equal if static_steps is None else static_steps)
+    static = static_steps
+    if static is None:   # see static_steps in the docstring
+      static = spec.budget_range[0] == spec.budget_range[1] or jax.default_backend() != 'cpu'
+    train_chunk, chunk_totals, accumulate = kernels(spec.batch_size, spec.max_budget, static)
     size = cohort.budgets.shape[0]
     if algorithm.client_guesses is None:
       guesses = jnp.zeros(cohort.budgets.shape, jnp.float32)
