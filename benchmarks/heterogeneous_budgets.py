@@ -32,7 +32,7 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
             batch: int) -> list[dict]:
   _, data, _, loss, root, params = common.synthetic_workload()
   import jax
-  import jax.numpy as jnp
+  import numpy as np
   import optax
 
   from fedjax_gel import algorithms
@@ -61,16 +61,16 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
     chunk = plan(chunk_size)[1]
     rf = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh)
     t = time.perf_counter()
-    compiled = rf.lower(state, cohorts['heterogeneous'][0], data, root, jnp.int32(0)).compile()
+    compiled = rf.lower(state, cohorts['heterogeneous'][0], data, root, np.int32(0)).compile()
     compile_s = time.perf_counter() - t
     times = {k: [] for k in kinds}
     useful = computed = 0
     for k in kinds:   # warm-up
-      jax.block_until_ready(compiled(state, cohorts[k][0], data, root, jnp.int32(0)))
+      jax.block_until_ready(compiled(state, cohorts[k][0], data, root, np.int32(0)))
     for r in range(1, repeats + 1):
       for k in kinds:   # alternately, so all kinds see the same machine load
         t = time.perf_counter()
-        out, m = compiled(state, cohorts[k][r], data, root, jnp.int32(r))
+        out, m = compiled(state, cohorts[k][r], data, root, np.int32(r))
         jax.block_until_ready(out)
         times[k].append(time.perf_counter() - t)
         if k == 'heterogeneous':

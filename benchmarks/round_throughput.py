@@ -46,7 +46,6 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   """Runs in a fresh process: one cohort size, engine round vs batched limit."""
   _, data, _, loss, root, params = common.synthetic_workload(population)
   import jax
-  import jax.numpy as jnp
   import numpy as np
   import optax
 
@@ -70,7 +69,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
 
   t = time.perf_counter()
-  compiled = rf.lower(state, cohorts[0], pool, root, jnp.int32(0)).compile()
+  compiled = rf.lower(state, cohorts[0], pool, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t
   mem = compiled.memory_analysis()
   temp_bytes = getattr(mem, 'temp_size_in_bytes', None) if mem is not None else None
@@ -80,14 +79,14 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
     b = {k: v[rows] for k, v in examples.items()}
     return jax.tree_util.tree_map(lambda w, g: w - 0.01 * g, p, jax.grad(loss)(p, b))
 
-  out, metrics = compiled(state, cohorts[0], pool, root, jnp.int32(0))   # warm-up
+  out, metrics = compiled(state, cohorts[0], pool, root, np.int32(0))   # warm-up
   useful = int(metrics.examples)
   rows = jax.random.randint(jax.random.key(1), (useful,), 0, data.num_examples)
   jax.block_until_ready((out, batched_step(params, data.examples, rows)))
   times, btimes = [], []
   for r, c in enumerate(cohorts[1:], 1):   # interleaved, so both see the same machine load
     t = time.perf_counter()
-    out, metrics = compiled(state, c, pool, root, jnp.int32(r))
+    out, metrics = compiled(state, c, pool, root, np.int32(r))
     jax.block_until_ready(out)
     times.append(time.perf_counter() - t)
     t = time.perf_counter()

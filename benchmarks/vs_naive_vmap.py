@@ -20,7 +20,9 @@ Same workload on both sides: LEAF Synthetic's training pool on the device, the l
 FedAvgCM (client SGD lr 0.01 with momentum 0.9, server SGD(1)), the same cohorts (clients and
 budgets ``tau_i ~ U{a..b}``, ``--budget_range``) and batch; each side's examples through a
 gradient are checked equal. Times are medians of ``--repeats`` rounds timed alternately, after
-a warm-up; compile times apart. Each cohort size runs in its own process.
+a warm-up; compile times apart. Both rounds take the round index as a NumPy ``int32``, as
+``launch/run.py``'s loop passes it (a ``jnp.int32(r)`` built per call would add about 0.1 ms of
+host dispatch to each timed round). Each cohort size runs in its own process.
 
 Usage: ``python benchmarks/vs_naive_vmap.py [--cohorts 20,200,1000,2000,10000]
 [--budget_range 13,13] [--batch_size 5] [--repeats 10] [--naive_order replace|shuffle]
@@ -44,7 +46,8 @@ LR, MOMENTUM = 0.01, 0.9
 
 def naive_round(loss, max_budget: int, batch: int, max_count: int, order: str = 'replace'):
   """The straightforward round: ``(params, examples, offsets, counts, ids, budgets, weights,
-  key) -> (new params, mean loss)``, jitted; ``order``: ``'replace'`` or ``'shuffle'``."""
+  root, round) -> (new params, mean loss)``, jitted (the round's key folded in inside, as the
+  engine does); ``order``: ``'replace'`` or ``'shuffle'``."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
@@ -71,7 +74,8 @@ def naive_round(loss, max_budget: int, batch: int, max_count: int, order: str = 
     return y, jnp.sum(losses) / jnp.maximum(budget, 1)
 
   @jax.jit
-  def round_fn(params, examples, offsets, counts, ids, budgets, weights, key):
+  def round_fn(params, examples, offsets, counts, ids, budgets, weights, root, r):
+    key = jax.random.fold_in(root, r)
     n = counts[ids]
     budgets = jnp.where(n > 0, budgets, 0)
     w = jnp.where(n > 0, weights, 0.)
@@ -90,7 +94,6 @@ def measure(cohort: int, budget_range: tuple[int, int], batch: int, repeats: int
   """Runs in a fresh process: one cohort size, both rounds, timed alternately."""
   _, data, _, loss, root, params = common.synthetic_workload()
   import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
@@ -107,19 +110,19 @@ def measure(cohort: int, budget_range: tuple[int, int], batch: int, repeats: int
   offsets, counts_d = jax.device_put((data.offsets, data.counts), jax.devices()[0])
 
   def naive_call(c, r):
-    return naive(params, pool, offsets, counts_d, c.client_ids, c.budgets, c.weights,
-                 jax.random.fold_in(root, r))
+    return naive(params, pool, offsets, counts_d, c.client_ids, c.budgets, c.weights, root,
+                 np.int32(r))
 
   t = time.perf_counter()
   naive.lower(params, pool, offsets, counts_d, cohorts[0].client_ids, cohorts[0].budgets,
-              cohorts[0].weights, root).compile()
+              cohorts[0].weights, root, np.int32(0)).compile()
   naive_compile_s = time.perf_counter() - t
   jax.block_until_ready(naive_call(cohorts[0], 0))
 
   times, naive_times, examples = [], [], None
   for r, c in enumerate(cohorts[1:], 1):
     t = time.perf_counter()
-    out, metrics = engine['compiled'](engine['state'], c, engine['pool'], root, jnp.int32(r))
+    out, metrics = engine['compiled'](engine['state'], c, engine['pool'], root, np.int32(r))
     jax.block_until_ready(out)
     times.append(time.perf_counter() - t)
     t = time.perf_counter()
