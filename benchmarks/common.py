@@ -84,7 +84,8 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
   from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
 
   budgets = (tau, tau) if isinstance(tau, int) else tuple(tau)
-  mesh, chunk = planning.devices_and_chunk(algorithm, params, data, cohort, batch, budgets)
+  mesh, chunk = planning.devices_and_chunk(algorithm, params, data, cohort, batch,
+                                           budgets[0] == budgets[1])
   num_used = 1 if mesh is None else mesh.size
   k = config.CohortConfig(clients_per_round=cohort, batch_size=batch, budget_range=budgets)
   round_fn = round_lib.build_round(

@@ -51,7 +51,7 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
     samples = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
     runs = {}
     for n in counts:
-      mesh, chunk = planning.devices_and_chunk(alg, params, data, cohort, BATCH, (TAU, TAU),
+      mesh, chunk = planning.devices_and_chunk(alg, params, data, cohort, BATCH, True,
                                                num_devices=n)
       state = store.place_state(alg.server_init(params), alg, mesh)
       pool = federated_data.to_device(data, mesh)

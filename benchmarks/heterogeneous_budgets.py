@@ -42,7 +42,7 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   alg = algorithms.fedavg(loss, optax.sgd(0.01))
   state = alg.server_init(params)
   plan = lambda chunk_size: planning.devices_and_chunk(alg, params, data, cohort, batch,
-                                                       (low, high), chunk_size=chunk_size)
+                                                       low == high, chunk_size=chunk_size)
   mesh = plan(0)[0]   # the planner's devices, as launch/run.py's
   state = devices.replicate(state, mesh)   # as launch/run.py places them
   data = federated_data.to_device(data, mesh)

@@ -61,7 +61,7 @@ def worker(args):
              store_bytes_process=local(state.clients) if alg.store_row else 0,
              store_bytes_device=per_device(state.clients) if alg.store_row else 0)
   if args.rounds:
-    _, chunk = planning.devices_and_chunk(alg, params, data, args.cohort, BATCH, (TAU, TAU),
+    _, chunk = planning.devices_and_chunk(alg, params, data, args.cohort, BATCH, True,
                                           num_devices=num)
     round_fn = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh)
     spec = sampling.CohortSpec(args.cohort, (TAU, TAU), BATCH)

@@ -77,6 +77,7 @@ class ChunkWork(NamedTuple):
   model_spread: Any            # (sum_i e_i, sum_i ||e_i||^2), e_i = u_i - u_ref (see below)
   pre_pass_grads: jax.Array    # gradient computations of the pre-pass
   pre_pass_examples: jax.Array
+  examples: jax.Array          # examples each client's steps put through a gradient
   new_rows: Any = None         # stateful algorithms: the rows the clients write back
 
 
@@ -130,6 +131,44 @@ def route(cohort: Cohort, guesses, owned: int, num_clients: int, num_devices: in
   return Clients(pick(cohort.client_ids, own[:, None]), pick(cohort.budgets, 0),
                  pick(cohort.weights, 0.), pick(guesses, 0.),
                  pick(jnp.arange(size, dtype=jnp.int32), 0), valid)
+
+
+def data_order(spec, shuffle_keys, n, pool_rows: int) -> jax.Array:
+  """Each client's example order for the round, ``[clients, max_budget B]`` (positions into
+  its examples). Steps: one shuffle, cycled (``cycled_permutation``). Epochs: a new shuffle per
+  epoch ``e`` (key ``fold_in(key, e)``), epoch ``e`` at ``e ceil(n_max / B) B`` onwards."""
+  length = spec.max_budget * spec.batch_size
+  permute = jax.vmap(cycled_permutation, in_axes=(0, 0, None, None))
+  if spec.budget_unit == 'steps':
+    return permute(shuffle_keys, n, length, pool_rows)
+  epoch_len = spec.steps_per_epoch * spec.batch_size
+  per_epoch = jax.vmap(lambda e: permute(
+      jax.vmap(jax.random.fold_in, in_axes=(0, None))(shuffle_keys, e), n, epoch_len,
+      pool_rows))(jnp.arange(spec.budget_range[1]))          # [epochs, clients, epoch_len]
+  return jnp.moveaxis(per_epoch, 0, 1).reshape(n.shape[0], length)
+
+
+def minibatch_rows(spec, rows, k, n):
+  """``(rows of step k [clients, B], mask or None)``. Steps: positions ``k B .. k B + B - 1``.
+  Epochs: step ``k`` is minibatch ``k mod s_i`` of epoch ``k div s_i`` (``s_i = ceil(n_i /
+  B)``), its positions beyond ``n_i`` (the epoch's short last minibatch) masked."""
+  b = spec.batch_size
+  if spec.budget_unit == 'steps':
+    return jax.lax.dynamic_slice_in_dim(rows, k * b, b, axis=1), None
+  s = jnp.maximum(-(-n // b), 1)
+  pos = (k % s)[:, None] * b + jnp.arange(b)[None, :]
+  epoch_len = spec.steps_per_epoch * b
+  at = (k // s)[:, None] * epoch_len + jnp.minimum(pos, epoch_len - 1)
+  return jnp.take_along_axis(rows, at, axis=1), pos < n[:, None]
+
+
+def examples_seen(spec, budgets, n) -> jax.Array:
+  """Examples each client's ``tau_i`` steps put through a gradient: ``tau_i B``, or in epochs
+  ``n_i`` per whole epoch and ``min(r B, n_i)`` for ``r`` steps of a partial one."""
+  if spec.budget_unit == 'steps':
+    return spec.batch_size * budgets
+  s = jnp.maximum(-(-n // spec.batch_size), 1)
+  return (budgets // s) * n + jnp.minimum((budgets % s) * spec.batch_size, n)
 
 
 def all_finite(tree) -> jax.Array:
@@ -227,11 +266,12 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     fuse_dots = jax.default_backend() == 'cpu'
   stateful = algorithm.store_row is not None
 
-  def kernels(batch_size: int, max_budget: int, static_trips: bool):
-    """The chunk functions for minibatches of ``batch_size`` and budgets up to ``max_budget``
-    (static: ``max_budget * batch_size`` sizes the data-order buffer); ``static_trips``: every
-    chunk loops ``max_budget`` steps."""
-    order_len = max_budget * batch_size
+  def kernels(spec, static_trips: bool):
+    """The chunk functions for the cohorts of ``spec`` (a ``CohortSpec``: minibatches of ``B``,
+    budgets up to ``max_budget``, whose ``max_budget B`` sizes the data-order buffer);
+    ``static_trips``: every chunk loops ``max_budget`` steps."""
+    batch_size, max_budget = spec.batch_size, spec.max_budget
+    epochs = spec.budget_unit == 'epochs'
 
     def pre_pass_values(bcast, data: FederatedData, n, offsets, rows, real):
       """Each client's ``pre_pass_fn`` at the broadcast model (the algorithm's per-client extra,
@@ -241,7 +281,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
         # The client's first minibatch at the broadcast model: for a gradient, that of its first
         # local step, which a real client reuses; recomputed here, so it is not counted again.
         batch = tree_map(lambda a: a[rows[:, :batch_size]], data.examples)
-        batch['mask'] = jnp.ones(rows[:, :batch_size].shape, bool)
+        first = jnp.arange(batch_size)[None, :] < (n[:, None] if epochs else batch_size)
+        batch['mask'] = jnp.broadcast_to(first, rows[:, :batch_size].shape)
         return fn(bcast, batch), jnp.int32(0), jnp.int32(0)
 
       pos = jnp.arange(FULL_BATCH_ROWS)
@@ -278,9 +319,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
                                                                             cohort.slots)
       shuffle_keys, algo_keys = jax.vmap(lambda k: tuple(jax.random.split(k)))(ckeys)
       pool_rows = jax.tree.leaves(data.examples)[0].shape[0]   # bounds every client's n
-      order = jax.vmap(cycled_permutation, in_axes=(0, 0, None, None))(shuffle_keys, n,
-                                                                       order_len, pool_rows)
-      rows = offsets[:, None] + order                       # [chunk, tau_max * B] pool rows
+      rows = offsets[:, None] + data_order(spec, shuffle_keys, n, pool_rows)
       real = cohort.valid & (n > 0)                          # clients without data take no step
       budgets = jnp.where(real, jnp.minimum(cohort.budgets, max_budget), 0)
       extra, extra_grads, extra_examples = None, jnp.int32(0), jnp.int32(0)
@@ -297,8 +336,10 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
 
       def local_step(k, carry):
         state, loss_sum = carry
-        idx = jax.lax.dynamic_slice_in_dim(rows, k * batch_size, batch_size, axis=1)
+        idx, mask = minibatch_rows(spec, rows, k, n)
         batch = tree_map(lambda a: a[idx], data.examples)     # [chunk, B, ...]
+        if mask is not None:
+          batch['mask'] = mask
         new_state, loss = step(state, batch, bcast)
         active = k < budgets
         return masked(active, new_state, state), loss_sum + jnp.where(active, loss, 0.)
@@ -317,7 +358,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       upload = masked(real, upload, tree_map(jnp.zeros_like, upload))   # no NaN from padding
       return ChunkWork(upload, w, budgets, loss_sum / jnp.maximum(budgets, 1), real, trips,
                        model_spread(jax.vmap(algorithm.client_model)(state), start, real),
-                       extra_grads, extra_examples, new_rows)
+                       extra_grads, extra_examples, examples_seen(spec, budgets, n), new_rows)
 
     def chunk_totals(bcast, data, client_key_root, chunk):
       """One chunk's ``sum_i w_i upload_i`` (float32), model directions and scalar totals."""
@@ -327,7 +368,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       w_trained = jnp.where(budgets > 0, w, 0.)
       totals = (jnp.sum(w), jnp.sum(work.real).astype(jnp.float32),
                 jnp.sum(w_trained * work.mean_loss), jnp.sum(w_trained),
-                jnp.sum(budgets) + work.pre_pass_grads, batch_size * jnp.sum(budgets) +
+                jnp.sum(budgets) + work.pre_pass_grads, jnp.sum(work.examples) +
                 work.pre_pass_examples, work.trips * budgets.shape[0])
       return (sums, work.model_spread, totals), (work.new_rows, work.real)
 
@@ -434,8 +475,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     spec = cohort.spec
     static = static_steps
     if static is None:   # see static_steps in the docstring
-      static = spec.budget_range[0] == spec.budget_range[1] or jax.default_backend() != 'cpu'
-    train_chunk, chunk_totals, accumulate = kernels(spec.batch_size, spec.max_budget, static)
+      static = spec.equal_budgets or jax.default_backend() != 'cpu'
+    train_chunk, chunk_totals, accumulate = kernels(spec, static)
     size = cohort.budgets.shape[0]
     if algorithm.client_guesses is None:
       guesses = jnp.zeros(cohort.budgets.shape, jnp.float32)
@@ -525,14 +566,14 @@ MIN_CHUNK_PER_DEVICE = 32
 def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size: int,
                        num_devices: int = 1, state_copies: int = 8,
                        memory_bytes: int | None = None,
-                       budget_range: tuple[int, int] | None = None) -> int:
+                       equal_budgets: bool = True) -> int:
   """Clients per chunk from the model size and the memory to hold them.
 
   A client holds about ``state_copies`` model-sized buffers (params, optimiser state, gradient,
   the masked and unmasked step results, the upload) and one minibatch. The chunk's working set
   may take a quarter of ``memory_bytes`` when given; otherwise a quarter of each accelerator's
   memory, or on CPU ``CPU_CHUNK_BYTES`` per device (cache-sized chunks are fastest there; larger
-  ones only add memory traffic). With budgets that differ (``budget_range`` ``a < b``) the cohort
+  ones only add memory traffic). With budgets that differ (``equal_budgets`` False) the cohort
   is also cut into about ``HETEROGENEOUS_CHUNKS`` chunks, so that few masked steps are computed.
   """
   if memory_bytes is not None:
@@ -545,7 +586,7 @@ def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size:
   model_bytes = tree_bytes(params)
   per_client = state_copies * model_bytes + 2 * batch_size * example_bytes
   chunk = max(1, min(cohort_size, budget // max(per_client, 1)))
-  if budget_range is not None and budget_range[0] < budget_range[1]:
+  if not equal_budgets:
     floor = MIN_CHUNK_PER_DEVICE * num_devices
     chunk = min(chunk, max(floor, math.ceil(cohort_size / HETEROGENEOUS_CHUNKS)))
   return chunk

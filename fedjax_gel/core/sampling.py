@@ -11,21 +11,46 @@ from fedjax_gel.core import keys
 
 WEIGHTINGS = ('samples_seen', 'num_examples', 'uniform')
 SELECTIONS = ('uniform', 'cyclic')
+BUDGET_UNITS = ('steps', 'epochs')
+BUDGET_DRAWS = ('uniform', 'proportional', 'per_client')
 
 
 @dataclasses.dataclass(frozen=True)
 class CohortSpec:
   """How a round's cohort is drawn: given once, read by the sampler and by the round.
 
+  A client's local work is ``u_i`` units in ``[a, b]`` (``budget_range``), drawn by
+  ``budget_draw`` and counted in ``budget_unit``:
+
+  * ``'steps'``: ``tau_i = u_i`` minibatch steps of ``B`` examples, taken from the client's
+    examples shuffled once per round and cycled when ``tau_i B > n_i`` (the GeL protocol);
+  * ``'epochs'``: ``u_i = E_i`` passes over the client's data, ``tau_i = E_i ceil(n_i / B)``
+    steps: each epoch is a new shuffle of the client's examples cut into ``ceil(n_i / B)``
+    minibatches, the last one short (``n_i - (ceil(n_i / B) - 1) B`` examples; its other rows
+    masked through ``batch['mask']``, which the loss must honour, as the built-in losses do).
+    This is FedJAX's ``ShuffleRepeatBatchHParams(num_epochs=E, drop_remainder=False)`` except
+    that FedJAX batches across epoch boundaries (``ceil(E n_i / B)`` steps, only the very last
+    minibatch short) where every epoch here ends on its own short minibatch, as a PyTorch
+    ``DataLoader(shuffle=True)`` epoch does.
+
+  ``budget_draw``: ``'uniform'``, ``u_i ~ U{a..b}`` per client and round; ``'proportional'``,
+  ``u_i = clip(round(b n_i / n_max), a, b)`` (``n_max = max_examples``, the population's largest
+  client: more data, more work); ``'per_client'``, a fixed ``u_i`` per client given to
+  ``sample_cohort`` (``client_budgets``; e.g. the devices' speeds).
+
   Attributes:
     cohort_size: ``C``, clients per round.
-    budget_range: ``(a, b)``: budgets ``tau_i ~ U{a..b}``, ``1 <= a <= b``; ``b`` sizes the
-      round's data-order buffer.
+    budget_range: ``(a, b)``, ``1 <= a <= b``: the units' range; ``max_budget`` (from ``b``)
+      sizes the round's data-order buffer and its longest loop.
     batch_size: ``B``, examples per local step (also in the ``samples_seen`` weights).
     replace: sample clients with replacement (the GeL code does).
     weighting: aggregation weights, one of ``WEIGHTINGS``.
     selection: ``'uniform'`` or ``'cyclic'`` (``groups`` groups; Cho et al. 2023).
     groups: cyclic participation's number of groups ``K``.
+    budget_unit: one of ``BUDGET_UNITS``.
+    budget_draw: one of ``BUDGET_DRAWS``.
+    max_examples: the population's largest ``n_i`` (``int(counts.max())``): needed by
+      ``'epochs'`` and ``'proportional'``.
   """
   cohort_size: int
   budget_range: tuple[int, int]
@@ -34,6 +59,9 @@ class CohortSpec:
   weighting: str = 'samples_seen'
   selection: str = 'uniform'
   groups: int = 1
+  budget_unit: str = 'steps'
+  budget_draw: str = 'uniform'
+  max_examples: int = 0
 
   def __post_init__(self):
     object.__setattr__(self, 'budget_range', tuple(int(b) for b in self.budget_range))
@@ -52,11 +80,32 @@ class CohortSpec:
     if self.selection not in SELECTIONS:
       raise ValueError(f'CohortSpec: unknown selection {self.selection!r}; known: '
                        f'{", ".join(SELECTIONS)}')
+    for name, known in (('budget_unit', BUDGET_UNITS), ('budget_draw', BUDGET_DRAWS)):
+      if getattr(self, name) not in known:
+        raise ValueError(f'CohortSpec: unknown {name} {getattr(self, name)!r}; known: '
+                         f'{", ".join(known)}')
+    needs_n = self.budget_unit == 'epochs' or self.budget_draw == 'proportional'
+    if needs_n and not int(self.max_examples) >= 1:
+      raise ValueError(f'CohortSpec: budget_unit={self.budget_unit!r} with budget_draw='
+                       f'{self.budget_draw!r} needs max_examples, the largest client\'s number '
+                       f'of examples (got {self.max_examples})')
+
+  @property
+  def steps_per_epoch(self) -> int:
+    """``ceil(n_max / B)``: the longest epoch's steps (1 when budgets are in steps)."""
+    if self.budget_unit != 'epochs':
+      return 1
+    return -(-int(self.max_examples) // self.batch_size)
 
   @property
   def max_budget(self) -> int:
-    """The largest budget ``b``."""
-    return self.budget_range[1]
+    """The largest number of local steps: ``b``, or ``b ceil(n_max / B)`` in epochs."""
+    return self.budget_range[1] * self.steps_per_epoch
+
+  @property
+  def equal_budgets(self) -> bool:
+    """Whether every client takes the same number of steps (``a = b`` steps)."""
+    return self.budget_unit == 'steps' and self.budget_range[0] == self.budget_range[1]
 
 
 @functools.partial(jax.tree_util.register_dataclass,
@@ -113,6 +162,28 @@ def sample_budgets(key, cohort_size: int, low: int, high: int) -> jax.Array:
   return jax.random.randint(key, (cohort_size,), low, high + 1, dtype=jnp.int32)
 
 
+def budget_units(key, spec: CohortSpec, n, client_budgets=None) -> jax.Array:
+  """Each cohort client's ``u_i`` (steps or epochs) under ``spec.budget_draw``; ``n``: the
+  clients' example counts; ``client_budgets``: ``[num_clients]`` for ``'per_client'``, already
+  gathered for the cohort."""
+  a, b = spec.budget_range
+  if spec.budget_draw == 'uniform':
+    return sample_budgets(key, spec.cohort_size, a, b)
+  if spec.budget_draw == 'proportional':
+    u = jnp.round(b * n.astype(jnp.float32) / spec.max_examples)
+    return jnp.clip(u, a, b).astype(jnp.int32)
+  if client_budgets is None:
+    raise ValueError("sample_cohort: budget_draw='per_client' needs client_budgets")
+  return jnp.clip(jnp.asarray(client_budgets, jnp.int32), a, b)
+
+
+def steps_of(units, n, spec: CohortSpec) -> jax.Array:
+  """``tau_i``: the units themselves, or ``E_i ceil(n_i / B)`` in epochs."""
+  if spec.budget_unit == 'steps':
+    return units
+  return units * (-(-n // spec.batch_size))
+
+
 def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) -> jax.Array:
   """Unnormalised aggregation weights.
 
@@ -131,12 +202,14 @@ def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) 
 
 
 @functools.partial(jax.jit, static_argnames=('spec',))
-def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None) -> Cohort:
+def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
+                  client_budgets=None) -> Cohort:
   """The cohort of round ``round_idx`` under ``spec``.
 
   Clients and budgets depend on (seed, round) only, never on the algorithm (guess counts and other
   per-client extras are the algorithm's, computed in the round). ``client_ids`` given (e.g. by
-  ``selection.power_of_d``) replace the sampled clients.
+  ``selection.power_of_d``) replace the sampled clients; ``client_budgets`` (``[num_clients]``
+  int, within ``budget_range``) are every client's units under ``budget_draw='per_client'``.
   """
   if not isinstance(spec, CohortSpec):
     raise TypeError(f'sample_cohort: spec must be a CohortSpec, got {type(spec).__name__}')
@@ -148,7 +221,9 @@ def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None) ->
                                 spec.groups, round_idx)
   else:
     ids = sample_clients(cohort_key, counts.shape[0], spec.cohort_size, spec.replace)
-  budgets = sample_budgets(keys.round_key(root, round_idx, keys.BUDGET), spec.cohort_size,
-                           *spec.budget_range)
-  weights = aggregation_weights(spec.weighting, budgets, counts[ids], spec.batch_size)
+  n = counts[ids]
+  fixed = None if client_budgets is None else jnp.asarray(client_budgets)[ids]
+  units = budget_units(keys.round_key(root, round_idx, keys.BUDGET), spec, n, fixed)
+  budgets = steps_of(units, n, spec)
+  weights = aggregation_weights(spec.weighting, budgets, n, spec.batch_size)
   return Cohort(ids, budgets, weights, spec)

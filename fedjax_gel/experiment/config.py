@@ -137,8 +137,21 @@ class CohortConfig:
   sample_with_replacement: bool = hparam(
       True, 'Sample the cohort with replacement (the GeL code does).')
   batch_size: int = hparam(5, 'Client minibatch size B.', positive)
-  budget_range: tuple = hparam((4, 13), 'a,b: local steps tau_i ~ U{a..b} per client and '
-                               'round.', _budget_range)
+  budget_range: tuple = hparam((4, 13), 'a,b: each client\'s local work per round, in '
+                               '--budget_unit, drawn by --budget_draw (default: local steps '
+                               'tau_i ~ U{a..b}).', _budget_range)
+  budget_unit: str = hparam(
+      'steps', 'steps: --budget_range counts minibatch steps tau_i; epochs: it counts local '
+      'epochs E_i, tau_i = E_i ceil(n_i / B) steps, each epoch a new shuffle of the client\'s '
+      'examples whose last minibatch is short (FedAvg\'s E).', one_of('steps', 'epochs'))
+  budget_draw: str = hparam(
+      'uniform', 'uniform: U{a..b} per client and round; proportional: round(b n_i / max_j n_j) '
+      'clipped to [a, b] (more data, more work); per_client: fixed per client, read from '
+      '--client_budgets.', one_of('uniform', 'proportional', 'per_client'))
+  client_budgets: Optional[str] = hparam(
+      None, '--budget_draw=per_client: a JSON file of every training client\'s budget (in '
+      '--budget_unit, within --budget_range): a list in client order, or an object {client '
+      'name: budget} (LEAF user names).')
   aggregation_weights: str = hparam(
       'samples_seen', 'samples_seen (min(tau_i B, n_i)), num_examples (n_i) or uniform.',
       _known_weighting)
@@ -157,6 +170,18 @@ class CohortConfig:
   def candidates(self) -> int:
     """power-of-d's ``d``."""
     return self.power_d or 2 * self.clients_per_round
+
+  def spec(self, counts):
+    """The ``core.sampling.CohortSpec`` of this section for a training population of
+    ``counts`` examples per client (power-of-d hands the sampler its clients)."""
+    from fedjax_gel.core.sampling import CohortSpec   # pylint: disable=g-import-not-at-top
+    cyclic = self.client_selection == 'cyclic'
+    by_data = self.budget_unit == 'epochs' or self.budget_draw == 'proportional'
+    return CohortSpec(self.clients_per_round, tuple(self.budget_range), self.batch_size,
+                      self.sample_with_replacement, self.aggregation_weights,
+                      'cyclic' if cyclic else 'uniform', self.cyclic_groups if cyclic else 1,
+                      self.budget_unit, self.budget_draw,
+                      int(np.max(counts, initial=0)) if by_data else 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,6 +430,9 @@ def validate(c: Config) -> Config:
        f'--dataset={d.dataset})')
   need(d.partition != 'pachinko' or d.dataset == 'cifar100',
        f'--partition=pachinko needs superclasses: --dataset=cifar100 only (got {d.dataset})')
+  need((cohort.budget_draw == 'per_client') == bool(cohort.client_budgets),
+       '--client_budgets is required with --budget_draw=per_client and read only with it (got '
+       f'--budget_draw={cohort.budget_draw})')
   need(cohort.power_d == 0 or cohort.power_d >= cohort.clients_per_round,
        f'--power_d={cohort.power_d} must be at least --clients_per_round='
        f'{cohort.clients_per_round}')

@@ -6,6 +6,7 @@ is written; ``with_config`` swaps the algorithm or seed of a prepared experiment
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Callable, NamedTuple
 
 import jax
@@ -145,6 +146,8 @@ class Experiment(NamedTuple):
   compiled: dict | None = None
   # XLA options of every program of the experiment (``planning.quick_compile``).
   compiler_options: dict | None = None
+  # --budget_draw=per_client: every training client's budget (``load_client_budgets``).
+  client_budgets: np.ndarray | None = None
 
 
 def prepare(c: Config) -> Experiment:
@@ -159,8 +162,9 @@ def prepare(c: Config) -> Experiment:
     raise ConfigError(f'--num_devices={r.num_devices} but only {jax.device_count()} '
                       f'{jax.default_backend()} devices are present')
   params = jax.eval_shape(model.init, jax.random.key(0))
+  spec = k.spec(split.train.counts)
   mesh, chunk = planning.devices_and_chunk(algorithm, params, split.train, k.clients_per_round,
-                                           k.batch_size, tuple(k.budget_range), r.num_devices,
+                                           k.batch_size, spec.equal_budgets, r.num_devices,
                                            r.chunk_size,
                                            planning.memory_limit(r.device_memory_gb))
   num_devices = 1 if mesh is None else mesh.size
@@ -171,13 +175,50 @@ def prepare(c: Config) -> Experiment:
                               num_devices)
   exp = Experiment(c, model, algorithm, split.train, test_pool, train_pool, chunk, mesh, plan,
                    compiled={}, compiler_options=devices.compiler_options(
-                       planning.quick_compile(k, params)))
+                       planning.quick_compile(k, params, split.train.counts)),
+                   client_budgets=load_client_budgets(k, split.train))
   exp = planning.fit_memory(exp)
   # placed once, not every round; on a mesh the training pool is split by client (each device
   # holds its own clients' examples) and the evaluation pools live on every device
   return exp._replace(train=federated_data.to_device(split.train, mesh),
                       test_pool=devices.replicate(test_pool, mesh),
                       train_pool=devices.replicate(train_pool, mesh))
+
+
+def load_client_budgets(k: config_lib.CohortConfig, train) -> np.ndarray | None:
+  """``--client_budgets``: every training client's budget, ``[num_clients]`` int32 in client
+  order (None unless ``--budget_draw=per_client``). The file holds a JSON list in client order
+  or an object ``{client name: budget}`` naming every client; each budget an integer within
+  ``--budget_range``. Anything else is a ConfigError naming the file."""
+  if k.budget_draw != 'per_client':
+    return None
+  where = f'--client_budgets={k.client_budgets}'
+  try:
+    with open(k.client_budgets, encoding='utf-8') as f:
+      found = json.load(f)
+  except OSError as e:
+    raise ConfigError(f'{where}: cannot read it ({e.strerror})') from None
+  except (ValueError, RecursionError) as e:
+    raise ConfigError(f'{where}: not valid JSON ({str(e)[:80]})') from None
+  names = list(train.client_names)
+  if isinstance(found, dict):
+    missing = [n for n in names if n not in found]
+    extra = [n for n in found if n not in set(names)]
+    if missing or extra:
+      which = (f'no budget for client {missing[0]!r}' if missing else
+               f'client {extra[0]!r} is not in the training data')
+      raise ConfigError(f'{where}: {which} ({len(missing)} missing, {len(extra)} unknown of '
+                        f'{len(names)} clients)')
+    found = [found[n] for n in names]
+  if not isinstance(found, list) or len(found) != train.num_clients:
+    raise ConfigError(f'{where}: expected a list of {train.num_clients} budgets (one per '
+                      'training client, in order) or an object {client name: budget}')
+  a, b = k.budget_range
+  for i, v in enumerate(found):
+    if isinstance(v, bool) or not isinstance(v, int) or not a <= v <= b:
+      raise ConfigError(f'{where}: client {names[i] if names else i}\'s budget {v!r} is not an '
+                        f'integer within --budget_range={a},{b}')
+  return np.asarray(found, np.int32)
 
 
 def check_population(k: config_lib.CohortConfig, population: int):
@@ -213,7 +254,8 @@ def make_sampler(exp: Experiment) -> Callable:
   take ``None``)."""
   k = exp.config.cohort
   example_loss = models.per_example_cross_entropy(exp.model)
-  spec = cohort_spec(k)
+  spec = k.spec(exp.train.counts)
+  budgets = None if exp.client_budgets is None else jnp.asarray(exp.client_budgets)
 
   def sample(root, r, params):
     ids = None
@@ -221,7 +263,8 @@ def make_sampler(exp: Experiment) -> Callable:
       ids = selection.power_of_d(
           root, r, params, exp.train, per_example_loss=example_loss, d=k.candidates,
           cohort_size=k.clients_per_round, mode=k.power_loss, batch_size=k.batch_size)
-    return sampling.sample_cohort(root, r, exp.train.counts, spec, client_ids=ids)
+    return sampling.sample_cohort(root, r, exp.train.counts, spec, client_ids=ids,
+                                  client_budgets=budgets)
   return sample
 
 
@@ -277,11 +320,3 @@ def make_runs(exp: Experiment, configs, chunk_size: int) -> tuple[runs_lib.RunsP
       shared_key=len({x.run.seed for x in configs}) == 1, mesh=exp.mesh,
       fuse_dots=planning.fuse_dots(exp, len(configs)), compiler_options=exp.compiler_options)
   return program, hparams
-
-
-def cohort_spec(k: config_lib.CohortConfig) -> sampling.CohortSpec:
-  """The cohort section's ``CohortSpec`` (power-of-d hands the sampler its clients)."""
-  cyclic = k.client_selection == 'cyclic'
-  return sampling.CohortSpec(k.clients_per_round, tuple(k.budget_range), k.batch_size,
-                             k.sample_with_replacement, k.aggregation_weights,
-                             'cyclic' if cyclic else 'uniform', k.cyclic_groups if cyclic else 1)

@@ -58,7 +58,7 @@ def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int) ->
   """
   spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], v.dtype) for k, v in train.examples.items()}
   per_client = memory.client_bytes(algorithm, params, spec, c.cohort.batch_size,
-                                    c.cohort.budget_range[1])
+                                    c.cohort.spec(train.counts).max_budget)
   block = federated_data.owner_blocks(train.counts, num_devices)[1] * example_bytes(train)
   sharing = devices_per_memory(num_devices)
   data = (block + round_lib.tree_bytes(pools)) * sharing
@@ -111,11 +111,12 @@ def fit_memory(exp):
 
 
 def devices_and_chunk(algorithm, params, data, cohort_size: int, batch_size: int,
-                      budget_range: tuple[int, int], num_devices: int = 0,
+                      equal_budgets: bool, num_devices: int = 0,
                       chunk_size: int = 0, memory_bytes: int | None = None) -> tuple:
   """``(mesh, chunk)`` of one run's cohort: ``num_devices`` (0: ``auto_num_devices``) on the
   ``'clients'`` mesh (None for one), and ``chunk_size`` (0: ``round.default_chunk_size`` for the
-  budgets) clients per chunk, at most the cohort. The rule of every run, batch and benchmark;
+  budgets: ``equal_budgets``, every client takes as many steps) clients per chunk, at most the
+  cohort. The rule of every run, batch and benchmark;
   ``params``: the model's parameters or their shapes, ``data``: the training pool;
   ``memory_bytes``: each device's (default ``memory_limit()``)."""
   if jax.process_count() > 1:   # several processes: every program spans all their devices
@@ -126,7 +127,7 @@ def devices_and_chunk(algorithm, params, data, cohort_size: int, batch_size: int
       shared_memory=jax.default_backend() == 'cpu'))
   used = 1 if mesh is None else mesh.size
   chunk = chunk_size or round_lib.default_chunk_size(
-      cohort_size, params, example_bytes(data), batch_size, used, budget_range=budget_range)
+      cohort_size, params, example_bytes(data), batch_size, used, equal_budgets=equal_budgets)
   return mesh, min(chunk, cohort_size)
 
 
@@ -205,7 +206,7 @@ def runs_chunk_size(exp, num_runs: int, same_cohorts: bool = False) -> int:
   params = jax.eval_shape(exp.model.init, jax.random.key(0))
   total = round_lib.default_chunk_size(
       k.clients_per_round * num_runs, params, example_bytes(exp.train), k.batch_size,
-      budget_range=tuple(k.budget_range) if same_cohorts else None)
+      equal_budgets=not same_cohorts or k.spec(exp.train.counts).equal_budgets)
   if same_cohorts:
     chunk = exp.config.run.chunk_size or total // num_runs   # --chunk_size: per cell
     return max(1, min(chunk, k.clients_per_round, fits))
@@ -241,11 +242,14 @@ FUSE_MIN_CLIENT_ROUNDS = 20_000
 QUICK_COMPILE_MAX_ROUND_WORK = 1_000_000
 
 
-def quick_compile(k: CohortConfig, params) -> bool:
+def quick_compile(k: CohortConfig, params, counts=None) -> bool:
   """Whether an experiment's programs are compiled for compile time: its round's work
-  (``k``: the cohort section; ``params``: the model's parameters or their shapes) is small."""
+  (``k``: the cohort section; ``params``: the model's parameters or their shapes; ``counts``:
+  the clients' example counts, which set the steps of a budget in epochs) is small."""
   size = sum(math.prod(p.shape) for p in jax.tree.leaves(params))
   mean_budget = (k.budget_range[0] + k.budget_range[1]) / 2
+  if k.budget_unit == 'epochs':
+    mean_budget *= float(np.mean(-(-np.asarray(counts) // k.batch_size)))
   return k.clients_per_round * mean_budget * k.batch_size * size <= QUICK_COMPILE_MAX_ROUND_WORK
 
 

@@ -234,13 +234,13 @@ def test_default_chunk_size_cuts_heterogeneous_cohorts_into_budget_sorted_chunks
   big = 1 << 30
   # Equal budgets: one chunk. Budgets that differ: about 16 chunks, never below 32 clients
   # per device, never above what memory allows.
-  assert default_chunk_size(2000, params, 16, 5, memory_bytes=big, budget_range=(7, 7)) == 2000
-  assert default_chunk_size(2000, params, 16, 5, memory_bytes=big, budget_range=(1, 50)) == 125
+  assert default_chunk_size(2000, params, 16, 5, memory_bytes=big, equal_budgets=True) == 2000
+  assert default_chunk_size(2000, params, 16, 5, memory_bytes=big, equal_budgets=False) == 125
   assert default_chunk_size(2000, params, 16, 5, 2, memory_bytes=big,
-                            budget_range=(1, 50)) == 125
-  assert default_chunk_size(20, params, 16, 5, memory_bytes=big, budget_range=(4, 13)) == 20
-  assert default_chunk_size(300, params, 16, 5, 4, memory_bytes=big, budget_range=(1, 5)) == 128
-  assert default_chunk_size(2000, params, 16, 5, memory_bytes=1, budget_range=(1, 50)) == 1
+                            equal_budgets=False) == 125
+  assert default_chunk_size(20, params, 16, 5, memory_bytes=big, equal_budgets=False) == 20
+  assert default_chunk_size(300, params, 16, 5, 4, memory_bytes=big, equal_budgets=False) == 128
+  assert default_chunk_size(2000, params, 16, 5, memory_bytes=1, equal_budgets=False) == 1
 
 
 @pytest.mark.parametrize('size,chunk,devices,expect', [

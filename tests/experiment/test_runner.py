@@ -382,10 +382,14 @@ def test_guess_settings_reach_the_algorithms_policy():
 def test_cohort_spec_from_the_config():
   c = make(clients_per_round=7, budget_range=(2, 5), batch_size=4,
            sample_with_replacement=False, aggregation_weights='uniform')
-  assert factories.cohort_spec(c.cohort) == CohortSpec(7, (2, 5), 4, False, 'uniform')
+  counts = np.array([3, 9, 5])
+  assert c.cohort.spec(counts) == CohortSpec(7, (2, 5), 4, False, 'uniform')
   cyclic = c.replace(client_selection='cyclic', cyclic_groups=3)
-  assert factories.cohort_spec(cyclic.cohort) == CohortSpec(7, (2, 5), 4, False, 'uniform',
-                                                            'cyclic', 3)
+  assert cyclic.cohort.spec(counts) == CohortSpec(7, (2, 5), 4, False, 'uniform', 'cyclic', 3)
+  epochs = c.replace(budget_unit='epochs', budget_draw='proportional').cohort.spec(counts)
+  assert epochs == CohortSpec(7, (2, 5), 4, False, 'uniform', budget_unit='epochs',
+                              budget_draw='proportional', max_examples=9)
+  assert epochs.max_budget == 5 * 3   # 5 epochs of the largest client's ceil(9 / 4) steps
 
 
 @pytest.mark.parametrize('kwargs,flag', [
