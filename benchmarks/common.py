@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: the LEAF Synthetic and CNN workloads, integer-list flags,
-output."""
+"""What the benchmark scripts share: the LEAF Synthetic, CNN and LSTM workloads, integer-list
+flags, output."""
 from __future__ import annotations
 
 import json
@@ -39,31 +39,67 @@ def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
           model.init(keys.init_key(root)))
 
 
-def femnist_like_workload(num_clients: int, per_client: int, cpu_devices: int | None = None,
-                          xla_layers: bool = False):
-  """GeL's FEMNIST CNN (608,702 parameters) on FEMNIST-shaped random data: ``num_clients``
-  clients of ``per_client`` images (784 floats in [0, 1)) and labels (62 classes), seed 0.
-  FEMNIST itself is a download; the speed of a step does not depend on the pixel values.
-  Returns ``(host pool, pool on device, model, loss, root key, initial params)``;
-  ``xla_layers`` builds the CNN with XLA's own convolution and max pool (``TwoConvCNN``).
-  """
+def random_clients_workload(num_clients: int, per_client: int, examples, build_model,
+                            cpu_devices: int | None = None):
+  """``num_clients`` random clients of ``per_client`` examples each (``examples(rng, n)``: a
+  client's ``{'x', 'y'}`` arrays; numpy generator of seed 0) and the model ``build_model()``,
+  built after every CPU core is presented as a device (as ``synthetic_workload``). Returns
+  ``(host pool, pool on device, model, loss, root key, initial params)``."""
   from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
   devices.use_all_cpu_cores(cpu_devices)
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import models  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import federated_data, keys  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(0)
-  host = federated_data.from_client_arrays([
-      {'x': rng.random((per_client, 784), np.float32),
-       'y': rng.integers(0, 62, per_client).astype(np.int32)} for _ in range(num_clients)])
-  module = models.TwoConvCNN(62, kernel=5, padding='VALID', hidden=512, xla_layers=xla_layers)
-  model = models.from_linen('gel_femnist_cnn', module, (784,), jnp.float32, 62)
+  host = federated_data.from_client_arrays([examples(rng, per_client)
+                                            for _ in range(num_clients)])
+  model = build_model()
   root = keys.root_key(0)
   return (host, federated_data.to_device(host), model, models.cross_entropy_loss(model), root,
           model.init(keys.init_key(root)))
+
+
+def femnist_like_workload(num_clients: int, per_client: int, cpu_devices: int | None = None,
+                          xla_layers: bool = False):
+  """GeL's FEMNIST CNN (608,702 parameters) on FEMNIST-shaped random data: ``num_clients``
+  clients of ``per_client`` images (784 floats in [0, 1)) and labels (62 classes), seed 0.
+  FEMNIST itself is a download; the speed of a step does not depend on the pixel values.
+  Returns ``random_clients_workload``'s tuple; ``xla_layers`` builds the CNN with XLA's own
+  convolution and max pool (``TwoConvCNN``).
+  """
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from fedjax_gel import models  # pylint: disable=g-import-not-at-top
+
+  def examples(rng, n):
+    return {'x': rng.random((n, 784), np.float32), 'y': rng.integers(0, 62, n).astype(np.int32)}
+
+  def build_model():
+    module = models.TwoConvCNN(62, kernel=5, padding='VALID', hidden=512, xla_layers=xla_layers)
+    return models.from_linen('gel_femnist_cnn', module, (784,), jnp.float32, 62)
+
+  return random_clients_workload(num_clients, per_client, examples, build_model, cpu_devices)
+
+
+def shakespeare_like_workload(num_clients: int, per_client: int, cpu_devices: int | None = None):
+  """LEAF's Shakespeare LSTM (``models.shakespeare_lstm``, 817,872 parameters) on
+  Shakespeare-shaped random data: ``num_clients`` clients of ``per_client`` int32 sequences of
+  80 character ids and next-character labels, both uniform over LEAF's 80 characters, seed 0.
+  A step's speed does not depend on the characters. Returns ``random_clients_workload``'s tuple.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from fedjax_gel import models  # pylint: disable=g-import-not-at-top
+
+  def examples(rng, n):
+    return {'x': rng.integers(0, 80, (n, 80)).astype(np.int32),
+            'y': rng.integers(0, 80, n).astype(np.int32)}
+
+  return random_clients_workload(num_clients, per_client, examples,
+                                 lambda: models.shakespeare_lstm((80,), 80), cpu_devices)
 
 
 def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,

@@ -1,11 +1,22 @@
-"""GeL's FEMNIST CNN: a fedjax_gel round against a per-client PyTorch training loop, side by side.
+"""GeL's FEMNIST CNN or the Shakespeare LSTM: a fedjax_gel round against PyTorch, side by side.
 
-The FedAvgCM round of GeL's FEMNIST setting: the CNN of ``models.gel_femnist_cnn`` (608,702
-parameters), every client ``tau = 8`` SGD-with-momentum steps (lr 0.01, momentum 0.9) of batch
-``B = 20`` on its own shuffled examples, the server averaging the clients' models (weights
-``min(tau B, n_i)``). Both sides start from the same initial model (the Flax parameters copied
-into the PyTorch module) and train the same sampled clients on the same data: 200 FEMNIST-shaped
-random clients of 200 examples (``common.femnist_like_workload``; FEMNIST is a download).
+``--model cnn`` (default): the FedAvgCM round of GeL's FEMNIST setting: the CNN of
+``models.gel_femnist_cnn`` (608,702 parameters), every client ``tau = 8`` SGD-with-momentum
+steps (lr 0.01, momentum 0.9) of batch ``B = 20`` on its own shuffled examples, the server
+averaging the clients' models (weights ``min(tau B, n_i)``), on 200 FEMNIST-shaped random
+clients of 200 examples (``common.femnist_like_workload``; FEMNIST is a download).
+
+``--model lstm``: the same round in GeL's Shakespeare setting as this project runs it
+(``launch/configs/gel_table1_shakespeare_subset.flags``): LEAF's stacked LSTM of
+``models.shakespeare_lstm`` (embedding 8, two LSTMs of 256 units, dense 80 on the last
+position; 817,872 parameters), batch ``B = 10``, SGD lr 0.3 with momentum 0.9, and
+``tau = 4`` steps for every client (the mean of the config's ``tau_i ~ U{2..6}``), on 200
+Shakespeare-shaped random clients of 200 sequences of 80 character ids
+(``common.shakespeare_like_workload``). PyTorch's model is ``nn.Embedding``, one two-layer
+``nn.LSTM`` and ``nn.Linear`` (``torch_lstm``).
+
+Both sides start from the same initial model (the Flax parameters copied into the PyTorch
+module) and train the same sampled clients on the same data. Three sides:
 
 * fedjax_gel: ``sample_cohort`` plus the compiled round, with ``launch/run.py``'s device and
   chunk defaults.
@@ -27,7 +38,8 @@ XLA's own convolution and max pool instead of ``models.layers`` (the comparison 
 Needs torch (``pip install torch``; optional, not a dependency of fedjax_gel); without it the
 script stops with one line.
 
-Usage: ``python benchmarks/vs_torch_loop.py [--cohorts 20,100] [--repeats 3] [--plot PNG]``
+Usage: ``python benchmarks/vs_torch_loop.py [--model cnn|lstm] [--cohorts 20,100] [--repeats 3]
+[--plot PNG]``
 """
 from __future__ import annotations
 
@@ -37,17 +49,32 @@ import os
 import statistics
 import sys
 import time
+from typing import Callable, NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-TAU, BATCH, LR, MOMENTUM = 8, 20, 0.01, 0.9
 CLIENTS, PER_CLIENT = 200, 200
 
 
-def torch_side(params):
-  """The PyTorch CNN with the Flax ``params`` copied in, and its per-client FedAvgCM round."""
+class Setting(NamedTuple):
+  """One model's round: its title, what builds our layers, ``tau`` steps of batch ``batch``, the
+  client optimiser, the workload (``workload(xla_layers)``: ``common``'s tuple) and the PyTorch
+  model (``torch_model(params) -> (module, weights)``; ``weights``: Flax parameters -> the
+  module's state dict)."""
+  title: str
+  layers: str
+  tau: int
+  batch: int
+  lr: float
+  momentum: float
+  workload: Callable
+  torch_model: Callable
+
+
+def torch_cnn(params):
+  """GeL's FEMNIST CNN in PyTorch, and the map of its Flax ``params`` into it."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   from torch import nn  # pylint: disable=g-import-not-at-top
@@ -64,16 +91,83 @@ def torch_side(params):
       x = x.permute(0, 2, 3, 1).flatten(1)    # Flax's [H, W, C] order into the dense layer
       return self.out(torch.relu(self.dense(x)))
 
-  p = params
-  conv = lambda k: torch.tensor(np.asarray(k)).permute(3, 2, 0, 1)   # HWIO -> OIHW
-  dense = lambda k: torch.tensor(np.asarray(k)).T
-  init = {'conv1.weight': conv(p['conv1']['kernel']), 'conv2.weight': conv(p['conv2']['kernel']),
-          'dense.weight': dense(p['dense']['kernel']), 'out.weight': dense(p['out']['kernel'])}
-  init.update({f'{n}.bias': torch.tensor(np.asarray(p[n]['bias']))
-               for n in ('conv1', 'conv2', 'dense', 'out')})
-  model = CNN()
-  model.load_state_dict({k: v.contiguous() for k, v in init.items()})
+  def weights(p):
+    conv = lambda k: torch.tensor(np.asarray(k)).permute(3, 2, 0, 1)   # HWIO -> OIHW
+    dense = lambda k: torch.tensor(np.asarray(k)).T
+    out = {'conv1.weight': conv(p['conv1']['kernel']), 'conv2.weight': conv(p['conv2']['kernel']),
+           'dense.weight': dense(p['dense']['kernel']), 'out.weight': dense(p['out']['kernel'])}
+    out.update({f'{n}.bias': torch.tensor(np.asarray(p[n]['bias']))
+                for n in ('conv1', 'conv2', 'dense', 'out')})
+    return {k: v.contiguous() for k, v in out.items()}
+
+  return CNN(), weights
+
+
+def torch_lstm(params):
+  """The Shakespeare stacked LSTM in PyTorch (``nn.Embedding``, one ``nn.LSTM`` of the Flax
+  model's layers, ``nn.Linear`` on the last position), and the map of its Flax ``params`` into
+  it. Flax's ``OptimizedLSTMCell`` has input kernels ``ii, if, ig, io`` without bias and
+  recurrent kernels ``hi, hf, hg, ho`` with one; ``nn.LSTM`` stacks its gates in the same
+  order ``i, f, g, o`` and has two biases: ``bias_hh`` takes Flax's, ``bias_ih`` is zero and
+  frozen (``requires_grad = False``), so both train the same parameters."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  from torch import nn  # pylint: disable=g-import-not-at-top
+
+  vocab, embed = params['embed']['embedding'].shape
+  hidden, classes = params['out']['kernel'].shape
+  layers = sum(k.startswith('lstms_') for k in params)
+
+  class LSTM(nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.embed = nn.Embedding(vocab, embed)
+      self.lstm = nn.LSTM(embed, hidden, layers, batch_first=True)
+      self.out = nn.Linear(hidden, classes)
+      for l in range(layers):
+        getattr(self.lstm, f'bias_ih_l{l}').requires_grad_(False)
+
+    def forward(self, x):
+      return self.out(self.lstm(self.embed(x))[0][:, -1])
+
+  def weights(p):
+    t = lambda a: torch.tensor(np.asarray(a))
+    out = {'embed.weight': t(p['embed']['embedding']), 'out.weight': t(p['out']['kernel']).T,
+           'out.bias': t(p['out']['bias'])}
+    for l in range(layers):
+      cell = p[f'lstms_{l}']['cell']
+      gates = lambda kind, part, cell=cell: [t(cell[kind + g][part]) for g in 'ifgo']
+      out[f'lstm.weight_ih_l{l}'] = torch.cat(gates('i', 'kernel'), 1).T
+      out[f'lstm.weight_hh_l{l}'] = torch.cat(gates('h', 'kernel'), 1).T
+      out[f'lstm.bias_hh_l{l}'] = torch.cat(gates('h', 'bias'))
+      out[f'lstm.bias_ih_l{l}'] = torch.zeros(4 * hidden)
+    return {k: v.contiguous() for k, v in out.items()}
+
+  return LSTM(), weights
+
+
+SETTINGS = {
+    'cnn': Setting('GeL FEMNIST CNN', 'fedjax_gel', 8, 20, 0.01, 0.9,
+                   lambda xla_layers: common.femnist_like_workload(
+                       CLIENTS, PER_CLIENT, xla_layers=xla_layers), torch_cnn),
+    # launch/configs/gel_table1_shakespeare_subset.flags: B = 10, lr 0.3, momentum 0.9 and
+    # tau_i ~ U{2..6}, here its mean for every client; Flax's own nn.RNN layers.
+    'lstm': Setting('Shakespeare LSTM', 'flax', 4, 10, 0.3, 0.9,
+                    lambda _: common.shakespeare_like_workload(CLIENTS, PER_CLIENT), torch_lstm),
+}
+
+
+def torch_side(s: Setting, params):
+  """The PyTorch model of ``s`` with the Flax ``params`` copied in, and its two FedAvgCM rounds:
+  ``(weights, initial state dict, per-client loop round, vmapped round)``."""
+  import torch  # pylint: disable=g-import-not-at-top
+  from torch import nn  # pylint: disable=g-import-not-at-top
+
+  model, weights = s.torch_model(params)
+  init = weights(params)
+  model.load_state_dict(init)
   loss_fn = nn.CrossEntropyLoss()
+  trainable = [k for k, v in model.named_parameters() if v.requires_grad]
 
   def round_fn(global_weights, clients, tau, generator):
     """``clients``: ``[(x, y)]`` tensors; returns the new global weights (a state dict)."""
@@ -81,15 +175,15 @@ def torch_side(params):
     weight_sum = 0.
     for x, y in clients:
       model.load_state_dict(global_weights)
-      opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+      opt = torch.optim.SGD(model.parameters(), lr=s.lr, momentum=s.momentum)
       order = torch.cat([torch.randperm(len(x), generator=generator)
-                         for _ in range(-(-tau * BATCH // len(x)))])
+                         for _ in range(-(-tau * s.batch // len(x)))])
       for k in range(tau):
-        idx = order[k * BATCH:(k + 1) * BATCH]
+        idx = order[k * s.batch:(k + 1) * s.batch]
         opt.zero_grad()
         loss_fn(model(x[idx]), y[idx]).backward()
         opt.step()
-      w = float(min(tau * BATCH, len(x)))
+      w = float(min(tau * s.batch, len(x)))
       weight_sum += w
       with torch.no_grad():
         for k, v in model.state_dict().items():
@@ -97,31 +191,33 @@ def torch_side(params):
     return {k: v / weight_sum for k, v in total.items()}
 
   def vmap_round(global_weights, clients, tau, generator):
-    """The same round with the clients vmapped (``torch.func``): every client's parameters and
-    momentum stacked, one ``vmap(grad(...))`` per local step over all clients' minibatches."""
+    """The same round with the clients vmapped (``torch.func``): every client's trainable
+    parameters and momentum stacked, one ``vmap(grad(...))`` per local step over all clients'
+    minibatches."""
     from torch import func  # pylint: disable=g-import-not-at-top
     xs, ys = torch.stack([x for x, _ in clients]), torch.stack([y for _, y in clients])
     size, n = xs.shape[:2]
     orders = torch.stack([torch.cat([torch.randperm(n, generator=generator)
-                                     for _ in range(-(-tau * BATCH // n))])[:tau * BATCH]
+                                     for _ in range(-(-tau * s.batch // n))])[:tau * s.batch]
                           for _ in range(size)])
     params = {k: v.detach().unsqueeze(0).repeat(size, *([1] * v.ndim))
-              for k, v in global_weights.items()}
+              for k, v in global_weights.items() if k in trainable}
+    frozen = {k: v for k, v in global_weights.items() if k not in params}
     velocity = {k: torch.zeros_like(v) for k, v in params.items()}
     grads = func.vmap(func.grad(
-        lambda p, x, y: loss_fn(func.functional_call(model, p, (x,)), y)))
+        lambda p, x, y: loss_fn(func.functional_call(model, {**frozen, **p}, (x,)), y)))
     rows = torch.arange(size)[:, None]
     for k in range(tau):
-      idx = orders[:, k * BATCH:(k + 1) * BATCH]
+      idx = orders[:, k * s.batch:(k + 1) * s.batch]
       g = grads(params, xs[rows, idx], ys[rows, idx])
       with torch.no_grad():
         for name in params:   # torch.optim.SGD's momentum: buf = m buf + g; p -= lr buf
-          velocity[name].mul_(MOMENTUM).add_(g[name])
-          params[name].sub_(LR * velocity[name])
-    w = torch.tensor([float(min(tau * BATCH, len(x))) for x, _ in clients])
-    return {k: torch.tensordot(w / w.sum(), v, dims=1) for k, v in params.items()}
+          velocity[name].mul_(s.momentum).add_(g[name])
+          params[name].sub_(s.lr * velocity[name])
+    w = torch.tensor([float(min(tau * s.batch, len(x))) for x, _ in clients])
+    return {**frozen, **{k: torch.tensordot(w / w.sum(), v, dims=1) for k, v in params.items()}}
 
-  return model, init, round_fn, vmap_round
+  return weights, init, round_fn, vmap_round
 
 
 def to_torch(host, ids):
@@ -130,14 +226,15 @@ def to_torch(host, ids):
   out = []
   for i in ids:
     ex = federated_data.client_examples(host, int(i))
-    out.append((torch.tensor(ex['x']), torch.tensor(ex['y']).long()))
+    x = torch.tensor(ex['x'])
+    out.append((x if x.is_floating_point() else x.long(), torch.tensor(ex['y']).long()))
   return out
 
 
-def check(algorithm, params, host, round_fn, init):
+def check(s: Setting, algorithm, params, host, round_fn, weights):
   """Largest difference between our new model and a PyTorch round's (``round_fn``) after one
   round of ``tau = 1`` on 20 clients holding one batch each (mean gradient over the whole
-  batch: no order)."""
+  batch: no order), compared in PyTorch's layout (``weights``)."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
@@ -147,52 +244,49 @@ def check(algorithm, params, host, round_fn, init):
 
   small = federated_data.from_client_arrays(
       [federated_data.client_examples(host, i) for i in range(20)])
-  small = small._replace(examples={k: v.reshape((20, PER_CLIENT) + v.shape[1:])[:, :BATCH]
-                                   .reshape((20 * BATCH,) + v.shape[1:])
+  small = small._replace(examples={k: v.reshape((20, PER_CLIENT) + v.shape[1:])[:, :s.batch]
+                                   .reshape((20 * s.batch,) + v.shape[1:])
                                    for k, v in small.examples.items()},
-                         offsets=np.arange(20, dtype=np.int32) * BATCH,
-                         counts=np.full(20, BATCH, np.int32))
+                         offsets=np.arange(20, dtype=np.int32) * s.batch,
+                         counts=np.full(20, s.batch, np.int32))
   data = federated_data.to_device(small)
   root = keys.root_key(1)
   cohort = sampling.sample_cohort(root, 0, data.counts,
-                                  sampling.CohortSpec(20, (1, 1), BATCH, replace=False))
+                                  sampling.CohortSpec(20, (1, 1), s.batch, replace=False))
   rf = round_lib.build_round(algorithm, chunk_size=20)
   ours = rf(algorithm.server_init(params), cohort, data, root, np.int32(0))[0].params
-  theirs = round_fn(init, to_torch(small, np.asarray(cohort.client_ids)), 1, torch.Generator())
-  pairs = [(ours['conv1']['kernel'], theirs['conv1.weight'].permute(2, 3, 1, 0)),
-           (ours['conv2']['kernel'], theirs['conv2.weight'].permute(2, 3, 1, 0)),
-           (ours['dense']['kernel'], theirs['dense.weight'].T),
-           (ours['out']['kernel'], theirs['out.weight'].T)]
-  pairs += [(ours[n]['bias'], theirs[f'{n}.bias']) for n in ('conv1', 'conv2', 'dense', 'out')]
-  return max(float(np.max(np.abs(np.asarray(jax.device_get(a)) - b.numpy()))) for a, b in pairs)
+  ours = weights(jax.device_get(ours))
+  theirs = round_fn(weights(params), to_torch(small, np.asarray(cohort.client_ids)), 1,
+                    torch.Generator())
+  return max(float((ours[k] - theirs[k]).abs().max()) for k in ours)
 
 
-def measure(cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
+def measure(model: str, cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
   if importlib.util.find_spec('torch') is None:
     print('error: the PyTorch side needs torch: pip install torch', file=sys.stderr)
     sys.exit(2)
-  host, data, _, loss, root, params = common.femnist_like_workload(
-      CLIENTS, PER_CLIENT, xla_layers=xla_layers)
+  s = SETTINGS[model]
+  host, data, _, loss, root, params = s.workload(xla_layers)
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
 
-  ours = algorithms.fedavgcm(loss, LR, MOMENTUM)
-  _, init, torch_round, vmap_round = torch_side(params)
-  diff = check(ours, params, host, torch_round, init)
-  vmap_diff = check(ours, params, host, vmap_round, init)
+  ours = algorithms.fedavgcm(loss, s.lr, s.momentum)
+  weights, init, torch_round, vmap_round = torch_side(s, params)
+  diff = check(s, ours, params, host, torch_round, weights)
+  vmap_diff = check(s, ours, params, host, vmap_round, weights)
   print(f'one round (tau = 1, 20 clients): max abs diff {diff:.1e} to the PyTorch loop, '
         f'{vmap_diff:.1e} to torch.func.vmap', file=sys.stderr)
   generator = torch.Generator().manual_seed(0)
   rows = []
   for cohort in cohorts:
-    ran = common.launch_round(ours, params, data, root, cohort, TAU, BATCH, False)
+    ran = common.launch_round(ours, params, data, root, cohort, s.tau, s.batch, False)
     compiled, state, pool, sample = ran['compiled'], ran['state'], ran['pool'], ran['sample']
     clients = [to_torch(host, np.asarray(sample(r).client_ids)) for r in range(repeats + 1)]
-    torch_round(init, clients[0], TAU, generator)   # warm-up
-    vmap_round(init, clients[0], TAU, generator)
+    torch_round(init, clients[0], s.tau, generator)   # warm-up
+    vmap_round(init, clients[0], s.tau, generator)
 
     ours_t, theirs_t, vmap_t = [], [], []
     for r in range(1, repeats + 1):   # alternately, so both see the same machine load
@@ -200,17 +294,18 @@ def measure(cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
       jax.block_until_ready(compiled(state, sample(r), pool, root, np.int32(r))[0])
       ours_t.append(time.perf_counter() - t)
       t = time.perf_counter()
-      torch_round(init, clients[r], TAU, generator)
+      torch_round(init, clients[r], s.tau, generator)
       theirs_t.append(time.perf_counter() - t)
       t = time.perf_counter()
-      vmap_round(init, clients[r], TAU, generator)
+      vmap_round(init, clients[r], s.tau, generator)
       vmap_t.append(time.perf_counter() - t)
     ours_s, theirs_s = statistics.median(ours_t), statistics.median(theirs_t)
     vmap_s = statistics.median(vmap_t)
-    examples = cohort * TAU * BATCH
+    examples = cohort * s.tau * s.batch
     rows.append({
+        'model': s.title, 'tau': s.tau, 'batch': s.batch, 'lr': s.lr, 'momentum': s.momentum,
         'cohort': cohort, 'devices': ran['devices'], 'chunk': ran['chunk'],
-        'layers': 'xla' if xla_layers else 'fedjax_gel', 'fedjax_gel_compile_s': ran['compile_s'], 'fedjax_gel_round_s': ours_s,
+        'layers': 'xla' if xla_layers else s.layers, 'fedjax_gel_compile_s': ran['compile_s'], 'fedjax_gel_round_s': ours_s,
         'torch_round_s': theirs_s, 'fedjax_gel_examples_per_s': examples / ours_s,
         'torch_examples_per_s': examples / theirs_s, 'ratio': theirs_s / ours_s,
         'torch_vmap_round_s': vmap_s, 'torch_vmap_examples_per_s': examples / vmap_s,
@@ -224,8 +319,10 @@ def measure(cohorts: list[int], repeats: int, xla_layers: bool) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-  out = [f'PyTorch {rows[0]["torch"]}; models after one round against ours: max abs diff '
-         f'{rows[0]["max_abs_diff"]:.1e} (loop), {rows[0]["vmap_max_abs_diff"]:.1e} (vmap)\n',
+  r = rows[0]
+  out = [f'{r["model"]}, tau = {r["tau"]}, B = {r["batch"]}, lr {r["lr"]}, momentum '
+         f'{r["momentum"]}; PyTorch {r["torch"]}; models after one round against ours: max abs '
+         f'diff {r["max_abs_diff"]:.1e} (loop), {r["vmap_max_abs_diff"]:.1e} (vmap)\n',
          '| clients | layers | devices | chunk | fedjax_gel compile s | fedjax_gel round s | '
          'PyTorch loop round s | torch.func.vmap round s | fedjax_gel examples/s | '
          'PyTorch loop examples/s | torch.func.vmap examples/s | loop / ours | vmap / ours |',
@@ -242,6 +339,8 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--model', choices=sorted(SETTINGS), default='cnn',
+                 help="GeL's FEMNIST CNN or the Shakespeare LSTM, each in its own setting")
   p.add_argument('--cohorts', default='20,100')
   p.add_argument('--repeats', type=int, default=3)
   p.add_argument('--xla_layers', action='store_true',
@@ -254,10 +353,13 @@ def main(argv=None):
     p.exit(2, 'error: --cohorts and --repeats must be positive\n')
   if max(cohorts) > CLIENTS:
     p.exit(2, f'error: --cohorts: at most {CLIENTS} clients (sampled without replacement)\n')
-  rows = measure(cohorts, a.repeats, a.xla_layers)
+  if a.xla_layers and a.model != 'cnn':
+    p.exit(2, 'error: --xla_layers builds the CNN only (--model cnn)\n')
+  rows = measure(a.model, cohorts, a.repeats, a.xla_layers)
   common.report(rows, table(rows), a.json)
   xs = [r['cohort'] for r in rows]
-  common.plot(a.plot, f'FedAvgCM round, GeL FEMNIST CNN, tau={TAU}, B={BATCH}',
+  s = SETTINGS[a.model]
+  common.plot(a.plot, f'FedAvgCM round, {s.title}, tau={s.tau}, B={s.batch}',
               'clients per round', 'examples/s',
               {'fedjax_gel': (xs, [r['fedjax_gel_examples_per_s'] for r in rows]),
                'PyTorch per-client loop': (xs, [r['torch_examples_per_s'] for r in rows]),
