@@ -8,7 +8,8 @@ Public API (everything else is an implementation module):
 * algorithms: ``FederatedAlgorithm``, ``ClientContext``, ``RoundInfo``, ``fedavg``, ``fedavgcm``,
   ``gel``, ``GuessPolicy`` (the rest in ``algorithms``);
 * optimisers: ``optim`` (GeL's ``gel_sgdm``, ``guessing`` and ``guess``; FedGBO; FedOpt);
-* models: ``Model``, ``get_model``, ``cross_entropy_loss``;
+* models and datasets: ``Model``, ``get_model``, ``cross_entropy_loss``, ``register_model``,
+  ``register_dataset`` (your own, usable by name from the command line and ``experiment``);
 * sub-packages ``core``, ``algorithms``, ``optim``, ``models``, ``data``, ``experiment``.
 """
 from fedjax_gel import algorithms, core, data, models, optim
@@ -17,7 +18,8 @@ from fedjax_gel.algorithms import (ClientContext, FederatedAlgorithm, GuessPolic
 from fedjax_gel.core import (Cohort, CohortSpec, FederatedData, FederatedSplit, RoundMetrics,
                              build_evaluate, build_round, from_client_arrays, make_eval_pool,
                              sample_cohort, to_device)
-from fedjax_gel.models import Model, cross_entropy_loss, get_model
+from fedjax_gel.data import register_dataset
+from fedjax_gel.models import Model, cross_entropy_loss, get_model, register_model
 
 __version__ = '0.1.0'
 
@@ -26,5 +28,5 @@ __all__ = [
     'FederatedSplit', 'GuessPolicy', 'Model', 'RoundInfo', 'RoundMetrics', 'algorithms',
     'build_evaluate', 'build_round', 'core', 'cross_entropy_loss', 'data', 'fedavg', 'fedavgcm',
     'from_client_arrays', 'gel', 'get_model', 'make_eval_pool', 'models', 'optim',
-    'sample_cohort', 'to_device',
+    'register_dataset', 'register_model', 'sample_cohort', 'to_device',
 ]

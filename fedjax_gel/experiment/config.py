@@ -19,10 +19,10 @@ import numpy as np
 
 from fedjax_gel.core.spec import (AlgorithmSpec, NoHparams, at_least, flag_name, hparam, one_of,
                                   positive, problems, within)
+from fedjax_gel.data import registry as data_registry
 from fedjax_gel.data.leaf import SAMPLINGS, Sampling
 
-DATASETS = ('leaf_synthetic', 'fedprox_synthetic', 'leaf', 'femnist', 'shakespeare', 'sent140',
-            'celeba', 'mnist', 'emnist', 'cifar10', 'cifar100')
+DATASETS = data_registry.BUILTIN
 # Datasets read through TFDS data sources (--data_dir), split with --partition.
 TFDS_DATASETS = ('mnist', 'emnist', 'cifar10', 'cifar100')
 # Datasets read from --data_path (LEAF JSON files).
@@ -34,6 +34,10 @@ SERVER_OPTIMIZERS = ('sgd', 'momentum', 'fedadam', 'fedyogi', 'fedadagrad', 'ada
 
 class ConfigError(ValueError):
   """A user error in the configuration; its message is one line naming the flag."""
+
+
+def _known_dataset(name, value):
+  return one_of(*data_registry.names())(name, value)
 
 
 def _known_model(name, value):
@@ -61,7 +65,8 @@ def _budget_range(name, value):
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
   """Where the clients' data comes from and how it is split."""
-  dataset: str = hparam('leaf_synthetic', f'One of {", ".join(DATASETS)}.', one_of(*DATASETS))
+  dataset: str = hparam('leaf_synthetic', f'One of {", ".join(DATASETS)}, or a dataset '
+                        'registered with fedjax_gel.register_dataset.', _known_dataset)
   data_path: Optional[str] = hparam(
       None, 'LEAF datasets: a LEAF JSON file, a directory of them (merged: FEMNIST), or a '
       'directory with train/ and test/; subset:femnist_niid_05 and '
@@ -422,8 +427,8 @@ def validate(c: Config) -> Config:
        f'--algorithm={named[0] if named else ""}; use that name (one name per run)')
   leaf_data = d.dataset in LEAF_DATASETS
   need(not leaf_data or d.data_path, f'--data_path is required with --dataset={d.dataset}')
-  need(leaf_data or not d.data_path,
-       f'--data_path is only read with LEAF datasets (got --dataset={d.dataset})')
+  need(leaf_data or d.dataset in data_registry.LOADERS or not d.data_path,
+       f'--data_path is only read with LEAF and registered datasets (got --dataset={d.dataset})')
   need(d.dataset != 'celeba' or d.image_dir, '--image_dir is required with --dataset=celeba')
   need(leaf_data or not d.sampling.active,
        f'--leaf_sample/--leaf_min_samples are only read with LEAF datasets (got '

@@ -17,6 +17,7 @@ import optax
 from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import devices, evaluation, federated_data, sampling
 from fedjax_gel.core import keys, runs as runs_lib, selection, spec as spec_lib
+from fedjax_gel.data import registry as data_registry
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import planning
 from fedjax_gel.experiment.config import Config, ConfigError, validate
@@ -48,6 +49,8 @@ def server_optimizer(c: Config, lr=None) -> optax.GradientTransformation:
 def load_split(c: Config) -> federated_data.FederatedSplit:
   """Loads the train/test pools the config names (host side). Raises DataError on bad files."""
   d = c.data
+  if d.dataset in data_registry.LOADERS:
+    return registered_split(d)
   if d.dataset in ('leaf_synthetic', 'fedprox_synthetic'):   # generated: cached on disk
     from fedjax_gel.data import cache, fedprox_synthetic, leaf, leaf_synthetic
     split = dict(train_fraction=d.train_fraction, split_seed=d.split_seed)
@@ -79,6 +82,26 @@ def load_split(c: Config) -> federated_data.FederatedSplit:
   if d.dataset == 'celeba':
     return leaf_tasks.load_celeba(d.data_path, d.image_dir, **args)
   return leaf.load(d.data_path, gap=d.split_gap, **args)
+
+
+def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
+  """A registered dataset's loader (``data.registry``), its result checked: a FederatedSplit of
+  two pools with the same features, ``x`` and ``y`` among them."""
+  split = data_registry.LOADERS[d.dataset](d)
+  where = f'--dataset={d.dataset}'
+  if not isinstance(split, federated_data.FederatedSplit):
+    raise ConfigError(f'{where}: its loader returned a {type(split).__name__}, not a '
+                      'FederatedSplit(train, test)')
+  pools = {'train': split.train, 'test': split.test}
+  for part, pool in pools.items():
+    if not isinstance(pool, federated_data.FederatedData) or not {'x', 'y'} <= set(pool.examples):
+      raise ConfigError(f"{where}: the loader's {part} pool must be a FederatedData with "
+                        "features 'x' and 'y'")
+  train, test = (split.train.examples, split.test.examples)
+  if {k: np.shape(v)[1:] for k, v in train.items()} != {k: np.shape(v)[1:] for k, v in test.items()}:
+    raise ConfigError(f"{where}: the loader's train and test pools hold features of different "
+                      'names or shapes')
+  return split
 
 
 def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:

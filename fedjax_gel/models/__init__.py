@@ -1,4 +1,4 @@
-"""Flax models and a registry by name."""
+"""Flax models and a registry by name (``register_model`` adds your own)."""
 from __future__ import annotations
 
 from fedjax_gel.models.base import (Model, cross_entropy_loss, from_linen, from_nnx, masked_mean,
@@ -16,6 +16,26 @@ MODELS = {'logistic': logistic, 'mlp': mlp, 'femnist_cnn': femnist_cnn,
 TOKEN_MODELS = ('shakespeare_lstm', 'sent140_lstm')
 
 
+def register_model(name: str, build, *, tokens: bool = False) -> None:
+  """Makes ``build`` the model ``name`` (``--model=name``, ``get_model(name, ...)``).
+
+  ``build(input_shape, num_classes) -> Model`` (``from_linen`` / ``from_nnx`` wrap a Flax
+  module), called with the training features' shape ``[*input_shape]`` and ``max label + 1``
+  classes; ``tokens``: the model reads int token ids and is built with ``vocab_size=`` (the
+  largest id + 1) too. Call it before building configs or flags; a name taken is a ValueError.
+  """
+  global TOKEN_MODELS
+  if not isinstance(name, str) or not name.isidentifier():
+    raise ValueError(f'register_model: the name must be an identifier, got {name!r}')
+  if name in MODELS:
+    raise ValueError(f'register_model: a model {name!r} is registered already')
+  if not callable(build):
+    raise ValueError(f'register_model: build must be callable, got {type(build).__name__}')
+  MODELS[name] = build
+  if tokens:
+    TOKEN_MODELS += (name,)
+
+
 def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None = None) -> Model:
   """Builds the registered model ``name`` for inputs ``[*input_shape]`` and ``num_classes``
   (token models: ids below ``vocab_size``)."""
@@ -29,5 +49,5 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
 __all__ = ['CelebACNN', 'MLP', 'MODELS', 'LogisticRegression', 'Model', 'StackedLSTM', 'TOKEN_MODELS',
            'TwoConvCNN', 'celeba_cnn', 'cifar_cnn', 'cross_entropy_loss', 'femnist_cnn',
            'from_linen', 'from_nnx', 'gel_femnist_cnn', 'get_model', 'logistic', 'masked_mean',
-           'max_entropy_loss', 'max_pool_2x2', 'mlp', 'patches_conv', 'num_params', 'per_example_cross_entropy', 'sent140_lstm',
-           'shakespeare_lstm']
+           'max_entropy_loss', 'max_pool_2x2', 'mlp', 'patches_conv', 'num_params', 'per_example_cross_entropy', 'register_model',
+           'sent140_lstm', 'shakespeare_lstm']
