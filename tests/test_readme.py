@@ -51,7 +51,8 @@ def test_readme_fedgbo_example_reaches_the_mean_client_model_and_tracks_statisti
 
 def test_readme_quick_start_names_the_shipped_files():
   text = README.read_text()
-  assert 'pip install -e . && python launch/run.py --flagfile=launch/configs/quickstart.flags' in text
+  assert ("pip install -e '.[plot]' && python launch/run.py "
+          '--flagfile=launch/configs/quickstart.flags') in text
   assert "pip install -e '.[test]' && pytest" in text
   assert (README.parent / 'launch/configs/quickstart.flags').exists()
 

@@ -17,9 +17,10 @@ one); the numbers are those of their separate runs.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import sys
-import time
 from typing import Sequence
 
 import jax
@@ -140,10 +141,15 @@ def run_dir(workdir: str, c: Config, levels: tuple) -> str:
   return os.path.join(*parts)
 
 
-def default_workdir(configs) -> str:
+def default_workdir(configs, sweep: Sweep = Sweep()) -> str:
+  """``runs/<algorithms>_<dataset>_<digest>``: the digest (12 hex digits of SHA-256) of every
+  run's settings and the grid, so the same command finds its own runs again (and resumes them,
+  or says they are finished) and another command gets a folder of its own."""
   names = '_'.join(dict.fromkeys(x.algorithm.name for x in configs))
-  stamp = time.strftime('%Y%m%d-%H%M%S')
-  return os.path.join('runs', f'{names}_{configs[0].data.dataset}_{stamp}')
+  settings = {'runs': [x.to_json() for x in configs], 'server_lrs': list(sweep.server_lrs)}
+  text = json.dumps(settings, sort_keys=True, default=str)
+  digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+  return os.path.join('runs', f'{names}_{configs[0].data.dataset}_{digest}')
 
 
 @dataclasses.dataclass
@@ -203,7 +209,7 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
         overwrite: bool = False, vmap: bool = True, callbacks: Sequence = (), out=None,
         err=None, phases: loop_lib.Phases | None = None) -> list[dict]:
   """Trains every run of ``c`` and ``sweep`` into ``workdir`` (default
-  ``runs/<algorithms>_<dataset>_<time>``) and writes ``report.md`` and ``plots/``; returns the
+  ``default_workdir``: the same settings, the same folder) and writes ``report.md`` and ``plots/``; returns the
   runs' summaries (``summary.json``; a grid's ``grid.json``), in ``expand``'s order.
 
   ``callbacks``: more loop callbacks (``experiment.callbacks.Callback``) for every program,
@@ -214,7 +220,7 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   if not cluster.writes():   # another process than 0: the same work, nothing written or printed
     out = err = open(os.devnull, 'w')  # pylint: disable=consider-using-with
   phases = phases or loop_lib.Phases()
-  workdir = workdir or default_workdir(expand(c, sweep))
+  workdir = workdir or default_workdir(expand(c, sweep), sweep)
   p = plan(c, workdir, sweep, overwrite, phases)
   cluster.sync('planned')   # every process has read the work directory before it changes
   for w in p.workdirs:
@@ -265,6 +271,9 @@ def train_all(p: Plan, vmap: bool, extra: list, err, phases) -> list[dict]:
       name = 'summary.json' if p.grid is None else 'grid.json'
       results[i] = workdir_lib.read_json(os.path.join(p.workdirs[i], name))
       workdir_lib.remove_checkpoints(p.workdirs[i], keep=p.configs[i].run.num_rounds)
+      print(f'{p.configs[i].run_name}, seed {p.configs[i].run.seed}: finished earlier in '
+            f'{p.workdirs[i]}; its outputs are kept (--overwrite trains it again)',
+            file=err or sys.stderr)
   for group in program_groups(p, vmap):
     results.update(train_group(p, group, extra, err, phases))
   return [results[i] for i in range(len(p.configs))]

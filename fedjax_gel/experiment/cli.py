@@ -41,7 +41,8 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
   """Defines every flag of ``launch/run.py`` on ``values`` (the algorithms' flags from the
   registry as it is now)."""
   flags.DEFINE_string('workdir', None, 'Output directory (default: '
-                      'runs/<algorithm>_<dataset>_<time>).', flag_values=values)
+                      'runs/<algorithms>_<dataset>_<digest of the settings>: the same command, the '
+                      'same folder).', flag_values=values)
   flags.DEFINE_bool('overwrite', False, 'Replace the outputs of an earlier run in --workdir.',
                     flag_values=values)
   flags.DEFINE_string('compilation_cache', compilation_cache.default_dir(),

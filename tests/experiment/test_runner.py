@@ -611,3 +611,21 @@ def test_memory_guard_fails_in_one_line_when_one_client_cannot_fit(base_config, 
   message = str(e.value)
   assert message.startswith('--budget_range=1,3 with --batch_size=2: one client needs about')
   assert 'lower the budgets or the batch size' in message and '\n' not in message
+
+
+def test_default_workdir_is_the_settings_digest(base_config, tmp_path, monkeypatch):
+  """The same command finds its folder again and says its runs are finished; other settings
+  get another folder."""
+  runs = api.expand(base_config)
+  assert api.default_workdir(runs) == api.default_workdir(api.expand(base_config.replace()))
+  assert api.default_workdir(runs) != api.default_workdir(
+      api.expand(base_config.replace(num_rounds=6)))
+  assert api.default_workdir(runs) != api.default_workdir(runs, api.Sweep(server_lrs=[1.0]))
+  monkeypatch.chdir(tmp_path)
+  first, second = io.StringIO(), io.StringIO()
+  api.run(base_config, out=io.StringIO(), err=first)
+  api.run(base_config, out=io.StringIO(), err=second)
+  folder = api.default_workdir(runs)
+  assert (tmp_path / folder / 'summary.json').exists()
+  assert 'finished earlier' not in first.getvalue()
+  assert f'finished earlier in {folder}' in second.getvalue()
