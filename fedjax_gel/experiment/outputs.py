@@ -3,9 +3,79 @@
 from __future__ import annotations
 
 import os
+import time
 
 from fedjax_gel.experiment import factories, grid as grid_lib, plots, report
 from fedjax_gel.experiment import workdir as workdir_lib
+
+# Settings every report shows, in this order; any other flag shows when the runs differ in it
+# or it is not at its default.
+MAIN_FLAGS = ('dataset', 'data_path', 'model', 'algorithm', 'client_lr', 'client_momentum',
+              'server_optimizer', 'server_lr', 'num_rounds', 'clients_per_round', 'batch_size',
+              'budget_range', 'budget_unit', 'budget_draw', 'seed', 'target_accuracy')
+# Flags that name where and how a run was computed, not what it computed.
+NOT_SETTINGS = ('chunk_size', 'num_devices', 'device_memory_gb', 'tensorboard',
+                'checkpoint_every')
+
+
+def settings_table(configs) -> str:
+  """Markdown table of the runs' settings: the main flags, then every other flag that is not
+  at its default or differs among the runs (an algorithm's own hyper-parameter names the
+  algorithms that have it); several values are listed in order."""
+  from fedjax_gel.experiment.config import make   # pylint: disable=g-import-not-at-top
+  values, owners, changed = {}, {}, set()
+  for c in configs:
+    defaults = make(algorithm=c.algorithm.name).flags()
+    for flag, v in c.flags().items():
+      v = ','.join(map(str, v)) if isinstance(v, (tuple, list)) else v
+      if v not in values.setdefault(flag, []):
+        values[flag].append(v)
+      owners.setdefault(flag, []).append(c.run_name)
+      if v != defaults.get(flag):
+        changed.add(flag)
+  shown = [f for f in MAIN_FLAGS if f in values] + sorted(
+      f for f in values if f not in MAIN_FLAGS and f not in NOT_SETTINGS and
+      (len(values[f]) > 1 or f in changed))
+  rows = ['| setting | value |', '|---|---|']
+  for f in shown:
+    some = len(owners[f]) < len(configs)
+    whose = f' ({", ".join(dict.fromkeys(owners[f]))})' if some else ''
+    rows.append(f'| `--{f}` | {", ".join(str(v) for v in values[f])}{whose} |')
+  return '\n'.join(rows)
+
+
+def header(configs, workdirs, report_dir: str, plotted: list[str]) -> str:
+  """The top of ``report.md``: a title, when and with what it was made, the settings, and
+  links to the plots and to every run's config."""
+  from fedjax_gel import __version__   # pylint: disable=g-import-not-at-top
+  names = ', '.join(dict.fromkeys(c.run_name for c in configs))
+  c = configs[0]
+  seeds = sorted({x.run.seed for x in configs})
+  lines = [f'# {names} on {c.data.dataset} ({c.model.name})', '',
+           f'{len(configs)} run(s), seeds {", ".join(map(str, seeds))}; report written '
+           f'{time.strftime("%Y-%m-%d %H:%M %Z")} by fedjax_gel {__version__}.', '',
+           settings_table(configs), '']
+  if plotted:
+    lines.append('Plots: ' + ', '.join(
+        f'[{os.path.basename(q)}]({os.path.relpath(q, report_dir)})' for q in plotted) + '\n')
+  lines.append('Runs: ' + ', '.join(
+      f'[{os.path.relpath(w, report_dir) or "."}]'
+      f'({os.path.join(os.path.relpath(w, report_dir), "config.json")})' for w in workdirs))
+  return '\n'.join(lines)
+
+
+def write_runs_report(configs, workdirs, results, tuned, report_dir: str) -> list[str]:
+  """``report.md`` and ``plots/`` in ``report_dir`` for finished runs (``results``: their
+  ``(summary, records)``); returns the plots written ([] without matplotlib)."""
+  plotted = plots.accuracy_plots(report.kept_runs(results, tuned),
+                                 os.path.join(report_dir, 'plots'),
+                                 configs[0].run.target_accuracy)
+  if plotted and tuned == 'client_lr':
+    plotted.append(plots.lr_heatmap(results, os.path.join(report_dir, 'plots', 'lr_grid.png')))
+  text = report.report_text(results, tuned)
+  workdir_lib.write_text(os.path.join(report_dir, 'report.md'),
+                         header(configs, workdirs, report_dir, plotted) + '\n\n' + text + '\n')
+  return plotted
 
 
 def write_report(p, workdir: str, summaries: list[dict], out):
@@ -22,14 +92,9 @@ def write_report(p, workdir: str, summaries: list[dict], out):
           f'{fmt(best)}, rounds to {report.percent(x.run.target_accuracy)}: '
           f'{target if target is not None else "not reached"}', file=out)
   tuned = 'client_lr' if p.levels[2] else p.levels[3]
-  text = report.report_text(results, tuned)
   if len(results) > 1:
-    print(text, file=out)
-  workdir_lib.write_text(os.path.join(workdir, 'report.md'), text + '\n')
-  plotted = plots.accuracy_plots(report.kept_runs(results, tuned),
-                                 os.path.join(workdir, 'plots'), p.configs[0].run.target_accuracy)
-  if plotted and tuned == 'client_lr':
-    plots.lr_heatmap(results, os.path.join(workdir, 'plots', 'lr_grid.png'))
+    print(report.report_text(results, tuned), file=out)
+  plotted = write_runs_report(p.configs, p.workdirs, results, tuned, workdir)
   if not plotted:
     print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')",
           file=out)

@@ -1,0 +1,111 @@
+"""One report over finished runs made by separate commands (``python -m fedjax_gel.report``).
+
+Every folder under the given directories that holds a finished run (``config.json`` and
+``summary.json``, which a run writes last) is read. The runs must be comparable: the same data
+(every ``DataConfig`` setting), model and target accuracy; the settings in which they differ
+(algorithms, seeds, learning rates, budgets, ...) are listed in the report's settings table. A
+run that is there twice (the same algorithm, seed, client learning rate and grid value) is
+refused, as are grids (``grid.json``; their ``report.md`` is their own). The report is the one a
+single command over the same runs writes: ``report.md`` (title, settings, the tables) and
+``plots/``, with links to every run's config.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment import outputs, workdir as workdir_lib
+from fedjax_gel.experiment.config import Config, ConfigError
+
+
+def find_runs(directory: str) -> list[str]:
+  """The finished runs' folders under ``directory`` (itself included), sorted."""
+  if not os.path.isdir(directory):
+    raise ConfigError(f'{directory}: no such directory')
+  found = []
+  for root, dirs, files in os.walk(directory):
+    dirs.sort()
+    if 'grid.json' in files:
+      raise ConfigError(f'{root}: a learning-rate grid; its own report.md compares its cells')
+    if 'summary.json' in files and 'config.json' in files:
+      found.append(root)
+  if not found:
+    raise ConfigError(f'{directory}: no finished run (a folder with config.json and '
+                      'summary.json) under it')
+  return found
+
+
+def load_run(run_dir: str) -> tuple[Config, dict, list[dict]]:
+  """``(config, summary, metric records)`` of a finished run; a ConfigError naming the file
+  that cannot be read."""
+  parts = {}
+  for name in ('config.json', 'summary.json', 'metrics.jsonl'):
+    path = os.path.join(run_dir, name)
+    try:
+      parts[name] = (workdir_lib.read_metrics(run_dir) if name == 'metrics.jsonl' else
+                     workdir_lib.read_json(path))
+    except OSError as e:
+      raise ConfigError(f'{path}: cannot be read ({e.strerror})') from None
+    except (ValueError, RecursionError):
+      raise ConfigError(f'{path}: not valid JSON (damaged?)') from None
+  try:
+    config = Config.from_json(parts['config.json'])
+  except (ConfigError, TypeError, ValueError) as e:
+    raise ConfigError(f'{os.path.join(run_dir, "config.json")}: not a fedjax_gel config '
+                      f'({str(e).splitlines()[0] if str(e) else type(e).__name__})') from None
+  return config, parts['summary.json'], parts['metrics.jsonl']
+
+
+def comparable_flags(c: Config) -> dict:
+  """What runs must share to be compared: the data section, the model, the target."""
+  return {**config_lib.section_flags(c.data), 'model': c.model.name,
+          'target_accuracy': c.run.target_accuracy}
+
+
+def check_comparable(configs: list[Config], run_dirs: list[str]):
+  """A ConfigError naming the first setting two runs do not share, with both values."""
+  first = comparable_flags(configs[0])
+  for c, w in zip(configs[1:], run_dirs[1:]):
+    for flag, value in comparable_flags(c).items():
+      if value != first[flag]:
+        raise ConfigError(f'the runs differ in --{flag}: {first[flag]!r} in {run_dirs[0]}, '
+                          f'{value!r} in {w}; a report compares runs of the same data, model '
+                          'and target')
+
+
+def run_key(summary: dict) -> tuple:
+  """What tells two runs of one report apart: algorithm, seed, client lr, grid value."""
+  return tuple(json.dumps(v, sort_keys=True) for k, v in sorted(summary.items())
+               if k in ('algorithm', 'seed', 'client_lr') or k.startswith('grid_'))
+
+
+def tuned_flag(configs: list[Config]) -> str | None:
+  """``'client_lr'`` when an algorithm ran with several client learning rates (the report then
+  keeps each algorithm's best, as ``--client_lr_grid`` does), else None."""
+  lrs = {}
+  for c in configs:
+    lrs.setdefault(c.run_name, set()).add(c.algorithm.client_lr)
+  return 'client_lr' if any(len(v) > 1 for v in lrs.values()) else None
+
+
+def compare(directories: list[str], report_dir: str) -> str:
+  """Writes ``report_dir/report.md`` and ``plots/`` for every finished run under
+  ``directories``; returns a line saying what it did."""
+  run_dirs = list(dict.fromkeys(w for d in directories for w in find_runs(d)))
+  loaded = [load_run(w) for w in run_dirs]
+  configs = [c for c, _, _ in loaded]
+  check_comparable(configs, run_dirs)
+  seen = {}
+  for (_, summary, _), w in zip(loaded, run_dirs):
+    key = run_key(summary)
+    if key in seen:
+      raise ConfigError(f'the same run twice ({summary.get("algorithm")}, seed '
+                        f'{summary.get("seed")}): {seen[key]} and {w}; name one of them')
+    seen[key] = w
+  results = [(summary, records) for _, summary, records in loaded]
+  os.makedirs(report_dir, exist_ok=True)
+  plotted = outputs.write_runs_report(configs, run_dirs, results, tuned_flag(configs),
+                                      report_dir)
+  return (f'report: {os.path.join(report_dir, "report.md")} ({len(run_dirs)} runs from '
+          f'{len(directories)} folder(s){", with plots/" if plotted else ""})')

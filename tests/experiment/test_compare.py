@@ -1,0 +1,73 @@
+"""``python -m fedjax_gel.report``: one report over runs made by separate commands, equal to the
+report of one command over the same runs; runs that cannot be compared are one-line errors."""
+import io
+import json
+
+import pytest
+
+from fedjax_gel import report as report_cli
+from fedjax_gel.experiment import api, compare
+from fedjax_gel.experiment.config import ConfigError, make
+
+
+@pytest.fixture(scope='module')
+def made(tiny_leaf_file, tmp_path_factory):
+  """FedAvgCM (seeds 0, 1) and GeL (seeds 0, 1) made by two separate commands, and both
+  algorithms made by one command (the reference)."""
+  base = make(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=6, eval_every=2,
+              clients_per_round=3, batch_size=2, budget_range=(1, 3), client_lr=0.1,
+              target_accuracy=0.5)
+  root = tmp_path_factory.mktemp('compare')
+  quiet = dict(out=io.StringIO(), err=io.StringIO())
+  seeds = api.Sweep(seeds=[0, 1])
+  api.run(base, str(root / 'cm'), seeds, **quiet)
+  api.run(base.replace(algorithm='gel'), str(root / 'gel'), seeds, **quiet)
+  api.run(base, str(root / 'both'), api.Sweep(seeds=[0, 1], algorithms=['fedavgcm', 'gel']),
+          **quiet)
+  return base, root
+
+
+def tables(text):
+  """The report's tables after its header (which names folders and the time)."""
+  return text[text.index('\n| algorithm |'):]
+
+
+def test_separate_commands_give_the_report_of_one(made):
+  _, root = made
+  line = compare.compare([str(root / 'cm'), str(root / 'gel')], str(root / 'out'))
+  assert line.startswith(f'report: {root / "out" / "report.md"} (4 runs from 2 folder(s)')
+  text = (root / 'out' / 'report.md').read_text()
+  assert text.startswith('# fedavgcm, gel on leaf (logistic)')
+  assert '| `--algorithm` | fedavgcm, gel |' in text and '| `--seed` | 0, 1 |' in text
+  assert '[../cm/seed0](../cm/seed0/config.json)' in text
+  assert tables(text) == tables((root / 'both' / 'report.md').read_text())
+
+
+def test_the_command_line(made, capsys):
+  _, root = made
+  assert report_cli.main([str(root / 'cm'), str(root / 'gel'), '--out', str(root / 'cli')]) == 0
+  assert (root / 'cli' / 'report.md').exists()
+  assert report_cli.main([str(root / 'nowhere')]) == 2
+  assert capsys.readouterr().err.strip() == f'error: {root / "nowhere"}: no such directory'
+
+
+def test_incomparable_duplicate_and_damaged_runs(made, tmp_path):
+  base, root = made
+  other = tmp_path / 'other'
+  api.run(base.replace(target_accuracy=0.6, num_rounds=2), str(other), out=io.StringIO(),
+          err=io.StringIO())
+  with pytest.raises(ConfigError, match=r'the runs differ in --target_accuracy: 0\.5 in .*0\.6'):
+    compare.compare([str(root / 'cm'), str(other)], str(tmp_path / 'r1'))
+  with pytest.raises(ConfigError, match='the same run twice'):
+    compare.compare([str(root / 'cm'), str(root / 'both')], str(tmp_path / 'r2'))
+  (other / 'summary.json').write_text('{"final_acc')
+  with pytest.raises(ConfigError, match=r'summary\.json: not valid JSON'):
+    compare.compare([str(other)], str(tmp_path / 'r3'))
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  with pytest.raises(ConfigError, match='no finished run'):
+    compare.compare([str(empty)], str(tmp_path / 'r4'))
+  (empty / 'grid.json').write_text(json.dumps({}))
+  with pytest.raises(ConfigError, match='a learning-rate grid'):
+    compare.compare([str(empty)], str(tmp_path / 'r5'))
+  assert not (tmp_path / 'r1').exists()   # nothing written for a refused report
