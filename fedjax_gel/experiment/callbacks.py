@@ -111,6 +111,7 @@ class Evaluate(Callback):
         record = {'round': done, 'algorithm': run.config.run_name, 'seed': run.config.run.seed,
                   **run.tags, 'test_accuracy': accuracy, 'best_test_accuracy': best,
                   'test_loss': float(test['loss']), 'train_loss': float(train['loss']),
+                  **client_fields(test),
                   **run.totals, 'client_distance': run.distance, **run.diagnostics,
                   'elapsed_s': round(time.perf_counter() - loop.t0, 3)}
         run.records.append(record)
@@ -259,6 +260,15 @@ class ProgressReport(Callback):
     self.progress.note(f'{self.progress.label}: {loop.phases.line()}')
 
 
+def client_fields(test: dict) -> dict:
+  """``client_accuracy_{mean,p10,p90,std}`` of an evaluation of the test pool (its clients'
+  accuracies, ``evaluation.client_spread``); {} for a pool without clients."""
+  if 'client_count' not in test:
+    return {}
+  spread = evaluation.client_spread(test['client_correct'], test['client_count'])
+  return {f'client_accuracy_{k}': v for k, v in spread.items()}
+
+
 def run_fields(c) -> dict:
   """What names a run in its summaries: algorithm (run name), dataset, seed and rounds."""
   return {'algorithm': c.run_name, 'dataset': c.data.dataset, 'seed': c.run.seed,
@@ -274,6 +284,8 @@ def run_summary(loop, i: int) -> dict:
       **run_fields(c), 'client_lr': c.algorithm.client_lr, **run.tags,
       'final_accuracy': records[-1]['test_accuracy'] if records else None,
       'best_accuracy': max((r['test_accuracy'] for r in records), default=None),
+      **{f'final_{k}': v for k, v in (records[-1] if records else {}).items()
+         if k.startswith('client_accuracy_')},
       'target_accuracy': c.run.target_accuracy,
       'rounds_to_target': workdir_lib.rounds_to_target(records, c.run.target_accuracy),
       'status': 'diverged' if run.diverged else 'finished',

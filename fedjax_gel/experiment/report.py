@@ -96,6 +96,30 @@ def rounds_table(summaries: Sequence[dict]) -> str:
   return '\n'.join(lines)
 
 
+CLIENT_SPREAD = ('p10', 'mean', 'p90', 'std')
+
+
+def client_table(summaries: Sequence[dict]) -> str:
+  """The spread of client test accuracy after the last round, per algorithm (means over its
+  seeds): the 10th percentile, unweighted mean, 90th percentile and standard deviation over
+  the clients with test examples. '' when the summaries have none (runs made before it)."""
+  by_alg: dict[str, list[dict]] = {}
+  for s in summaries:
+    if s.get('final_client_accuracy_mean') is not None:
+      by_alg.setdefault(s['algorithm'], []).append(s)
+  if not by_alg:
+    return ''
+  lines = ['Client test accuracy after the last round (over the clients with test examples; '
+           'means over seeds):', '',
+           '| algorithm | seeds | 10th percentile | mean | 90th percentile | std |',
+           '|---|---:|---:|---:|---:|---:|']
+  for alg, runs in by_alg.items():
+    cells = [f'{statistics.mean(s[f"final_client_accuracy_{k}"] for s in runs):.4f}'
+             for k in CLIENT_SPREAD]
+    lines.append(f'| {alg} | {len(runs)} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
+
+
 def first_reaching(records: Sequence[dict], accuracy: float):
   """The first evaluation record with ``test_accuracy >= accuracy``, else None."""
   return next((r for r in records if r['test_accuracy'] >= accuracy), None)
@@ -255,6 +279,9 @@ def report_text(results: Sequence[tuple[dict, Sequence[dict]]], tuned: str | Non
   results = kept_runs(results, tuned)
   out.append(rounds_table([s for s, _ in results]))
   out.append(paired_table(results))
+  clients = client_table([s for s, _ in results])
+  if clients:
+    out.append(clients)
   if any(s['algorithm'] == 'fedavg' for s, _ in results):
     out.append(cost_table(results))
   return '\n\n'.join(out)
