@@ -26,7 +26,8 @@ import helpers
 METRIC_KEYS = {'round', 'algorithm', 'seed', 'test_accuracy', 'best_test_accuracy', 'test_loss',
                'train_loss',
                'bytes_up', 'bytes_down', 'client_rounds', 'client_distance',
-               'grad_computations', 'examples', 'elapsed_s'}
+               'grad_computations', 'examples', 'elapsed_s', 'client_accuracy_mean',
+               'client_accuracy_p10', 'client_accuracy_p90', 'client_accuracy_std'}
 
 
 class OnRound(callbacks.Callback):
