@@ -270,9 +270,11 @@ def client_fields(test: dict) -> dict:
 
 
 def run_fields(c) -> dict:
-  """What names a run in its summaries: algorithm (run name), dataset, seed and rounds."""
-  return {'algorithm': c.run_name, 'dataset': c.data.dataset, 'seed': c.run.seed,
-          'rounds': c.run.num_rounds}
+  """What names a run in its summaries (runs and grids alike): algorithm (run name), dataset,
+  model, seed, rounds, and ``settings``, every flag of its config (hyper-parameters included)."""
+  return {'algorithm': c.run_name, 'dataset': c.data.dataset, 'model': c.model.name,
+          'seed': c.run.seed, 'rounds': c.run.num_rounds,
+          'settings': {k: list(v) if isinstance(v, tuple) else v for k, v in c.flags().items()}}
 
 
 def run_summary(loop, i: int) -> dict:

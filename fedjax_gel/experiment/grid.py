@@ -102,7 +102,8 @@ def write_grid(loop, idx, workdir: str, client_lrs, server_lrs) -> dict:
                     for x in cell_results]).reshape(shape)
   diverged = np.array([x['diverged'] for x in cell_results]).reshape(shape)
   plots.grid_heatmap(np.nan_to_num(final), diverged, client_lrs, server_lrs,
-                     f'{c.run_name}: final test accuracy, {c.run.num_rounds} rounds',
+                     f'{c.run_name} on {c.data.dataset} ({c.model.name}): final test accuracy '
+                     f'after {c.run.num_rounds} rounds',
                      os.path.join(workdir, 'plots', 'grid.png'))
   scores = [-np.inf if x['final_accuracy'] is None else x['final_accuracy'] for x in cell_results]
   train_s = loop.seconds('train')

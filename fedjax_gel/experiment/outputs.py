@@ -64,12 +64,21 @@ def header(configs, workdirs, report_dir: str, plotted: list[str]) -> str:
   return '\n'.join(lines)
 
 
+def plot_setting(configs) -> str:
+  """What a plot's title names: dataset, model and the learning rates."""
+  lrs = lambda values: '/'.join(f'{v:g}' for v in dict.fromkeys(values))
+  c = configs[0]
+  return (f'{c.data.dataset}, {c.model.name}, client lr '
+          f'{lrs(x.algorithm.client_lr for x in configs)}, server lr '
+          f'{lrs(x.server.lr for x in configs)}')
+
+
 def write_runs_report(configs, workdirs, results, tuned, report_dir: str) -> list[str]:
   """``report.md`` and ``plots/`` in ``report_dir`` for finished runs (``results``: their
   ``(summary, records)``); returns the plots written ([] without matplotlib)."""
   plotted = plots.accuracy_plots(report.kept_runs(results, tuned),
                                  os.path.join(report_dir, 'plots'),
-                                 configs[0].run.target_accuracy)
+                                 configs[0].run.target_accuracy, plot_setting(configs))
   if plotted and tuned == 'client_lr':
     plotted.append(plots.lr_heatmap(results, os.path.join(report_dir, 'plots', 'lr_grid.png')))
   text = report.report_text(results, tuned)

@@ -6,6 +6,8 @@
   all clients (GeL Fig. 4, row 3);
 * ``accuracy_upload.png``: the same means against the cumulative MiB uploaded by all clients
   (FedGBO's Table 4 costs as curves);
+* ``train_loss_rounds.png``: the training loss (on ``--train_eval_examples`` training
+  examples) against rounds, the same means and bands, on a log scale;
 * ``lr_grid.png``: with a client learning-rate grid, each algorithm's mean best test accuracy
   per learning rate (the grid the report picks from);
 * ``grid_<algorithm>.png``: a learning-rate grid's final test accuracy as a heat map (GeL
@@ -35,7 +37,8 @@ def _pyplot():
 
 def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
   """Per run name: ``(rounds, mean accuracy, 95% half-width, mean gradient computations, mean
-  MiB uploaded)`` over the evaluations every seed has (seeds share the evaluation schedule)."""
+  MiB uploaded, mean train loss, its 95% half-width)`` over the evaluations every seed has
+  (seeds share the evaluation schedule)."""
   by_alg: dict[str, list[Sequence[dict]]] = {}
   for summary, records in results:
     by_alg.setdefault(summary['algorithm'], []).append(records)
@@ -45,16 +48,19 @@ def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
     at = [{r['round']: r for r in rec} for rec in runs]
     acc = [[a[t]['test_accuracy'] for a in at] for t in common]
     stats = [mean_ci(v) for v in acc]
-    out[name] = (np.array(common), np.array([m for m, _ in stats]),
-                 np.array([0. if math.isnan(h) else h for _, h in stats]),
+    loss = [mean_ci([a[t]['train_loss'] for a in at]) for t in common]
+    half = lambda st: np.array([0. if math.isnan(h) else h for _, h in st])
+    out[name] = (np.array(common), np.array([m for m, _ in stats]), half(stats),
                  np.array([np.mean([a[t]['grad_computations'] for a in at]) for t in common]),
-                 np.array([np.mean([a[t]['bytes_up'] for a in at]) for t in common]) / 2 ** 20)
+                 np.array([np.mean([a[t]['bytes_up'] for a in at]) for t in common]) / 2 ** 20,
+                 np.array([m for m, _ in loss]), half(loss))
   return out
 
 
 def accuracy_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
-                   target: float | None = None) -> list[str]:
-  """Writes the three accuracy plots; returns their paths ([] without matplotlib)."""
+                   target: float | None = None, setting: str = '') -> list[str]:
+  """Writes the three accuracy plots and the training-loss plot; returns their paths ([]
+  without matplotlib). ``setting`` (e.g. dataset, model, learning rates) heads every title."""
   plt = _pyplot()
   if plt is None:
     return []
@@ -62,19 +68,25 @@ def accuracy_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str
   data = curves(results)
   seeds = max(sum(1 for s, _ in results if s['algorithm'] == name) for name in data)
   paths = []
-  for x_key, xlabel, file in ((0, 'communication rounds', 'accuracy_rounds.png'),
-                              (3, 'cumulative gradient computations', 'accuracy_gradients.png'),
-                              (4, 'cumulative MiB uploaded by the clients', 'accuracy_upload.png')):
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+  band = f', mean and 95% CI over {seeds} seeds' if seeds > 1 else ''
+  head = f'{setting}\n' if setting else ''
+  for x_key, y_key, xlabel, ylabel, file in (
+      (0, 1, 'communication rounds', 'test accuracy', 'accuracy_rounds.png'),
+      (3, 1, 'cumulative gradient computations', 'test accuracy', 'accuracy_gradients.png'),
+      (4, 1, 'cumulative MiB uploaded by the clients', 'test accuracy', 'accuracy_upload.png'),
+      (0, 5, 'communication rounds', 'training loss', 'train_loss_rounds.png')):
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for name, c in data.items():
-      x, mean, half = c[x_key], c[1], c[2]
+      x, mean, half = c[x_key], c[y_key], c[y_key + 1]
       ax.plot(x, mean, label=name)
       if half.any():
         ax.fill_between(x, mean - half, mean + half, alpha=0.2)
-    if target is not None:
+    if target is not None and ylabel == 'test accuracy':
       ax.axhline(target, color='gray', linestyle=':', linewidth=1, label=f'target {percent(target)}')
-    band = f', mean and 95% CI over {seeds} seeds' if seeds > 1 else ''
-    ax.set(xlabel=xlabel, ylabel='test accuracy', title=f'test accuracy{band}')
+    if ylabel == 'training loss' and all((c[5] > 0).all() for c in data.values()):
+      ax.set_yscale('log')
+    ax.set(xlabel=xlabel, ylabel=ylabel)
+    ax.set_title(f'{head}{ylabel}{band}', fontsize='medium')
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize='small')
     fig.tight_layout()
@@ -95,19 +107,24 @@ def grid_heatmap(accuracy: np.ndarray, diverged: np.ndarray, client_lrs: Sequenc
     return None
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   shown = np.ma.masked_where(diverged, accuracy)
-  fig, ax = plt.subplots(figsize=(1.0 + 0.62 * len(server_lrs), 1.0 + 0.5 * len(client_lrs)))
+  fig, ax = plt.subplots(figsize=(max(4.8, 1.8 + 0.75 * len(server_lrs)),
+                                  max(3.2, 1.4 + 0.45 * len(client_lrs))))
   cmap = plt.get_cmap('viridis').with_extremes(bad='lightgrey')
-  im = ax.imshow(shown, origin='lower', cmap=cmap, vmin=0., vmax=1., aspect='auto')
+  live = accuracy[~diverged] if (~diverged).any() else np.array([0., 1.])
+  low, high = float(live.min()), float(live.max())
+  high = high if high > low else low + 1e-6       # the colour scale from the data
+  im = ax.imshow(shown, origin='lower', cmap=cmap, vmin=low, vmax=high, aspect='auto')
   for i in range(len(client_lrs)):
     for j in range(len(server_lrs)):
-      text = 'x' if diverged[i, j] else f'{100 * accuracy[i, j]:.0f}'
+      text = 'x' if diverged[i, j] else f'{100 * accuracy[i, j]:.1f}'
+      light = diverged[i, j] or accuracy[i, j] > low + 0.6 * (high - low)
       ax.text(j, i, text, ha='center', va='center', fontsize=7,
-              color='black' if diverged[i, j] or accuracy[i, j] > 0.6 else 'white')
-  log = lambda v: f'{round(math.log10(v), 2):g}'
-  ax.set_xticks(range(len(server_lrs)), [log(v) for v in server_lrs])
-  ax.set_yticks(range(len(client_lrs)), [log(v) for v in client_lrs])
-  ax.set(xlabel='log10 server learning rate', ylabel='log10 client learning rate', title=title)
-  fig.colorbar(im, ax=ax, label='final test accuracy')
+              color='black' if light else 'white')
+  ax.set_xticks(range(len(server_lrs)), [f'{v:g}' for v in server_lrs], fontsize=7)
+  ax.set_yticks(range(len(client_lrs)), [f'{v:g}' for v in client_lrs], fontsize=7)
+  ax.set(xlabel='server learning rate', ylabel='client learning rate')
+  ax.set_title(title, fontsize='medium', wrap=True)
+  fig.colorbar(im, ax=ax, label='final test accuracy (cells: %)')
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)

@@ -41,6 +41,9 @@ def test_separate_commands_give_the_report_of_one(made):
   assert '| `--algorithm` | fedavgcm, gel |' in text and '| `--seed` | 0, 1 |' in text
   assert '[../cm/seed0](../cm/seed0/config.json)' in text
   assert tables(text) == tables((root / 'both' / 'report.md').read_text())
+  summary = json.loads((root / 'cm' / 'seed1' / 'summary.json').read_text())
+  assert (summary['model'], summary['settings']['batch_size'], summary['settings']['server_lr'],
+          summary['settings']['budget_range']) == ('logistic', 2, 1.0, [1, 3])
 
 
 def test_the_command_line(made, capsys):
