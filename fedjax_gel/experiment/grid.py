@@ -81,6 +81,13 @@ class GridSummary(callbacks.Callback):
           self.results[w] = write_grid(loop, idx, w, *self.grids[w])
 
 
+def best_cell(cells: list[dict]) -> dict | None:
+  """The cell ``report.SELECTION_RULE`` picks: the highest best test accuracy, never a
+  diverged cell (None when every cell diverged)."""
+  live = [x for x in cells if not x['diverged'] and x['best_accuracy'] is not None]
+  return max(live, key=lambda x: x['best_accuracy']) if live else None
+
+
 def write_grid(loop, idx, workdir: str, client_lrs, server_lrs) -> dict:
   c = loop.runs[idx[0]].config
   cell_results = []
@@ -105,11 +112,10 @@ def write_grid(loop, idx, workdir: str, client_lrs, server_lrs) -> dict:
                      f'{c.run_name} on {c.data.dataset} ({c.model.name}): final test accuracy '
                      f'after {c.run.num_rounds} rounds',
                      os.path.join(workdir, 'plots', 'grid.png'))
-  scores = [-np.inf if x['final_accuracy'] is None else x['final_accuracy'] for x in cell_results]
   train_s = loop.seconds('train')
   workdir_lib.write_json(os.path.join(workdir, 'summary.json'), {   # last: the grid is finished
       **run_fields(c), 'cells': len(idx), 'diverged_cells': int(diverged.sum()),
-      'best_cell': cell_results[int(np.argmax(scores))], 'chunk_size': loop.chunk_size,
+      'best_cell': best_cell(cell_results), 'chunk_size': loop.chunk_size,
       'compile_s': round(loop.seconds('compile'), 3), 'train_s': round(train_s, 3),
       'rounds_per_s': round((loop.done - loop.start) / train_s, 3) if train_s > 0 else None,
       'phases_s': loop.phases.rounded()})

@@ -121,13 +121,13 @@ def write_grid_report(p, workdir: str, results: list[dict], out):
   tables = []
   for x, w, result in zip(p.configs, p.workdirs, results):
     diverged = sum(cell['diverged'] for cell in result['cells'])
-    finals = [(cell['final_accuracy'], cell) for cell in result['cells']
-              if cell['final_accuracy'] is not None]
-    best = max(finals, key=lambda t: t[0])[1] if finals else None
+    best = grid_lib.best_cell(result['cells'])
     print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}: {len(result["cells"])} cells, '
-          f'{diverged} diverged' + (f', best final test accuracy {best["final_accuracy"]:.4f} '
-                                    f'at client lr {best["client_lr"]:g}, server lr '
-                                    f'{best["server_lr"]:g}' if best else ''), file=out)
+          f'{diverged} diverged' + (f', best cell client lr {best["client_lr"]:g}, server lr '
+                                    f'{best["server_lr"]:g} (best test accuracy '
+                                    f'{best["best_accuracy"]:.4f}, final '
+                                    f'{fmt(best["final_accuracy"])})' if best else ''),
+          file=out)
     tables.append(grid_lib.grid_table(result) + f'\n\nHeat map: `{os.path.relpath(w, workdir)}/'
                   'plots/grid.png`')
   workdir_lib.write_text(os.path.join(workdir, 'report.md'), '\n\n'.join(tables) + '\n')

@@ -173,11 +173,19 @@ def cost_table(runs: Sequence[tuple[dict, Sequence[dict]]], baseline: str = 'fed
   return '\n'.join(lines)
 
 
+# The one rule by which every grid (client learning rates, a hyper-parameter, a server x client
+# learning-rate grid) picks its value: the highest best test accuracy over the run's evaluations,
+# averaged over seeds; a diverged run is never picked.
+SELECTION_RULE = 'the highest best test accuracy over the evaluations (mean over seeds)'
+
+
 def best_values(results: Sequence[tuple[dict, Sequence[dict]]], key: str = 'client_lr') -> dict:
   """Per algorithm, the value of ``key`` (the client lr, or a tuned hyper-parameter; None for an
-  algorithm without it) with the highest mean best accuracy over seeds."""
+  algorithm without it) chosen by ``SELECTION_RULE``."""
   score: dict = {}
   for summary, _ in results:
+    if summary.get('status') == 'diverged':
+      continue
     score.setdefault((summary['algorithm'], summary.get(key)), []).append(
         summary['best_accuracy'])
   best: dict = {}
@@ -263,7 +271,7 @@ def kept_runs(results: Sequence[tuple[dict, Sequence[dict]]], tuned: str | None)
   if tuned is None:
     return list(results)
   best = best_values(results, tuned)
-  return [(s, r) for s, r in results if best[s['algorithm']] == s.get(tuned)]
+  return [(s, r) for s, r in results if best.get(s['algorithm'], s.get(tuned)) == s.get(tuned)]
 
 
 def report_text(results: Sequence[tuple[dict, Sequence[dict]]], tuned: str | None) -> str:
@@ -274,7 +282,7 @@ def report_text(results: Sequence[tuple[dict, Sequence[dict]]], tuned: str | Non
   if tuned is not None:
     best = {name: v for name, v in best_values(results, tuned).items() if v is not None}
     what = 'Client learning rate' if tuned == 'client_lr' else f'--{tuned}'
-    out.append(f'{what} per algorithm (best mean max accuracy over the grid): ' +
+    out.append(f'{what} per algorithm ({SELECTION_RULE}): ' +
                ', '.join(f'{name} {v:g}' for name, v in best.items()))
   results = kept_runs(results, tuned)
   out.append(rounds_table([s for s, _ in results]))

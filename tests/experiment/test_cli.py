@@ -288,7 +288,8 @@ def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   assert '| fedavg | - | 1/1 |' in (workdir / 'report.md').read_text()   # the paired table
   if importlib.util.find_spec('matplotlib') is not None:   # an optional dependency ('.[plot]')
     assert sorted(p.name for p in (workdir / 'plots').iterdir()) == [
-        'accuracy_gradients.png', 'accuracy_rounds.png', 'accuracy_upload.png']
+        'accuracy_gradients.png', 'accuracy_rounds.png', 'accuracy_upload.png',
+        'train_loss_rounds.png']
   else:
     assert 'plots/ not written: matplotlib is not installed' in first.stdout
 
@@ -543,8 +544,8 @@ def test_a_grid_over_a_hyper_parameter_from_the_command_line(tmp_path, tiny_leaf
     records = [json.loads(l) for l in (run_dir / 'metrics.jsonl').read_text().splitlines()]
     assert [r['prox_mu'] for r in records] == [float(mu)] * 2
     assert f'fedprox on leaf, seed 0, client lr 0.01, prox_mu {mu}:' in proc.stdout
-  assert '--prox_mu per algorithm (best mean max accuracy over the grid): fedprox ' in (
-      workdir / 'report.md').read_text()
+  rule = 'the highest best test accuracy over the evaluations (mean over seeds)'
+  assert f'--prox_mu per algorithm ({rule}): fedprox ' in (workdir / 'report.md').read_text()
 
 
 @pytest.mark.parametrize('args,message', [

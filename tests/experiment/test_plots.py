@@ -9,17 +9,19 @@ from fedjax_gel.experiment import plots
 
 def run(alg, seed, lr, accs, up_mib):
   records = [{'round': 5 * i, 'test_accuracy': a, 'grad_computations': 10 * i,
-              'bytes_up': int(u * 2 ** 20)} for i, (a, u) in enumerate(zip(accs, up_mib))]
+              'bytes_up': int(u * 2 ** 20), 'train_loss': 2 * (1 - a)}
+             for i, (a, u) in enumerate(zip(accs, up_mib))]
   return {'algorithm': alg, 'seed': seed, 'client_lr': lr, 'best_accuracy': max(accs)}, records
 
 
 def test_curves_average_accuracy_gradients_and_upload_over_seeds():
   c = plots.curves([run('a', 0, 0.1, [0.1, 0.5], [0, 2]), run('a', 1, 0.1, [0.3, 0.7], [0, 4])])
-  rounds, mean, _, grads, mib = c['a']
+  rounds, mean, _, grads, mib, loss, _ = c['a']
   np.testing.assert_allclose(rounds, [0, 5])
   np.testing.assert_allclose(mean, [0.2, 0.6])
   np.testing.assert_allclose(grads, [0, 10])
   np.testing.assert_allclose(mib, [0, 3])
+  np.testing.assert_allclose(loss, [1.6, 0.8])   # 2 (1 - mean accuracy), by hand
 
 
 @pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
@@ -28,7 +30,7 @@ def test_lr_heatmap_and_accuracy_plots_are_written(tmp_path):
              run('fedgbo_sgdm', 0, 0.1, [0.1, 0.7], [0, 4])]   # no 0.3 cell: left grey
   assert plots.lr_heatmap(results, str(tmp_path / 'lr.png')) == str(tmp_path / 'lr.png')
   paths = plots.accuracy_plots(results[:1] + results[2:], str(tmp_path / 'plots'), 0.5)
-  assert sorted(p.rsplit('/', 1)[1] for p in paths) == [
-      'accuracy_gradients.png', 'accuracy_rounds.png', 'accuracy_upload.png']
-  assert all((tmp_path / 'plots' / name).stat().st_size > 0 for name in
-             ('accuracy_gradients.png', 'accuracy_rounds.png', 'accuracy_upload.png'))
+  names = ['accuracy_gradients.png', 'accuracy_rounds.png', 'accuracy_upload.png',
+           'train_loss_rounds.png']
+  assert sorted(p.rsplit('/', 1)[1] for p in paths) == names
+  assert all((tmp_path / 'plots' / name).stat().st_size > 0 for name in names)
