@@ -54,7 +54,19 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict]]:
   except (ConfigError, TypeError, ValueError) as e:
     raise ConfigError(f'{os.path.join(run_dir, "config.json")}: not a fedjax_gel config '
                       f'({str(e).splitlines()[0] if str(e) else type(e).__name__})') from None
-  return config, parts['summary.json'], parts['metrics.jsonl']
+  summary, records = parts['summary.json'], parts['metrics.jsonl']
+  need = ('algorithm', 'seed', 'target_accuracy', 'final_accuracy', 'best_accuracy',
+          'rounds_to_target')
+  missing = [k for k in need if not isinstance(summary, dict) or k not in summary]
+  if missing:
+    raise ConfigError(f'{os.path.join(run_dir, "summary.json")}: not the summary of a finished '
+                      f'run (no {missing[0]!r})')
+  fields = ('round', 'test_accuracy', 'train_loss', 'grad_computations', 'bytes_up')
+  bad = [r for r in records if not isinstance(r, dict) or any(k not in r for k in fields)]
+  if bad or not records:
+    raise ConfigError(f'{os.path.join(run_dir, "metrics.jsonl")}: '
+                      f'{"no records" if not records else "a record without " + str(fields)}')
+  return config, summary, records
 
 
 def comparable_flags(c: Config) -> dict:

@@ -63,6 +63,14 @@ def test_incomparable_duplicate_and_damaged_runs(made, tmp_path):
     compare.compare([str(root / 'cm'), str(other)], str(tmp_path / 'r1'))
   with pytest.raises(ConfigError, match='the same run twice'):
     compare.compare([str(root / 'cm'), str(root / 'both')], str(tmp_path / 'r2'))
+  records = (other / 'metrics.jsonl').read_text()
+  (other / 'metrics.jsonl').write_text('[1, 2]\n')
+  with pytest.raises(ConfigError, match=r'metrics\.jsonl: a record without'):
+    compare.compare([str(other)], str(tmp_path / 'r3'))
+  (other / 'metrics.jsonl').write_text(records)
+  (other / 'summary.json').write_text('{"status": "finished"}')
+  with pytest.raises(ConfigError, match="summary.json: not the summary of a finished run"):
+    compare.compare([str(other)], str(tmp_path / 'r3'))
   (other / 'summary.json').write_text('{"final_acc')
   with pytest.raises(ConfigError, match=r'summary\.json: not valid JSON'):
     compare.compare([str(other)], str(tmp_path / 'r3'))
