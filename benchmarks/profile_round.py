@@ -50,11 +50,12 @@ def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, roun
 
   from fedjax_gel import algorithms
   from fedjax_gel.core import round as round_lib, sampling
+  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
 
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
   state = alg.server_init(params)
   example_bytes = sum(v[0].nbytes for v in data.examples.values())
-  chunk = (round_lib.default_chunk_size(clients, params, example_bytes, batch)
+  chunk = (planning.default_chunk_size(clients, params, example_bytes, batch)
            if workload == 'cnn' else clients)
   rf = round_lib.build_round(alg, chunk_size=chunk, fuse_dots=fuse_dots)
   spec = sampling.CohortSpec(clients, (tau, tau), batch)

@@ -51,6 +51,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
 
   from fedjax_gel import algorithms
   from fedjax_gel.core import devices, federated_data, round as round_lib, sampling, store
+  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
 
   population = data.num_clients
   alg = {'fedavg': lambda: algorithms.fedavg(loss, optax.sgd(0.01)),
@@ -63,7 +64,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   pool = federated_data.to_device(data, mesh)
   num_used = 1 if mesh is None else mesh.size
   if chunk_size == 0:
-    chunk_size = round_lib.default_chunk_size(cohort, params, 61 * 4, batch, num_used)
+    chunk_size = planning.default_chunk_size(cohort, params, 61 * 4, batch, num_used)
   rf = round_lib.build_round(alg, chunk_size=chunk_size, mesh=mesh, fuse_dots=fuse_dots)
   spec = sampling.CohortSpec(cohort, (tau, tau), batch)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]

@@ -4,7 +4,7 @@ from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundIn
 from fedjax_gel.core.evaluation import EvalPool, build_evaluate, make_eval_pool
 from fedjax_gel.core.federated_data import (FederatedData, FederatedSplit, client_examples,
                                             from_client_arrays, to_device)
-from fedjax_gel.core.round import RoundMetrics, build_round, default_chunk_size
+from fedjax_gel.core.round import RoundMetrics, build_round
 from fedjax_gel.core.sampling import (SELECTIONS, WEIGHTINGS, Cohort, CohortSpec,
                                       aggregation_weights, sample_budgets, sample_clients,
                                       sample_cohort)
@@ -15,6 +15,6 @@ __all__ = [
     'ClientContext', 'Cohort', 'CohortSpec', 'EvalPool', 'FederatedAlgorithm', 'FederatedData',
     'FederatedSplit', 'RoundInfo', 'RoundMetrics', 'SELECTIONS', 'WEIGHTINGS',
     'aggregation_weights', 'build_evaluate', 'build_round', 'client_examples',
-    'cycled_permutation', 'default_chunk_size', 'from_client_arrays', 'fuse_small_dots',
+    'cycled_permutation', 'from_client_arrays', 'fuse_small_dots',
     'make_eval_pool', 'sample_budgets', 'sample_clients', 'sample_cohort', 'to_device',
 ]

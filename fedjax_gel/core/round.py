@@ -555,38 +555,3 @@ def check_on_device(data, mesh=None) -> None:
 # cost little: 1,000 clients over 4 devices (16 a chunk) computed 0.97 real slots, against 0.67
 # with one 250-client chunk a device (benchmarks/population_sharding.py).
 ROUTED_CHUNKS = 16
-CPU_CHUNK_BYTES = 16 << 20   # per device: chunks about this size run fastest on CPU caches
-# Heterogeneous budgets: at least this many budget-sorted chunks, each looping to its own
-# largest tau_i (benchmarks/heterogeneous_budgets.py: 1 chunk wastes a third of the steps of
-# tau_i ~ U{1..50}, 16 chunks 3%), but no chunk below MIN_CHUNK_PER_DEVICE clients per device.
-HETEROGENEOUS_CHUNKS = 16
-MIN_CHUNK_PER_DEVICE = 32
-
-
-def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size: int,
-                       num_devices: int = 1, state_copies: int = 8,
-                       memory_bytes: int | None = None,
-                       equal_budgets: bool = True) -> int:
-  """Clients per chunk from the model size and the memory to hold them.
-
-  A client holds about ``state_copies`` model-sized buffers (params, optimiser state, gradient,
-  the masked and unmasked step results, the upload) and one minibatch. The chunk's working set
-  may take a quarter of ``memory_bytes`` when given; otherwise a quarter of each accelerator's
-  memory, or on CPU ``CPU_CHUNK_BYTES`` per device (cache-sized chunks are fastest there; larger
-  ones only add memory traffic). With budgets that differ (``equal_budgets`` False) the cohort
-  is also cut into about ``HETEROGENEOUS_CHUNKS`` chunks, so that few masked steps are computed.
-  """
-  if memory_bytes is not None:
-    budget = memory_bytes // 4
-  elif jax.default_backend() == 'cpu':
-    budget = CPU_CHUNK_BYTES * num_devices
-  else:
-    stats = jax.local_devices()[0].memory_stats() or {}
-    budget = int(stats.get('bytes_limit', 4 << 30)) // 4 * num_devices
-  model_bytes = tree_bytes(params)
-  per_client = state_copies * model_bytes + 2 * batch_size * example_bytes
-  chunk = max(1, min(cohort_size, budget // max(per_client, 1)))
-  if not equal_budgets:
-    floor = MIN_CHUNK_PER_DEVICE * num_devices
-    chunk = min(chunk, max(floor, math.ceil(cohort_size / HETEROGENEOUS_CHUNKS)))
-  return chunk

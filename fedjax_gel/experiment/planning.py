@@ -1,5 +1,7 @@
 """The memory and device planner: how many devices a run's cohort is spread over, how many
-clients a chunk holds and how many runs one program trains, decided before anything compiles.
+clients a chunk holds (``default_chunk_size``, the one chunk rule of runs, batches of runs and
+benchmarks; the engine, ``core.round``, only lays a given chunk size out) and how many runs one
+program trains, decided before anything compiles.
 
 One rule for single runs, batches of runs (seeds, grids) and the benchmarks: a chunk's working
 set (``core.memory.client_bytes`` per client) must fit in ``CHUNK_MEMORY_FRACTION`` of what each
@@ -110,11 +112,48 @@ def fit_memory(exp):
   return exp._replace(chunk_size=fits, notes=exp.notes + (note,))
 
 
+CPU_CHUNK_BYTES = 16 << 20   # per device: chunks about this size run fastest on CPU caches
+# Heterogeneous budgets: at least this many budget-sorted chunks, each looping to its own
+# largest tau_i (benchmarks/heterogeneous_budgets.py: 1 chunk wastes a third of the steps of
+# tau_i ~ U{1..50}, 16 chunks 3%), but no chunk below MIN_CHUNK_PER_DEVICE clients per device.
+HETEROGENEOUS_CHUNKS = 16
+MIN_CHUNK_PER_DEVICE = 32
+
+
+def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size: int,
+                       num_devices: int = 1, state_copies: int = 8,
+                       memory_bytes: int | None = None,
+                       equal_budgets: bool = True) -> int:
+  """Clients per chunk from the model size and the memory to hold them.
+
+  A client holds about ``state_copies`` model-sized buffers (params, optimiser state, gradient,
+  the masked and unmasked step results, the upload) and one minibatch. The chunk's working set
+  may take a quarter of ``memory_bytes`` when given; otherwise a quarter of each accelerator's
+  memory, or on CPU ``CPU_CHUNK_BYTES`` per device (cache-sized chunks are fastest there; larger
+  ones only add memory traffic). With budgets that differ (``equal_budgets`` False) the cohort
+  is also cut into about ``HETEROGENEOUS_CHUNKS`` chunks, so that few masked steps are computed.
+  """
+  if memory_bytes is not None:
+    budget = memory_bytes // 4
+  elif jax.default_backend() == 'cpu':
+    budget = CPU_CHUNK_BYTES * num_devices
+  else:
+    stats = jax.local_devices()[0].memory_stats() or {}
+    budget = int(stats.get('bytes_limit', 4 << 30)) // 4 * num_devices
+  model_bytes = round_lib.tree_bytes(params)
+  per_client = state_copies * model_bytes + 2 * batch_size * example_bytes
+  chunk = max(1, min(cohort_size, budget // max(per_client, 1)))
+  if not equal_budgets:
+    floor = MIN_CHUNK_PER_DEVICE * num_devices
+    chunk = min(chunk, max(floor, math.ceil(cohort_size / HETEROGENEOUS_CHUNKS)))
+  return chunk
+
+
 def devices_and_chunk(algorithm, params, data, cohort_size: int, batch_size: int,
                       equal_budgets: bool, num_devices: int = 0,
                       chunk_size: int = 0, memory_bytes: int | None = None) -> tuple:
   """``(mesh, chunk)`` of one run's cohort: ``num_devices`` (0: ``auto_num_devices``) on the
-  ``'clients'`` mesh (None for one), and ``chunk_size`` (0: ``round.default_chunk_size`` for the
+  ``'clients'`` mesh (None for one), and ``chunk_size`` (0: ``default_chunk_size`` for the
   budgets: ``equal_budgets``, every client takes as many steps) clients per chunk, at most the
   cohort. The rule of every run, batch and benchmark;
   ``params``: the model's parameters or their shapes, ``data``: the training pool;
@@ -126,7 +165,7 @@ def devices_and_chunk(algorithm, params, data, cohort_size: int, batch_size: int
       jax.device_count(),
       shared_memory=jax.default_backend() == 'cpu'))
   used = 1 if mesh is None else mesh.size
-  chunk = chunk_size or round_lib.default_chunk_size(
+  chunk = chunk_size or default_chunk_size(
       cohort_size, params, example_bytes(data), batch_size, used, equal_budgets=equal_budgets)
   return mesh, min(chunk, cohort_size)
 
@@ -193,7 +232,7 @@ def runs_chunk_size(exp, num_runs: int, same_cohorts: bool = False) -> int:
 
   Runs with their own cohorts (other seeds) keep one run's chunk (``exp.chunk_size``, sized for
   one run's budgets), or less where the memory of one automatic chunk of all their cohorts
-  together (``round.default_chunk_size`` of ``num_runs x C`` clients) holds fewer. Runs that
+  together (``default_chunk_size`` of ``num_runs x C`` clients) holds fewer. Runs that
   share their cohorts (``same_cohorts``: a learning-rate grid's cells, one seed) share the budget
   of every slot too, so the whole batch is chunked as one cohort of ``num_runs x C`` clients with
   its budgets (on the GeL Fig. 7 grid, 100 cells of 20 clients: 1 client per cell and chunk,
@@ -204,7 +243,7 @@ def runs_chunk_size(exp, num_runs: int, same_cohorts: bool = False) -> int:
   if num_runs == 1 or fits < 1:
     return min(exp.chunk_size, fits)
   params = jax.eval_shape(exp.model.init, jax.random.key(0))
-  total = round_lib.default_chunk_size(
+  total = default_chunk_size(
       k.clients_per_round * num_runs, params, example_bytes(exp.train), k.batch_size,
       equal_budgets=not same_cohorts or k.spec(exp.train.counts).equal_budgets)
   if same_cohorts:

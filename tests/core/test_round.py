@@ -9,7 +9,7 @@ import pytest
 from fedjax_gel import algorithms, models
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
-from fedjax_gel.core.round import build_round, chunk_layout, default_chunk_size
+from fedjax_gel.core.round import build_round, chunk_layout
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 
 from helpers import B, TAU_MAX, cohort, init_params, minibatches, run
@@ -219,28 +219,6 @@ def test_round_for_one_spec_gives_the_same_result_twice(data, model):
   c = sample_cohort(keys.root_key(2), 1, data.counts, CohortSpec(7, (2, TAU_MAX), B))
   out = [rf(alg.server_init(params), c, data, keys.root_key(2), jnp.int32(1)) for _ in range(2)]
   jax.tree_util.tree_map(np.testing.assert_array_equal, out[0], out[1])
-
-
-def test_default_chunk_size_respects_memory(model):
-  params = init_params(model)   # 15 float32 = 60 bytes
-  assert default_chunk_size(10_000, params, 16, 5, memory_bytes=1 << 30) == 10_000
-  per_client = 8 * 60 + 2 * 5 * 16
-  assert default_chunk_size(10_000, params, 16, 5, memory_bytes=4 * 100 * per_client) == 100
-  assert default_chunk_size(10, params, 16, 5, memory_bytes=1) == 1
-
-
-def test_default_chunk_size_cuts_heterogeneous_cohorts_into_budget_sorted_chunks(model):
-  params = model.init(jax.random.key(0))
-  big = 1 << 30
-  # Equal budgets: one chunk. Budgets that differ: about 16 chunks, never below 32 clients
-  # per device, never above what memory allows.
-  assert default_chunk_size(2000, params, 16, 5, memory_bytes=big, equal_budgets=True) == 2000
-  assert default_chunk_size(2000, params, 16, 5, memory_bytes=big, equal_budgets=False) == 125
-  assert default_chunk_size(2000, params, 16, 5, 2, memory_bytes=big,
-                            equal_budgets=False) == 125
-  assert default_chunk_size(20, params, 16, 5, memory_bytes=big, equal_budgets=False) == 20
-  assert default_chunk_size(300, params, 16, 5, 4, memory_bytes=big, equal_budgets=False) == 128
-  assert default_chunk_size(2000, params, 16, 5, memory_bytes=1, equal_budgets=False) == 1
 
 
 @pytest.mark.parametrize('size,chunk,devices,expect', [
