@@ -6,7 +6,6 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from fedjax_gel.core.federated_data import FederatedData
 
@@ -51,29 +50,35 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
                   jax.device_put(mask.reshape(num_batches, batch)), clients, counts)
 
 
-def build_evaluate(apply_fn: Callable) -> Callable:
-  """``evaluate(params, pool) -> {'loss', 'accuracy', 'count'}``, example-weighted over the pool;
-  for a pool that names its examples' clients, also ``client_correct`` and ``client_count``
-  (``[num_clients]``: each client's correct predictions and examples)."""
+def build_evaluate(apply_fn: Callable, task=None) -> Callable:
+  """``evaluate(params, pool) -> {'loss', <each metric of task>, 'count'}`` over the pool (the
+  task's ``sum / weight`` of each term over all examples: ``models.tasks``; default
+  classification: ``loss`` and ``accuracy``). For a pool that names its examples' clients and a
+  task with ``accuracy``, also ``client_correct`` and ``client_count`` (``[num_clients]``: each
+  client's correct predictions and the weight they are out of: examples, or tokens)."""
+  if task is None:
+    from fedjax_gel.models.tasks import CLASSIFICATION  # pylint: disable=g-import-not-at-top
+    task = CLASSIFICATION
+  terms = {'loss': task.loss, **task.metrics}
 
   @jax.jit
   def evaluate(params, pool: EvalPool):
     def one(args):
       batch, mask = args
-      logits = apply_fn(params, batch['x'])
-      loss = optax.softmax_cross_entropy_with_integer_labels(logits, batch['y'])
-      correct = jnp.argmax(logits, -1) == batch['y']
-      return jnp.sum(jnp.where(mask, loss, 0.)), jnp.sum(mask & correct), mask & correct
+      outputs = apply_fn(params, batch['x'])
+      out = {}
+      for name, term in terms.items():
+        total, weight = term(outputs, batch['y'])
+        out[name] = (jnp.where(mask, total, 0.), jnp.where(mask, weight, 0.))
+      return {k: (jnp.sum(t), jnp.sum(w)) for k, (t, w) in out.items()}, out.get('accuracy')
 
-    losses, corrects, each = jax.lax.map(one, (pool.examples, pool.mask))
-    count = jnp.sum(pool.mask)
-    out = {'loss': jnp.sum(losses) / count, 'accuracy': jnp.sum(corrects) / count,
-           'count': count}
-    if pool.clients is not None:
-      out['client_correct'] = jax.ops.segment_sum(
-          each.reshape(-1).astype(jnp.int32), pool.clients.reshape(-1),
-          pool.client_counts.shape[0])
-      out['client_count'] = pool.client_counts
+    sums, each = jax.lax.map(one, (pool.examples, pool.mask))
+    out = {k: jnp.sum(t) / jnp.maximum(jnp.sum(w), 1.) for k, (t, w) in sums.items()}
+    out['count'] = jnp.sum(pool.mask)
+    if pool.clients is not None and each is not None:
+      ids, n = pool.clients.reshape(-1), pool.client_counts.shape[0]
+      out['client_correct'] = jax.ops.segment_sum(each[0].reshape(-1), ids, n)
+      out['client_count'] = jax.ops.segment_sum(each[1].reshape(-1), ids, n)
     return out
 
   return evaluate
@@ -83,8 +88,9 @@ def client_spread(correct, count) -> dict:
   """The spread of client accuracy over the clients with test examples (host side): the
   unweighted mean, 10th and 90th percentiles (linear interpolation) and standard deviation,
   as FL papers report for fairness; ``None`` values without clients."""
-  has = np.asarray(count) > 0
-  acc = np.asarray(correct)[has] / np.asarray(count)[has]
+  correct, count = np.asarray(correct, np.float64), np.asarray(count, np.float64)
+  has = count > 0
+  acc = correct[has] / count[has]
   if not acc.size:
     return {'mean': None, 'p10': None, 'p90': None, 'std': None}
   return {'mean': float(acc.mean()), 'p10': float(np.percentile(acc, 10)),

@@ -74,7 +74,7 @@ class Evaluate(Callback):
                              if together else loop.run_params(0))
       key = ('evaluate', together, jax.tree.structure(shape), tuple(jax.tree.leaves(shape)))
       if key not in loop.exp.compiled:
-        evaluate = evaluation.build_evaluate(loop.exp.model.apply)
+        evaluate = evaluation.build_evaluate(loop.exp.model.apply, loop.exp.model.task)
         both = lambda params, test, train: (evaluate(params, test), evaluate(params, train))
         if together:
           both = jax.vmap(both, in_axes=(0, None, None))

@@ -126,7 +126,12 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   vocab = None
   if tokens:
     vocab = int(max(x.max(initial=0), np.asarray(split.test.examples['x']).max(initial=0))) + 1
-  return models.get_model(name, x.shape[1:], int(y.max()) + 1, vocab_size=vocab)
+  model = models.get_model(name, x.shape[1:], int(y.max()) + 1, vocab_size=vocab)
+  if 'accuracy' not in model.task.metrics:
+    raise ConfigError(f'--model={name}: its task ({model.task.name}) has no accuracy, which the '
+                      "experiment's targets, records and reports read; train it from Python "
+                      '(build_round with models.task_loss, build_evaluate with its task)')
+  return model
 
 
 def make_algorithm(c: Config, model: models.Model, counts, traced: dict | None = None
@@ -141,7 +146,7 @@ def make_algorithm(c: Config, model: models.Model, counts, traced: dict | None =
   own = {f.name for f in dataclasses.fields(a.hparams)}
   hparams = dataclasses.replace(a.hparams, **{k: v for k, v in traced.items() if k in own})
   setting = spec_lib.Setting(
-      model, models.cross_entropy_loss(model), traced.get('client_lr', a.client_lr),
+      model, models.task_loss(model), traced.get('client_lr', a.client_lr),
       traced.get('client_momentum', a.client_momentum),
       server_optimizer(c, traced.get('server_lr')), np.asarray(counts),
       c.cohort.aggregation_weights == 'uniform')

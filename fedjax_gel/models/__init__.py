@@ -1,8 +1,11 @@
 """Flax models and a registry by name (``register_model`` adds your own)."""
 from __future__ import annotations
 
+from fedjax_gel.models import tasks
 from fedjax_gel.models.base import (Model, cross_entropy_loss, from_linen, from_nnx, masked_mean,
-                                    max_entropy_loss, num_params, per_example_cross_entropy)
+                                    max_entropy_loss, num_params, per_example_cross_entropy,
+                                    task_loss)
+from fedjax_gel.models.tasks import CLASSIFICATION, NEXT_TOKEN, REGRESSION, Task
 from fedjax_gel.models.cnn import (CelebACNN, TwoConvCNN, celeba_cnn, cifar_cnn, femnist_cnn,
                                    gel_femnist_cnn)
 from fedjax_gel.models.layers import max_pool_2x2, patches_conv
@@ -46,7 +49,8 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
   return MODELS[name](input_shape, num_classes)
 
 
-__all__ = ['CelebACNN', 'MLP', 'MODELS', 'LogisticRegression', 'Model', 'StackedLSTM', 'TOKEN_MODELS',
+__all__ = ['CLASSIFICATION', 'CelebACNN', 'MLP', 'NEXT_TOKEN', 'REGRESSION', 'Task', 'task_loss',
+           'tasks', 'MODELS', 'LogisticRegression', 'Model', 'StackedLSTM', 'TOKEN_MODELS',
            'TwoConvCNN', 'celeba_cnn', 'cifar_cnn', 'cross_entropy_loss', 'femnist_cnn',
            'from_linen', 'from_nnx', 'gel_femnist_cnn', 'get_model', 'logistic', 'masked_mean',
            'max_entropy_loss', 'max_pool_2x2', 'mlp', 'patches_conv', 'num_params', 'per_example_cross_entropy', 'register_model',

@@ -8,6 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from fedjax_gel.models.tasks import CLASSIFICATION, Task, batch_mean
+
 Params = Any
 
 
@@ -20,16 +22,21 @@ class Model(NamedTuple):
     apply: ``(params, x) -> logits`` for a batch ``x`` of shape ``[B, *input_shape]``.
     num_classes: output classes.
     features: ``(params, x) -> [B, F]`` penultimate activations (FedMAX), or None.
+    task: what its outputs are scored by (``models.tasks``: the loss and the evaluation
+      metrics); classification by default.
   """
   name: str
   init: Callable[[jax.Array], Params]
   apply: Callable[[Params, jax.Array], jax.Array]
   num_classes: int
   features: Callable[[Params, jax.Array], jax.Array] | None = None
+  task: Task = CLASSIFICATION
 
 
-def from_linen(name: str, module, input_shape, input_dtype, num_classes: int) -> Model:
-  """Wraps a Flax linen module whose ``__call__(x)`` maps ``[B, *input_shape]`` to logits.
+def from_linen(name: str, module, input_shape, input_dtype, num_classes: int,
+               task: Task = CLASSIFICATION) -> Model:
+  """Wraps a Flax linen module whose ``__call__(x)`` maps ``[B, *input_shape]`` to its outputs
+  (logits for classification; ``task`` says how they are scored).
 
   A module with a ``features(x)`` method exposes its penultimate activations.
   """
@@ -38,7 +45,8 @@ def from_linen(name: str, module, input_shape, input_dtype, num_classes: int) ->
   if hasattr(module, 'features'):
     features = lambda params, x: module.apply({'params': params}, x, method='features')
   return Model(name, lambda key: module.init(key, dummy)['params'],
-               lambda params, x: module.apply({'params': params}, x), num_classes, features)
+               lambda params, x: module.apply({'params': params}, x), num_classes, features,
+               task)
 
 
 def from_nnx(name: str, make_module: Callable, num_classes: int) -> Model:
@@ -70,6 +78,14 @@ def masked_mean(values: jax.Array, batch: dict) -> jax.Array:
     return values.mean()
   mask = batch['mask'].astype(values.dtype)
   return jnp.sum(mask * values) / jnp.maximum(jnp.sum(mask), 1.)
+
+
+def task_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
+  """``loss(params, batch)``: the model's task loss over the batch (``tasks.batch_mean``);
+  for classification ``cross_entropy_loss``'s, to the bit."""
+  if model.task is CLASSIFICATION:
+    return cross_entropy_loss(model)
+  return lambda params, batch: batch_mean(model.task.loss, model.apply(params, batch['x']), batch)
 
 
 def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
