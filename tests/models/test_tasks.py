@@ -1,6 +1,10 @@
 """Tasks (``models.tasks``): losses and metrics against hand-computed values, a regression model
-trained by the engine against a plain SGD loop, and the experiment's refusal of a task without
-accuracy."""
+trained by the engine against a plain SGD loop, the experiment's refusal of a task without
+accuracy, and a next-token model trained from the command line."""
+import contextlib
+import io
+import json
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -15,7 +19,8 @@ from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 from fedjax_gel.core.sampling import Cohort, CohortSpec
 from fedjax_gel.core.shuffle import cycled_permutation
-from fedjax_gel.experiment import factories
+from fedjax_gel.data import registry as data_registry
+from fedjax_gel.experiment import cli, factories
 from fedjax_gel.experiment.config import ConfigError, make
 from fedjax_gel.models import tasks
 
@@ -105,3 +110,49 @@ def test_the_experiment_refuses_a_task_without_accuracy():
       factories.prepare(make(model='regression_probe'))
   finally:
     models.MODELS.pop('regression_probe')
+
+
+class Bigram(nn.Module):
+  """Next-token logits from the current token alone: ``[B, L] -> [B, L, V]``."""
+  vocab: int
+
+  @nn.compact
+  def __call__(self, tokens):
+    return nn.Embed(self.vocab, self.vocab)(tokens)
+
+
+def token_split(data):
+  """12 clients of sequences in which token t (1..5) is always followed by t % 5 + 1; the
+  sequences end in padding (0), which the next-token task leaves out."""
+  rng = np.random.default_rng(data.split_seed)
+  clients = []
+  for _ in range(12):
+    start = rng.integers(1, 6, size=(20, 1))
+    seq = (start + np.arange(9)[None, :] - 1) % 5 + 1
+    seq[:, 7:] = 0
+    clients.append({'x': seq[:, :8].astype(np.int32), 'y': seq[:, 1:].astype(np.int32)})
+  part = lambda s: fd.from_client_arrays([{k: v[s] for k, v in c.items()} for c in clients])
+  return fd.FederatedSplit(part(slice(0, 16)), part(slice(16, None)))
+
+
+def test_a_next_token_model_runs_from_the_command_line(tmp_path):
+  build = lambda shape, classes, vocab_size: models.from_linen(
+      'bigram', Bigram(vocab_size), shape, jnp.int32, classes, task=models.NEXT_TOKEN)
+  models.register_model('bigram_probe', build, tokens=True)
+  data_registry.register_dataset('token_probe', token_split)
+  try:
+    with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.redirect_stdout(
+        io.StringIO()):
+      status = cli.main(['run.py', '--dataset=token_probe', '--model=bigram_probe',
+                         '--algorithm=fedavg', '--client_lr=1.0', '--num_rounds=30',
+                         '--eval_every=10', '--clients_per_round=4', '--batch_size=5',
+                         '--budget_range=2,4', '--tensorboard=false', f'--workdir={tmp_path}'])
+    assert status == 0, err.getvalue()
+  finally:
+    models.MODELS.pop('bigram_probe')
+    models.TOKEN_MODELS = tuple(m for m in models.TOKEN_MODELS if m != 'bigram_probe')
+    data_registry.LOADERS.pop('token_probe')
+  records = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
+  # per-token accuracy over the 6 real tokens of each sequence: from chance (1/6) to learnt
+  assert records[0]['test_accuracy'] < 0.5 and records[-1]['test_accuracy'] > 0.95
+  assert records[-1]['client_accuracy_p10'] > 0.9
