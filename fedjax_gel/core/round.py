@@ -44,7 +44,7 @@ from fedjax_gel.core import store as store_lib
 from fedjax_gel.core.devices import CLIENT_AXIS
 from fedjax_gel.core.federated_data import FederatedData
 from fedjax_gel.core.sampling import Cohort
-from fedjax_gel.core.shuffle import cycled_permutation
+from fedjax_gel.core.shuffle import data_order, examples_seen, minibatch_rows
 
 tree_map = jax.tree_util.tree_map
 
@@ -131,44 +131,6 @@ def route(cohort: Cohort, guesses, owned: int, num_clients: int, num_devices: in
   return Clients(pick(cohort.client_ids, own[:, None]), pick(cohort.budgets, 0),
                  pick(cohort.weights, 0.), pick(guesses, 0.),
                  pick(jnp.arange(size, dtype=jnp.int32), 0), valid)
-
-
-def data_order(spec, shuffle_keys, n, pool_rows: int) -> jax.Array:
-  """Each client's example order for the round, ``[clients, max_budget B]`` (positions into
-  its examples). Steps: one shuffle, cycled (``cycled_permutation``). Epochs: a new shuffle per
-  epoch ``e`` (key ``fold_in(key, e)``), epoch ``e`` at ``e ceil(n_max / B) B`` onwards."""
-  length = spec.max_budget * spec.batch_size
-  permute = jax.vmap(cycled_permutation, in_axes=(0, 0, None, None))
-  if spec.budget_unit == 'steps':
-    return permute(shuffle_keys, n, length, pool_rows)
-  epoch_len = spec.steps_per_epoch * spec.batch_size
-  per_epoch = jax.vmap(lambda e: permute(
-      jax.vmap(jax.random.fold_in, in_axes=(0, None))(shuffle_keys, e), n, epoch_len,
-      pool_rows))(jnp.arange(spec.budget_range[1]))          # [epochs, clients, epoch_len]
-  return jnp.moveaxis(per_epoch, 0, 1).reshape(n.shape[0], length)
-
-
-def minibatch_rows(spec, rows, k, n):
-  """``(rows of step k [clients, B], mask or None)``. Steps: positions ``k B .. k B + B - 1``.
-  Epochs: step ``k`` is minibatch ``k mod s_i`` of epoch ``k div s_i`` (``s_i = ceil(n_i /
-  B)``), its positions beyond ``n_i`` (the epoch's short last minibatch) masked."""
-  b = spec.batch_size
-  if spec.budget_unit == 'steps':
-    return jax.lax.dynamic_slice_in_dim(rows, k * b, b, axis=1), None
-  s = jnp.maximum(-(-n // b), 1)
-  pos = (k % s)[:, None] * b + jnp.arange(b)[None, :]
-  epoch_len = spec.steps_per_epoch * b
-  at = (k // s)[:, None] * epoch_len + jnp.minimum(pos, epoch_len - 1)
-  return jnp.take_along_axis(rows, at, axis=1), pos < n[:, None]
-
-
-def examples_seen(spec, budgets, n) -> jax.Array:
-  """Examples each client's ``tau_i`` steps put through a gradient: ``tau_i B``, or in epochs
-  ``n_i`` per whole epoch and ``min(r B, n_i)`` for ``r`` steps of a partial one."""
-  if spec.budget_unit == 'steps':
-    return spec.batch_size * budgets
-  s = jnp.maximum(-(-n // spec.batch_size), 1)
-  return (budgets // s) * n + jnp.minimum((budgets % s) * spec.batch_size, n)
 
 
 def all_finite(tree) -> jax.Array:

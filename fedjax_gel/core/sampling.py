@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_gel.core import keys
+from fedjax_gel.core.shuffle import epoch_steps
 
 WEIGHTINGS = ('samples_seen', 'num_examples', 'uniform')
 SELECTIONS = ('uniform', 'cyclic')
@@ -181,7 +182,7 @@ def steps_of(units, n, spec: CohortSpec) -> jax.Array:
   """``tau_i``: the units themselves, or ``E_i ceil(n_i / B)`` in epochs."""
   if spec.budget_unit == 'steps':
     return units
-  return units * (-(-n // spec.batch_size))
+  return units * epoch_steps(n, spec.batch_size)
 
 
 def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) -> jax.Array:

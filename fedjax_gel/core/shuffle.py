@@ -1,4 +1,5 @@
-"""Per-client data order for one round: shuffle once, cycle when ``tau_i * B > n_i``.
+"""Per-client data order for one round: shuffle once, cycle when ``tau_i * B > n_i``; or, with
+budgets in epochs, a new shuffle per epoch (``data_order``, ``minibatch_rows``).
 
 ``cycled_permutation(key, n, length)[t] = perm[t mod n]`` for a uniform random permutation
 ``perm`` of ``range(n)`` (the GeL protocol: each client shuffles its data every round and cycles
@@ -89,3 +90,46 @@ def cycled_permutation(key: jax.Array, n, length: int, bound: int | None = None)
   n = jnp.asarray(n, jnp.int32)
   head = partial_fisher_yates(fisher_yates_draws(key, n, length), bound)
   return head[jnp.arange(length, dtype=jnp.int32) % jnp.maximum(n, 1)]
+
+
+def epoch_steps(n, batch_size: int):
+  """``ceil(n / B)``: the minibatches of one epoch over ``n`` examples (0 for none)."""
+  return -(-n // batch_size)
+
+
+def data_order(spec, shuffle_keys, n, pool_rows: int) -> jax.Array:
+  """Each client's example order for the round, ``[clients, max_budget B]`` (positions into
+  its examples). Steps: one shuffle, cycled (``cycled_permutation``). Epochs: a new shuffle per
+  epoch ``e`` (key ``fold_in(key, e)``), epoch ``e`` at ``e ceil(n_max / B) B`` onwards."""
+  length = spec.max_budget * spec.batch_size
+  permute = jax.vmap(cycled_permutation, in_axes=(0, 0, None, None))
+  if spec.budget_unit == 'steps':
+    return permute(shuffle_keys, n, length, pool_rows)
+  epoch_len = spec.steps_per_epoch * spec.batch_size
+  per_epoch = jax.vmap(lambda e: permute(
+      jax.vmap(jax.random.fold_in, in_axes=(0, None))(shuffle_keys, e), n, epoch_len,
+      pool_rows))(jnp.arange(spec.budget_range[1]))          # [epochs, clients, epoch_len]
+  return jnp.moveaxis(per_epoch, 0, 1).reshape(n.shape[0], length)
+
+
+def minibatch_rows(spec, rows, k, n):
+  """``(rows of step k [clients, B], mask or None)``. Steps: positions ``k B .. k B + B - 1``.
+  Epochs: step ``k`` is minibatch ``k mod s_i`` of epoch ``k div s_i`` (``s_i = ceil(n_i /
+  B)``), its positions beyond ``n_i`` (the epoch's short last minibatch) masked."""
+  b = spec.batch_size
+  if spec.budget_unit == 'steps':
+    return jax.lax.dynamic_slice_in_dim(rows, k * b, b, axis=1), None
+  s = jnp.maximum(epoch_steps(n, b), 1)
+  pos = (k % s)[:, None] * b + jnp.arange(b)[None, :]
+  epoch_len = spec.steps_per_epoch * b
+  at = (k // s)[:, None] * epoch_len + jnp.minimum(pos, epoch_len - 1)
+  return jnp.take_along_axis(rows, at, axis=1), pos < n[:, None]
+
+
+def examples_seen(spec, budgets, n) -> jax.Array:
+  """Examples each client's ``tau_i`` steps put through a gradient: ``tau_i B``, or in epochs
+  ``n_i`` per whole epoch and ``min(r B, n_i)`` for ``r`` steps of a partial one."""
+  if spec.budget_unit == 'steps':
+    return spec.batch_size * budgets
+  s = jnp.maximum(epoch_steps(n, spec.batch_size), 1)
+  return (budgets // s) * n + jnp.minimum((budgets % s) * spec.batch_size, n)

@@ -117,7 +117,7 @@ def compare(directories: list[str], report_dir: str) -> str:
     seen[key] = w
   results = [(summary, records) for _, summary, records in loaded]
   os.makedirs(report_dir, exist_ok=True)
-  plotted = outputs.write_runs_report(configs, run_dirs, results, tuned_flag(configs),
-                                      report_dir)
+  _, plotted = outputs.write_runs_report(configs, run_dirs, results, tuned_flag(configs),
+                                         report_dir)
   return (f'report: {os.path.join(report_dir, "report.md")} ({len(run_dirs)} runs from '
           f'{len(directories)} folder(s){", with plots/" if plotted else ""})')

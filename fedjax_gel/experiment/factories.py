@@ -230,8 +230,9 @@ def load_client_budgets(k: config_lib.CohortConfig, train) -> np.ndarray | None:
     raise ConfigError(f'{where}: not valid JSON ({str(e)[:80]})') from None
   names = list(train.client_names)
   if isinstance(found, dict):
+    known = set(names)
     missing = [n for n in names if n not in found]
-    extra = [n for n in found if n not in set(names)]
+    extra = [n for n in found if n not in known]
     if missing or extra:
       which = (f'no budget for client {missing[0]!r}' if missing else
                f'client {extra[0]!r} is not in the training data')

@@ -23,15 +23,16 @@ def settings_table(configs) -> str:
   at its default or differs among the runs (an algorithm's own hyper-parameter names the
   algorithms that have it); several values are listed in order."""
   from fedjax_gel.experiment.config import make   # pylint: disable=g-import-not-at-top
-  values, owners, changed = {}, {}, set()
+  values, owners, changed, defaults = {}, {}, set(), {}
   for c in configs:
-    defaults = make(algorithm=c.algorithm.name).flags()
+    name = c.algorithm.name
+    defaults.setdefault(name, make(algorithm=name).flags())
     for flag, v in c.flags().items():
       v = ','.join(map(str, v)) if isinstance(v, (tuple, list)) else v
       if v not in values.setdefault(flag, []):
         values[flag].append(v)
       owners.setdefault(flag, []).append(c.run_name)
-      if v != defaults.get(flag):
+      if v != defaults[name].get(flag):
         changed.add(flag)
   shown = [f for f in MAIN_FLAGS if f in values] + sorted(
       f for f in values if f not in MAIN_FLAGS and f not in NOT_SETTINGS and
@@ -73,9 +74,10 @@ def plot_setting(configs) -> str:
           f'{lrs(x.server.lr for x in configs)}')
 
 
-def write_runs_report(configs, workdirs, results, tuned, report_dir: str) -> list[str]:
+def write_runs_report(configs, workdirs, results, tuned, report_dir: str) -> tuple[str, list]:
   """``report.md`` and ``plots/`` in ``report_dir`` for finished runs (``results``: their
-  ``(summary, records)``); returns the plots written ([] without matplotlib)."""
+  ``(summary, records)``); returns the report's tables (without its header) and the plots
+  written ([] without matplotlib)."""
   plotted = plots.accuracy_plots(report.kept_runs(results, tuned),
                                  os.path.join(report_dir, 'plots'),
                                  configs[0].run.target_accuracy, plot_setting(configs))
@@ -84,7 +86,7 @@ def write_runs_report(configs, workdirs, results, tuned, report_dir: str) -> lis
   text = report.report_text(results, tuned)
   workdir_lib.write_text(os.path.join(report_dir, 'report.md'),
                          header(configs, workdirs, report_dir, plotted) + '\n\n' + text + '\n')
-  return plotted
+  return text, plotted
 
 
 def write_report(p, workdir: str, summaries: list[dict], out):
@@ -101,9 +103,9 @@ def write_report(p, workdir: str, summaries: list[dict], out):
           f'{fmt(best)}, rounds to {report.percent(x.run.target_accuracy)}: '
           f'{target if target is not None else "not reached"}', file=out)
   tuned = 'client_lr' if p.levels[2] else p.levels[3]
+  text, plotted = write_runs_report(p.configs, p.workdirs, results, tuned, workdir)
   if len(results) > 1:
-    print(report.report_text(results, tuned), file=out)
-  plotted = write_runs_report(p.configs, p.workdirs, results, tuned, workdir)
+    print(text, file=out)
   if not plotted:
     print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')",
           file=out)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from fedjax_gel.core import devices, federated_data, memory, round as round_lib, store
+from fedjax_gel.core import devices, federated_data, memory, round as round_lib, shuffle, store
 from fedjax_gel.experiment.config import CohortConfig, Config, ConfigError
 
 
@@ -288,7 +288,7 @@ def quick_compile(k: CohortConfig, params, counts=None) -> bool:
   size = sum(math.prod(p.shape) for p in jax.tree.leaves(params))
   mean_budget = (k.budget_range[0] + k.budget_range[1]) / 2
   if k.budget_unit == 'epochs':
-    mean_budget *= float(np.mean(-(-np.asarray(counts) // k.batch_size)))
+    mean_budget *= float(np.mean(shuffle.epoch_steps(np.asarray(counts), k.batch_size)))
   return k.clients_per_round * mean_budget * k.batch_size * size <= QUICK_COMPILE_MAX_ROUND_WORK
 
 
