@@ -84,11 +84,13 @@ def femnist_like_workload(num_clients: int, per_client: int, cpu_devices: int | 
   return random_clients_workload(num_clients, per_client, examples, build_model, cpu_devices)
 
 
-def shakespeare_like_workload(num_clients: int, per_client: int, cpu_devices: int | None = None):
+def shakespeare_like_workload(num_clients: int, per_client: int, cpu_devices: int | None = None,
+                              flax_cell: bool = False):
   """LEAF's Shakespeare LSTM (``models.shakespeare_lstm``, 817,872 parameters) on
   Shakespeare-shaped random data: ``num_clients`` clients of ``per_client`` int32 sequences of
   80 character ids and next-character labels, both uniform over LEAF's 80 characters, seed 0.
-  A step's speed does not depend on the characters. Returns ``random_clients_workload``'s tuple.
+  A step's speed does not depend on the characters. Returns ``random_clients_workload``'s tuple;
+  ``flax_cell`` runs the LSTMs as Flax's own cell instead of ``models.layers.lstm``.
   """
   import numpy as np  # pylint: disable=g-import-not-at-top
 
@@ -99,7 +101,8 @@ def shakespeare_like_workload(num_clients: int, per_client: int, cpu_devices: in
             'y': rng.integers(0, 80, n).astype(np.int32)}
 
   return random_clients_workload(num_clients, per_client, examples,
-                                 lambda: models.shakespeare_lstm((80,), 80), cpu_devices)
+                                 lambda: models.shakespeare_lstm((80,), 80, fused=not flax_cell),
+                                 cpu_devices)
 
 
 def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,

@@ -32,8 +32,9 @@ Before timing, one round of each side on clients holding exactly one batch each 
 so the data order cannot differ) checks that they compute our model: ``max abs diff``.
 Reported per cohort size: compile time, round time (median of ``--repeats`` rounds after a
 warm-up round, timed alternately, ``block_until_ready``), examples/s and
-``ratio = PyTorch round time / fedjax_gel round time``. ``--xla_layers`` builds our CNN with
-XLA's own convolution and max pool instead of ``models.layers`` (the comparison in RESULTS.md).
+``ratio = PyTorch round time / fedjax_gel round time``. ``--xla_layers`` builds our model
+without ``models.layers``: the CNN with XLA's own convolution and max pool, the LSTM with
+Flax's own ``nn.RNN(nn.OptimizedLSTMCell)`` (the comparisons in RESULTS.md).
 
 Needs torch (``pip install torch``; optional, not a dependency of fedjax_gel); without it the
 script stops with one line.
@@ -59,12 +60,14 @@ CLIENTS, PER_CLIENT = 200, 200
 
 
 class Setting(NamedTuple):
-  """One model's round: its title, what builds our layers, ``tau`` steps of batch ``batch``, the
-  client optimiser, the workload (``workload(xla_layers)``: ``common``'s tuple) and the PyTorch
-  model (``torch_model(params) -> (module, weights)``; ``weights``: Flax parameters -> the
-  module's state dict)."""
+  """One model's round: its title, what builds our layers (``layers``; ``framework_layers`` with
+  ``--xla_layers``), ``tau`` steps of batch ``batch``, the client optimiser, the workload
+  (``workload(xla_layers)``: ``common``'s tuple) and the PyTorch model
+  (``torch_model(params) -> (module, weights)``; ``weights``: Flax parameters -> the module's
+  state dict)."""
   title: str
   layers: str
+  framework_layers: str
   tau: int
   batch: int
   lr: float
@@ -147,13 +150,14 @@ def torch_lstm(params):
 
 
 SETTINGS = {
-    'cnn': Setting('GeL FEMNIST CNN', 'fedjax_gel', 8, 20, 0.01, 0.9,
+    'cnn': Setting('GeL FEMNIST CNN', 'fedjax_gel', 'xla', 8, 20, 0.01, 0.9,
                    lambda xla_layers: common.femnist_like_workload(
                        CLIENTS, PER_CLIENT, xla_layers=xla_layers), torch_cnn),
     # launch/configs/gel_table1_shakespeare_subset.flags: B = 10, lr 0.3, momentum 0.9 and
-    # tau_i ~ U{2..6}, here its mean for every client; Flax's own nn.RNN layers.
-    'lstm': Setting('Shakespeare LSTM', 'flax', 4, 10, 0.3, 0.9,
-                    lambda _: common.shakespeare_like_workload(CLIENTS, PER_CLIENT), torch_lstm),
+    # tau_i ~ U{2..6}, here its mean for every client.
+    'lstm': Setting('Shakespeare LSTM', 'fedjax_gel', 'flax', 4, 10, 0.3, 0.9,
+                    lambda flax_cell: common.shakespeare_like_workload(
+                        CLIENTS, PER_CLIENT, flax_cell=flax_cell), torch_lstm),
 }
 
 
@@ -305,7 +309,8 @@ def measure(model: str, cohorts: list[int], repeats: int, xla_layers: bool) -> l
     rows.append({
         'model': s.title, 'tau': s.tau, 'batch': s.batch, 'lr': s.lr, 'momentum': s.momentum,
         'cohort': cohort, 'devices': ran['devices'], 'chunk': ran['chunk'],
-        'layers': 'xla' if xla_layers else s.layers, 'fedjax_gel_compile_s': ran['compile_s'], 'fedjax_gel_round_s': ours_s,
+        'layers': s.framework_layers if xla_layers else s.layers,
+        'fedjax_gel_compile_s': ran['compile_s'], 'fedjax_gel_round_s': ours_s,
         'torch_round_s': theirs_s, 'fedjax_gel_examples_per_s': examples / ours_s,
         'torch_examples_per_s': examples / theirs_s, 'ratio': theirs_s / ours_s,
         'torch_vmap_round_s': vmap_s, 'torch_vmap_examples_per_s': examples / vmap_s,
@@ -344,7 +349,8 @@ def main(argv=None):
   p.add_argument('--cohorts', default='20,100')
   p.add_argument('--repeats', type=int, default=3)
   p.add_argument('--xla_layers', action='store_true',
-                 help="our CNN with XLA's own convolution and max pool (the slow version)")
+                 help="our CNN with XLA's own convolution and max pool, our LSTM with Flax's "
+                 "own cell (the slow versions)")
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--plot', help="also plot both sides' examples/s against the cohort (PNG)")
   a = p.parse_args(argv)
@@ -353,8 +359,6 @@ def main(argv=None):
     p.exit(2, 'error: --cohorts and --repeats must be positive\n')
   if max(cohorts) > CLIENTS:
     p.exit(2, f'error: --cohorts: at most {CLIENTS} clients (sampled without replacement)\n')
-  if a.xla_layers and a.model != 'cnn':
-    p.exit(2, 'error: --xla_layers builds the CNN only (--model cnn)\n')
   rows = measure(a.model, cohorts, a.repeats, a.xla_layers)
   common.report(rows, table(rows), a.json)
   xs = [r['cohort'] for r in rows]

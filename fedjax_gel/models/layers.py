@@ -1,4 +1,4 @@
-"""Convolution and pooling layers that run fast when vmapped over clients on CPU.
+"""Convolution, pooling and LSTM layers that run fast when vmapped over clients on CPU.
 
 
 Vmapping a client's training step over a cohort turns every convolution into a batched one
@@ -24,6 +24,15 @@ convolutions. (Neither a ``max`` over a reshape nor a tree of ``jnp.maximum`` is
 automatic gradients count the ties with a reduction or scatter through interior pads.)
 
 Use both in your own Flax CNN to get the same speed.
+
+``lstm`` runs an LSTM over a sequence with the four gates' kernels as one matrix each (what
+Flax's ``nn.RNN(nn.OptimizedLSTMCell)`` computes, from the same parameters), with its own
+gradient (``jax.custom_vjp``): the backward recurrence only carries ``(dh, dc)`` through the
+recurrent kernel and writes every position's gate cotangent; the kernels' gradients and the
+input's are then one matrix product each over all positions. Differentiating Flax's cell
+instead adds every gate's kernel gradient into its accumulator at every position, about 40% of
+a Shakespeare round (``benchmarks/RESULTS.md``). Forward-mode differentiation (``jax.jvp``)
+of a ``custom_vjp`` is not defined; use Flax's cell for it.
 """
 from __future__ import annotations
 
@@ -138,3 +147,79 @@ def max_pool_2x2(x, padding: str = 'VALID'):
   else:
     raise ValueError(f"max_pool_2x2: padding must be 'SAME' or 'VALID', got {padding!r}")
   return _pool_even(x)
+
+
+def lstm(x, wi, wh, b):
+  """An LSTM over ``x [B, L, I]`` from a zero carry: its outputs ``h [B, L, H]``.
+
+  ``wi [I, 4H]``, ``wh [H, 4H]`` and ``b [4H]`` hold the gates ``i, f, g, o`` side by side:
+  ``z_t = x_t wi + h_{t-1} wh + b``; ``i, f, o = sigmoid(z^i, z^f, z^o)``, ``g = tanh(z^g)``;
+  ``c_t = f c_{t-1} + i g``; ``h_t = o tanh(c_t)`` (Flax's ``OptimizedLSTMCell`` with its
+  kernels concatenated; ``models.rnn.lstm_kernels`` builds them from its parameters).
+  """
+  return jnp.swapaxes(_recurrence(jnp.swapaxes(x, 0, 1), wi, wh, b), 0, 1)
+
+
+def _gates(z):
+  """``(i, f, g, o)`` activations of the pre-activations ``z [..., 4H]``, side by side."""
+  i, f, g, o = jnp.split(z, 4, axis=-1)
+  return jnp.concatenate([jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)],
+                         axis=-1)
+
+
+def _scan(x, wi, wh, b, outputs):
+  """Runs the LSTM over time-major ``x [L, B, I]``; ``outputs(c, h, act, tanh_c)`` says what
+  every position writes."""
+  zero = jnp.zeros((x.shape[1], wh.shape[0]), x.dtype)
+
+  def step(carry, x_t):
+    c, h = carry
+    act = _gates(x_t @ wi + h @ wh + b)
+    i, f, g, o = jnp.split(act, 4, axis=-1)
+    c = f * c + i * g
+    tanh_c = jnp.tanh(c)
+    h = o * tanh_c
+    return (c, h), outputs(c, h, act, tanh_c)
+
+  return lax.scan(step, (zero, zero), x)[1]
+
+
+@jax.custom_vjp
+def _recurrence(x, wi, wh, b):
+  """``h [L, B, H]`` of time-major ``x [L, B, I]``."""
+  return _scan(x, wi, wh, b, lambda c, h, act, tanh_c: h)
+
+
+def _recurrence_fwd(x, wi, wh, b):
+  """``h`` and what the gradient reads: every position's ``h``, ``c``, gate activations and
+  ``tanh(c)``."""
+  cs, hs, acts, tanh_cs = _scan(x, wi, wh, b, lambda *outs: outs)
+  return hs, (x, wi, wh, hs, cs, acts, tanh_cs)
+
+
+def _recurrence_bwd(residuals, dhs):
+  """The backward recurrence carries ``(dh, dc)`` and writes every position's ``dz_t``; the
+  kernels' gradients ``d wi = sum_t x_t^T dz_t``, ``d wh = sum_t h_{t-1}^T dz_t`` and the
+  input's ``dx_t = dz_t wi^T`` are then one product each over all positions."""
+  x, wi, wh, hs, cs, acts, tanh_cs = residuals
+  zero = jnp.zeros_like(hs[0])
+  c_prev = jnp.concatenate([zero[None], cs[:-1]])
+  h_prev = jnp.concatenate([zero[None], hs[:-1]])
+  wh_t = wh.T
+
+  def step(carry, inputs):
+    dh, dc = carry
+    dh_t, act, tanh_c, c_before = inputs
+    i, f, g, o = jnp.split(act, 4, axis=-1)
+    dh = dh + dh_t
+    dc = dc + dh * o * (1 - tanh_c * tanh_c)
+    dz = jnp.concatenate([dc * g * i * (1 - i), dc * c_before * f * (1 - f),
+                          dc * i * (1 - g * g), dh * tanh_c * o * (1 - o)], axis=-1)
+    return (dz @ wh_t, dc * f), dz
+
+  _, dz = lax.scan(step, (zero, zero), (dhs, acts, tanh_cs, c_prev), reverse=True)
+  return (dz @ wi.T, jnp.einsum('lbi,lbg->ig', x, dz), jnp.einsum('lbh,lbg->hg', h_prev, dz),
+          dz.sum((0, 1)))
+
+
+_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)

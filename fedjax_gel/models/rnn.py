@@ -10,7 +10,18 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from fedjax_gel.models import layers
 from fedjax_gel.models.base import Model, from_linen
+
+GATES = ('i', 'f', 'g', 'o')
+
+
+def lstm_kernels(cell) -> tuple:
+  """``(wi, wh, b)`` of ``layers.lstm`` from an ``OptimizedLSTMCell``'s parameters ``cell``
+  (input kernels ``ii, if, ig, io``; recurrent kernels and biases ``hi, hf, hg, ho``)."""
+  return (jnp.concatenate([cell['i' + g]['kernel'] for g in GATES], axis=1),
+          jnp.concatenate([cell['h' + g]['kernel'] for g in GATES], axis=1),
+          jnp.concatenate([cell['h' + g]['bias'] for g in GATES]))
 
 
 class StackedLSTM(nn.Module):
@@ -18,6 +29,10 @@ class StackedLSTM(nn.Module):
   ``OptimizedLSTMCell``: input kernels without bias, recurrent kernels with one bias), the top
   output at the last position, an optional linear dense ``dense`` (no activation, as LEAF's
   Sent140 ``fc1``; 0: none), then dense ``num_classes``. ``features``: the classifier's input.
+
+  The parameters are Flax's ``nn.RNN(nn.OptimizedLSTMCell)``'s, initialised by it; with
+  ``fused`` (the default) ``apply`` runs them through ``layers.lstm``, the same function with a
+  faster gradient (``fused=False``: Flax's cell, which the tests compare it with).
   """
   num_classes: int
   vocab_size: int
@@ -25,6 +40,7 @@ class StackedLSTM(nn.Module):
   hidden: int = 256
   layers: int = 2
   dense: int = 0
+  fused: bool = True
 
   def setup(self):
     self.embed = nn.Embed(self.vocab_size, self.embed_dim)
@@ -36,7 +52,10 @@ class StackedLSTM(nn.Module):
   def features(self, tokens):
     h = self.embed(tokens)
     for lstm in self.lstms:
-      h = lstm(h)
+      if self.fused and not self.is_initializing():
+        h = layers.lstm(h, *lstm_kernels(lstm.variables['params']['cell']))
+      else:
+        h = lstm(h)
     h = h[:, -1]
     return self.fc(h) if self.dense else h
 
@@ -44,15 +63,17 @@ class StackedLSTM(nn.Module):
     return self.out(self.features(tokens))
 
 
-def shakespeare_lstm(input_shape, num_classes: int, vocab_size: int | None = None) -> Model:
+def shakespeare_lstm(input_shape, num_classes: int, vocab_size: int | None = None,
+                     fused: bool = True) -> Model:
   """LEAF's Shakespeare next-character model (Caldas et al. 2018; also GeL's, Boukhari et al. 2023):
   embedding 8, two stacked LSTMs of 256 units, dense ``num_classes`` on the last position.
 
   ``input_shape = (L,)`` (80 in LEAF); ``vocab_size`` defaults to ``num_classes`` (the same
   characters in and out). With LEAF's 80 characters: 817,872 parameters, GeL's 8.2e5.
+  ``fused``: ``StackedLSTM.fused``.
   """
   vocab = num_classes if vocab_size is None else vocab_size
-  module = StackedLSTM(num_classes, vocab, embed_dim=8, hidden=256)
+  module = StackedLSTM(num_classes, vocab, embed_dim=8, hidden=256, fused=fused)
   return from_linen('shakespeare_lstm', module, tuple(input_shape), jnp.int32, num_classes)
 
 

@@ -103,3 +103,60 @@ def test_cnn_fast_layers_equal_xla_layers_and_vmap_without_batched_convolutions(
   assert 'conv_general_dilated' not in prims and 'reduce_window_max' not in prims, prims
   xla_prims = _primitives(jax.make_jaxpr(client_grads(xla))(params, x, y).jaxpr)
   assert {'conv_general_dilated', 'reduce_window_max'} <= xla_prims, xla_prims
+
+
+def _flax_lstm(hidden, x, cell):
+  """Flax's own ``nn.RNN(nn.OptimizedLSTMCell)`` on the cell parameters ``cell``."""
+  return nn.RNN(nn.OptimizedLSTMCell(hidden)).apply({'params': {'cell': cell}}, x)
+
+
+@pytest.mark.parametrize('features,hidden', [(3, 5), (6, 4)])
+def test_lstm_equals_flax_lstm_cell_and_its_gradients(features, hidden):
+  from fedjax_gel.models.rnn import lstm_kernels
+  x = jax.random.normal(jax.random.key(0), (2, 7, features))
+  cell = nn.RNN(nn.OptimizedLSTMCell(hidden)).init(jax.random.key(1), x)['params']['cell']
+  # Random biases and larger kernels, so that no gate sits at a trivial value.
+  cell = jax.tree_util.tree_map(
+      lambda a: 2 * jax.random.normal(jax.random.key(a.size), a.shape), cell)
+  weights = jax.random.normal(jax.random.key(2), (2, 7, hidden))   # every position counts
+
+  def fused(x, cell):
+    return jnp.sum(weights * jnp.sin(layers.lstm(x, *lstm_kernels(cell))))
+
+  def reference(x, cell):
+    return jnp.sum(weights * jnp.sin(_flax_lstm(hidden, x, cell)))
+
+  np.testing.assert_allclose(layers.lstm(x, *lstm_kernels(cell)), _flax_lstm(hidden, x, cell),
+                             rtol=1e-5, atol=1e-6)
+  got = jax.jit(jax.grad(fused, argnums=(0, 1)))(x, cell)
+  want = jax.grad(reference, argnums=(0, 1))(x, cell)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                         got, want)
+  # Vmapped over clients with a kernel each, as the round runs it; and differentiated twice.
+  cells = jax.tree_util.tree_map(lambda a: jnp.stack([a, a[::-1] * 0.5]), cell)
+  xs = jnp.stack([x, -x])
+  got = jax.vmap(jax.grad(fused, argnums=1))(xs, cells)
+  want = jax.vmap(jax.grad(reference, argnums=1))(xs, cells)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5),
+                         got, want)
+  second = lambda f: jax.grad(lambda x: jnp.sum(jax.grad(f)(x, cell) ** 2))(x)
+  np.testing.assert_allclose(second(fused), second(reference), rtol=1e-3, atol=1e-5)
+
+
+def test_stacked_lstm_fused_and_flax_cells_share_parameters_and_gradients():
+  """The model's ``fused`` apply and Flax's cell: the same initial parameters, the same loss
+  gradient (Sent140's shape: a dense after the LSTMs)."""
+  from fedjax_gel.models.base import from_linen, cross_entropy_loss
+  from fedjax_gel.models.rnn import StackedLSTM
+  fused, flax_cell = (from_linen('lstm', StackedLSTM(3, 12, embed_dim=4, hidden=6, dense=5,
+                                                     fused=f), (9,), jnp.int32, 3)
+                      for f in (True, False))
+  params = fused.init(jax.random.key(0))
+  jax.tree_util.tree_map(np.testing.assert_array_equal, params,
+                         flax_cell.init(jax.random.key(0)))
+  batch = {'x': jax.random.randint(jax.random.key(1), (4, 9), 0, 12),
+           'y': jnp.array([0, 1, 2, 1])}
+  got = jax.grad(cross_entropy_loss(fused))(params, batch)
+  want = jax.grad(cross_entropy_loss(flax_cell))(params, batch)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+                         got, want)
