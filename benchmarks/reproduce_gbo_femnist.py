@@ -45,7 +45,7 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
   target = kept[0][0]['target_accuracy']
   plot_dir = os.path.join(reproduction.REPO, out, 'plots')
   plots.lr_heatmap(results, os.path.join(plot_dir, 'lr_grid.png'))
-  plots.accuracy_plots(kept, plot_dir, target)
+  plots.metric_plots(kept, plot_dir, target)
   rows = ['| algorithm | client lr kept | max test accuracy here | paper\'s max (full FEMNIST) |',
           '|---|---:|---:|---:|']
   for summary, _ in kept:

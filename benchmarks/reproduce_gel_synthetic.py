@@ -50,7 +50,7 @@ PAIRS = [(('table1_lr0.01', 'fedavgcm'), ('table1_lr0.01', 'gel')),
          (('table1_lr0.01', 'fedavgcm'), ('guess_inf', 'gel'))]
 SEEDS = 40   # paired seeds per run: 5 (the paper's count) left intervals too wide to judge
 GOOD = 0.80   # a grid cell "performs well" at this final test accuracy
-TARGET = float(reproduction.flag_value(TABLE1, 'target_accuracy'))
+TARGET = float(reproduction.flag_value(TABLE1, 'target'))
 
 
 def runs(seeds: str) -> list[reproduction.Run]:

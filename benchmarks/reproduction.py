@@ -23,6 +23,9 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from fedjax_gel.experiment import report
+from fedjax_gel.models.tasks import Metric
+
+ACCURACY = Metric()   # the reproductions are of classifiers
 
 PAPER_SEEDS = 5   # the GeL paper's seeds per experiment
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -138,7 +141,7 @@ def rounds_table(out: str, paper: dict, target: float,
   rounds here +- the 95% interval and the seeds reaching; with ``judge`` (the paper's target
   is this target), whether the paper's value is inside and the range of 5-seed subsets.
   Returns the lines and the verdicts ``{'reproduce': [...], 'differ': [...]}``."""
-  lines = [f'| run | algorithm | paper | here: rounds to {report.percent(target)} (mean +- 95% '
+  lines = [f'| run | algorithm | paper | here: rounds to {ACCURACY.format(target)} (mean +- 95% '
            'CI) | seeds reaching |' + (' paper inside | means of 5-seed subsets (95% range) |'
                                        if judge else ''),
            '|---|---|---:|---:|---:|' + ('---|---:|' if judge else '')]

@@ -53,9 +53,9 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
 def build_evaluate(apply_fn: Callable, task=None) -> Callable:
   """``evaluate(params, pool) -> {'loss', <each metric of task>, 'count'}`` over the pool (the
   task's ``sum / weight`` of each term over all examples: ``models.tasks``; default
-  classification: ``loss`` and ``accuracy``). For a pool that names its examples' clients and a
-  task with ``accuracy``, also ``client_correct`` and ``client_count`` (``[num_clients]``: each
-  client's correct predictions and the weight they are out of: examples, or tokens)."""
+  classification: ``loss`` and ``accuracy``). For a pool that names its examples' clients, also
+  ``client_sum`` and ``client_weight`` (``[num_clients]``: each client's sum of the task's main
+  metric, e.g. its correct predictions, and the weight it is out of: examples, or tokens)."""
   if task is None:
     from fedjax_gel.models.tasks import CLASSIFICATION  # pylint: disable=g-import-not-at-top
     task = CLASSIFICATION
@@ -70,27 +70,28 @@ def build_evaluate(apply_fn: Callable, task=None) -> Callable:
       for name, term in terms.items():
         total, weight = term(outputs, batch['y'])
         out[name] = (jnp.where(mask, total, 0.), jnp.where(mask, weight, 0.))
-      return {k: (jnp.sum(t), jnp.sum(w)) for k, (t, w) in out.items()}, out.get('accuracy')
+      return {k: (jnp.sum(t), jnp.sum(w)) for k, (t, w) in out.items()}, out[task.main]
 
     sums, each = jax.lax.map(one, (pool.examples, pool.mask))
     out = {k: jnp.sum(t) / jnp.maximum(jnp.sum(w), 1.) for k, (t, w) in sums.items()}
     out['count'] = jnp.sum(pool.mask)
-    if pool.clients is not None and each is not None:
+    if pool.clients is not None:
       ids, n = pool.clients.reshape(-1), pool.client_counts.shape[0]
-      out['client_correct'] = jax.ops.segment_sum(each[0].reshape(-1), ids, n)
-      out['client_count'] = jax.ops.segment_sum(each[1].reshape(-1), ids, n)
+      out['client_sum'] = jax.ops.segment_sum(each[0].reshape(-1), ids, n)
+      out['client_weight'] = jax.ops.segment_sum(each[1].reshape(-1), ids, n)
     return out
 
   return evaluate
 
 
-def client_spread(correct, count) -> dict:
-  """The spread of client accuracy over the clients with test examples (host side): the
-  unweighted mean, 10th and 90th percentiles (linear interpolation) and standard deviation,
-  as FL papers report for fairness; ``None`` values without clients."""
-  correct, count = np.asarray(correct, np.float64), np.asarray(count, np.float64)
-  has = count > 0
-  acc = correct[has] / count[has]
+def client_spread(sums, weights) -> dict:
+  """The spread of a metric over the clients with test examples (host side; each client's
+  ``sum / weight``, e.g. its accuracy): the unweighted mean, 10th and 90th percentiles (linear
+  interpolation) and standard deviation, as FL papers report for fairness; ``None`` values
+  without clients."""
+  sums, weights = np.asarray(sums, np.float64), np.asarray(weights, np.float64)
+  has = weights > 0
+  acc = sums[has] / weights[has]
   if not acc.size:
     return {'mean': None, 'p10': None, 'p90': None, 'std': None}
   return {'mean': float(acc.mean()), 'p10': float(np.percentile(acc, 10)),

@@ -53,8 +53,10 @@ def groups(loop) -> dict:
 
 
 class Evaluate(Callback):
-  """Test accuracy and loss, and the train loss, of every live run: at round 0 (unless
-  resuming), every ``every`` rounds and after the last round.
+  """Every test metric of the model's task (``test_<name>``; ``best_test_<name>`` of its main
+  metric), the test and train loss, and the spread of the main metric over the test clients,
+  of every live run: at round 0 (unless resuming), every ``every`` rounds and after the last
+  round.
 
   ``train_pool``: the training examples the train loss is measured on (``make_eval_pool``'s
   sample of ``--train_eval_examples``, or the whole pool). Each run's model is evaluated on its
@@ -104,14 +106,17 @@ class Evaluate(Callback):
     with loop.phases.time('eval'):
       loop.sync()
       records = {}
+      task = loop.exp.model.task
+      metric = task.metric
       for i, (test, train) in zip(loop.live(), self.results(loop)):
         run = loop.runs[i]
-        accuracy = float(test['accuracy'])
-        best = max([accuracy] + [r['best_test_accuracy'] for r in run.records])
+        value = float(test[metric.name])
+        best = metric.best([value] + [r[f'best_test_{metric.name}'] for r in run.records])
         record = {'round': done, 'algorithm': run.config.run_name, 'seed': run.config.run.seed,
-                  **run.tags, 'test_accuracy': accuracy, 'best_test_accuracy': best,
+                  **run.tags, **{f'test_{k}': float(test[k]) for k in task.metrics},
+                  f'best_test_{metric.name}': best,
                   'test_loss': float(test['loss']), 'train_loss': float(train['loss']),
-                  **client_fields(test),
+                  **client_fields(test, metric),
                   **run.totals, 'client_distance': run.distance, **run.diagnostics,
                   'elapsed_s': round(time.perf_counter() - loop.t0, 3)}
         run.records.append(record)
@@ -241,15 +246,17 @@ class ProgressReport(Callback):
     self.progress.update(done)
 
   def on_evaluate(self, loop, done, records):
+    metric = loop.exp.model.task.metric
+    short = 'acc' if metric.name == 'accuracy' else metric.name
     if len(loop.runs) == 1:
       last = loop.runs[0].records[-1] if loop.runs[0].records else None
-      status = (f'test acc {last["test_accuracy"]:.4f} (best {last["best_test_accuracy"]:.4f})'
-                if last else 'diverged')
+      status = (f'test {short} {last[f"test_{metric.name}"]:.4f} (best '
+                f'{last[f"best_test_{metric.name}"]:.4f})' if last else 'diverged')
     else:
       live = loop.live()
-      best = max((loop.runs[i].records[-1]['best_test_accuracy'] for i in live),
-                 default=float('nan'))
-      status = f'{len(live)}/{len(loop.runs)} runs finite, best test acc {best:.4f}'
+      best = metric.best(loop.runs[i].records[-1][f'best_test_{metric.name}'] for i in live)
+      status = (f'{len(live)}/{len(loop.runs)} runs finite, best test {short} '
+                f'{float("nan") if best is None else best:.4f}')
     self.progress.update(done, status, force=True)
 
   def on_interrupt(self, loop, done):
@@ -260,13 +267,13 @@ class ProgressReport(Callback):
     self.progress.note(f'{self.progress.label}: {loop.phases.line()}')
 
 
-def client_fields(test: dict) -> dict:
-  """``client_accuracy_{mean,p10,p90,std}`` of an evaluation of the test pool (its clients'
-  accuracies, ``evaluation.client_spread``); {} for a pool without clients."""
-  if 'client_count' not in test:
+def client_fields(test: dict, metric) -> dict:
+  """``client_<metric>_{mean,p10,p90,std}`` of an evaluation of the test pool (its clients'
+  values of the main metric, ``evaluation.client_spread``); {} for a pool without clients."""
+  if 'client_weight' not in test:
     return {}
-  spread = evaluation.client_spread(test['client_correct'], test['client_count'])
-  return {f'client_accuracy_{k}': v for k, v in spread.items()}
+  spread = evaluation.client_spread(test['client_sum'], test['client_weight'])
+  return {f'client_{metric.name}_{k}': v for k, v in spread.items()}
 
 
 def run_fields(c) -> dict:
@@ -277,19 +284,30 @@ def run_fields(c) -> dict:
           'settings': {k: list(v) if isinstance(v, tuple) else v for k, v in c.flags().items()}}
 
 
+def metric_fields(records, target: float, metric) -> dict:
+  """What a summary says of a run's main metric (``<name>``: ``accuracy``, ``mse``, ...):
+  ``metric`` (name and direction), ``final_<name>``, ``best_<name>``, the final spread over
+  the test clients (``final_client_<name>_*``), ``target_<name>`` and ``rounds_to_target``."""
+  name = metric.name
+  return {
+      'metric': metric._asdict(),
+      f'final_{name}': records[-1][f'test_{name}'] if records else None,
+      f'best_{name}': metric.best(r[f'test_{name}'] for r in records),
+      **{f'final_{k}': v for k, v in (records[-1] if records else {}).items()
+         if k.startswith(f'client_{name}_')},
+      f'target_{name}': target,
+      'rounds_to_target': workdir_lib.rounds_to_target(records, target, metric)}
+
+
 def run_summary(loop, i: int) -> dict:
-  """Run ``i``'s ``summary.json``."""
+  """Run ``i``'s ``summary.json``: the schema of every ``summary.json`` (runs, seeds and grids;
+  a grid fills ``grid`` and reports its selected cell)."""
   run, c = loop.runs[i], loop.runs[i].config
   records = run.records
   train_s = loop.seconds('train')
   return {
-      **run_fields(c), 'client_lr': c.algorithm.client_lr, **run.tags,
-      'final_accuracy': records[-1]['test_accuracy'] if records else None,
-      'best_accuracy': max((r['test_accuracy'] for r in records), default=None),
-      **{f'final_{k}': v for k, v in (records[-1] if records else {}).items()
-         if k.startswith('client_accuracy_')},
-      'target_accuracy': c.run.target_accuracy,
-      'rounds_to_target': workdir_lib.rounds_to_target(records, c.run.target_accuracy),
+      **run_fields(c), 'client_lr': c.algorithm.client_lr, 'server_lr': c.server.lr, **run.tags,
+      **metric_fields(records, c.run.target, loop.exp.model.task.metric),
       'status': 'diverged' if run.diverged else 'finished',
       'diverged_round': run.diverged,
       **run.totals,
@@ -299,6 +317,7 @@ def run_summary(loop, i: int) -> dict:
       'client_state_bytes': (0 if loop.exp.algorithm.store_row is None else
                              round_lib.tree_bytes(loop.run_state(i).clients)),
       'phases_s': loop.phases.rounded(),
+      'grid': None,   # a grid's summary.json: its own fields (experiment.grid)
   }
 
 

@@ -2,7 +2,7 @@
 
 Every folder under the given directories that holds a finished run (``config.json`` and
 ``summary.json``, which a run writes last) is read. The runs must be comparable: the same data
-(every ``DataConfig`` setting), model and target accuracy; the settings in which they differ
+(every ``DataConfig`` setting), model and target (of the model's main metric); the settings in which they differ
 (algorithms, seeds, learning rates, budgets, ...) are listed in the report's settings table. A
 run that is there twice (the same algorithm, seed, client learning rate and grid value) is
 refused, as are grids (``grid.json``; their ``report.md`` is their own). The report is the one a
@@ -17,6 +17,7 @@ import os
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import outputs, workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.models.tasks import Metric
 
 
 def find_runs(directory: str) -> list[str]:
@@ -55,13 +56,17 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict]]:
     raise ConfigError(f'{os.path.join(run_dir, "config.json")}: not a fedjax_gel config '
                       f'({str(e).splitlines()[0] if str(e) else type(e).__name__})') from None
   summary, records = parts['summary.json'], parts['metrics.jsonl']
-  need = ('algorithm', 'seed', 'target_accuracy', 'final_accuracy', 'best_accuracy',
-          'rounds_to_target')
-  missing = [k for k in need if not isinstance(summary, dict) or k not in summary]
+  try:
+    m = Metric.of(summary)
+    need = ('algorithm', 'seed', f'target_{m.name}', f'final_{m.name}', f'best_{m.name}',
+            'rounds_to_target')
+  except (AttributeError, TypeError):   # not a dict, or a 'metric' that is not one
+    m, need = None, ('metric',)
+  missing = [k for k in need if m is None or k not in summary]
   if missing:
     raise ConfigError(f'{os.path.join(run_dir, "summary.json")}: not the summary of a finished '
                       f'run (no {missing[0]!r})')
-  fields = ('round', 'test_accuracy', 'train_loss', 'grad_computations', 'bytes_up')
+  fields = ('round', f'test_{m.name}', 'train_loss', 'grad_computations', 'bytes_up')
   bad = [r for r in records if not isinstance(r, dict) or any(k not in r for k in fields)]
   if bad or not records:
     raise ConfigError(f'{os.path.join(run_dir, "metrics.jsonl")}: '
@@ -71,8 +76,7 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict]]:
 
 def comparable_flags(c: Config) -> dict:
   """What runs must share to be compared: the data section, the model, the target."""
-  return {**config_lib.section_flags(c.data), 'model': c.model.name,
-          'target_accuracy': c.run.target_accuracy}
+  return {**config_lib.section_flags(c.data), 'model': c.model.name, 'target': c.run.target}
 
 
 def check_comparable(configs: list[Config], run_dirs: list[str]):

@@ -244,8 +244,9 @@ class RunConfig:
       50, 'Rounds between checkpoints (0: none). Running the same command again in the same '
       '--workdir resumes from the last one; finished runs are kept.',
       at_least(0, ', 0 meaning no checkpoints'))
-  target_accuracy: float = hparam(0.85, 'Accuracy for rounds_to_target.',
-                                  within(0, 1, open_low=True))
+  target: float = hparam(
+      0.85, "The target of the model's main metric for rounds_to_target: reached at or above "
+      'it for accuracy, at or below it for a lower-is-better metric such as mse.')
   chunk_size: int = hparam(0, 'Clients vmapped together; 0 = automatic.',
                            at_least(0, ', 0 meaning automatic'))
   num_devices: int = hparam(
@@ -314,8 +315,11 @@ class Config:
     if 'data' not in d:
       name = d.get('algorithm', AlgorithmConfig.name)
       keep = set(section_flag_names()) | set(hparam_flags(name))
+      d = {('target' if k == 'target_accuracy' else k): v for k, v in d.items()}
       return make(**{k: v for k, v in d.items() if k in keep})
     sections = {k: dict(d.get(k, {})) for k in SECTIONS}
+    if 'target_accuracy' in sections['run']:   # config.json before --target_accuracy became --target
+      sections['run']['target'] = sections['run'].pop('target_accuracy')
     algo = sections['algorithm']
     hparams = algo.pop('hparams', None) or {}
     algo['hparams'] = AlgorithmConfig(algo.get('name', AlgorithmConfig.name)).spec.hparams(
@@ -441,4 +445,8 @@ def validate(c: Config) -> Config:
   need(cohort.power_d == 0 or cohort.power_d >= cohort.clients_per_round,
        f'--power_d={cohort.power_d} must be at least --clients_per_round='
        f'{cohort.clients_per_round}')
+  from fedjax_gel.models import BUILTIN_MODELS   # pylint: disable=g-import-not-at-top
+  need(c.model.name not in BUILTIN_MODELS or 0 < c.run.target <= 1,
+       f'--target must lie in (0, 1] (got {c.run.target:g}): --model={c.model.name} is scored '
+       'by accuracy')
   return c

@@ -105,8 +105,10 @@ def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
 
 
 def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
-  """``--model`` for the data's input shape and classes (``max label + 1``); token models get
-  ``vocab_size = max id + 1`` over train and test."""
+  """``--model`` for the data's input shape and outputs: ``max label + 1`` classes for integer
+  labels, the size of one target for float targets (regression); token models get
+  ``vocab_size = max id + 1`` over train and test. Its task's main metric is what the
+  experiment tracks (``models.tasks``)."""
   name, where = c.model.name, c.data.data_path or c.data.dataset
   x = np.asarray(split.train.examples['x'])
   if not np.issubdtype(x.dtype, np.number):
@@ -119,18 +121,28 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
     raise ConfigError(f'--model={name}: {where} holds '
                       f'{"token ids" if tokens else "numeric features"}; use {need}')
   y = np.concatenate([np.asarray(split.train.examples['y']), np.asarray(split.test.examples['y'])])
-  if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
+  targets = np.issubdtype(y.dtype, np.floating)
+  if not targets and (not np.issubdtype(y.dtype, np.integer) or y.min(initial=0) < 0):
     got = 'string labels' if y.dtype.kind == 'U' else f'label {y.min()}'
-    raise ConfigError(f'--model={name} needs labels 0, 1, ...; {where} '
+    raise ConfigError(f'--model={name} needs labels 0, 1, ... (or float targets); {where} '
                       f'holds {got}')
+  if targets and not np.isfinite(y).all():
+    raise ConfigError(f'--model={name}: {where} holds targets that are not finite')
   vocab = None
   if tokens:
     vocab = int(max(x.max(initial=0), np.asarray(split.test.examples['x']).max(initial=0))) + 1
-  model = models.get_model(name, x.shape[1:], int(y.max()) + 1, vocab_size=vocab)
-  if 'accuracy' not in model.task.metrics:
-    raise ConfigError(f'--model={name}: its task ({model.task.name}) has no accuracy, which the '
-                      "experiment's targets, records and reports read; train it from Python "
-                      '(build_round with models.task_loss, build_evaluate with its task)')
+  outputs = int(np.prod(y.shape[1:])) if targets else int(y.max(initial=0)) + 1
+  model = models.get_model(name, x.shape[1:], outputs, vocab_size=vocab)
+  task = model.task
+  if task.main not in task.metrics:
+    raise ConfigError(f'--model={name}: its task ({task.name}) names {task.main!r} its main '
+                      f'metric, which is none of its metrics ({", ".join(task.metrics)})')
+  if targets and task is models.CLASSIFICATION:
+    raise ConfigError(f'--model={name} is a classifier; {where} holds float targets (a '
+                      'regression model declares task=models.REGRESSION)')
+  if task.main == 'accuracy' and not 0 < c.run.target <= 1:
+    raise ConfigError(f'--target must lie in (0, 1] (got {c.run.target:g}): --model={name} is '
+                      'scored by accuracy')
   return model
 
 
@@ -282,7 +294,7 @@ def make_sampler(exp: Experiment) -> Callable:
   (power-of-d reads the candidates' losses at ``server_params``; the others ignore them, and
   take ``None``)."""
   k = exp.config.cohort
-  example_loss = models.per_example_cross_entropy(exp.model)
+  example_loss = models.per_example_loss(exp.model)
   spec = k.spec(exp.train.counts)
   budgets = None if exp.client_budgets is None else jnp.asarray(exp.client_budgets)
 

@@ -8,8 +8,10 @@ there, as any run does; the others are unaffected.
 
 Outputs in the work directory: ``config.json`` (with ``client_lr_grid, server_lr_grid``);
 ``metrics.jsonl`` and ``metrics.csv`` with each cell's records, told apart by ``client_lr,
-server_lr``; ``grid.json`` with each cell's final and best accuracy, rounds to target and
-divergence; ``summary.json``; ``plots/grid.png``, the heat map of final test accuracy. Its
+server_lr``; ``grid.json`` with each cell's final and best value of the main metric (accuracy,
+or the model's task's: ``models.tasks``), rounds to target and divergence; ``summary.json``, a
+run's summary (``callbacks.run_summary``) of the cell ``best_cell`` picks, with the grid's own
+fields under ``grid``; ``plots/grid.png``, the heat map of the final main metric. Its
 checkpoints hold all cells, and the same command resumes an unfinished grid as it does a run.
 
 Algorithms with per-client state (the store), power-of-d selection (which ranks clients by
@@ -24,9 +26,10 @@ import os
 
 import numpy as np
 
-from fedjax_gel.experiment import callbacks, plots, workdir as workdir_lib
+from fedjax_gel.experiment import callbacks, plots, report, workdir as workdir_lib
 from fedjax_gel.experiment.callbacks import run_fields
 from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.models.tasks import Metric
 
 
 def check_grid(c: Config, exp=None):
@@ -81,55 +84,60 @@ class GridSummary(callbacks.Callback):
           self.results[w] = write_grid(loop, idx, w, *self.grids[w])
 
 
-def best_cell(cells: list[dict]) -> dict | None:
-  """The cell ``report.SELECTION_RULE`` picks: the highest best test accuracy, never a
-  diverged cell (None when every cell diverged)."""
-  live = [x for x in cells if not x['diverged'] and x['best_accuracy'] is not None]
-  return max(live, key=lambda x: x['best_accuracy']) if live else None
+def best_cell(cells: list[dict], metric: Metric = Metric()) -> dict | None:
+  """The cell ``report.SELECTION_RULE`` picks: the best value of the main test metric, never
+  a diverged cell (None when every cell diverged)."""
+  best = f'best_{metric.name}'
+  live = [x for x in cells if not x['diverged'] and x[best] is not None]
+  return max(live, key=lambda x: metric.key(x[best])) if live else None
 
 
 def write_grid(loop, idx, workdir: str, client_lrs, server_lrs) -> dict:
   c = loop.runs[idx[0]].config
+  metric = loop.exp.model.task.metric
   cell_results = []
   for i in idx:
     run = loop.runs[i]
-    finished = run.diverged is None and run.records
-    reached = workdir_lib.rounds_to_target(run.records, c.run.target_accuracy)
-    cell_results.append({
-        **run.tags,
-        'final_accuracy': run.records[-1]['test_accuracy'] if finished else None,
-        'best_accuracy': max((r['test_accuracy'] for r in run.records), default=None),
-        'rounds_to_target': reached, 'diverged': run.diverged is not None})
+    fields = callbacks.metric_fields(run.records, c.run.target, metric)
+    if run.diverged is not None:
+      fields[f'final_{metric.name}'] = None
+    cell_results.append({**run.tags, f'final_{metric.name}': fields[f'final_{metric.name}'],
+                         f'best_{metric.name}': fields[f'best_{metric.name}'],
+                         'rounds_to_target': fields['rounds_to_target'],
+                         'diverged': run.diverged is not None})
   result = {
-      **run_fields(c), 'client_lrs': [float(x) for x in client_lrs], 'server_lrs': [float(x) for x in server_lrs],
-      'target_accuracy': c.run.target_accuracy, 'cells': cell_results}
+      **run_fields(c), 'metric': metric._asdict(), 'client_lrs': [float(x) for x in client_lrs],
+      'server_lrs': [float(x) for x in server_lrs], f'target_{metric.name}': c.run.target,
+      'cells': cell_results}
   workdir_lib.write_json(os.path.join(workdir, 'grid.json'), result)
   shape = (len(client_lrs), len(server_lrs))
-  final = np.array([np.nan if x['final_accuracy'] is None else x['final_accuracy']
+  final = np.array([np.nan if x[f'final_{metric.name}'] is None else x[f'final_{metric.name}']
                     for x in cell_results]).reshape(shape)
   diverged = np.array([x['diverged'] for x in cell_results]).reshape(shape)
   plots.grid_heatmap(np.nan_to_num(final), diverged, client_lrs, server_lrs,
-                     f'{c.run_name} on {c.data.dataset} ({c.model.name}): final test accuracy '
+                     f'{c.run_name} on {c.data.dataset} ({c.model.name}): final {metric.label} '
                      f'after {c.run.num_rounds} rounds',
-                     os.path.join(workdir, 'plots', 'grid.png'))
-  train_s = loop.seconds('train')
-  workdir_lib.write_json(os.path.join(workdir, 'summary.json'), {   # last: the grid is finished
-      **run_fields(c), 'cells': len(idx), 'diverged_cells': int(diverged.sum()),
-      'best_cell': best_cell(cell_results), 'chunk_size': loop.chunk_size,
-      'compile_s': round(loop.seconds('compile'), 3), 'train_s': round(train_s, 3),
-      'rounds_per_s': round((loop.done - loop.start) / train_s, 3) if train_s > 0 else None,
-      'phases_s': loop.phases.rounded()})
+                     os.path.join(workdir, 'plots', 'grid.png'), metric)
+  best = best_cell(cell_results, metric)
+  chosen = idx[cell_results.index(best)] if best is not None else idx[0]
+  summary = callbacks.run_summary(loop, chosen)
+  summary['grid'] = {'cells': len(idx), 'diverged_cells': int(diverged.sum()),
+                     'client_lr_grid': result['client_lrs'],
+                     'server_lr_grid': result['server_lrs'],
+                     'selection_rule': report.SELECTION_RULE}
+  workdir_lib.write_json(os.path.join(workdir, 'summary.json'), summary)   # last: finished
   workdir_lib.remove_checkpoints(workdir, keep=c.run.num_rounds)
   return result
 
 
 def grid_table(result: dict) -> str:
-  """The grid's final test accuracy (%) as Markdown: client lr rows, server lr columns; ``x``
-  marks a diverged cell and ``*`` the best."""
+  """The grid's final main test metric (accuracy in %) as Markdown: client lr rows, server lr
+  columns; ``x`` marks a diverged cell and ``*`` the best."""
+  m = Metric.of(result)
   by = {(cell['client_lr'], cell['server_lr']): cell for cell in result['cells']}
-  finals = [cell['final_accuracy'] for cell in result['cells'] if cell['final_accuracy'] is not None]
-  top = max(finals) if finals else None
-  lines = [f'{result["algorithm"]}, seed {result["seed"]}: final test accuracy (%) after '
+  top = m.best(cell[f'final_{m.name}'] for cell in result['cells']
+               if cell[f'final_{m.name}'] is not None)
+  lines = [f'{result["algorithm"]}, seed {result["seed"]}: final {m.label}{m.unit} after '
            f'{result["rounds"]} rounds (rows: log10 client lr, columns: log10 server lr; x: '
            'diverged, *: best)', '',
            '| | ' + ' | '.join(f'{round(math.log10(s), 2):g}' for s in result['server_lrs']) + ' |',
@@ -138,7 +146,7 @@ def grid_table(result: dict) -> str:
     row = []
     for s in result['server_lrs']:
       cell = by[(float(np.float32(lr)), float(np.float32(s)))]
-      acc = cell['final_accuracy']
-      row.append('x' if cell['diverged'] else f'{100 * acc:.1f}{"*" if acc == top else ""}')
+      value = cell[f'final_{m.name}']
+      row.append('x' if cell['diverged'] else f'{m.short(value)}{"*" if value == top else ""}')
     lines.append(f'| {round(math.log10(lr), 2):g} | ' + ' | '.join(row) + ' |')
   return '\n'.join(lines)

@@ -7,12 +7,13 @@ import time
 
 from fedjax_gel.experiment import factories, grid as grid_lib, plots, report
 from fedjax_gel.experiment import workdir as workdir_lib
+from fedjax_gel.models.tasks import Metric
 
 # Settings every report shows, in this order; any other flag shows when the runs differ in it
 # or it is not at its default.
 MAIN_FLAGS = ('dataset', 'data_path', 'model', 'algorithm', 'client_lr', 'client_momentum',
               'server_optimizer', 'server_lr', 'num_rounds', 'clients_per_round', 'batch_size',
-              'budget_range', 'budget_unit', 'budget_draw', 'seed', 'target_accuracy')
+              'budget_range', 'budget_unit', 'budget_draw', 'seed', 'target')
 # Flags that name where and how a run was computed, not what it computed.
 NOT_SETTINGS = ('chunk_size', 'num_devices', 'device_memory_gb', 'tensorboard',
                 'checkpoint_every')
@@ -78,9 +79,9 @@ def write_runs_report(configs, workdirs, results, tuned, report_dir: str) -> tup
   """``report.md`` and ``plots/`` in ``report_dir`` for finished runs (``results``: their
   ``(summary, records)``); returns the report's tables (without its header) and the plots
   written ([] without matplotlib)."""
-  plotted = plots.accuracy_plots(report.kept_runs(results, tuned),
-                                 os.path.join(report_dir, 'plots'),
-                                 configs[0].run.target_accuracy, plot_setting(configs))
+  plotted = plots.metric_plots(report.kept_runs(results, tuned),
+                               os.path.join(report_dir, 'plots'), configs[0].run.target,
+                               plot_setting(configs))
   if plotted and tuned == 'client_lr':
     plotted.append(plots.lr_heatmap(results, os.path.join(report_dir, 'plots', 'lr_grid.png')))
   text = report.report_text(results, tuned)
@@ -94,13 +95,14 @@ def write_report(p, workdir: str, summaries: list[dict], out):
   results = []
   for x, w, summary in zip(p.configs, p.workdirs, summaries):
     results.append((summary, workdir_lib.read_metrics(w)))
+    m = Metric.of(summary)
     target = summary['rounds_to_target']
-    final, best = summary['final_accuracy'], summary['best_accuracy']
+    final, best = summary[f'final_{m.name}'], summary[f'best_{m.name}']
     flag = p.levels[3]
     value = f', {flag} {x.flags()[flag]:g}' if flag in factories.tunable_flags(x) else ''
     print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}, client lr '
-          f'{x.algorithm.client_lr:g}{value}: final test accuracy {fmt(final)}, best '
-          f'{fmt(best)}, rounds to {report.percent(x.run.target_accuracy)}: '
+          f'{x.algorithm.client_lr:g}{value}: final {m.label} {fmt(final)}, best '
+          f'{fmt(best)}, rounds to {m.format(x.run.target)}: '
           f'{target if target is not None else "not reached"}', file=out)
   tuned = 'client_lr' if p.levels[2] else p.levels[3]
   text, plotted = write_runs_report(p.configs, p.workdirs, results, tuned, workdir)
@@ -123,12 +125,13 @@ def write_grid_report(p, workdir: str, results: list[dict], out):
   tables = []
   for x, w, result in zip(p.configs, p.workdirs, results):
     diverged = sum(cell['diverged'] for cell in result['cells'])
-    best = grid_lib.best_cell(result['cells'])
+    m = Metric.of(result)
+    best = grid_lib.best_cell(result['cells'], m)
     print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}: {len(result["cells"])} cells, '
           f'{diverged} diverged' + (f', best cell client lr {best["client_lr"]:g}, server lr '
-                                    f'{best["server_lr"]:g} (best test accuracy '
-                                    f'{best["best_accuracy"]:.4f}, final '
-                                    f'{fmt(best["final_accuracy"])})' if best else ''),
+                                    f'{best["server_lr"]:g} (best {m.label} '
+                                    f'{best[f"best_{m.name}"]:.4f}, final '
+                                    f'{fmt(best[f"final_{m.name}"])})' if best else ''),
           file=out)
     tables.append(grid_lib.grid_table(result) + f'\n\nHeat map: `{os.path.relpath(w, workdir)}/'
                   'plots/grid.png`')

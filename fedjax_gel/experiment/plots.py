@@ -1,5 +1,8 @@
 """The work directory's ``plots/*.png`` (matplotlib, optional: ``pip install -e '.[plot]'``).
 
+Each plot shows the runs' main test metric (``models.tasks.Metric``: accuracy for classifiers,
+whose files are named below; ``mse_rounds.png`` and so on for a regression model).
+
 * ``accuracy_rounds.png``: test accuracy against communication rounds, per algorithm the mean
   over seeds with its 95% confidence band (GeL Fig. 4, rows 1-2);
 * ``accuracy_gradients.png``: the same means against the cumulative gradient computations of
@@ -21,7 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
-from fedjax_gel.experiment.report import mean_ci, percent
+from fedjax_gel.experiment.report import mean_ci
+from fedjax_gel.models.tasks import Metric
 
 
 def _pyplot():
@@ -36,17 +40,18 @@ def _pyplot():
 
 
 def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
-  """Per run name: ``(rounds, mean accuracy, 95% half-width, mean gradient computations, mean
-  MiB uploaded, mean train loss, its 95% half-width)`` over the evaluations every seed has
+  """Per run name: ``(rounds, mean main metric, 95% half-width, mean gradient computations,
+  mean MiB uploaded, mean train loss, its 95% half-width)`` over the evaluations every seed has
   (seeds share the evaluation schedule)."""
   by_alg: dict[str, list[Sequence[dict]]] = {}
   for summary, records in results:
     by_alg.setdefault(summary['algorithm'], []).append(records)
   out = {}
+  key = f'test_{Metric.of(results[0][0]).name}' if results else 'test_accuracy'
   for name, runs in by_alg.items():
     common = sorted(set.intersection(*({r['round'] for r in rec} for rec in runs)))
     at = [{r['round']: r for r in rec} for rec in runs]
-    acc = [[a[t]['test_accuracy'] for a in at] for t in common]
+    acc = [[a[t][key] for a in at] for t in common]
     stats = [mean_ci(v) for v in acc]
     loss = [mean_ci([a[t]['train_loss'] for a in at]) for t in common]
     half = lambda st: np.array([0. if math.isnan(h) else h for _, h in st])
@@ -57,13 +62,15 @@ def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
   return out
 
 
-def accuracy_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
-                   target: float | None = None, setting: str = '') -> list[str]:
-  """Writes the three accuracy plots and the training-loss plot; returns their paths ([]
-  without matplotlib). ``setting`` (e.g. dataset, model, learning rates) heads every title."""
+def metric_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
+                 target: float | None = None, setting: str = '') -> list[str]:
+  """Writes the three plots of the main metric and the training-loss plot; returns their
+  paths ([] without matplotlib or runs). ``setting`` (e.g. dataset, model, learning rates)
+  heads every title."""
   plt = _pyplot()
-  if plt is None:
+  if plt is None or not results:
     return []
+  m = Metric.of(results[0][0])
   os.makedirs(plot_dir, exist_ok=True)
   data = curves(results)
   seeds = max(sum(1 for s, _ in results if s['algorithm'] == name) for name in data)
@@ -71,9 +78,9 @@ def accuracy_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str
   band = f', mean and 95% CI over {seeds} seeds' if seeds > 1 else ''
   head = f'{setting}\n' if setting else ''
   for x_key, y_key, xlabel, ylabel, file in (
-      (0, 1, 'communication rounds', 'test accuracy', 'accuracy_rounds.png'),
-      (3, 1, 'cumulative gradient computations', 'test accuracy', 'accuracy_gradients.png'),
-      (4, 1, 'cumulative MiB uploaded by the clients', 'test accuracy', 'accuracy_upload.png'),
+      (0, 1, 'communication rounds', m.label, f'{m.name}_rounds.png'),
+      (3, 1, 'cumulative gradient computations', m.label, f'{m.name}_gradients.png'),
+      (4, 1, 'cumulative MiB uploaded by the clients', m.label, f'{m.name}_upload.png'),
       (0, 5, 'communication rounds', 'training loss', 'train_loss_rounds.png')):
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for name, c in data.items():
@@ -81,8 +88,9 @@ def accuracy_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str
       ax.plot(x, mean, label=name)
       if half.any():
         ax.fill_between(x, mean - half, mean + half, alpha=0.2)
-    if target is not None and ylabel == 'test accuracy':
-      ax.axhline(target, color='gray', linestyle=':', linewidth=1, label=f'target {percent(target)}')
+    if target is not None and ylabel == m.label:
+      ax.axhline(target, color='gray', linestyle=':', linewidth=1,
+                 label=f'target {m.format(target)}')
     if ylabel == 'training loss' and all((c[5] > 0).all() for c in data.values()):
       ax.set_yscale('log')
     ax.set(xlabel=xlabel, ylabel=ylabel)
@@ -97,34 +105,35 @@ def accuracy_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str
   return paths
 
 
-def grid_heatmap(accuracy: np.ndarray, diverged: np.ndarray, client_lrs: Sequence[float],
-                 server_lrs: Sequence[float], title: str, path: str) -> str | None:
-  """``accuracy[i, j]`` of client lr ``i`` and server lr ``j`` as a heat map with the values
-  written in; diverged cells are grey and marked ``x``. Returns the path (None without
-  matplotlib)."""
+def grid_heatmap(values: np.ndarray, diverged: np.ndarray, client_lrs: Sequence[float],
+                 server_lrs: Sequence[float], title: str, path: str,
+                 metric: Metric = Metric()) -> str | None:
+  """``values[i, j]`` (the final value of ``metric``) of client lr ``i`` and server lr ``j``
+  as a heat map with the values written in; diverged cells are grey and marked ``x``. Returns
+  the path (None without matplotlib)."""
   plt = _pyplot()
   if plt is None:
     return None
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  shown = np.ma.masked_where(diverged, accuracy)
+  shown = np.ma.masked_where(diverged, values)
   fig, ax = plt.subplots(figsize=(max(4.8, 1.8 + 0.75 * len(server_lrs)),
                                   max(3.2, 1.4 + 0.45 * len(client_lrs))))
   cmap = plt.get_cmap('viridis').with_extremes(bad='lightgrey')
-  live = accuracy[~diverged] if (~diverged).any() else np.array([0., 1.])
+  live = values[~diverged] if (~diverged).any() else np.array([0., 1.])
   low, high = float(live.min()), float(live.max())
   high = high if high > low else low + 1e-6       # the colour scale from the data
   im = ax.imshow(shown, origin='lower', cmap=cmap, vmin=low, vmax=high, aspect='auto')
   for i in range(len(client_lrs)):
     for j in range(len(server_lrs)):
-      text = 'x' if diverged[i, j] else f'{100 * accuracy[i, j]:.1f}'
-      light = diverged[i, j] or accuracy[i, j] > low + 0.6 * (high - low)
+      text = 'x' if diverged[i, j] else metric.short(values[i, j])
+      light = diverged[i, j] or values[i, j] > low + 0.6 * (high - low)
       ax.text(j, i, text, ha='center', va='center', fontsize=7,
               color='black' if light else 'white')
   ax.set_xticks(range(len(server_lrs)), [f'{v:g}' for v in server_lrs], fontsize=7)
   ax.set_yticks(range(len(client_lrs)), [f'{v:g}' for v in client_lrs], fontsize=7)
   ax.set(xlabel='server learning rate', ylabel='client learning rate')
   ax.set_title(title, fontsize='medium', wrap=True)
-  fig.colorbar(im, ax=ax, label='final test accuracy (cells: %)')
+  fig.colorbar(im, ax=ax, label=f'final {metric.label}' + (' (cells: %)' if metric.unit else ''))
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
@@ -132,16 +141,17 @@ def grid_heatmap(accuracy: np.ndarray, diverged: np.ndarray, client_lrs: Sequenc
 
 
 def lr_heatmap(results: Sequence[tuple[dict, Sequence[dict]]], path: str) -> str | None:
-  """Each algorithm's (rows) mean best test accuracy over seeds at each client learning rate
-  (columns) of a grid, the values written in and the colour scale from the data. Returns the
-  path (None without matplotlib)."""
+  """Each algorithm's (rows) mean best value of the main test metric over seeds at each client
+  learning rate (columns) of a grid, the values written in and the colour scale from the data.
+  Returns the path (None without matplotlib or runs)."""
   plt = _pyplot()
-  if plt is None:
+  if plt is None or not results:
     return None
+  m = Metric.of(results[0][0])
   best: dict = {}
   for summary, _ in results:
     best.setdefault(summary['algorithm'], {}).setdefault(summary['client_lr'], []).append(
-        summary['best_accuracy'])
+        summary[f'best_{m.name}'])
   names = list(best)
   lrs = sorted({lr for by_lr in best.values() for lr in by_lr})
   acc = np.array([[np.mean(best[n][lr]) if lr in best[n] else np.nan for lr in lrs]
@@ -155,11 +165,11 @@ def lr_heatmap(results: Sequence[tuple[dict, Sequence[dict]]], path: str) -> str
   for i in range(len(names)):
     for j in range(len(lrs)):
       if not np.isnan(acc[i, j]):
-        ax.text(j, i, f'{100 * acc[i, j]:.1f}', ha='center', va='center', fontsize=8,
+        ax.text(j, i, m.short(acc[i, j]), ha='center', va='center', fontsize=8,
                 color='black' if acc[i, j] > middle else 'white')
   ax.set_xticks(range(len(lrs)), [f'{lr:g}' for lr in lrs])
   ax.set_yticks(range(len(names)), names)
-  ax.set(xlabel='client learning rate', title='best test accuracy (%) per learning rate')
+  ax.set(xlabel='client learning rate', title=f'best {m.label}{m.unit} per learning rate')
   fig.colorbar(im, ax=ax)
   fig.tight_layout()
   fig.savefig(path, dpi=110)

@@ -1,11 +1,17 @@
 """Paired-run summaries as Markdown tables: rounds to target per seed, GeL's Tables 1 and 2
 (mean rounds with a 95% confidence interval, speedup, accuracy beyond the target, gradient
-computations and network volume), FedGBO's cost table."""
+computations and network volume), FedGBO's cost table.
+
+Every table is of the runs' main metric (``models.tasks.Metric``, named in each summary):
+accuracy for classifiers, mse for regression; "best" and "reaching the target" follow its
+direction."""
 from __future__ import annotations
 
 import math
 import statistics
 from typing import Sequence
+
+from fedjax_gel.models.tasks import Metric
 
 # Two-sided 95% quantiles of Student's t with 1..30 degrees of freedom (beyond 30: 1.96).
 T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -17,10 +23,6 @@ def t_95(n: int) -> float:
   """Student's two-sided 95% quantile for ``n`` values (``n - 1`` degrees of freedom)."""
   return T_95[n - 2] if n - 1 <= len(T_95) else 1.96
 
-
-def percent(fraction: float) -> str:
-  """An accuracy as a percentage with the digits it has: 0.85 -> '85%', 0.815 -> '81.5%'."""
-  return f'{100 * fraction:.4g}%'
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
   """``(mean, half-width)`` of the 95% confidence interval ``mean +- t_{0.975, n-1} s / sqrt(n)``
@@ -73,14 +75,16 @@ def rounds_table(summaries: Sequence[dict]) -> str:
   """One row per algorithm (in first-seen order) over the seeds it ran.
 
   Columns: seeds, rounds to target per seed (``-`` where never reached), mean rounds to target
-  over the seeds that reached it (with how many did), mean best and mean final accuracy.
+  over the seeds that reached it (with how many did), mean best and mean final value of the
+  main metric.
   """
   by_alg: dict[str, list[dict]] = {}
   for s in summaries:
     by_alg.setdefault(s['algorithm'], []).append(s)
-  target = summaries[0]['target_accuracy'] if summaries else 0.
-  lines = [f'| algorithm | seeds | rounds to {percent(target)} per seed | mean rounds to {percent(target)} '
-           '| mean best accuracy | mean final accuracy |',
+  m = Metric.of(summaries[0]) if summaries else Metric()
+  target = m.format(summaries[0][f'target_{m.name}'] if summaries else None)
+  lines = [f'| algorithm | seeds | rounds to {target} per seed | mean rounds to {target} '
+           f'| mean best {m.name} | mean final {m.name} |',
            '|---|---|---|---:|---:|---:|']
   for alg, runs in by_alg.items():
     runs = sorted(runs, key=lambda s: s['seed'])
@@ -89,8 +93,8 @@ def rounds_table(summaries: Sequence[dict]) -> str:
                          for s in runs)
     mean = (f'{statistics.mean(reached):.1f}' if reached else '-') + (
         '' if len(reached) == len(runs) else f' ({len(reached)}/{len(runs)} reached)')
-    best = statistics.mean(s['best_accuracy'] for s in runs)
-    final = statistics.mean(s['final_accuracy'] for s in runs)
+    best = statistics.mean(s[f'best_{m.name}'] for s in runs)
+    final = statistics.mean(s[f'final_{m.name}'] for s in runs)
     seeds = ','.join(str(s['seed']) for s in runs)
     lines.append(f'| {alg} | {seeds} | {per_seed} | {mean} | {best:.4f} | {final:.4f} |')
   return '\n'.join(lines)
@@ -100,42 +104,53 @@ CLIENT_SPREAD = ('p10', 'mean', 'p90', 'std')
 
 
 def client_table(summaries: Sequence[dict]) -> str:
-  """The spread of client test accuracy after the last round, per algorithm (means over its
-  seeds): the 10th percentile, unweighted mean, 90th percentile and standard deviation over
-  the clients with test examples. '' when the summaries have none (runs made before it)."""
+  """The spread of the clients' main test metric after the last round, per algorithm (means
+  over its seeds): the 10th percentile, unweighted mean, 90th percentile and standard deviation
+  over the clients with test examples. '' when the summaries have none (runs made before it)."""
+  if not summaries:
+    return ''
+  m = Metric.of(summaries[0])
   by_alg: dict[str, list[dict]] = {}
   for s in summaries:
-    if s.get('final_client_accuracy_mean') is not None:
+    if s.get(f'final_client_{m.name}_mean') is not None:
       by_alg.setdefault(s['algorithm'], []).append(s)
   if not by_alg:
     return ''
-  lines = ['Client test accuracy after the last round (over the clients with test examples; '
+  lines = [f'Client {m.label} after the last round (over the clients with test examples; '
            'means over seeds):', '',
            '| algorithm | seeds | 10th percentile | mean | 90th percentile | std |',
            '|---|---:|---:|---:|---:|---:|']
   for alg, runs in by_alg.items():
-    cells = [f'{statistics.mean(s[f"final_client_accuracy_{k}"] for s in runs):.4f}'
+    cells = [f'{statistics.mean(s[f"final_client_{m.name}_{k}"] for s in runs):.4f}'
              for k in CLIENT_SPREAD]
     lines.append(f'| {alg} | {len(runs)} | ' + ' | '.join(cells) + ' |')
   return '\n'.join(lines)
 
 
-def first_reaching(records: Sequence[dict], accuracy: float):
-  """The first evaluation record with ``test_accuracy >= accuracy``, else None."""
-  return next((r for r in records if r['test_accuracy'] >= accuracy), None)
+def first_reaching(records: Sequence[dict], target: float, metric: Metric = Metric()):
+  """The first evaluation record whose test ``metric`` (default accuracy) reaches ``target``
+  (``>=``, or ``<=`` for a lower-is-better metric), else None."""
+  key = f'test_{metric.name}'
+  return next((r for r in records if metric.reaches(r[key], target)), None)
 
 
-def beyond_target(records: Sequence[dict], rnd: int, target: float):
-  """``acc(rnd) - target`` in percentage points, GeL's "accuracy beyond target" at the round
-  ``rnd`` a baseline reaches it (None when ``records`` have no evaluation at ``rnd``)."""
+def beyond_target(records: Sequence[dict], rnd: int, target: float, metric: Metric = Metric()):
+  """GeL's "accuracy beyond target" at the round ``rnd`` a baseline reaches it: ``acc(rnd) -
+  target`` in percentage points; for another metric how far past the target it is, in its
+  own units (``target - mse(rnd)``). None when ``records`` have no evaluation at ``rnd``."""
   at = next((r for r in records if r['round'] == rnd), None)
-  return None if at is None else 100 * (at['test_accuracy'] - target)
+  if at is None:
+    return None
+  past = at[f'test_{metric.name}'] - target
+  past = past if metric.higher_is_better else -past
+  return 100 * past if metric.name == 'accuracy' else past
 
 
 def cost_table(runs: Sequence[tuple[dict, Sequence[dict]]], baseline: str = 'fedavg') -> str:
-  """FedGBO's Table 4 form: per algorithm, the max accuracy and the upload bytes and gradient
-  computations spent to reach it; then the rounds, bytes and gradients to reach the baseline's
-  max accuracy. Means over seeds (the second group over the seeds that reached it).
+  """FedGBO's Table 4 form: per algorithm, the best value of the main metric (the max
+  accuracy) and the upload bytes and gradient computations spent to reach it; then the rounds,
+  bytes and gradients to reach the baseline's best value. Means over seeds (the second group
+  over the seeds that reached it).
 
   ``runs``: ``(summary, metrics records)`` pairs; ``baseline`` must be among them.
   """
@@ -144,23 +159,24 @@ def cost_table(runs: Sequence[tuple[dict, Sequence[dict]]], baseline: str = 'fed
     by_alg.setdefault(summary['algorithm'], []).append((summary, records))
   if baseline not in by_alg:
     raise ValueError(f'the cost table needs the baseline {baseline!r} among the runs')
-  target = statistics.mean(s['best_accuracy'] for s, _ in by_alg[baseline])
+  m = Metric.of(runs[0][0])
+  target = statistics.mean(s[f'best_{m.name}'] for s, _ in by_alg[baseline])
   mib = 2 ** 20
   lines = ['| algorithm | client lr | KiB up / client / round | KiB down / client / round | '
-           'final client distance | max accuracy | round of max | upload MiB to max | '
-           f'gradients to max | rounds to {target:.4f} ({baseline} max) | upload MiB to it | '
+           f'final client distance | best {m.name} | round of best | upload MiB to best | '
+           f'gradients to best | rounds to {target:.4f} ({baseline} best) | upload MiB to it | '
            'gradients to it |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for alg, group in by_alg.items():
-    at_max = [max(rec, key=lambda r: r['test_accuracy']) for _, rec in group]
+    at_max = [max(rec, key=lambda r: m.key(r[f'test_{m.name}'])) for _, rec in group]
     last = [rec[-1] for _, rec in group]
     per_client = lambda key: statistics.mean(r[key] / max(r['client_rounds'], 1) for r in last)
-    hits = [first_reaching(rec, target) for _, rec in group]
+    hits = [first_reaching(rec, target, m) for _, rec in group]
     hits = [h for h in hits if h is not None]
     lr = ','.join(sorted({f'{s["client_lr"]:g}' for s, _ in group}))
     mean = lambda rows, key: statistics.mean(r[key] for r in rows)
     row = [alg, lr, f'{per_client("bytes_up") / 1024:.2f}', f'{per_client("bytes_down") / 1024:.2f}',
            f'{mean(last, "client_distance"):.2e}',
-           f'{statistics.mean(s["best_accuracy"] for s, _ in group):.4f}',
+           f'{statistics.mean(s[f"best_{m.name}"] for s, _ in group):.4f}',
            f'{mean(at_max, "round"):.0f}', f'{mean(at_max, "bytes_up") / mib:.2f}',
            f'{mean(at_max, "grad_computations"):,.0f}']
     if hits:
@@ -174,24 +190,27 @@ def cost_table(runs: Sequence[tuple[dict, Sequence[dict]]], baseline: str = 'fed
 
 
 # The one rule by which every grid (client learning rates, a hyper-parameter, a server x client
-# learning-rate grid) picks its value: the highest best test accuracy over the run's evaluations,
-# averaged over seeds; a diverged run is never picked.
-SELECTION_RULE = 'the highest best test accuracy over the evaluations (mean over seeds)'
+# learning-rate grid) picks its value: the best value of the main test metric over the run's
+# evaluations (the highest accuracy, the lowest mse), averaged over seeds; a diverged run is
+# never picked.
+SELECTION_RULE = ('the best value of the main test metric over the evaluations (the highest '
+                  'accuracy, the lowest mse; mean over seeds)')
 
 
 def best_values(results: Sequence[tuple[dict, Sequence[dict]]], key: str = 'client_lr') -> dict:
   """Per algorithm, the value of ``key`` (the client lr, or a tuned hyper-parameter; None for an
   algorithm without it) chosen by ``SELECTION_RULE``."""
   score: dict = {}
+  m = Metric.of(results[0][0]) if results else Metric()
   for summary, _ in results:
     if summary.get('status') == 'diverged':
       continue
     score.setdefault((summary['algorithm'], summary.get(key)), []).append(
-        summary['best_accuracy'])
+        summary[f'best_{m.name}'])
   best: dict = {}
-  for (name, value), accs in score.items():
-    mean = statistics.mean(accs)
-    if name not in best or mean > best[name][1]:
+  for (name, value), values in score.items():
+    mean = statistics.mean(values)
+    if name not in best or m.better(mean, best[name][1]):
       best[name] = (value, mean)
   return {name: value for name, (value, _) in best.items()}
 
@@ -228,16 +247,18 @@ def paired_table(results: Sequence[tuple[dict, Sequence[dict]]]) -> str:
   for summary, records in results:
     by_alg.setdefault(summary['algorithm'], {})[summary['seed']] = (summary, records)
   names = list(by_alg)
-  target = results[0][0]['target_accuracy']
+  m = Metric.of(results[0][0])
+  target = results[0][0][f'target_{m.name}']
   mib = 2 ** 20
-  lines = [f'| algorithm | baseline | seeds reaching {percent(target)} | rounds to {percent(target)} '
-           '(mean +- 95% CI) | speedup (95% CI; seeds both reached) | '
-           'accuracy beyond target at baseline\'s round (pp) | '
+  unit = ' (pp)' if m.name == 'accuracy' else ''
+  lines = [f'| algorithm | baseline | seeds reaching {m.format(target)} | rounds to '
+           f'{m.format(target)} (mean +- 95% CI) | speedup (95% CI; seeds both reached) | '
+           f'{m.name} beyond target at baseline\'s round{unit} | '
            'gradient computations to target | MiB up to target | MiB down to target |',
            '|---|---|---:|---:|---:|---:|---:|---:|---:|']
   for name, runs in by_alg.items():
     base = baseline_of(name, names)
-    hits = {seed: first_reaching(rec, target) for seed, (_, rec) in runs.items()}
+    hits = {seed: first_reaching(rec, target, m) for seed, (_, rec) in runs.items()}
     hits = {seed: h for seed, h in hits.items() if h is not None}
     row = [name, '-' if base == name else base, f'{len(hits)}/{len(runs)}']
     if hits:
@@ -245,7 +266,8 @@ def paired_table(results: Sequence[tuple[dict, Sequence[dict]]]) -> str:
       row.append(mean_ci_text(rounds))
     else:
       row.append('-')
-    base_hits = {seed: first_reaching(rec, target) for seed, (_, rec) in by_alg[base].items()}
+    base_hits = {seed: first_reaching(rec, target, m)
+                 for seed, (_, rec) in by_alg[base].items()}
     common = sorted(k for k in hits if base_hits.get(k) is not None)
     if base != name and common:
       row.append(speedup_text(*speedup_ci([base_hits[k]['round'] for k in common],
@@ -253,7 +275,7 @@ def paired_table(results: Sequence[tuple[dict, Sequence[dict]]]) -> str:
                               len(common), len(runs)))
     else:
       row.append('-')
-    beyond = [beyond_target(runs[seed][1], hit['round'], target)
+    beyond = [beyond_target(runs[seed][1], hit['round'], target, m)
               for seed, hit in base_hits.items() if hit is not None and seed in runs]
     beyond = [b for b in beyond if b is not None]
     row.append(mean_ci_text(beyond, 2) if base != name and beyond else '-')

@@ -14,6 +14,7 @@ from typing import Optional
 
 from fedjax_gel.experiment import checkpoint, cluster, report
 from fedjax_gel.experiment.config import Config, ConfigError, json_extras
+from fedjax_gel.models import tasks
 
 
 def check_workdir(workdir: str, overwrite: bool, *outputs: str):
@@ -173,9 +174,10 @@ def read_metrics(workdir: str) -> list[dict]:
     return [json.loads(line) for line in f]
 
 
-def rounds_to_target(records, target: float) -> Optional[int]:
-  """First evaluated round whose test accuracy reaches ``target``, else None."""
-  hit = report.first_reaching(records, target)
+def rounds_to_target(records, target: float, metric=tasks.Metric()) -> Optional[int]:
+  """First evaluated round whose test ``metric`` (default accuracy) reaches ``target``, else
+  None."""
+  hit = report.first_reaching(records, target, metric)
   return None if hit is None else hit['round']
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from fedjax_gel.models import tasks
 from fedjax_gel.models.base import (Model, cross_entropy_loss, from_linen, from_nnx, masked_mean,
-                                    max_entropy_loss, num_params, per_example_cross_entropy,
+                                    max_entropy_loss, num_params, per_example_loss,
                                     task_loss)
 from fedjax_gel.models.tasks import CLASSIFICATION, NEXT_TOKEN, REGRESSION, Task
 from fedjax_gel.models.cnn import (CelebACNN, TwoConvCNN, celeba_cnn, cifar_cnn, femnist_cnn,
@@ -15,6 +15,7 @@ from fedjax_gel.models.rnn import StackedLSTM, sent140_lstm, shakespeare_lstm
 MODELS = {'logistic': logistic, 'mlp': mlp, 'femnist_cnn': femnist_cnn,
           'gel_femnist_cnn': gel_femnist_cnn, 'celeba_cnn': celeba_cnn, 'cifar_cnn': cifar_cnn,
           'shakespeare_lstm': shakespeare_lstm, 'sent140_lstm': sent140_lstm}
+BUILTIN_MODELS = tuple(MODELS)   # all scored by accuracy (classification, next token)
 # Models of token ids (int inputs), built with the vocabulary size.
 TOKEN_MODELS = ('shakespeare_lstm', 'sent140_lstm')
 
@@ -23,9 +24,11 @@ def register_model(name: str, build, *, tokens: bool = False) -> None:
   """Makes ``build`` the model ``name`` (``--model=name``, ``get_model(name, ...)``).
 
   ``build(input_shape, num_classes) -> Model`` (``from_linen`` / ``from_nnx`` wrap a Flax
-  module), called with the training features' shape ``[*input_shape]`` and ``max label + 1``
-  classes; ``tokens``: the model reads int token ids and is built with ``vocab_size=`` (the
-  largest id + 1) too. Call it before building configs or flags; a name taken is a ValueError.
+  module), called with the training features' shape ``[*input_shape]`` and the outputs it
+  needs: ``max label + 1`` classes for integer labels, the size of one target for float
+  targets (a regression model: its ``Model.task`` says how it is scored); ``tokens``: the
+  model reads int token ids and is built with ``vocab_size=`` (the largest id + 1) too. Call
+  it before building configs or flags; a name taken is a ValueError.
   """
   global TOKEN_MODELS
   if not isinstance(name, str) or not name.isidentifier():
@@ -49,9 +52,9 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
   return MODELS[name](input_shape, num_classes)
 
 
-__all__ = ['CLASSIFICATION', 'CelebACNN', 'MLP', 'NEXT_TOKEN', 'REGRESSION', 'Task', 'task_loss',
+__all__ = ['BUILTIN_MODELS', 'CLASSIFICATION', 'CelebACNN', 'MLP', 'NEXT_TOKEN', 'REGRESSION', 'Task', 'task_loss',
            'tasks', 'MODELS', 'LogisticRegression', 'Model', 'StackedLSTM', 'TOKEN_MODELS',
            'TwoConvCNN', 'celeba_cnn', 'cifar_cnn', 'cross_entropy_loss', 'femnist_cnn',
            'from_linen', 'from_nnx', 'gel_femnist_cnn', 'get_model', 'logistic', 'masked_mean',
-           'max_entropy_loss', 'max_pool_2x2', 'mlp', 'patches_conv', 'num_params', 'per_example_cross_entropy', 'register_model',
-           'sent140_lstm', 'shakespeare_lstm']
+           'max_entropy_loss', 'max_pool_2x2', 'mlp', 'patches_conv', 'num_params',
+           'per_example_loss', 'register_model', 'sent140_lstm', 'shakespeare_lstm']

@@ -97,23 +97,25 @@ def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
   return loss
 
 
-def per_example_cross_entropy(model: Model) -> Callable[[Params, dict], jax.Array]:
-  """``(params, examples) -> [P]`` cross-entropy of every example (client selection by loss)."""
+def per_example_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
+  """``(params, examples) -> [P]`` the task loss of every example (client selection by loss):
+  its ``sum / weight`` (``models.tasks``); for classification the cross-entropy, to the bit."""
   def loss(params, examples):
-    logits = model.apply(params, examples['x'])
-    return optax.softmax_cross_entropy_with_integer_labels(logits, examples['y'])
+    total, weight = model.task.loss(model.apply(params, examples['x']), examples['y'])
+    return total / jnp.maximum(weight, 1e-30)
   return loss
 
 
 def max_entropy_loss(model: Model, beta: float) -> Callable[[Params, dict], jax.Array]:
-  """FedMAX (Chen et al. 2020): cross-entropy + ``beta * KL(U || softmax(a))`` over the
-  penultimate activations ``a`` (``model.features``), pushing them towards maximum entropy.
+  """FedMAX (Chen et al. 2020): the task loss (cross-entropy for classification) +
+  ``beta * KL(U || softmax(a))`` over the penultimate activations ``a`` (``model.features``),
+  pushing them towards maximum entropy.
 
   ``KL(U || p) = -log F - (1/F) sum_f log p_f`` for ``F`` activations.
   """
   if model.features is None:
     raise ValueError(f'model {model.name!r} exposes no penultimate activations for FedMAX')
-  ce = cross_entropy_loss(model)
+  ce = task_loss(model)
 
   def loss(params, batch):
     logp = jax.nn.log_softmax(model.features(params, batch['x']), axis=-1)

@@ -6,18 +6,22 @@ regression example, its non-padding tokens for a sequence). A batch's value is
 ``sum_b sum_b / sum_b weight_b`` over the examples its mask keeps, so an evaluation over a whole
 pool weights every token (or example) equally whatever the batches.
 
+A task names one of its metrics as its *main* one, with its direction (``Task.metric``, a
+``Metric``): what an experiment tracks, reports the best value of, and counts the rounds to a
+target of (``--target``).
+
 Built-ins:
 
 * ``CLASSIFICATION``: softmax cross-entropy of logits ``[B, K]`` against labels ``[B]``;
-  ``accuracy``.
+  ``accuracy`` (main, higher is better).
 * ``REGRESSION``: squared error of outputs ``[B, D]`` (or ``[B]``) against targets of the same
-  shape, averaged over ``D``; ``mse`` (the loss itself).
+  shape, averaged over ``D``; ``mse`` (the loss itself; main, lower is better).
 * ``NEXT_TOKEN``: per-token cross-entropy of logits ``[B, L, V]`` against token ids ``[B, L]``,
-  tokens equal to ``PAD`` (0) left out of both; ``accuracy`` per token.
+  tokens equal to ``PAD`` (0) left out of both; ``accuracy`` per token (main).
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,11 +30,71 @@ import optax
 PAD = 0   # the padding token id of NEXT_TOKEN
 
 
+class Metric(NamedTuple):
+  """The metric an experiment tracks, by name, and its direction. Records carry
+  ``test_<name>`` and ``best_test_<name>``, summaries ``final_<name>``, ``best_<name>`` and
+  ``target_<name>``."""
+  name: str = 'accuracy'
+  higher_is_better: bool = True
+
+  @classmethod
+  def of(cls, summary: dict) -> 'Metric':
+    """The metric of a run's ``summary.json`` (accuracy for one written before there was a
+    choice)."""
+    return cls(**summary.get('metric', {}))
+
+  def key(self, value: float) -> float:
+    """A sort key: larger is better."""
+    return value if self.higher_is_better else -value
+
+  def best(self, values: Iterable[float]):
+    """The best of ``values`` (the first of equals; None for none)."""
+    return max(values, key=self.key, default=None)
+
+  def better(self, a: float, b: float) -> bool:
+    """Whether ``a`` is strictly better than ``b``."""
+    return self.key(a) > self.key(b)
+
+  def reaches(self, value: float, target: float) -> bool:
+    return value >= target if self.higher_is_better else value <= target
+
+  @property
+  def label(self) -> str:
+    """How reports name it: ``test accuracy``, ``test mse``."""
+    return f'test {self.name}'
+
+  @property
+  def unit(self) -> str:
+    """`` (%)`` for accuracy (``short`` prints it in percent), else ``''``."""
+    return ' (%)' if self.name == 'accuracy' else ''
+
+  def short(self, value: float) -> str:
+    """A value for a table or heat-map cell: accuracy in percent to 0.1, else 3 significant
+    digits."""
+    return f'{100 * value:.1f}' if self.name == 'accuracy' else f'{value:.3g}'
+
+  def format(self, value) -> str:
+    """A value as reports print it: accuracies as percentages (``85%``, ``81.5%``), others
+    with 4 significant digits; ``-`` for None."""
+    if value is None:
+      return '-'
+    if self.name == 'accuracy':
+      return f'{100 * value:.4g}%'
+    return f'{value:.4g}'
+
+
 class Task(NamedTuple):
-  """A model's loss and metrics (see the module doc); ``metrics`` maps names to terms."""
+  """A model's loss and metrics (see the module doc); ``metrics`` maps names to terms; ``main``
+  names the one experiments track and ``higher_is_better`` its direction."""
   name: str
   loss: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
   metrics: dict
+  main: str = 'accuracy'
+  higher_is_better: bool = True
+
+  @property
+  def metric(self) -> Metric:
+    return Metric(self.main, self.higher_is_better)
 
 
 def _ones(x):
@@ -63,7 +127,7 @@ def _token_correct(logits, y):
 
 
 CLASSIFICATION = Task('classification', _ce, {'accuracy': _correct})
-REGRESSION = Task('regression', _squared_error, {'mse': _squared_error})
+REGRESSION = Task('regression', _squared_error, {'mse': _squared_error}, 'mse', False)
 NEXT_TOKEN = Task('next_token', _token_ce, {'accuracy': _token_correct})
 
 

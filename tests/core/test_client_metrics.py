@@ -7,7 +7,7 @@ from fedjax_gel.core import evaluation
 from fedjax_gel.core import federated_data as fd
 
 
-def test_client_correct_and_spread_by_hand():
+def test_client_sum_and_spread_by_hand():
   # the "model" predicts class 1 when x > 0: client 0 gets 2/3 right, client 1 none of 2,
   # client 2 has no examples, client 3 all 4
   clients = [
@@ -20,10 +20,10 @@ def test_client_correct_and_spread_by_hand():
   pool = evaluation.make_eval_pool(fd.from_client_arrays(clients), batch_size=4)
   apply = lambda params, x: jnp.concatenate([-x, x], axis=1)   # logits of classes 0 and 1
   out = evaluation.build_evaluate(apply)(None, pool)
-  np.testing.assert_array_equal(out['client_correct'], [2, 0, 0, 4])
-  np.testing.assert_array_equal(out['client_count'], [3, 2, 0, 4])
+  np.testing.assert_array_equal(out['client_sum'], [2, 0, 0, 4])
+  np.testing.assert_array_equal(out['client_weight'], [3, 2, 0, 4])
   np.testing.assert_allclose(float(out['accuracy']), 6 / 9, rtol=1e-6)
-  spread = evaluation.client_spread(out['client_correct'], out['client_count'])
+  spread = evaluation.client_spread(out['client_sum'], out['client_weight'])
   acc = np.array([2 / 3, 0., 1.])   # the client without examples left out
   assert spread == {'mean': float(acc.mean()), 'p10': float(np.percentile(acc, 10)),
                     'p90': float(np.percentile(acc, 90)), 'std': float(acc.std())}
@@ -35,4 +35,4 @@ def test_a_sampled_pool_has_no_client_metrics():
                                  'y': np.ones((5,), np.int32)}] * 3)
   pool = evaluation.make_eval_pool(data, max_examples=4)
   out = evaluation.build_evaluate(lambda p, x: jnp.concatenate([-x, x], 1))(None, pool)
-  assert 'client_correct' not in out and pool.clients is None
+  assert 'client_sum' not in out and pool.clients is None

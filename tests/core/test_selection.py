@@ -15,7 +15,7 @@ from helpers import init_params
 
 @pytest.fixture(scope='module')
 def example_loss(model):
-  return models.per_example_cross_entropy(model)
+  return models.per_example_loss(model)
 
 
 def candidate_ids(seed, r, counts, d):

@@ -144,7 +144,7 @@ for sizes in (SIZES,):
         jax.tree.map(lambda a,b: np.testing.assert_allclose(np.asarray(a)[:np.shape(b)[0]] if np.ndim(a) else a, b, rtol=1e-5, atol=1e-6), st, outs[0][0])
   # power-of-d full loss on split pool vs numpy
   mesh=client_mesh(8); pool=fd.to_device(host, mesh)
-  ex=models.per_example_cross_entropy(model)
+  ex=models.per_example_loss(model)
   ids=jnp.arange(N, dtype=jnp.int32)
   got=selection.client_losses(ex, params, pool, ids, 'full', 2, None)
   ref=[float(np.mean(ex(params, {k: jnp.asarray(v) for k,v in c.items()}))) if len(c['y']) else 0. for c in clients]

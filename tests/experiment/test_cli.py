@@ -263,7 +263,7 @@ def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   common = ['--flagfile=launch/configs/quickstart.flags', '--dataset=leaf',
             f'--data_path={paths["data"]}', '--num_rounds=3', '--eval_every=2',
             '--clients_per_round=3', '--budget_range=1,2', f'--workdir={workdir}']
-  first = process(*common, '--algorithm=fedavg', '--target_accuracy=0.01')   # the command itself
+  first = process(*common, '--algorithm=fedavg', '--target=0.01')   # the command itself
   assert first.returncode == 0, first.stderr
   assert 'Traceback' not in first.stderr and str(workdir) in first.stdout
   last = first.stderr.splitlines()[-1]   # the whole process by phase, the report included
@@ -338,7 +338,7 @@ def test_paper_flag_files_hold_the_paper_settings():
   assert (gel['client_lr'], gel['client_momentum'], gel['server_optimizer'],
           gel['server_lr']) == (0.01, 0.9, 'sgd', 1.0)
   assert (gel['guess_policy'], gel['guess_tau'], gel['eval_every'],
-          gel['target_accuracy']) == ('remaining', 18, 5, 0.85)
+          gel['target']) == ('remaining', 18, 5, 0.85)
 
 
 def test_gel_synthetic_fedavgcm_setting_reaches_85_percent(tmp_path):
@@ -436,7 +436,7 @@ def test_gbo_family_and_learning_rate_grid(tmp_path, tiny_leaf_file):
       summary = json.loads((workdir / name / f'lr{lr}' / 'summary.json').read_text())
       assert summary['algorithm'] == name and summary['client_lr'] == float(lr)
   text = (workdir / 'report.md').read_text()
-  assert 'Client learning rate per algorithm' in text and '(fedavg max)' in text
+  assert 'Client learning rate per algorithm' in text and '(fedavg best)' in text
   tables = text[text.index('Client learning rate per algorithm'):]   # after the header
   assert tables.strip() in proc.stdout
   if importlib.util.find_spec('matplotlib') is not None:
@@ -544,7 +544,8 @@ def test_a_grid_over_a_hyper_parameter_from_the_command_line(tmp_path, tiny_leaf
     records = [json.loads(l) for l in (run_dir / 'metrics.jsonl').read_text().splitlines()]
     assert [r['prox_mu'] for r in records] == [float(mu)] * 2
     assert f'fedprox on leaf, seed 0, client lr 0.01, prox_mu {mu}:' in proc.stdout
-  rule = 'the highest best test accuracy over the evaluations (mean over seeds)'
+  rule = ('the best value of the main test metric over the evaluations (the highest accuracy, '
+          'the lowest mse; mean over seeds)')
   assert f'--prox_mu per algorithm ({rule}): fedprox ' in (workdir / 'report.md').read_text()
 
 

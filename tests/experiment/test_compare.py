@@ -16,7 +16,7 @@ def made(tiny_leaf_file, tmp_path_factory):
   algorithms made by one command (the reference)."""
   base = make(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=6, eval_every=2,
               clients_per_round=3, batch_size=2, budget_range=(1, 3), client_lr=0.1,
-              target_accuracy=0.5)
+              target=0.5)
   root = tmp_path_factory.mktemp('compare')
   quiet = dict(out=io.StringIO(), err=io.StringIO())
   seeds = api.Sweep(seeds=[0, 1])
@@ -57,9 +57,9 @@ def test_the_command_line(made, capsys):
 def test_incomparable_duplicate_and_damaged_runs(made, tmp_path):
   base, root = made
   other = tmp_path / 'other'
-  api.run(base.replace(target_accuracy=0.6, num_rounds=2), str(other), out=io.StringIO(),
+  api.run(base.replace(target=0.6, num_rounds=2), str(other), out=io.StringIO(),
           err=io.StringIO())
-  with pytest.raises(ConfigError, match=r'the runs differ in --target_accuracy: 0\.5 in .*0\.6'):
+  with pytest.raises(ConfigError, match=r'the runs differ in --target: 0\.5 in .*0\.6'):
     compare.compare([str(root / 'cm'), str(other)], str(tmp_path / 'r1'))
   with pytest.raises(ConfigError, match='the same run twice'):
     compare.compare([str(root / 'cm'), str(root / 'both')], str(tmp_path / 'r2'))

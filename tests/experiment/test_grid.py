@@ -22,7 +22,7 @@ def read_jsonl(path):
 def grid_run(request, tiny_leaf_file, tmp_path_factory):
   c = make(dataset='leaf', data_path=str(tiny_leaf_file), algorithm=request.param,
              num_rounds=4, eval_every=2, clients_per_round=3, batch_size=2, budget_range=(1, 3),
-             target_accuracy=0.5)
+             target=0.5)
   workdir = tmp_path_factory.mktemp(f'grid_{request.param}')
   (result,) = api.run(c, str(workdir), api.Sweep(client_lrs=CLIENT_LRS, server_lrs=SERVER_LRS),
                       out=io.StringIO(), err=io.StringIO())
@@ -61,9 +61,12 @@ def test_diverged_cells_are_marked_and_the_rest_are_not(grid_run):
         cell['client_lr'], cell['server_lr'])]
     assert rounds == ([0] if cell['diverged'] else [0, 2, 4]), cell
   summary = json.loads((workdir / 'summary.json').read_text())
-  assert summary['diverged_cells'] == 2 and summary['cells'] == 6
+  assert summary['grid']['diverged_cells'] == 2 and summary['grid']['cells'] == 6
   bests = [cell['best_accuracy'] for cell in result['cells'] if not cell['diverged']]
-  assert not summary['best_cell']['diverged'] and summary['best_cell']['best_accuracy'] == max(bests)
+  # A run's summary of the selected cell: the best of the live cells' best accuracies.
+  assert summary['status'] == 'finished' and summary['best_accuracy'] == max(bests)
+  best = next(c for c in result['cells'] if c['best_accuracy'] == max(bests))
+  assert (summary['client_lr'], summary['server_lr']) == (best['client_lr'], best['server_lr'])
 
 
 def test_heat_map_and_table(grid_run):

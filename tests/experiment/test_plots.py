@@ -25,11 +25,11 @@ def test_curves_average_accuracy_gradients_and_upload_over_seeds():
 
 
 @pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
-def test_lr_heatmap_and_accuracy_plots_are_written(tmp_path):
+def test_lr_heatmap_and_metric_plots_are_written(tmp_path):
   results = [run('fedavg', 0, 0.1, [0.1, 0.5], [0, 2]), run('fedavg', 0, 0.3, [0.1, 0.6], [0, 2]),
              run('fedgbo_sgdm', 0, 0.1, [0.1, 0.7], [0, 4])]   # no 0.3 cell: left grey
   assert plots.lr_heatmap(results, str(tmp_path / 'lr.png')) == str(tmp_path / 'lr.png')
-  paths = plots.accuracy_plots(results[:1] + results[2:], str(tmp_path / 'plots'), 0.5)
+  paths = plots.metric_plots(results[:1] + results[2:], str(tmp_path / 'plots'), 0.5)
   names = ['accuracy_gradients.png', 'accuracy_rounds.png', 'accuracy_upload.png',
            'train_loss_rounds.png']
   assert sorted(p.rsplit('/', 1)[1] for p in paths) == names

@@ -35,7 +35,7 @@ def test_cost_table_by_hand():
   gbo = ({'algorithm': 'fedgbo_sgdm', 'client_lr': 0.3, 'best_accuracy': 0.8},
          [record(0, 0.1, 0, 0), record(5, 0.65, 2 * mib, 100), record(10, 0.8, 4 * mib, 200)])
   rows = cost_table([avg, gbo]).splitlines()
-  assert 'rounds to 0.6000 (fedavg max)' in rows[0]
+  assert 'rounds to 0.6000 (fedavg best)' in rows[0]
   # 2 MiB over 2 clients x 10 rounds: 102.4 KiB up per client and round, twice that down.
   assert rows[2] == ('| fedavg | 0.1 | 102.40 | 204.80 | 1.00e-03 | 0.6000 | 10 | 2.00 | 200 | '
                      '10 | 2.00 | 200 |')

@@ -53,7 +53,7 @@ def read_jsonl(path):
 def base_config(tiny_leaf_file):
   return make(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=5, eval_every=2,
                 clients_per_round=3, batch_size=2, budget_range=(1, 3), client_lr=0.1,
-                target_accuracy=0.01)
+                target=0.01)
 
 
 @pytest.fixture(scope='module')
@@ -61,10 +61,10 @@ def runs(base_config, tmp_path_factory):
   """name -> (config, workdir, summary, cohorts, per-round grad computations) of tiny runs."""
   variants = {
       'base': {},
-      'twin': {'target_accuracy': 1.0},  # same training, unreachable target
+      'twin': {'target': 1.0},  # same training, unreachable target
       'fedavg': {'algorithm': 'fedavg'},
       # other cohorts; an aggressive server optimiser whose accuracy peaks before the end
-      'seed1': {'seed': 1, 'server_optimizer': 'adam', 'server_lr': 2.0, 'target_accuracy': 0.7},
+      'seed1': {'seed': 1, 'server_optimizer': 'adam', 'server_lr': 2.0, 'target': 0.7},
   }
   out = {}
   for name, changes in variants.items():
@@ -153,7 +153,7 @@ def test_summary_consistent_with_metrics(runs, name):
   rounds = [r['round'] for r in read_jsonl(workdir / 'metrics.jsonl')]
   assert summary['final_accuracy'] == acc[-1]
   assert summary['best_accuracy'] == max(acc)
-  reached = [r for r, a in zip(rounds, acc) if a >= c.run.target_accuracy]
+  reached = [r for r, a in zip(rounds, acc) if a >= c.run.target]
   assert summary['rounds_to_target'] == (reached[0] if reached else None)
 
 
@@ -232,7 +232,7 @@ def test_parse_budget_range_errors(text):
     ({'server_lr': -1.0}, '--server_lr'),
     ({'client_momentum': 1.0}, '--client_momentum'),
     ({'server_momentum': -0.1}, '--server_momentum'),
-    ({'target_accuracy': 0.0}, '--target_accuracy'),
+    ({'target': 0.0}, '--target'),
     ({'algorithm': 'adabest', 'adabest_beta': 1.5}, '--adabest_beta'),
     ({'algorithm': 'adabest', 'adabest_mu': -0.1}, '--adabest_mu'),
     ({'algorithm': 'feddyn', 'feddyn_mu': -1.0}, '--feddyn_mu'),
@@ -490,7 +490,7 @@ def test_fedprox_synthetic_generator_trains(tmp_path):
 def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
   c = make(dataset='leaf', data_path=str(SHARED / 'fedprox_synthetic_1_1_subset.json'),
              algorithm='fedavg', num_rounds=10, eval_every=5, clients_per_round=10,
-             batch_size=10, budget_range=(5, 5), client_lr=0.05, target_accuracy=0.5)
+             batch_size=10, budget_range=(5, 5), client_lr=0.05, target=0.5)
   exp = factories.prepare(c)
   assert exp.train.num_clients == 30 and exp.model.num_classes == 10
   quiet_train(exp, tmp_path / 'fp')

@@ -20,8 +20,7 @@ from fedjax_gel.core.round import build_round
 from fedjax_gel.core.sampling import Cohort, CohortSpec
 from fedjax_gel.core.shuffle import cycled_permutation
 from fedjax_gel.data import registry as data_registry
-from fedjax_gel.experiment import cli, factories
-from fedjax_gel.experiment.config import ConfigError, make
+from fedjax_gel.experiment import cli
 from fedjax_gel.models import tasks
 
 
@@ -97,19 +96,70 @@ def test_a_regression_model_in_the_engine_equals_a_plain_sgd_loop():
   mse = np.mean(np.mean((np.asarray(pred) - np.asarray(host.examples['y'])) ** 2, axis=1))
   np.testing.assert_allclose(out['mse'], mse, rtol=1e-5)
   np.testing.assert_allclose(out['loss'], mse, rtol=1e-5)
-  assert 'client_correct' not in out   # no accuracy, no per-client accuracy
+  # Per client: the sum of its examples' squared errors and their count (the main metric's).
+  errors = np.mean((np.asarray(pred) - np.asarray(host.examples['y'])) ** 2, axis=1)
+  np.testing.assert_array_equal(out['client_weight'], host.counts)
+  for c, (start, n) in enumerate(zip(host.offsets, host.counts)):
+    np.testing.assert_allclose(out['client_sum'][c], errors[start:start + n].sum(), rtol=1e-5)
 
 
-def test_the_experiment_refuses_a_task_without_accuracy():
-  build = lambda shape, classes: models.from_linen('reg', Linear(), shape, jnp.float32, classes,
+def regression_split(data):
+  """24 clients of ``y = x W`` (3 features, 2 targets) with their own input scale."""
+  rng = np.random.default_rng(data.split_seed)
+  w = rng.normal(size=(3, 2))
+  clients = []
+  for i in range(24):
+    x = (rng.normal(size=(15, 3)) * (0.5 + i / 24)).astype(np.float32)
+    clients.append({'x': x, 'y': (x @ w).astype(np.float32)})
+  part = lambda s: fd.from_client_arrays([{k: v[s] for k, v in c.items()} for c in clients])
+  return fd.FederatedSplit(part(slice(0, 12)), part(slice(12, None)))
+
+
+def test_a_regression_model_runs_from_the_command_line(tmp_path):
+  """Records, summaries, grids and reports follow the task's main metric (mse, lower is
+  better): best is the minimum, the target is reached at or below it."""
+  build = lambda shape, outputs: models.from_linen('reg', Linear(), shape, jnp.float32, outputs,
                                                    task=models.REGRESSION)
   models.register_model('regression_probe', build)
+  data_registry.register_dataset('regression_probe', regression_split)
+  common = ['run.py', '--dataset=regression_probe', '--model=regression_probe',
+            '--algorithm=fedavg', '--client_lr=0.05', '--num_rounds=20', '--eval_every=2',
+            '--clients_per_round=4', '--batch_size=5', '--budget_range=2,3', '--target=0.05',
+            '--tensorboard=false']
   try:
-    with pytest.raises(ConfigError, match=r'--model=regression_probe: its task \(regression\) '
-                                          'has no accuracy'):
-      factories.prepare(make(model='regression_probe'))
+    with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.redirect_stdout(
+        io.StringIO()) as out:
+      status = cli.main(common + [f'--workdir={tmp_path / "run"}'])
+      assert status == 0, err.getvalue()
+      status = cli.main(common + ['--client_lr_grid=0.01,0.05', '--server_lr_grid=0.5,1',
+                                  f'--workdir={tmp_path / "grid"}'])
+      assert status == 0, err.getvalue()
   finally:
     models.MODELS.pop('regression_probe')
+    data_registry.LOADERS.pop('regression_probe')
+  records = [json.loads(line)
+             for line in (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()]
+  mse = [r['test_mse'] for r in records]
+  assert mse[-1] < 0.5 * mse[0]
+  assert [r['best_test_mse'] for r in records] == list(np.minimum.accumulate(mse))
+  assert all(r['client_mse_p10'] <= r['client_mse_mean'] <= r['client_mse_p90']
+             for r in records)
+  summary = json.loads((tmp_path / 'run' / 'summary.json').read_text())
+  assert summary['metric'] == {'name': 'mse', 'higher_is_better': False}
+  assert (summary['final_mse'], summary['best_mse'], summary['target_mse']) == (
+      mse[-1], min(mse), 0.05)
+  assert summary['rounds_to_target'] == next((r['round'] for r in records
+                                              if r['test_mse'] <= 0.05), None)
+  assert 'final test mse' in out.getvalue() and 'test accuracy' not in out.getvalue()
+  assert 'mean best mse' in (tmp_path / 'run' / 'report.md').read_text()
+  # The grid: its summary has a run's schema, of the cell with the lowest best mse.
+  grid = json.loads((tmp_path / 'grid' / 'grid.json').read_text())
+  grid_summary = json.loads((tmp_path / 'grid' / 'summary.json').read_text())
+  assert set(grid_summary) == set(summary)
+  assert summary['grid'] is None and grid_summary['grid']['cells'] == 4
+  best = min(grid['cells'], key=lambda c: c['best_mse'])
+  assert (grid_summary['client_lr'], grid_summary['server_lr'], grid_summary['best_mse']) == (
+      best['client_lr'], best['server_lr'], best['best_mse'])
 
 
 class Bigram(nn.Module):
