@@ -103,6 +103,11 @@ def test_a_flat_config_json_of_earlier_versions_is_read():
   assert c == make(dataset='leaf', data_path='x.json', algorithm='gel', guess_tau=20,
                    client_lr=0.1, budget_range=(2, 3), seed=4)
   assert c.algorithm.hparams.guess_tau == 20 and c.cohort.budget_range == (2, 3)
+  # --target was --target_accuracy: both forms of such a config.json keep its target.
+  assert Config.from_json({**flat, 'target_accuracy': 0.7}).run.target == 0.7
+  sections = make(target=0.6).to_json()
+  sections['run']['target_accuracy'] = sections['run'].pop('target')
+  assert Config.from_json(sections) == make(target=0.6)
 
 
 def test_metrics_rounds_and_keys(runs):
