@@ -14,12 +14,17 @@ import time
 START = time.perf_counter()
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app, flags  # pylint: disable=g-import-not-at-top,g-bad-import-order
+STARTING = 'interrupted while starting, before anything was written: run the same command again'
+try:
+  from absl import app, flags  # pylint: disable=g-import-not-at-top,g-bad-import-order
 
-from fedjax_gel.experiment import cli  # pylint: disable=g-import-not-at-top
-from fedjax_gel.experiment.config import ConfigError  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import cli  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment.config import ConfigError  # pylint: disable=g-import-not-at-top
 
-cli.define_flags(flags.FLAGS)
+  cli.define_flags(flags.FLAGS)
+except KeyboardInterrupt:
+  print(STARTING, file=sys.stderr)
+  sys.exit(130)
 
 
 def parse(argv):
@@ -27,10 +32,13 @@ def parse(argv):
     return cli.parse(argv, flags.FLAGS)
   except ConfigError as e:
     sys.exit(cli.fail(str(e)))
+  except KeyboardInterrupt:
+    print(STARTING, file=sys.stderr)
+    sys.exit(130)
 
 
 def main(argv):
-  code = cli.execute(flags.FLAGS, argv, START)
+  code = cli.guarded(cli.execute, flags.FLAGS, argv, START)
   # Every output is written and closed by now: exit without the interpreter's teardown of
   # JAX's runtime, which takes about half a second (benchmarks/RESULTS.md, start-up).
   sys.stdout.flush()

@@ -1,4 +1,10 @@
-"""Shared test helpers: a small federated pool and the engine's data order rebuilt by hand."""
+"""Shared test helpers: a small federated pool, the engine's data order rebuilt by hand, and
+``launch/run.py`` run in this process."""
+import contextlib
+import io
+import pathlib
+import subprocess
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -79,3 +85,27 @@ def memory_for(exp, clients: int) -> int:
   from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
   resident = planning.memory_limit() - exp.memory.free_bytes
   return resident + int((clients + 0.5) * exp.memory.client_bytes / planning.CHUNK_MEMORY_FRACTION)
+
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def cli_run(*args):
+  """The command ``launch/run.py args`` in this process (from the repository's root): its exit
+  status and output, as a ``CompletedProcess``."""
+  from fedjax_gel.experiment import cli  # pylint: disable=g-import-not-at-top
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = cli.main(['run.py', *args])
+  return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def assert_one_line_error(proc, *names):
+  """Exit status 2, no traceback, and one line on stderr holding every one of ``names``."""
+  output = proc.stdout + proc.stderr
+  assert proc.returncode == 2, output
+  assert 'Traceback' not in output
+  lines = proc.stderr.splitlines()
+  assert len(lines) == 1 and lines[0].strip(), proc.stderr
+  for name in names:
+    assert name in lines[0], lines[0]

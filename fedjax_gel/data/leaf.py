@@ -15,6 +15,7 @@ import json
 import numbers
 import os
 import random
+import sys
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -28,7 +29,14 @@ _SEQUENCES = (list, tuple, np.ndarray)
 
 
 class DataError(ValueError):
-  """A LEAF file or dict that cannot be used; the message names the source and the problem."""
+  """A LEAF file or dict that cannot be used; the message names the source and the problem, on
+  one line (line breaks, e.g. from a file name or a library's message, become spaces)."""
+
+  def __init__(self, message: str):
+    super().__init__(' '.join(str(message).splitlines()))
+
+
+INT32_MAX = 2**31 - 1
 
 
 # --------------------------------------------------------------------------- validation
@@ -46,8 +54,10 @@ def _user_arrays(x: Any, y: Any, source: str, user: str) -> tuple[np.ndarray, np
 
 
 def _features(x: Any, where: str) -> np.ndarray:
+  """Features as an array; refuses ragged rows (rows of different lengths), non-numbers, values
+  that are not finite or too large for a float, and empty rows (``[[], []]``)."""
   if isinstance(x, np.ndarray) and x.dtype.kind in 'fiuU':
-    return x.astype(np.float64) if x.dtype.kind in 'iu' else x
+    return _nonempty_rows(x.astype(np.float64) if x.dtype.kind in 'iu' else x, where)
   x = list(x)
   if x and all(isinstance(v, str) for v in x):
     return np.array(x, dtype=str)
@@ -58,23 +68,38 @@ def _features(x: Any, where: str) -> np.ndarray:
     return np.array(x, dtype=str)
   try:
     arr = np.asarray(x, dtype=np.float64)
+  except OverflowError:
+    raise DataError(f'{where} has a feature value too large for a float in x') from None
   except (ValueError, TypeError):
     raise DataError(f'{where} has ragged or non-numeric features in x') from None
   if not np.isfinite(arr).all():
     raise DataError(f'{where} has null, NaN or infinite feature values in x')
-  return arr
+  return _nonempty_rows(arr, where)
+
+
+def _nonempty_rows(x: np.ndarray, where: str) -> np.ndarray:
+  """``x`` itself; refuses samples whose features hold no value (rows of length 0)."""
+  if len(x) and x.ndim > 1 and x.size == 0:
+    raise DataError(f'{where} has empty feature rows in x (shape {x.shape[1:]} per sample)')
+  return x
 
 
 def _labels(y: Any, where: str) -> np.ndarray:
+  """Labels as int64 or strings; refuses other values (``true`` and ``null`` included),
+  non-integers (``1.5``) and class labels outside ``0 .. 2**31 - 1`` (negative, or too large
+  for int32: ``2**32 + 1``, ``1e20``)."""
   if isinstance(y, np.ndarray) and y.dtype.kind in 'iuU':
-    return y.astype(np.int64) if y.dtype.kind in 'iu' else y
+    return _class_labels(y.astype(np.int64), y, where) if y.dtype.kind in 'iu' else y
   y = list(y)
   if y and all(isinstance(v, str) for v in y):
     return np.array(y, dtype=str)
-  if not all(isinstance(v, numbers.Real) for v in y):
+  if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in y):
     raise DataError(f'{where} has labels that are neither numbers nor strings')
   try:
     arr = np.asarray(y, dtype=np.float64)
+  except OverflowError:
+    raise DataError(f'{where} has a label too large for a class label (0 to {INT32_MAX})'
+                    ) from None
   except (ValueError, TypeError):
     raise DataError(f'{where} has labels that are neither numbers nor strings') from None
   if arr.ndim != 1:
@@ -83,42 +108,62 @@ def _labels(y: Any, where: str) -> np.ndarray:
   if bad.any():
     j = int(np.argmax(bad))
     raise DataError(f'{where} has a non-integer label {float(arr[j])!r} (sample {j})')
-  return arr.astype(np.int64)
+  return _class_labels(arr, y, where).astype(np.int64)
 
 
-def _check_feature_shapes(data: Mapping[str, Any], sources: Mapping[str, str]) -> None:
-  """All users with samples must share one feature shape and kind."""
-  ref = None
+def _class_labels(arr: np.ndarray, y: Any, where: str) -> np.ndarray:
+  """``arr`` itself; refuses labels outside ``0 .. INT32_MAX`` (``y``: the labels as given)."""
+  bad = (arr < 0) | (arr > INT32_MAX)
+  if bad.any():
+    j = int(np.argmax(bad))
+    raise DataError(f'{where} has label {y[j]!r} (sample {j}); class labels must be integers '
+                    f'from 0 to {INT32_MAX}')
+  return arr
+
+
+def _check_feature_shapes(data: Mapping[str, Any], sources: Mapping[str, str],
+                          ref: tuple | None = None) -> tuple | None:
+  """Refuses users (with samples) whose feature shape or kind differs from the first user's, or
+  from ``ref`` when given (another part's, e.g. the train files' for the test files). Returns
+  the reference, ``(source, user, (shape, strings))``; None without samples."""
   for u in data['users']:
     x = data['user_data'][u]['x']
     if len(x) == 0:
       continue
-    sig = (x.shape[1:], x.dtype.kind == 'U')
+    sig, where = (x.shape[1:], x.dtype.kind == 'U'), sources.get(u, 'data')
     if ref is None:
-      ref = (u, sig)
-    elif sig != ref[1]:
+      ref = (where, u, sig)
+    elif sig != ref[2]:
+      other = f'user {ref[1]!r}' + (f' of {ref[0]}' if ref[0] != where else '')
       raise DataError(
-          f'{sources.get(u, "data")}: user {u!r} has features of shape {x.shape[1:]} '
-          f'({"strings" if sig[1] else "numbers"}) but user {ref[0]!r} has {ref[1][0]} '
-          f'({"strings" if ref[1][1] else "numbers"})')
+          f'{where}: user {u!r} has features of shape {x.shape[1:]} '
+          f'({"strings" if sig[1] else "numbers"}) but {other} has {ref[2][0]} '
+          f'({"strings" if ref[2][1] else "numbers"})')
+  return ref
 
 
 def _check_file(raw: Any, path: str) -> dict:
-  """Validates one parsed LEAF file and returns it with numpy user data."""
+  """Validates one parsed LEAF file and returns it with numpy user data. Refuses a top level
+  that is not an object, ``users`` not a list of strings, ``user_data`` not an object,
+  ``num_samples`` not non-negative integers (one per user, each the user's count),
+  ``hierarchies`` not a list or shorter than ``users`` (LEAF's split output keeps the entries of
+  the users it dropped, so a longer one is kept), and bad user data (``_user_arrays``)."""
   if not isinstance(raw, dict):
     raise DataError(f'{path}: expected a JSON object, got {type(raw).__name__}')
   for key in ('users', 'user_data'):
     if key not in raw:
       raise DataError(f"{path}: missing key {key!r}")
   users, user_data = raw['users'], raw['user_data']
-  if not isinstance(users, list) or not isinstance(user_data, dict):
-    raise DataError(f"{path}: 'users' must be a list and 'user_data' an object")
+  if not isinstance(users, list):
+    raise DataError(f"{path}: 'users' must be a list, got {type(users).__name__}")
+  if not isinstance(user_data, dict):
+    raise DataError(f"{path}: 'user_data' must be an object, got {type(user_data).__name__}")
   if not all(isinstance(u, str) for u in users):
     raise DataError(f"{path}: 'users' must be a list of user names (strings)")
   num_samples = raw.get('num_samples')
   if num_samples is not None and not (isinstance(num_samples, list) and all(
-      isinstance(n, int) and not isinstance(n, bool) for n in num_samples)):
-    raise DataError(f"{path}: 'num_samples' must be a list of integers")
+      isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in num_samples)):
+    raise DataError(f"{path}: 'num_samples' must be a list of integers, none negative")
   if num_samples is not None and len(num_samples) != len(users):
     raise DataError(f"{path}: 'num_samples' has {len(num_samples)} entries for {len(users)} users")
   out = {}
@@ -134,7 +179,13 @@ def _check_file(raw: Any, path: str) -> dict:
   counts = [len(out[u]['y']) for u in users]
   result = {'users': list(users), 'num_samples': counts, 'user_data': out}
   if 'hierarchies' in raw:
-    result['hierarchies'] = list(raw['hierarchies'])
+    hierarchies = raw['hierarchies']
+    if not isinstance(hierarchies, list):
+      raise DataError(f"{path}: 'hierarchies' must be a list, got {type(hierarchies).__name__}")
+    if len(hierarchies) < len(users):
+      raise DataError(f"{path}: 'hierarchies' has {len(hierarchies)} entries for "
+                      f'{len(users)} users')
+    result['hierarchies'] = list(hierarchies)
   return result
 
 
@@ -148,7 +199,10 @@ def _json_files(paths: PathLike | Iterable[PathLike]) -> list[str]:
   files = []
   for p in map(os.fspath, paths):
     if os.path.isdir(p):
-      found = [os.path.join(p, f) for f in os.listdir(p) if f.endswith('.json')]
+      try:
+        found = [os.path.join(p, f) for f in os.listdir(p) if f.endswith('.json')]
+      except OSError as e:
+        raise DataError(f'{p}: cannot list the directory ({e.strerror or e})') from None
       if not found:
         raise DataError(f'{p}: directory holds no .json files')
       files.extend(found)
@@ -160,6 +214,8 @@ def _json_files(paths: PathLike | Iterable[PathLike]) -> list[str]:
 
 
 def _read_one(path: str) -> dict:
+  """One LEAF file, checked (``_check_file``). Refuses a missing or unreadable file, invalid
+  JSON, JSON nested too deeply for Python's parser, and numbers it cannot convert."""
   try:
     with open(path, encoding='utf-8') as f:
       raw = json.load(f)
@@ -168,8 +224,13 @@ def _read_one(path: str) -> dict:
   except json.JSONDecodeError as e:
     raise DataError(
         f'{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})') from None
+  except RecursionError:
+    raise DataError(f'{path}: JSON nested too deeply to read (over about '
+                    f'{sys.getrecursionlimit()} levels)') from None
   except (OSError, UnicodeDecodeError) as e:
     raise DataError(f'{path}: cannot be read ({e})') from None
+  except ValueError as e:   # e.g. an integer of more digits than Python converts
+    raise DataError(f'{path}: not valid JSON ({str(e).split(";")[0]})') from None
   return _check_file(raw, path)
 
 
@@ -178,10 +239,17 @@ def read_leaf_json(paths: PathLike | Iterable[PathLike], sampling=None) -> dict:
 
   Files are taken in order of their names and users in file order. ``'hierarchies'`` is kept
   when every file has it (concatenated as found: LEAF's own split output keeps the entries of
-  dropped users, so it is not checked against ``'users'``). ``sampling``: LEAF's sampling and
-  user filter (``Sampling``), applied to each file as LEAF's ``preprocess.sh`` does, before
-  the merge. Raises ``DataError`` naming the file on any problem.
+  dropped users, so a file's may be longer than its ``'users'``, not shorter). ``sampling``:
+  LEAF's sampling and user filter (``Sampling``), applied to each file as LEAF's
+  ``preprocess.sh`` does, before the merge. Raises ``DataError`` naming the file on any problem.
   """
+  return _read_merged(paths, sampling)[0]
+
+
+def _read_merged(paths: PathLike | Iterable[PathLike], sampling=None, ref: tuple | None = None
+                 ) -> tuple[dict, tuple | None]:
+  """``read_leaf_json``, and the reference of its feature shape (``_check_feature_shapes``:
+  ``ref``, when given, is the shape every user must have)."""
   merged = {'users': [], 'num_samples': [], 'user_data': {}}
   hierarchies, sources = [], {}
   files = _json_files(paths)
@@ -200,8 +268,7 @@ def read_leaf_json(paths: PathLike | Iterable[PathLike], sampling=None) -> dict:
         hierarchies + part['hierarchies'])
   if hierarchies is not None:
     merged['hierarchies'] = hierarchies
-  _check_feature_shapes(merged, sources)
-  return merged
+  return merged, _check_feature_shapes(merged, sources, ref)
 
 
 def _jsonable(v: Any) -> Any:
@@ -506,7 +573,8 @@ def load(
   samples at random, ``split_by_sample``), ``'position'`` (each user's first samples for
   training, then ``gap`` skipped: Shakespeare) or ``'user'`` (held-out users,
   ``split_by_user``); or a directory with ``train/`` and ``test/`` sub-directories of LEAF JSON
-  files (LEAF's split output), joined by user name, and the split arguments are unused.
+  files (LEAF's split output), joined by user name (their features must have one shape), and
+  the split arguments are unused.
   ``sampling``: LEAF's sampling and user filter of raw files before the split (``Sampling``;
   not for ``train/`` and ``test/``, which LEAF wrote after them).
   """
@@ -520,10 +588,15 @@ def load(
     if sampling.active:
       raise DataError(f'{path}: holds train/ and test/, which LEAF samples and filters before it '
                       'splits; point at its raw all_data/ to sample here')
-    return to_federated(read_leaf_json(train_dir), read_leaf_json(test_dir))
+    train, ref = _read_merged(train_dir)
+    test, _ = _read_merged(test_dir, ref=ref)
+    if not set(train['users']) & set(test['users']):
+      raise DataError(f'{train_dir} and {test_dir}: no user in common')
+    return to_federated(train, test)
   data = read_leaf_json(path, sampling)
   if not data['users']:
-    raise DataError(f'{path}: no user left after LEAF\'s sampling and user filter')
+    raise DataError(f"{path}: no user left after LEAF's sampling and user filter"
+                    if sampling.active else f'{path}: holds no user')
   if split == 'user':
     return to_federated(*split_by_user(data, train_fraction, seed), same_users=False)
   train, test = split_by_sample(data, train_fraction, seed, split == 'position', gap)

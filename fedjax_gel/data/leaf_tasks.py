@@ -14,14 +14,16 @@ returns a ``FederatedSplit`` whose ``x`` a model can take.
   ``[vocab_size]`` float32 (the linear model); ``'tokens'``: the first ``seq_len`` word ids,
   ``1..vocab_size``, out-of-vocabulary ``vocab_size + 1``, padded with 0 (the LSTM). Labels
   ``0/1`` ints or Sentiment140's ``"0"/"4"`` (and ``0/4``) strings -> 0/1.
-* **CelebA**: ``x`` names an image file in ``image_dir`` (LEAF's ``data/raw/img_align_celeba``);
-  images are resized to ``84 x 84`` RGB (LEAF's size) and scaled to ``[0, 1]``; labels 0/1.
+* **CelebA**: ``x`` names an image file in ``image_dir`` (LEAF's ``data/raw/img_align_celeba``;
+  a name resolving outside it is refused, unread); images are resized to ``84 x 84`` RGB (LEAF's
+  size) and scaled to ``[0, 1]``; labels 0/1.
 """
 from __future__ import annotations
 
 import collections
 import os
 import re
+import warnings
 
 import numpy as np
 
@@ -153,21 +155,48 @@ def load_femnist(path: PathLike, train_fraction: float = 0.9, seed: int = DEFAUL
   return _map_split(data, reshape)
 
 
+def image_path(image_dir: str, name: str) -> tuple[str, str]:
+  """The file ``name`` in ``image_dir``: its path there and its real path (links resolved, the
+  one to open). Refuses a name that is not inside ``image_dir`` once links are resolved
+  (``../x``, an absolute path, a link out of it, the directory itself) and a name with a NUL
+  character."""
+  name = str(name)   # not numpy's str_, whose repr names its type
+  where = f'--image_dir={image_dir}: image name {name!r}'
+  if '\0' in name:
+    raise DataError(f'{where} holds a NUL character')
+  path = os.path.join(image_dir, name)
+  root, real = os.path.realpath(image_dir), os.path.realpath(path)
+  if real == root:
+    raise DataError(f'{where} names the directory itself, not an image in it')
+  if os.path.commonpath([root, real]) != root:
+    raise DataError(f'{where} resolves outside that directory; refused')
+  return path, real
+
+
 def read_image(image_dir: str, name: str, size: int = CELEBA_SIZE) -> np.ndarray:
-  """One RGB image, resized to ``size x size``, float32 in ``[0, 1]``."""
+  """One RGB image, resized to ``size x size``, float32 in ``[0, 1]``. Refuses a name outside
+  ``image_dir`` (``image_path``, before reading anything), a missing file, one over Pillow's
+  decompression-bomb limit (``Image.MAX_IMAGE_PIXELS``; its warning between once and twice the
+  limit included) and any file Pillow cannot decode."""
   try:
     from PIL import Image  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise DataError('CelebA images need Pillow: pip install pillow') from None
-  path = os.path.join(image_dir, name)
+  path, real = image_path(image_dir, name)
+  if not os.path.isfile(real):
+    why = 'not a regular file' if os.path.exists(real) else (
+        'image not found (CelebA images go in --image_dir)')
+    raise DataError(f'{path}: {why}')
   try:
-    with Image.open(path) as img:
-      img = img.convert('RGB').resize((size, size))
-      return np.asarray(img, np.float32) / 255.
-  except FileNotFoundError:
-    raise DataError(f'{path}: image not found (CelebA images go in --image_dir)') from None
-  except OSError as e:
-    raise DataError(f'{path}: cannot be read as an image ({e})') from None
+    with warnings.catch_warnings():
+      warnings.simplefilter('error', Image.DecompressionBombWarning)
+      with Image.open(real) as img:
+        img = img.convert('RGB').resize((size, size))
+        return np.asarray(img, np.float32) / 255.
+  except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+    raise DataError(f'{path}: image too large to decode safely ({e})') from None
+  except Exception as e:  # pylint: disable=broad-except  # Pillow's decoders raise many kinds
+    raise DataError(f'{path}: cannot be read as an image ({type(e).__name__}: {e})') from None
 
 
 def load_celeba(path: PathLike, image_dir: str, train_fraction: float = 0.9,

@@ -27,7 +27,7 @@ import jax
 
 from fedjax_gel.core import keys
 from fedjax_gel.experiment import callbacks as callbacks_lib, cluster, factories, grid as grid_lib
-from fedjax_gel.experiment import loop as loop_lib, outputs, planning, sinks
+from fedjax_gel.experiment import files, loop as loop_lib, outputs, planning, sinks
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError, validate
 from fedjax_gel.experiment.progress import Progress
@@ -178,12 +178,16 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
   levels = (len({x.run.seed for x in configs}) > 1, len(names) > 1,
             len({x.algorithm.client_lr for x in configs}) > 1, tuned_flag(sweep))
   workdirs = [run_dir(workdir, x, levels) for x in configs]
+  for w in dict.fromkeys([workdir] + workdirs):
+    files.check_no_links(w)
+  workdir_lib.check_top(workdir, workdirs, overwrite)
   extra = None if grid is None else grid_lib.grid_fields(*grid)
   status = [workdir_lib.run_status(w, x, overwrite, extra) for x, w in zip(configs, workdirs)]
+  notes = []
   phases = phases or loop_lib.Phases()
   with phases.time('data'):
     base = factories.prepare(configs[0])   # data, model, chunks: shared by every run
-  notes = list(base.notes)
+  notes += base.notes
   for x, w, st in zip(configs, workdirs, status):   # algorithms, memory, checkpoints first
     exp = factories.with_config(base, x)
     notes += exp.notes
@@ -191,8 +195,8 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
       grid_lib.check_grid(x, exp)
       planning.check_runs_fit(exp, len(grid[0]) * len(grid[1]), '--server_lr_grid')
     if st in ('resume', 'extend'):
-      workdir_lib.check_resume(w, checkpoint_target(exp, 1 if grid is None else
-                                                    len(grid[0]) * len(grid[1])))
+      notes += workdir_lib.check_resume(w, checkpoint_target(exp, 1 if grid is None else
+                                                             len(grid[0]) * len(grid[1])))
   return Plan(configs, workdirs, status, levels, grid, base, list(dict.fromkeys(notes)))
 
 
@@ -221,8 +225,23 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
     out = err = open(os.devnull, 'w')  # pylint: disable=consider-using-with
   phases = phases or loop_lib.Phases()
   workdir = workdir or default_workdir(expand(c, sweep), sweep)
-  p = plan(c, workdir, sweep, overwrite, phases)
-  cluster.sync('planned')   # every process has read the work directory before it changes
+  try:
+    if cluster.writes() and os.path.isdir(workdir):
+      files.lock(workdir)   # one writer: a second process is refused before it reads anything
+    p = plan(c, workdir, sweep, overwrite, phases)
+    cluster.sync('planned')   # every process has read the work directory before it changes
+    workdir_lib.make_workdir(workdir)
+    if cluster.writes():
+      files.lock(workdir)   # a work directory created just now
+      files.name_holder(workdir)
+    return run_plan(p, workdir, vmap, callbacks, out, err, phases)
+  finally:
+    files.unlock(workdir)
+
+
+def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
+             phases: loop_lib.Phases) -> list[dict]:
+  """``run``'s writes and training, once ``p`` is checked and the work directory locked."""
   for w in p.workdirs:
     workdir_lib.make_workdir(w)
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):

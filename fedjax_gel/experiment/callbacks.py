@@ -222,8 +222,8 @@ def assemble(loop, parts):
 
 
 def resume_round(workdirs) -> int:
-  """The last round every one of ``workdirs`` has a checkpoint of (0: none)."""
-  common = set.intersection(*(set(checkpoint.rounds(w)) for w in workdirs))
+  """The last round every one of ``workdirs`` has an intact checkpoint of (0: none)."""
+  common = set.intersection(*(set(checkpoint.intact_rounds(w)) for w in workdirs))
   return max(common, default=0)
 
 
@@ -318,6 +318,7 @@ def run_summary(loop, i: int) -> dict:
                              round_lib.tree_bytes(loop.run_state(i).clients)),
       'phases_s': loop.phases.rounded(),
       'grid': None,   # a grid's summary.json: its own fields (experiment.grid)
+      'outputs_sha256': None,   # written with the summary (RunSummary, GridSummary)
   }
 
 
@@ -344,6 +345,7 @@ class RunSummary(Callback):
         params = devices.to_host(loop.run_params(i))
         checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
       summary = run_summary(loop, i)
+      summary['outputs_sha256'] = workdir_lib.outputs_sha256(w)   # metrics and model, written
       workdir_lib.write_json(os.path.join(w, 'summary.json'), summary)
       if finished:
         workdir_lib.remove_checkpoints(w, keep=run.config.run.num_rounds)

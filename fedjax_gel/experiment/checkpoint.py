@@ -8,11 +8,16 @@ exactly the rounds an uninterrupted one would have run.
 
 Format: a directory ``checkpoint-<round>/`` holding the server state as an orbax-checkpoint
 (``state/``; every process writes the shards of its own devices, nothing is gathered onto one
-host) and ``meta.msgpack`` (flax msgpack of ``{'version', 'round', 'meta', 'layout'}``, no
-pickle). Every process writes into ``checkpoint-<round>.tmp/``; once orbax's save has returned
-on all of them (it ends with a barrier), process 0 adds the meta, flushes it to disk and renames
-the directory, so a checkpoint is whole or absent. What a kill leaves behind (a ``.tmp``
-directory) is never read and goes at the next save. The last ``KEEP`` checkpoints are kept.
+host) and ``meta.msgpack`` (flax msgpack of ``{'payload', 'sha256'}``: the msgpack of
+``{'version', 'round', 'meta', 'layout', 'state_sha256'}`` and its SHA-256; no pickle).
+``state_sha256`` is the digest of ``state/``'s files (``files.digest``): a checkpoint whose
+meta or state changed after it was written (a flipped bit, a file cut or swapped) is refused
+with one line, and a run resumes from its last intact checkpoint (``intact_rounds``). Every
+process writes into ``checkpoint-<round>.tmp/`` (created afresh, never through a link); once
+orbax's save has returned on all of them (it ends with a barrier), process 0 adds the meta,
+flushes it to disk and renames the directory, so a checkpoint is whole or absent. What a kill
+leaves behind (a ``.tmp`` directory) is never read and goes at the next save. The last ``KEEP``
+checkpoints are kept. Version-2 checkpoints (no digests) are still read.
 
 A checkpoint resumes under any number of processes and devices: its arrays are read straight
 into the new run's shardings. A per-client store split over ``D`` devices has its rows padded to
@@ -22,6 +27,7 @@ dropped or added (``layout`` records the shapes and the device count they were w
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
 import shutil
@@ -29,10 +35,10 @@ import shutil
 import jax
 from flax import serialization
 
-from fedjax_gel.experiment import cluster
+from fedjax_gel.experiment import cluster, files
 from fedjax_gel.experiment.config import ConfigError
 
-VERSION = 2
+VERSION = 3
 KEEP = 2
 _NAME = re.compile(r'checkpoint-(\d+)$')
 
@@ -61,9 +67,11 @@ def remove(workdir: str, round_idx: int):
 
 
 def leftovers(workdir: str) -> list[str]:
-  """What a killed save (``checkpoint-<round>.tmp``) or an earlier version (one
-  ``checkpoint-<round>.msgpack`` file) left in ``workdir``."""
+  """What a killed save (``checkpoint-<round>.tmp``), a damaged checkpoint set aside
+  (``.damaged``) or an earlier version (one ``checkpoint-<round>.msgpack`` file) left in
+  ``workdir``."""
   return sorted(glob.glob(os.path.join(workdir, 'checkpoint-*.tmp')) +
+                glob.glob(os.path.join(workdir, 'checkpoint-*.damaged')) +
                 glob.glob(os.path.join(workdir, 'checkpoint-*.msgpack')))
 
 
@@ -87,16 +95,19 @@ def _devices(leaves) -> int:
 
 
 def write_atomic(file: str, data: bytes):
-  """Writes ``file`` whole or not at all: a temporary file, flushed to disk, renamed over it.
-  Only the writing process writes (``cluster.writes``)."""
-  if not cluster.writes():
-    return
-  tmp = file + '.tmp'
-  with open(tmp, 'wb') as f:
-    f.write(data)
-    f.flush()
-    os.fsync(f.fileno())
-  os.replace(tmp, file)
+  """``files.write_atomic`` by the writing process only (``cluster.writes``)."""
+  if cluster.writes():
+    files.write_atomic(file, data)
+
+
+def _fresh_dir(directory: str):
+  """``directory`` created empty, never through a link (what a kill or a plant left there
+  goes first)."""
+  if os.path.islink(directory) or os.path.isfile(directory):
+    os.remove(directory)
+  elif os.path.isdir(directory):
+    shutil.rmtree(directory)
+  os.mkdir(directory)
 
 
 def save(workdir: str, round_idx: int, state, meta: dict):
@@ -104,16 +115,22 @@ def save(workdir: str, round_idx: int, state, meta: dict):
   and drops all but the last ``KEEP``. A checkpoint of that round already there is kept (a
   round's state is a function of the round)."""
   final = path(workdir, round_idx)
-  if os.path.isdir(final):
+  if os.path.isdir(final) and not os.path.islink(final):
     return
   tmp = os.path.abspath(final + '.tmp')
+  if cluster.writes():
+    _fresh_dir(tmp)
+  cluster.sync(f'checkpoint {round_idx}')
   leaves = jax.tree.leaves(state)
   _orbax('save', os.path.join(tmp, 'state'), lambda ocp: ocp.args.StandardSave(state))
   if not cluster.writes():
     return
   layout = {'shapes': [list(a.shape) for a in leaves], 'devices': _devices(leaves)}
+  payload = serialization.msgpack_serialize(
+      {'version': VERSION, 'round': round_idx, 'meta': meta, 'layout': layout,
+       'state_sha256': files.digest(os.path.join(tmp, 'state'))})
   write_atomic(os.path.join(tmp, 'meta.msgpack'), serialization.msgpack_serialize(
-      {'version': VERSION, 'round': round_idx, 'meta': meta, 'layout': layout}))
+      {'payload': payload, 'sha256': hashlib.sha256(payload).hexdigest()}))
   _fsync_dir(tmp)
   os.replace(tmp, final)
   _fsync_dir(workdir)
@@ -135,12 +152,23 @@ def _fsync_dir(directory: str):
 def _read(file: str) -> dict:
   with open(file, 'rb') as f:
     data = serialization.msgpack_restore(f.read())
-  if not isinstance(data, dict) or data.get('version') != VERSION:
+  if isinstance(data, dict) and 'payload' in data:   # version 3: the meta's own checksum
+    payload = data['payload']
+    if not isinstance(payload, bytes) or hashlib.sha256(payload).hexdigest() != data.get('sha256'):
+      raise ValueError('its meta does not match its checksum: damaged')
+    data = serialization.msgpack_restore(payload)
+  if not isinstance(data, dict) or data.get('version') not in (2, VERSION):
     raise ValueError(f'not a version-{VERSION} checkpoint')
-  for k in ('round', 'meta', 'layout'):
+  for k in ('round', 'meta', 'layout') + (('state_sha256',) if data['version'] == 3 else ()):
     if k not in data:
       raise ValueError(f'no {k!r}')
   return data
+
+
+def _verify(file: str, data: dict):
+  """Compares the state's files with the digest the checkpoint was written with (version 3)."""
+  if 'state_sha256' in data and files.digest(os.path.join(file, 'state')) != data['state_sha256']:
+    raise ValueError('its state does not match its checksum: damaged')
 
 
 def _error(file: str, e: Exception, what: str = 'unreadable checkpoint') -> CheckpointError:
@@ -173,6 +201,7 @@ def read_meta(workdir: str, round_idx: int, target) -> dict:
   file = path(workdir, round_idx)
   try:
     data = _read(os.path.join(file, 'meta.msgpack'))
+    _verify(file, data)
   except Exception as e:  # pylint: disable=broad-except  # any damage reads as one line
     raise _error(file, e) from None
   try:
@@ -212,19 +241,27 @@ def cut_metrics(workdir: str, size: int):
   run stood where it resumes from (0: its start)."""
   metrics = os.path.join(workdir, 'metrics.jsonl')
   if cluster.writes() and os.path.exists(metrics):
-    with open(metrics, 'rb+') as f:
-      f.truncate(size)
+    files.truncate(metrics, size)
 
 
-def check(workdir: str, target, meta_keys: tuple):
-  """Reads every checkpoint's meta in ``workdir`` before a run resumes from them: each must fit
-  ``target`` (see ``read_meta``), hold ``meta_keys``, and fit the ``metrics.jsonl`` there."""
+def check(workdir: str, target, meta_keys: tuple) -> list[str]:
+  """Reads every checkpoint in ``workdir`` before a run resumes from them: each must be intact,
+  fit ``target`` (see ``read_meta``), hold ``meta_keys``, and fit the ``metrics.jsonl`` there.
+  Returns a note for each damaged one when an intact one is left (the run resumes from the
+  last intact one, ``intact_rounds``); a CheckpointError when none is."""
   metrics = os.path.join(workdir, 'metrics.jsonl')
   for old in glob.glob(os.path.join(workdir, 'checkpoint-*.msgpack')):
     raise CheckpointError(f'{old}: a checkpoint of an earlier fedjax_gel (one file, version 1); '
                           'remove it or pass --overwrite')
+  damaged = []
   for r in rounds(workdir):
-    meta = read_meta(workdir, r, target)['meta']
+    try:
+      meta = read_meta(workdir, r, target)['meta']
+    except CheckpointError as e:
+      if 'damaged' not in str(e):
+        raise
+      damaged.append((r, e))
+      continue
     missing = [k for k in ('metrics_bytes',) + tuple(meta_keys) if k not in meta]
     if missing:
       raise _error(path(workdir, r), ValueError(f'no {missing[0]!r} in its meta'))
@@ -233,3 +270,23 @@ def check(workdir: str, target, meta_keys: tuple):
       raise CheckpointError(
           f'{path(workdir, r)}: {metrics} is {"missing" if size < 0 else "shorter"} than at '
           'the checkpoint; remove the checkpoint or pass --overwrite')
+  if damaged and len(damaged) == len(rounds(workdir)):
+    raise damaged[-1][1]
+  return [f'{path(workdir, r)} is damaged (its checksum does not match); the run resumes from '
+          'its last intact checkpoint and sets this one aside (.damaged)' for r, _ in damaged]
+
+
+def intact_rounds(workdir: str) -> list[int]:
+  """``rounds`` of the checkpoints whose meta and state match their checksums; the damaged ones
+  are renamed ``checkpoint-<round>.damaged`` (kept for inspection, never read)."""
+  good = []
+  for r in rounds(workdir):
+    file = path(workdir, r)
+    try:
+      _verify(file, _read(os.path.join(file, 'meta.msgpack')))
+      good.append(r)
+    except Exception:  # pylint: disable=broad-except
+      if cluster.writes():
+        shutil.rmtree(file + '.damaged', ignore_errors=True)
+        os.replace(file, file + '.damaged')
+  return good

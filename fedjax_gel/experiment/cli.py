@@ -13,6 +13,7 @@ in-process.
 """
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -204,6 +205,28 @@ def fail(message: str) -> int:
   return 2
 
 
+def interrupted(e: KeyboardInterrupt) -> int:
+  """Ctrl-C: one line saying where the runs stand and how to go on; exit status 130."""
+  done = getattr(e, 'round', None)   # loop.Interrupted: stopped between rounds
+  where = (f'after round {done}, with a checkpoint of it' if done is not None else
+           'before the round under way finished')
+  print(f'interrupted {where}: run the same command to continue (finished runs are kept, '
+        'the others resume from their last checkpoint)', file=sys.stderr)
+  return 130
+
+
+def os_error(e: OSError) -> str:
+  """One line for a failed read or write: the file, the reason, what to do."""
+  where = e.filename or 'a file'
+  if e.errno in (errno.ENOSPC, errno.EDQUOT):
+    return (f'{where}: no space left on the device; free some and run the same command again '
+            '(it resumes from the last checkpoint, which a full disk never damages)')
+  if e.errno == errno.ELOOP:
+    return (f'{where} is a symbolic link; fedjax_gel writes only regular files in its work '
+            'directory: remove it and run the same command again')
+  return f'{where}: {e.strerror or e}'
+
+
 def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   """Runs the parsed flags' experiments; returns the exit status. ``start``: the process'
   ``time.perf_counter()`` before its imports (the ``imports`` phase)."""
@@ -236,12 +259,9 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   except (ConfigError, DataError) as e:
     return fail(str(e))
   except KeyboardInterrupt as e:
-    done = getattr(e, 'round', None)   # loop.Interrupted: stopped between rounds
-    where = (f'after round {done}, with a checkpoint of it' if done is not None else
-             'before the round under way finished')
-    print(f'interrupted {where}: run the same command to continue (finished runs are kept, '
-          'the others resume from their last checkpoint)', file=sys.stderr)
-    return 130
+    return interrupted(e)
+  except OSError as e:   # the disk, permissions, a link planted mid-run: one line
+    return fail(os_error(e))
   except Exception as e:  # pylint: disable=broad-except
     if not cluster.lost_peer(e):
       raise
@@ -265,4 +285,13 @@ def main(argv) -> int:
     rest = parse(argv, values)
   except ConfigError as e:
     return fail(str(e))
-  return execute(values, rest)
+  return guarded(execute, values, rest)
+
+
+def guarded(fn, *args) -> int:
+  """``fn(*args)``'s exit status, with a Ctrl-C before or after the runs (imports, flags,
+  compilation) one line too."""
+  try:
+    return fn(*args)
+  except KeyboardInterrupt as e:
+    return interrupted(e)

@@ -106,6 +106,8 @@ def write_report(p, workdir: str, summaries: list[dict], out):
           f'{target if target is not None else "not reached"}', file=out)
   tuned = 'client_lr' if p.levels[2] else p.levels[3]
   text, plotted = write_runs_report(p.configs, p.workdirs, results, tuned, workdir)
+  workdir_lib.write_json(os.path.join(workdir, 'runs.json'),
+                         workdir_lib.run_names(workdir, p.workdirs))
   if len(results) > 1:
     print(text, file=out)
   if not plotted:
@@ -136,5 +138,7 @@ def write_grid_report(p, workdir: str, results: list[dict], out):
     tables.append(grid_lib.grid_table(result) + f'\n\nHeat map: `{os.path.relpath(w, workdir)}/'
                   'plots/grid.png`')
   workdir_lib.write_text(os.path.join(workdir, 'report.md'), '\n\n'.join(tables) + '\n')
+  workdir_lib.write_json(os.path.join(workdir, 'runs.json'),
+                         workdir_lib.run_names(workdir, p.workdirs))
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, metrics.csv, '
         'grid.json, summary.json, plots/grid.png per grid; report.md)', file=out)

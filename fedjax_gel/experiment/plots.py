@@ -18,12 +18,14 @@ whose files are named below; ``mse_rounds.png`` and so on for a regression model
 """
 from __future__ import annotations
 
+import io
 import math
 import os
 from typing import Sequence
 
 import numpy as np
 
+from fedjax_gel.experiment import files
 from fedjax_gel.experiment.report import mean_ci
 from fedjax_gel.models.tasks import Metric
 
@@ -37,6 +39,13 @@ def _pyplot():
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   return plt
+
+
+def save(fig, path: str):
+  """Writes ``fig`` as a PNG at ``path`` whole, never through a link (``files.write_atomic``)."""
+  data = io.BytesIO()
+  fig.savefig(data, format='png', dpi=110)
+  files.write_atomic(path, data.getvalue())
 
 
 def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
@@ -99,7 +108,7 @@ def metric_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
     ax.legend(fontsize='small')
     fig.tight_layout()
     path = os.path.join(plot_dir, file)
-    fig.savefig(path, dpi=110)
+    save(fig, path)
     plt.close(fig)
     paths.append(path)
   return paths
@@ -135,7 +144,7 @@ def grid_heatmap(values: np.ndarray, diverged: np.ndarray, client_lrs: Sequence[
   ax.set_title(title, fontsize='medium', wrap=True)
   fig.colorbar(im, ax=ax, label=f'final {metric.label}' + (' (cells: %)' if metric.unit else ''))
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  save(fig, path)
   plt.close(fig)
   return path
 
@@ -172,6 +181,6 @@ def lr_heatmap(results: Sequence[tuple[dict, Sequence[dict]]], path: str) -> str
   ax.set(xlabel='client learning rate', title=f'best {m.label}{m.unit} per learning rate')
   fig.colorbar(im, ax=ax)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  save(fig, path)
   plt.close(fig)
   return path

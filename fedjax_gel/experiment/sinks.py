@@ -16,7 +16,7 @@ import math
 import os
 import time
 
-from fedjax_gel.experiment import callbacks, workdir as workdir_lib
+from fedjax_gel.experiment import callbacks, files, workdir as workdir_lib
 
 
 def by_workdir(loop, records: dict) -> dict:
@@ -33,7 +33,7 @@ class JsonlWriter(callbacks.Callback):
 
   def on_evaluate(self, loop, done, records):
     for w, recs in by_workdir(loop, records).items():
-      with open(os.path.join(w, 'metrics.jsonl'), 'a') as f:
+      with files.open_append(os.path.join(w, 'metrics.jsonl')) as f:
         f.write(''.join(workdir_lib.json_line(r) for r in recs))
 
 
@@ -50,7 +50,7 @@ class CsvWriter(callbacks.Callback):
       rows = [r for i in idx for r in loop.runs[i].records]
       rows.sort(key=lambda r: r['round'])   # as metrics.jsonl holds them: by round, then run
       self.columns[w] = list(rows[0]) if rows else None
-      with open(os.path.join(w, self.NAME), 'w', newline='') as f:
+      with files.open_new(os.path.join(w, self.NAME), newline='') as f:
         if rows:
           self.write(f, w, rows, header=True)
 
@@ -65,7 +65,7 @@ class CsvWriter(callbacks.Callback):
       header = self.columns[w] is None
       if header:
         self.columns[w] = list(recs[0])
-      with open(os.path.join(w, self.NAME), 'a', newline='') as f:
+      with files.open_append(os.path.join(w, self.NAME), newline='') as f:
         self.write(f, w, recs, header)
 
 

@@ -1,8 +1,11 @@
 """The work directory: what a run writes and reads back (``config.json``, ``metrics.jsonl``,
 ``summary.json``, checkpoints), and what an earlier run there means for this one.
 
-Everything is written whole or not at all (``checkpoint.write_atomic``); NaN and infinities (a
-diverged run) are written as JSON ``null``.
+Everything is written whole or not at all and never through a symbolic link
+(``experiment.files``); NaN and infinities (a diverged run) are written as JSON ``null``. A
+finished run's ``summary.json`` holds the checksums of its ``metrics.jsonl`` and
+``model.msgpack`` (``outputs_sha256``): a finished run whose outputs changed or were cut since
+is reported in one line, not taken for finished.
 """
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import os
 import shutil
 from typing import Optional
 
-from fedjax_gel.experiment import checkpoint, cluster, report
+from fedjax_gel.experiment import checkpoint, cluster, files, report
 from fedjax_gel.experiment.config import Config, ConfigError, json_extras
 from fedjax_gel.models import tasks
 
@@ -25,6 +28,39 @@ def check_workdir(workdir: str, overwrite: bool, *outputs: str):
     if os.path.exists(os.path.join(workdir, name)) and not overwrite:
       raise ConfigError(f'--workdir={workdir} already holds a run ({name}); choose another '
                         'directory or pass --overwrite')
+
+
+def run_names(workdir: str, workdirs) -> list[str]:
+  """The runs' folders relative to the top ``workdir`` (``.`` for a single run), sorted."""
+  return sorted({os.path.relpath(w, workdir) for w in workdirs})
+
+
+def check_top(workdir: str, workdirs, overwrite: bool):
+  """The top of ``workdir`` gets this command's ``report.md``, ``plots/`` and ``runs.json`` (its
+  runs' folders): a ConfigError, unless ``overwrite``, when they would replace another
+  command's: a single run there under a sweep's folders, or a report of runs this command
+  leaves out (a command with more seeds or algorithms than the last one is fine)."""
+  if overwrite or not os.path.isdir(workdir):
+    return
+  names = run_names(workdir, workdirs)
+  if names != ['.'] and os.path.exists(os.path.join(workdir, 'config.json')):
+    raise ConfigError(f'--workdir={workdir} holds a single run (config.json) whose report a '
+                      'sweep would replace; choose another directory or pass --overwrite')
+  listed = os.path.join(workdir, 'runs.json')
+  if not os.path.exists(listed):
+    return
+  try:
+    before = read_json(listed)
+    if not isinstance(before, list):
+      raise ValueError('not a list')
+  except (OSError, ValueError, RecursionError):
+    raise ConfigError(f'{listed} is unreadable; choose another --workdir or pass --overwrite'
+                      ) from None
+  left_out = sorted(set(map(str, before)) - set(names))
+  if left_out:
+    raise ConfigError(f'--workdir={workdir} holds the report of runs this command leaves out '
+                      f'({left_out[0]}, in {listed}); choose another directory or pass '
+                      '--overwrite')
 
 
 def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = None) -> str:
@@ -64,26 +100,68 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
                       f'(--{k}={before.get(k)} there, {now.get(k)} now); choose another '
                       'directory or pass --overwrite')
   if os.path.exists(os.path.join(workdir, 'summary.json')):
+    check_finished(workdir)
     return 'done'
   return 'resume'   # its checkpoints are read by check_resume
 
 
-def check_resume(workdir: str, target):
-  """The checkpoints an unfinished run left in ``workdir`` hold states of ``target``'s shapes
-  (``api.checkpoint_target``): read before anything is written, so that a checkpoint of another
-  model or algorithm is one line (``checkpoint.CheckpointError``) with nothing touched."""
-  checkpoint.check(workdir, target, ('runs',))
+# A finished run's outputs whose checksums its summary.json holds.
+CHECKSUMMED = ('metrics.jsonl', 'model.msgpack')
+
+
+def outputs_sha256(workdir: str) -> dict:
+  """``{name: sha256}`` of the ``CHECKSUMMED`` outputs ``workdir`` holds."""
+  return {name: files.digest(os.path.join(workdir, name)) for name in CHECKSUMMED
+          if os.path.isfile(os.path.join(workdir, name))}
+
+
+def check_finished(workdir: str):
+  """A finished run's ``summary.json`` reads and its outputs match their checksums; else a
+  ConfigError naming the file."""
+  summary = os.path.join(workdir, 'summary.json')
+  try:
+    saved = read_json(summary)
+    if not isinstance(saved, dict):
+      raise ValueError('not an object')
+  except (OSError, ValueError, RecursionError):
+    raise ConfigError(f'{summary} is damaged (unreadable or cut); pass --overwrite to train the '
+                      'run again') from None
+  for name, digest in (saved.get('outputs_sha256') or {}).items():
+    file = os.path.join(workdir, str(name))
+    if not os.path.isfile(file):
+      raise ConfigError(f'{file} of the finished run is missing; pass --overwrite to train the '
+                        'run again')
+    if files.digest(file) != digest:
+      raise ConfigError(f'{file} changed since the run finished (its checksum in summary.json '
+                        'does not match); pass --overwrite to train the run again')
+
+
+def check_resume(workdir: str, target) -> list[str]:
+  """The checkpoints an unfinished run left in ``workdir`` are intact and hold states of
+  ``target``'s shapes (``api.checkpoint_target``): read before anything is written, so that a
+  checkpoint of another model or algorithm, or none intact, is one line
+  (``checkpoint.CheckpointError``) with nothing touched. Returns notes on damaged ones."""
+  return checkpoint.check(workdir, target, ('runs',))
 
 
 def start(workdir: str, config_json: dict):
-  """A new run's work directory: its ``config.json``, an empty ``metrics.jsonl``, and no
-  checkpoints or TensorBoard events of an earlier run there."""
+  """A new run's work directory: its ``config.json``, an empty ``metrics.jsonl``, and nothing
+  of an earlier run there (``--overwrite``): its summary goes first, so that a kill at any
+  point leaves an unfinished run of the new configuration, never the old run's outputs taken
+  for the new one's."""
   if not cluster.writes():   # only process 0 writes (several processes)
     return
+  for name in ('summary.json', 'grid.json', 'model.msgpack', 'report.md', 'metrics.csv'):
+    if os.path.lexists(os.path.join(workdir, name)):
+      os.remove(os.path.join(workdir, name))
   remove_checkpoints(workdir)
-  shutil.rmtree(os.path.join(workdir, 'tensorboard'), ignore_errors=True)
+  for name in ('tensorboard', 'plots'):
+    folder = os.path.join(workdir, name)
+    if os.path.islink(folder):
+      os.remove(folder)
+    shutil.rmtree(folder, ignore_errors=True)
   write_json(os.path.join(workdir, 'config.json'), config_json)
-  open(os.path.join(workdir, 'metrics.jsonl'), 'w').close()
+  files.open_new(os.path.join(workdir, 'metrics.jsonl')).close()
 
 
 def check_extend(workdir: str, rounds: int) -> str:
@@ -170,8 +248,21 @@ def read_json(path: str) -> dict:
 
 
 def read_metrics(workdir: str) -> list[dict]:
-  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
-    return [json.loads(line) for line in f]
+  """The records of ``workdir/metrics.jsonl``; a ConfigError naming the file and the first line
+  that is not a JSON object."""
+  path = os.path.join(workdir, 'metrics.jsonl')
+  records = []
+  with open(path) as f:
+    for number, line in enumerate(f, 1):
+      try:
+        record = json.loads(line)
+        if not isinstance(record, dict):
+          raise ValueError('not an object')
+      except (ValueError, RecursionError):
+        raise ConfigError(f'{path} line {number} is not a record (damaged?); pass --overwrite '
+                          'to train the run again') from None
+      records.append(record)
+  return records
 
 
 def rounds_to_target(records, target: float, metric=tasks.Metric()) -> Optional[int]:

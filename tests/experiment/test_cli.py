@@ -5,10 +5,8 @@ launch/run.py itself, where the process is what is tested.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
-import io
 import json
 import pathlib
 import re
@@ -19,6 +17,7 @@ import numpy as np
 import pytest
 from absl import flags
 
+import helpers
 from fedjax_gel.algorithms import registry
 from fedjax_gel.experiment import api, cli
 from fedjax_gel.experiment import config as config_lib
@@ -33,12 +32,7 @@ def process(*args):
                         capture_output=True, check=False)
 
 
-def run(*args):
-  """The command ``launch/run.py args`` in this process: its exit status and output."""
-  out, err = io.StringIO(), io.StringIO()
-  with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    code = cli.main(['run.py', *args])
-  return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+run = helpers.cli_run
 
 
 def parsed(*args) -> list:
@@ -49,14 +43,7 @@ def parsed(*args) -> list:
   return api.expand(*cli.from_flags(values))
 
 
-def assert_one_line_error(proc, *names):
-  output = proc.stdout + proc.stderr
-  assert proc.returncode == 2, output
-  assert 'Traceback' not in output
-  lines = proc.stderr.splitlines()
-  assert len(lines) == 1 and lines[0].strip(), proc.stderr
-  for name in names:
-    assert name in lines[0]
+assert_one_line_error = helpers.assert_one_line_error
 
 
 # Malformed LEAF files: name -> a change to a valid file's parsed JSON (returning a replacement

@@ -1,0 +1,151 @@
+"""Files in a work directory: written whole, never through a symbolic link, by one process.
+
+* ``write_atomic``: a file whole or not at all: a temporary file created exclusively next to it
+  (``O_EXCL``: a name planted there is never opened), flushed to disk, renamed over the file (a
+  rename replaces a link itself, never what it points to).
+* ``open_append`` / ``open_new``: a file to append to or to start empty, opened with
+  ``O_NOFOLLOW``: a link planted at its name is an error (``ELOOP``), not a write elsewhere.
+* ``check_no_links``: refuses a work directory in which an output's name (or ``plots/``,
+  ``tensorboard/``, a checkpoint) is a symbolic link, before anything is written.
+* ``lock``: one writer per work directory: an advisory ``flock`` of the directory, held until
+  the run ends or the process exits (whatever the way: the kernel releases it, so a killed run
+  leaves no stale lock); ``WORKDIR/.lock`` names the holder for the processes it refuses.
+* ``digest``: the SHA-256 of a file or of a folder's files (checkpoints and finished outputs
+  carry theirs, verified when they are read back).
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+
+from fedjax_gel.experiment.config import ConfigError
+
+LOCK = '.lock'
+# What a work directory holds that fedjax_gel writes (beside checkpoint-<round>/ folders).
+OUTPUTS = ('config.json', 'metrics.jsonl', 'metrics.csv', 'summary.json', 'grid.json',
+           'model.msgpack', 'report.md', 'runs.json', 'plots', 'tensorboard', LOCK)
+_held: dict[str, int] = {}   # work directory -> the descriptor holding its lock
+
+
+def write_atomic(path: str, data: bytes):
+  """Writes ``path`` whole or not at all (see the module doc)."""
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=directory)
+  try:
+    with os.fdopen(fd, 'wb') as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.lexists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def _open(path: str, flags: int, mode: str, **kwargs):
+  fd = os.open(path, flags | os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+  return os.fdopen(fd, mode, **kwargs)
+
+
+def open_append(path: str, mode: str = 'a', **kwargs):
+  """``open(path, 'a')`` that refuses to follow a link at ``path`` (``OSError`` ELOOP)."""
+  return _open(path, os.O_APPEND, mode, **kwargs)
+
+
+def open_new(path: str, mode: str = 'w', **kwargs):
+  """``open(path, 'w')`` (emptied) that refuses to follow a link at ``path``."""
+  return _open(path, os.O_TRUNC, mode, **kwargs)
+
+
+def truncate(path: str, size: int):
+  """Cuts ``path`` back to ``size`` bytes, not through a link."""
+  fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+  try:
+    os.ftruncate(fd, size)
+  finally:
+    os.close(fd)
+
+
+def check_no_links(workdir: str):
+  """A ConfigError naming the first output of ``workdir`` (its names in ``OUTPUTS``, the files
+  in ``plots/``, checkpoints) that is a symbolic link: fedjax_gel writes only regular files and
+  folders there. The work directory itself may be a link."""
+  if not os.path.isdir(workdir):
+    return
+  names = list(OUTPUTS) + [n for n in os.listdir(workdir) if n.startswith('checkpoint-')]
+  plots = os.path.join(workdir, 'plots')
+  if os.path.isdir(plots) and not os.path.islink(plots):
+    names += [os.path.join('plots', n) for n in os.listdir(plots)]
+  for name in names:
+    if os.path.islink(os.path.join(workdir, name)):
+      raise ConfigError(f'{os.path.join(workdir, name)} is a symbolic link; fedjax_gel writes '
+                        'only regular files and folders in its work directory: remove it')
+
+
+def lock(workdir: str):
+  """Takes ``workdir``'s lock (an ``flock`` of the directory itself: taking it writes nothing)
+  for the rest of the process, or until ``unlock``; again: nothing. A ConfigError naming the
+  process that holds it (``WORKDIR/.lock``, written by ``name_holder``)."""
+  key = os.path.realpath(workdir)
+  if key in _held:
+    return
+  try:
+    fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+  except OSError as e:
+    raise ConfigError(f'--workdir={workdir}: cannot open it ({e.strerror})') from None
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    os.close(fd)
+    try:
+      with open(os.path.join(workdir, LOCK)) as f:
+        h = json.load(f)
+      who = f'process {h["pid"]} on {h["host"]} (since {h["since"]}: {h["command"]})'
+    except (OSError, ValueError, KeyError, TypeError):
+      who = 'another process'
+    raise ConfigError(f'--workdir={workdir} is in use by {who}; wait for it to finish or stop '
+                      'it, or choose another --workdir') from None
+  _held[key] = fd
+
+
+def name_holder(workdir: str):
+  """Writes who holds ``workdir``'s lock into ``WORKDIR/.lock`` (for the processes it
+  refuses); a dead holder's name there means nothing: its lock went with it."""
+  holder = {'pid': os.getpid(), 'host': socket.gethostname(),
+            'since': time.strftime('%Y-%m-%d %H:%M:%S'), 'command': ' '.join(sys.argv)[:500]}
+  write_atomic(os.path.join(workdir, LOCK), json.dumps(holder).encode())
+
+
+def unlock(workdir: str):
+  """Releases ``workdir``'s lock (a process exiting releases it too)."""
+  fd = _held.pop(os.path.realpath(workdir), None)
+  if fd is not None:
+    os.close(fd)
+
+
+def digest(path: str) -> str:
+  """SHA-256 (hex) of a file, or of a folder's files: their paths relative to it, sizes and
+  bytes, in sorted order."""
+  h = hashlib.sha256()
+  if os.path.isdir(path):
+    files = sorted(os.path.relpath(os.path.join(root, n), path)
+                   for root, _, names in os.walk(path) for n in names)
+    for rel in files:
+      h.update(f'{rel}\0{os.path.getsize(os.path.join(path, rel))}\0'.encode())
+      _update(h, os.path.join(path, rel))
+  else:
+    _update(h, path)
+  return h.hexdigest()
+
+
+def _update(h, file: str):
+  with open(file, 'rb') as f:
+    for block in iter(lambda: f.read(1 << 20), b''):
+      h.update(block)

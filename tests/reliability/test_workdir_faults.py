@@ -1,0 +1,259 @@
+"""The work directory under faults: a second writer, an interrupted --overwrite, another
+command's report, flipped bits, changed outputs, planted links, a full disk, Ctrl-C.
+
+Each case asserts one line (or a clean resume) and that nothing written earlier changed. Runs
+are short LEAF Synthetic runs in this process (``helpers.cli_run``).
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from absl import flags as absl_flags
+
+import helpers
+from fedjax_gel.experiment import api, cli, files
+
+BASE = ('--flagfile=launch/configs/quickstart.flags', '--algorithm=fedavgcm',
+        '--clients_per_round=5', '--eval_every=2', '--tensorboard=false')
+
+
+def run(workdir, *extra, rounds=4):
+  return helpers.cli_run(*BASE, f'--num_rounds={rounds}', f'--workdir={workdir}', *extra)
+
+
+def snapshot(folder) -> dict:
+  """Every file under ``folder`` and its bytes (links as their target's name)."""
+  out = {}
+  for root, dirs, names in os.walk(folder):
+    for n in names + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+      p = os.path.join(root, n)
+      out[os.path.relpath(p, folder)] = (os.readlink(p) if os.path.islink(p) else
+                                         open(p, 'rb').read())
+  return out
+
+
+def model_bytes(workdir) -> bytes:
+  return (workdir / 'model.msgpack').read_bytes()
+
+
+@pytest.fixture(scope='module')
+def finished(tmp_path_factory):
+  """A finished 4-round run (its work directory) and its model, the reference for resumes."""
+  workdir = tmp_path_factory.mktemp('ref') / 'run'
+  proc = run(workdir, '--checkpoint_every=1')
+  assert proc.returncode == 0, proc.stderr
+  return workdir, model_bytes(workdir)
+
+
+def test_a_second_writer_is_refused_and_a_killed_one_leaves_no_lock(finished, tmp_path):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  holder = subprocess.Popen([sys.executable, '-c', textwrap.dedent(f'''
+      import fcntl, json, os, sys, time
+      fd = os.open({str(workdir)!r}, os.O_RDONLY)
+      fcntl.flock(fd, fcntl.LOCK_EX)
+      with open(os.path.join({str(workdir)!r}, '.lock'), 'w') as f:
+        json.dump({{'pid': os.getpid(), 'host': 'here', 'since': 'now', 'command': 'run.py'}}, f)
+      print('locked', flush=True)
+      time.sleep(120)''')], stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'locked'
+    before = snapshot(workdir)
+    helpers.assert_one_line_error(run(workdir), 'is in use by process', str(holder.pid))
+    assert snapshot(workdir) == before
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+  proc = run(workdir, '--checkpoint_every=1')   # the dead holder's lock went with it
+  assert proc.returncode == 0, proc.stderr
+  assert model_bytes(workdir) == finished[1]
+
+
+class Crash(Exception):
+  """Stands for a kill at a planted point (raised by a callback)."""
+
+
+class CrashAt:
+  """A loop callback raising ``Crash`` at ``hook`` (and round ``done``)."""
+
+  def __init__(self, hook, done=None):
+    self.hook, self.done = hook, done
+
+  def __getattr__(self, name):
+    if name.startswith('on_'):
+      def hook(loop, *args):
+        if name == self.hook and (self.done is None or args[0] == self.done):
+          raise Crash(name)
+      return hook
+    raise AttributeError(name)
+
+
+def config(workdir, **changes):
+  """``(config, sweep)`` of the command ``run(workdir)`` with ``changes`` to its flags."""
+  values = absl_flags.FlagValues()
+  cli.define_flags(values)
+  args = [f'--{k}={v}' for k, v in changes.items()]
+  with contextlib.chdir(helpers.REPO):
+    cli.parse(['run.py', *BASE, '--num_rounds=4', f'--workdir={workdir}', *args], values)
+    return cli.from_flags(values)
+
+
+def test_an_interrupted_overwrite_is_never_taken_for_the_earlier_run(finished, tmp_path):
+  workdir = tmp_path / 'run'
+  assert run(workdir, '--client_lr=0.05').returncode == 0   # an earlier run, finished
+  c, sweep = config(workdir)
+  with pytest.raises(Crash):   # --overwrite with another lr, killed before its first round
+    api.run(c, str(workdir), sweep, overwrite=True, callbacks=[CrashAt('on_compiled')],
+            out=open(os.devnull, 'w'), err=open(os.devnull, 'w'))
+  assert not (workdir / 'summary.json').exists()
+  proc = run(workdir, '--checkpoint_every=1')   # without --overwrite: this run, trained
+  assert proc.returncode == 0 and 'finished earlier' not in proc.stderr, proc.stderr
+  assert json.loads((workdir / 'summary.json').read_text())['client_lr'] == 0.01
+  assert model_bytes(workdir) == finished[1]
+
+
+def test_a_command_never_replaces_another_commands_report(tmp_path):
+  single, sweep = tmp_path / 'single', tmp_path / 'sweep'
+  assert run(single, rounds=2).returncode == 0
+  before = snapshot(single)
+  helpers.assert_one_line_error(run(single, '--seeds=0,1', rounds=2), 'holds a single run')
+  assert snapshot(single) == before
+  assert run(sweep, '--seeds=0,1', rounds=2).returncode == 0
+  before = snapshot(sweep)
+  helpers.assert_one_line_error(run(sweep, rounds=2), 'runs.json', 'leaves out')
+  assert snapshot(sweep) == before
+  proc = run(sweep, '--seeds=0,1,2', rounds=2)   # more seeds: the earlier runs are kept
+  assert proc.returncode == 0, proc.stderr
+  assert json.loads((sweep / 'runs.json').read_text()) == ['seed0', 'seed1', 'seed2']
+
+
+def unfinished(workdir, crash_round=3):
+  """A run of 4 rounds with a checkpoint after every round, killed after round ``crash_round``
+  (its checkpoints: ``crash_round - 1`` and ``crash_round``)."""
+  c, sweep = config(workdir, checkpoint_every=1)
+  with pytest.raises(Crash):
+    api.run(c, str(workdir), sweep, callbacks=[CrashAt('on_round', crash_round)],
+            out=open(os.devnull, 'w'), err=open(os.devnull, 'w'))
+
+
+def flip_a_bit(folder):
+  """Flips one bit in the middle of the largest file under ``folder``."""
+  files_ = [os.path.join(r, n) for r, _, ns in os.walk(folder) for n in ns]
+  big = max(files_, key=os.path.getsize)
+  data = bytearray(open(big, 'rb').read())
+  data[len(data) // 2] ^= 0x10
+  open(big, 'wb').write(bytes(data))
+
+
+def test_a_flipped_bit_in_a_checkpoint_is_caught(finished, tmp_path):
+  workdir = tmp_path / 'run'
+  unfinished(workdir)
+  flip_a_bit(workdir / 'checkpoint-3' / 'state')
+  proc = run(workdir, '--checkpoint_every=1')   # resumes from round 2, the last intact one
+  assert proc.returncode == 0, proc.stderr
+  assert 'checkpoint-3 is damaged' in proc.stdout
+  assert model_bytes(workdir) == finished[1]
+  other = tmp_path / 'other'
+  unfinished(other)
+  for r in (2, 3):   # none intact: one line, nothing changed
+    flip_a_bit(other / f'checkpoint-{r}' / ('state' if r == 2 else ''))
+  before = snapshot(other)
+  helpers.assert_one_line_error(run(other, '--checkpoint_every=1'), 'checkpoint-3', 'damaged')
+  assert snapshot(other) == before
+
+
+@pytest.mark.parametrize('damage, words', [
+    ('append', ('metrics.jsonl', 'changed since the run finished')),
+    ('remove', ('metrics.jsonl', 'missing')),
+    ('cut', ('summary.json', 'damaged')),
+])
+def test_a_finished_run_whose_outputs_changed_is_reported(finished, tmp_path, damage, words):
+  workdir = tmp_path / 'run'
+  os.system(f'cp -r {finished[0]} {workdir}')
+  if damage == 'append':
+    with open(workdir / 'metrics.jsonl', 'a') as f:
+      f.write('{"round": 99}\n')
+  elif damage == 'remove':
+    os.remove(workdir / 'metrics.jsonl')
+  else:
+    text = (workdir / 'summary.json').read_text()
+    (workdir / 'summary.json').write_text(text[:len(text) // 2])
+  before = snapshot(workdir)
+  helpers.assert_one_line_error(run(workdir, '--checkpoint_every=1'), *words)
+  assert snapshot(workdir) == before
+
+
+def test_a_garbage_line_in_metrics_is_one_line(tmp_path):
+  workdir = tmp_path / 'run'
+  unfinished(workdir)
+  with open(workdir / 'metrics.jsonl', 'r+') as f:
+    f.seek(3)
+    f.write('\x00garbage')
+  helpers.assert_one_line_error(run(workdir, '--checkpoint_every=1'), 'metrics.jsonl line 1')
+
+
+@pytest.mark.parametrize('name', ['metrics.jsonl', 'checkpoint-4.tmp', 'plots', 'summary.json'])
+def test_a_planted_link_is_refused_and_nothing_outside_is_written(finished, tmp_path, name):
+  workdir, outside = tmp_path / 'run', tmp_path / 'outside'
+  outside.mkdir()
+  (outside / 'secret').write_text('keep')
+  unfinished(workdir)
+  target = outside if name in ('plots', 'checkpoint-4.tmp') else outside / 'secret'
+  if os.path.lexists(workdir / name):
+    os.remove(workdir / name)   # the run's own file swapped for a link
+  os.symlink(target, workdir / name)
+  before = snapshot(outside)
+  helpers.assert_one_line_error(run(workdir, '--checkpoint_every=1'), name, 'symbolic link')
+  assert snapshot(outside) == before
+
+
+def test_a_link_planted_while_the_run_writes_is_never_followed(tmp_path):
+  outside = tmp_path / 'outside'
+  outside.mkdir()
+  (outside / 'secret').write_text('keep')
+  path = tmp_path / 'metrics.jsonl'
+  os.symlink(outside / 'secret', path)
+  with pytest.raises(OSError) as e:
+    files.open_append(str(path))
+  assert e.value.errno == errno.ELOOP
+  files.write_atomic(str(path), b'new')   # replaces the link itself
+  assert (outside / 'secret').read_text() == 'keep' and path.read_bytes() == b'new'
+
+
+def test_a_full_disk_is_one_line_and_the_same_command_resumes(finished, tmp_path, monkeypatch):
+  workdir = tmp_path / 'run'
+  calls = []
+  real = files.open_append
+
+  def full(path, *args, **kwargs):   # the disk fills up at the third evaluation's records
+    calls.append(path)
+    if len(calls) == 3:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+    return real(path, *args, **kwargs)
+
+  monkeypatch.setattr(files, 'open_append', full)
+  proc = run(workdir, '--checkpoint_every=1')   # mid-run: after the progress lines, one line
+  assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
+  last = proc.stderr.splitlines()[-1]
+  assert last.startswith('error: ') and 'metrics.jsonl' in last and 'no space left' in last
+  monkeypatch.setattr(files, 'open_append', real)
+  proc = run(workdir, '--checkpoint_every=1')
+  assert proc.returncode == 0, proc.stderr
+  assert model_bytes(workdir) == finished[1]
+
+
+def test_ctrl_c_outside_the_rounds_is_one_line(tmp_path, monkeypatch):
+  def interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+  monkeypatch.setattr(api, 'train_all', interrupt)   # e.g. while compiling
+  proc = run(tmp_path / 'run')
+  assert proc.returncode == 130 and 'Traceback' not in proc.stderr
+  assert len(proc.stderr.splitlines()) == 1 and 'run the same command' in proc.stderr
