@@ -32,7 +32,7 @@ from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundIn
 from fedjax_gel.algorithms.drift import mean_row
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.core import store
-from fedjax_gel.core.spec import AlgorithmSpec, hparam, positive
+from fedjax_gel.core.spec import AlgorithmSpec, hparam, int_range
 
 tree_map = jax.tree_util.tree_map
 
@@ -99,7 +99,8 @@ def objective_weights(counts, uniform: bool) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class ClusterHparams:
   fedvarp_clusters: int = hparam(
-      10, 'cluster_fedvarp: server memories K; client i belongs to cluster i mod K.', positive)
+      10, 'cluster_fedvarp: server memories K; client i belongs to cluster i mod K.',
+      int_range(1))
 
 
 def _cluster_fedvarp(hp: ClusterHparams, s):

@@ -26,12 +26,13 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
-from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, one_of, within
+from fedjax_gel.core.spec import AlgorithmSpec, hparam, one_of, within
 from fedjax_gel.algorithms.fedavg import local_sgd, static_zero
 from fedjax_gel.optim.guessed import PROXIES, gel_sgdm
 
 GUESS_POLICIES = ('none', 'remaining', 'cohort_max', 'inf', 'fixed', 'percent')
 MAX_GUESSES = 100_000   # a guess count above this is surely a typo (guesses may run in a loop)
+MAX_PERCENT = 100 * MAX_GUESSES   # the percent policy: at most MAX_GUESSES guesses a step
 
 
 class GuessPolicy(NamedTuple):
@@ -60,8 +61,8 @@ class GuessPolicy(NamedTuple):
       value = getattr(self, field)
       if value is not None and not 0 <= value <= MAX_GUESSES:
         raise ValueError(f'GuessPolicy.{field} must lie in [0, {MAX_GUESSES}], got {value}')
-    if not 0 <= self.percent <= 100 * MAX_GUESSES:
-      raise ValueError(f'GuessPolicy.percent must be >= 0, got {self.percent}')
+    if not 0 <= self.percent <= MAX_PERCENT:
+      raise ValueError(f'GuessPolicy.percent must lie in [0, {MAX_PERCENT}], got {self.percent}')
     return self
 
   def counts(self, budgets: jax.Array, max_budget: int) -> jax.Array:
@@ -136,8 +137,9 @@ class GelHparams:
                           within(0, MAX_GUESSES))
   guess_k: int = hparam(0, 'cohort_max: the k in max_j tau_j + k.', within(0, MAX_GUESSES))
   guess_count: int = hparam(5, 'fixed: guessed steps per client.', within(0, MAX_GUESSES))
-  guess_percent: float = hparam(25.0, 'percent: guesses as a percentage of tau_i.', at_least(0),
-                                static=True)   # GuessPolicy.check reads it
+  guess_percent: float = hparam(
+      25.0, 'percent: guesses as a percentage of tau_i (over 100: more guesses than steps).',
+      within(0, MAX_PERCENT), static=True)   # GuessPolicy.check reads it
   guess_proxy: str = hparam(
       'default', 'default, zero (momentum nudge, eq. 5) or last_gradient (re-apply the client '
       'optimiser with the last gradient); default: zero, last_gradient for fedavg_gel.',

@@ -27,9 +27,10 @@ Check = Callable[[str, Any], Optional[str]]   # (flag, value) -> the problem, or
 def hparam(default, help_text: str, check: Check | None = None, *, flag: str | None = None,
            static: bool = False):
   """A field of a hyper-parameter record: its default, its flag's help, an optional ``check``
-  (``at_least``, ``positive``, ``within``, ``one_of``, ...), the flag's name when it is not the
-  field's, and for a float whether the builder needs it as a Python number (``static``: runs
-  that differ in it cannot share one program; the others may be traced values)."""
+  (``at_least``, ``positive``, ``int_range``, ``within``, ``one_of``, ...), the flag's name when
+  it is not the field's, and for a float whether the builder needs it as a Python number
+  (``static``: runs that differ in it cannot share one program; the others may be traced
+  values)."""
   return dataclasses.field(default=default, metadata={'help': help_text, 'check': check,
                                                       'flag': flag, 'static': static})
 
@@ -69,6 +70,21 @@ TYPES = {'int': _INT, 'float': lambda v: _INT(v) or isinstance(v, float),
          'tuple': lambda v: isinstance(v, tuple)}
 
 
+# The largest int32: rounds, steps, cohorts, batches and examples are int32 on the device.
+INT32_MAX = 2**31 - 1
+
+
+def _number(x) -> str:
+  return str(x) if isinstance(x, int) else f'{x:g}'
+
+
+def int_range(low: int, high: int = INT32_MAX, note: str = '') -> Check:
+  """An integer ``low <= value <= high`` (default ``high``: ``INT32_MAX``, for a value that
+  becomes an int32 on the device); ``note`` is added to the message."""
+  return lambda name, v: (None if low <= v <= high else
+                          f'--{name} must be an integer in [{low}, {high}]{note} (got {v})')
+
+
 def at_least(low, note: str = '') -> Check:
   """``value >= low``; ``note`` is added to the message (e.g. ``', 0 meaning automatic'``)."""
   return lambda name, v: None if v >= low else f'--{name} must be >= {low}{note} (got {v})'
@@ -82,7 +98,7 @@ def positive(name, value) -> str | None:
 
 def within(low, high, *, open_low: bool = False, open_high: bool = False) -> Check:
   """``low <(=) value <(=) high``."""
-  text = f'{"(" if open_low else "["}{low:g}, {high:g}{")" if open_high else "]"}'
+  text = f'{"(" if open_low else "["}{_number(low)}, {_number(high)}{")" if open_high else "]"}'
 
   def check(name, v):
     ok = (v > low if open_low else v >= low) and (v < high if open_high else v <= high)

@@ -10,11 +10,16 @@ in-process.
 ``algorithm`` and ``gbo_optimizer`` take comma-separated lists (a sweep: ``api.Sweep``), as do
 ``--seeds``, ``--client_lr_grid`` and ``--server_lr_grid``; ``--hparam_grid`` takes
 ``NAME:v1,v2,...``.
+
+The flags naming files or folders (``PATHS``) have ``~`` and ``$VARIABLES`` expanded after
+parsing (``parse``), wherever they were given: a flag file is read by no shell. A variable that
+is not set is an error, not a folder named ``$VARIABLE``.
 """
 from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 import time
 
@@ -23,9 +28,12 @@ from absl import flags, logging
 from fedjax_gel.experiment import api, cluster, compilation_cache
 from fedjax_gel.algorithms import registry
 from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.core.spec import INT32_MAX
 from fedjax_gel.experiment.config import Config, ConfigError, parse_budget_range
 
 LISTS = ('algorithm', 'gbo_optimizer')   # flags that take several values (a sweep)
+# Flags that name a file or folder: ``~`` and ``$VARIABLES`` expanded (``expand_paths``).
+PATHS = ('workdir', 'compilation_cache', 'data_path', 'image_dir', 'data_dir', 'client_budgets')
 DEFINE = {'str': flags.DEFINE_string, 'Optional[str]': flags.DEFINE_string,
           'int': flags.DEFINE_integer, 'float': flags.DEFINE_float, 'bool': flags.DEFINE_bool,
           'tuple': flags.DEFINE_string}
@@ -86,14 +94,14 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
   flags.DEFINE_integer('num_processes', 1, 'Processes running this same command together (JAX '
                        "multi-process: every program spans all their devices, process 0 writes); "
                        "0: from the cluster's environment (SLURM, Open MPI, TPU pods).",
-                       lower_bound=0, flag_values=values)
+                       lower_bound=0, upper_bound=INT32_MAX, flag_values=values)
   flags.DEFINE_integer('process_id', 0, 'This process among --num_processes (0 writes).',
-                       lower_bound=0, flag_values=values)
+                       lower_bound=0, upper_bound=INT32_MAX, flag_values=values)
   flags.DEFINE_string('coordinator_address', '', "HOST:PORT of process 0's coordinator (with "
                       '--num_processes > 1).', flag_values=values)
   flags.DEFINE_integer('heartbeat_timeout', 100, 'Seconds without news from a process after '
                        'which the others stop (several processes; JAX\'s default).', lower_bound=1,
-                       flag_values=values)
+                       upper_bound=INT32_MAX, flag_values=values)
 
 
 def typed(flag: str, items, kind):
@@ -131,8 +139,13 @@ def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, api.Swee
   for name in values.algorithm:
     own = config_lib.hparam_flags(name)
     configs.append(config_lib.make(**sections, algorithm=name, **{k: given[k] for k in own}))
+  seeds = typed('seeds', values.seeds, int)
+  for seed in seeds:
+    problem = config_lib.seed_range('seeds', seed)
+    if problem:
+      raise ConfigError(problem)
   sweep = api.Sweep(
-      seeds=typed('seeds', values.seeds, int),
+      seeds=seeds,
       algorithms=[x.algorithm for x in configs], gbo_optimizers=list(values.gbo_optimizer),
       client_lrs=typed('client_lr_grid', values.client_lr_grid, float),
       server_lrs=typed('server_lr_grid', values.server_lr_grid, float),
@@ -194,10 +207,33 @@ def parse(argv, values: flags.FlagValues = flags.FLAGS):
   for path in flagfiles(argv[1:]):
     check_flagfile(path)
   try:
-    return values(argv)
+    rest = values(argv)
   except flags.Error as e:
     text = (str(e).splitlines() or ['bad flags'])[0]
     raise ConfigError(text.removeprefix('ERROR:: ').removeprefix('ERROR: ')) from None
+  expand_paths(values)
+  return rest
+
+
+def expand_path(flag: str, text: str) -> str:
+  """``text`` with ``~`` and ``$VARIABLES`` expanded; a ConfigError naming ``--flag`` when a
+  variable is not set or ``~user`` names no user."""
+  path = os.path.expanduser(os.path.expandvars(text))
+  unset = re.search(r'\$(\w+|\{[^}]*\})', path)
+  if unset:
+    raise ConfigError(f'--{flag}={text}: the environment variable {unset.group(1).strip("{}")} '
+                      'is not set')
+  if path.startswith('~'):
+    raise ConfigError(f'--{flag}={text}: no user {path[1:].split(os.sep)[0]!r} to expand ~ for')
+  return path
+
+
+def expand_paths(values: flags.FlagValues):
+  """Expands ``~`` and ``$VARIABLES`` in the path flags (``PATHS``) that ``values`` has, in
+  place (their ``present`` is kept)."""
+  for name in PATHS:
+    if name in values and values[name].value:
+      values[name].value = expand_path(name, values[name].value)
 
 
 def fail(message: str) -> int:

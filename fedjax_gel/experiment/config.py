@@ -17,8 +17,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from fedjax_gel.core.spec import (AlgorithmSpec, NoHparams, at_least, flag_name, hparam, one_of,
-                                  positive, problems, within)
+from fedjax_gel.core.spec import (INT32_MAX, AlgorithmSpec, NoHparams, at_least, flag_name,
+                                  hparam, int_range, one_of, positive, problems, within)
 from fedjax_gel.data import registry as data_registry
 from fedjax_gel.data.leaf import SAMPLINGS, Sampling
 
@@ -34,6 +34,12 @@ SERVER_OPTIMIZERS = ('sgd', 'momentum', 'fedadam', 'fedyogi', 'fedadagrad', 'ada
 
 class ConfigError(ValueError):
   """A user error in the configuration; its message is one line naming the flag."""
+
+
+# Seeds: jax.random.key keeps a seed's low 32 bits (others alias one of these), NumPy's
+# RandomState takes no other.
+SEED_MAX = 2**32 - 1
+seed_range = int_range(0, SEED_MAX, ' (a 32-bit PRNG seed)')
 
 
 def _known_dataset(name, value):
@@ -59,6 +65,8 @@ def _budget_range(name, value):
   a, b = value
   if a < 1:
     return f'--{name}: the smallest budget must be at least 1 (got {a},{b})'
+  if b > INT32_MAX:
+    return f'--{name}: the largest budget must be at most {INT32_MAX} (got {a},{b})'
   return None if a <= b else f'--{name}: a must not exceed b (got {a},{b})'
 
 
@@ -86,17 +94,18 @@ class DataConfig:
       within(0, 1, open_low=True))
   leaf_min_samples: int = hparam(
       -1, "LEAF's -k: users with at most this many samples are dropped (after the sampling); "
-      '-1: none.', at_least(-1, ', -1 meaning no filter'))
+      '-1: none.', int_range(-1, note=', -1 meaning no filter'))
   split_gap: int = hparam(
       79, "position split: samples skipped between train and test (LEAF's Shakespeare: 79, so "
-      'no test window overlaps training).', at_least(0))
+      'no test window overlaps training).', int_range(0))
   char_vocabulary: str = hparam("leaf", "shakespeare: leaf (LEAF's 80 characters) or tff "
                                 "(TFF's 86).", one_of('leaf', 'tff'))
   sent140_features: str = hparam(
       'bow', 'sent140: bow (word counts, linear model) or tokens (word ids, LSTM).',
       one_of('bow', 'tokens'))
-  vocab_size: int = hparam(10_000, 'sent140: most frequent training words kept.', positive)
-  seq_len: int = hparam(25, 'sent140 tokens: words kept per tweet (LEAF: 25).', positive)
+  vocab_size: int = hparam(10_000, 'sent140: most frequent training words kept.',
+                           int_range(1))
+  seq_len: int = hparam(25, 'sent140 tokens: words kept per tweet (LEAF: 25).', int_range(1))
   image_dir: Optional[str] = hparam(
       None, "celeba: the images (LEAF's data/raw/img_align_celeba).")
   fedprox_alpha: float = hparam(1.0, 'fedprox_synthetic: alpha of Synthetic(a, b).', at_least(0))
@@ -105,7 +114,8 @@ class DataConfig:
   data_dir: Optional[str] = hparam(
       None, 'TFDS datasets (mnist, emnist, cifar10, cifar100): the TFDS data directory they '
       'were prepared in (ArrayRecord); nothing is downloaded.')
-  num_clients: int = hparam(100, 'TFDS datasets: clients the data is dealt to.', positive)
+  num_clients: int = hparam(100, 'TFDS datasets: clients the data is dealt to.',
+                            int_range(1))
   partition: str = hparam(
       'dirichlet', 'TFDS datasets: dirichlet (label proportions Dir(alpha)) or pachinko '
       '(cifar100: superclasses Dir(alpha), labels Dir(beta)).', one_of('dirichlet', 'pachinko'))
@@ -113,7 +123,7 @@ class DataConfig:
   pachinko_beta: float = hparam(10.0, 'TFDS cifar100 pachinko: beta.', positive)
   train_fraction: float = hparam(0.9, "Per-client train share (LEAF's 0.9).",
                                  within(0, 1, open_low=True, open_high=True))
-  split_seed: int = hparam(931231, 'Seed of the per-client train/test split.')
+  split_seed: int = hparam(931231, 'Seed of the per-client train/test split.', seed_range)
 
   @property
   def sampling(self):
@@ -138,13 +148,14 @@ class ModelConfig:
 @dataclasses.dataclass(frozen=True)
 class CohortConfig:
   """Which clients train in a round, on what, and how they are weighted."""
-  clients_per_round: int = hparam(20, 'Cohort size C.', positive)
+  clients_per_round: int = hparam(20, 'Cohort size C.', int_range(1))
   sample_with_replacement: bool = hparam(
       True, 'Sample the cohort with replacement (the GeL code does).')
-  batch_size: int = hparam(5, 'Client minibatch size B.', positive)
+  batch_size: int = hparam(5, 'Client minibatch size B.', int_range(1))
   budget_range: tuple = hparam((4, 13), 'a,b: each client\'s local work per round, in '
                                '--budget_unit, drawn by --budget_draw (default: local steps '
-                               'tau_i ~ U{a..b}).', _budget_range)
+                               'tau_i ~ U{a..b}); C b B, a round\'s examples, must fit in '
+                               'int32.', _budget_range)
   budget_unit: str = hparam(
       'steps', 'steps: --budget_range counts minibatch steps tau_i; epochs: it counts local '
       'epochs E_i, tau_i = E_i ceil(n_i / B) steps, each epoch a new shuffle of the client\'s '
@@ -164,9 +175,9 @@ class CohortConfig:
       'uniform', 'uniform; cyclic (clients in --cyclic_groups groups by id mod K; round t '
       'samples group t mod K); power_of_d (the C highest-loss of --power_d data-weighted '
       'candidates).', one_of(*CLIENT_SELECTIONS))
-  cyclic_groups: int = hparam(4, 'cyclic: the number of client groups K.', positive)
+  cyclic_groups: int = hparam(4, 'cyclic: the number of client groups K.', int_range(1))
   power_d: int = hparam(0, 'power_of_d: candidates d (drawn in proportion to data size); 0 = 2 '
-                        'x C.', at_least(0))
+                        'x C.', int_range(0))
   power_loss: str = hparam(
       'full', "power_of_d: the candidates' local loss over all their examples (full) or one "
       'minibatch (minibatch).', one_of('full', 'minibatch'))
@@ -233,27 +244,28 @@ class ServerConfig:
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
   """How long, with what seed, and what is measured and kept."""
-  num_rounds: int = hparam(300, 'Communication rounds.', positive)
-  seed: int = hparam(0, 'Seed of cohorts, budgets, initial model and shuffles.')
-  eval_every: int = hparam(5, 'Evaluate every this many rounds.', positive)
+  num_rounds: int = hparam(300, 'Communication rounds.', int_range(1))
+  seed: int = hparam(0, 'Seed of cohorts, budgets, initial model and shuffles (0 to 2**32 - 1).',
+                     seed_range)
+  eval_every: int = hparam(5, 'Evaluate every this many rounds.', int_range(1))
   train_eval_examples: int = hparam(
       2048, 'The train loss is measured on a fixed sample of this many training examples; 0: all.',
-      at_least(0, ', 0 meaning the whole training pool'))
+      int_range(0, note=', 0 meaning the whole training pool'))
   tensorboard: bool = hparam(True, 'Also write TensorBoard event files (WORKDIR/tensorboard/).')
   checkpoint_every: int = hparam(
       50, 'Rounds between checkpoints (0: none). Running the same command again in the same '
       '--workdir resumes from the last one; finished runs are kept.',
-      at_least(0, ', 0 meaning no checkpoints'))
+      int_range(0, note=', 0 meaning no checkpoints'))
   target: float = hparam(
       0.85, "The target of the model's main metric for rounds_to_target: reached at or above "
       'it for accuracy, at or below it for a lower-is-better metric such as mse.')
   chunk_size: int = hparam(0, 'Clients vmapped together; 0 = automatic.',
-                           at_least(0, ', 0 meaning automatic'))
+                           int_range(0, note=', 0 meaning automatic'))
   num_devices: int = hparam(
       0, 'Devices the cohort is split over (mesh axis "clients"); 0 = automatic: all when each '
       'gets at least 200 clients or the per-client store would take more than half of one '
       "device's memory, else one. On CPU every core is a device.",
-      at_least(0, ', 0 meaning automatic'))
+      int_range(0, note=', 0 meaning automatic'))
   device_memory_gb: float = hparam(
       0., "GiB of each device's memory the planner may use; 0 = all it has (an accelerator's "
       "limit; on CPU the host's memory, which each process of several then plans with).",
@@ -445,6 +457,15 @@ def validate(c: Config) -> Config:
   need(cohort.power_d == 0 or cohort.power_d >= cohort.clients_per_round,
        f'--power_d={cohort.power_d} must be at least --clients_per_round='
        f'{cohort.clients_per_round}')
+  need(cohort.client_selection != 'power_of_d' or cohort.candidates <= INT32_MAX,
+       f'--power_d=0 means 2 x --clients_per_round = {cohort.candidates} candidates, more than '
+       f'{INT32_MAX}; give --power_d')
+  (a, b), size = cohort.budget_range, cohort.clients_per_round
+  examples = size * b * cohort.batch_size   # a round's examples, counted (and indexed) in int32
+  need(examples <= INT32_MAX,
+       f'--budget_range={a},{b} with --clients_per_round={size} and --batch_size='
+       f'{cohort.batch_size}: a round of C b B = {examples} examples exceeds the int32 limit '
+       f'{INT32_MAX}; lower one of them')
   from fedjax_gel.models import BUILTIN_MODELS   # pylint: disable=g-import-not-at-top
   need(c.model.name not in BUILTIN_MODELS or 0 < c.run.target <= 1,
        f'--target must lie in (0, 1] (got {c.run.target:g}): --model={c.model.name} is scored '

@@ -122,10 +122,13 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
                       f'{"token ids" if tokens else "numeric features"}; use {need}')
   y = np.concatenate([np.asarray(split.train.examples['y']), np.asarray(split.test.examples['y'])])
   targets = np.issubdtype(y.dtype, np.floating)
-  if not targets and (not np.issubdtype(y.dtype, np.integer) or y.min(initial=0) < 0):
-    got = 'string labels' if y.dtype.kind == 'U' else f'label {y.min()}'
-    raise ConfigError(f'--model={name} needs labels 0, 1, ... (or float targets); {where} '
-                      f'holds {got}')
+  top = spec_lib.INT32_MAX
+  if not targets and (not np.issubdtype(y.dtype, np.integer) or y.min(initial=0) < 0 or
+                      y.max(initial=0) > top):
+    got = ('string labels' if y.dtype.kind == 'U' else
+           f'label {y.max() if y.max(initial=0) > top else y.min()}')
+    raise ConfigError(f'--model={name} needs labels 0, 1, ... up to {top} (or float targets); '
+                      f'{where} holds {got}')
   if targets and not np.isfinite(y).all():
     raise ConfigError(f'--model={name}: {where} holds targets that are not finite')
   vocab = None

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedjax_gel.data.leaf import DataError
 from fedjax_gel import models, optim
 from fedjax_gel.algorithms import GuessPolicy, registry
 from fedjax_gel.core import devices, keys
@@ -256,6 +257,33 @@ def test_parse_budget_range_errors(text):
     ({'budget_range': (1,)}, '--budget_range'),
     ({'num_rounds': 2.0}, '--num_rounds: 2.0 is not of type int'),
     ({'tensorboard': 'no'}, "--tensorboard: 'no' is not of type bool"),
+    # ranges: seeds are 32-bit PRNG seeds, counts int32 on the device
+    ({'seed': 2**32}, '--seed must be an integer in [0, 4294967295]'),
+    ({'seed': -1}, '--seed'),
+    ({'split_seed': 2**64}, '--split_seed'),
+    ({'num_rounds': 2**31}, '--num_rounds must be an integer in [1, 2147483647]'),
+    ({'eval_every': 10**20}, '--eval_every'),
+    ({'checkpoint_every': 2**31}, '--checkpoint_every'),
+    ({'train_eval_examples': 2**31}, '--train_eval_examples'),
+    ({'chunk_size': 2**31}, '--chunk_size'),
+    ({'num_devices': 2**31}, '--num_devices'),
+    ({'clients_per_round': 2**31}, '--clients_per_round'),
+    ({'batch_size': 2**31}, '--batch_size'),
+    ({'cyclic_groups': 2**31}, '--cyclic_groups'),
+    ({'power_d': 2**31}, '--power_d'),
+    ({'client_selection': 'power_of_d', 'clients_per_round': 2**30, 'budget_range': (1, 1),
+      'batch_size': 1}, '--power_d=0'),
+    ({'num_clients': 2**31}, '--num_clients'),
+    ({'vocab_size': 2**31}, '--vocab_size'),
+    ({'seq_len': 2**31}, '--seq_len'),
+    ({'leaf_min_samples': 2**31}, '--leaf_min_samples'),
+    ({'split_gap': 2**31}, '--split_gap'),
+    ({'budget_range': (1, 2**31)}, '--budget_range'),
+    ({'budget_range': (1, 2**16), 'batch_size': 2**16}, '--budget_range=1,65536 with'),
+    ({'algorithm': 'gel', 'guess_percent': 1e30}, '--guess_percent must lie in [0, 10000000]'),
+    ({'algorithm': 'gel', 'guess_tau': 10**6}, '--guess_tau'),
+    ({'algorithm': 'fedprox_gel', 'guess_count': 2**31}, '--guess_count'),
+    ({'algorithm': 'cluster_fedvarp', 'fedvarp_clusters': 2**31}, '--fedvarp_clusters'),
 ])
 def test_validate_names_the_flag(changes, flag):
   with pytest.raises(ConfigError) as e:
@@ -274,14 +302,17 @@ def test_prepare_rejects_cohort_above_population(base_config):
     factories.prepare(c)
 
 
-@pytest.mark.parametrize('labels', [['a', 'b'], [-1, 0]])
-def test_prepare_rejects_labels_a_model_cannot_index(tmp_path, labels):
+@pytest.mark.parametrize('labels, error, words', [
+    (['a', 'b'], ConfigError, '--model=logistic.*labels.json'),
+    ([-1, 0], DataError, 'labels.json.*label -1'),   # refused as the file is read
+])
+def test_prepare_rejects_labels_a_model_cannot_index(tmp_path, labels, error, words):
   path = tmp_path / 'labels.json'
   users = ['u0', 'u1']
   path.write_text(json.dumps({'users': users, 'user_data': {
       u: {'x': [[0.5, 1.0]] * 4, 'y': labels * 2} for u in users}}))
   c = make(dataset='leaf', data_path=str(path), clients_per_round=2)
-  with pytest.raises(ConfigError, match='--model=logistic.*labels.json'):
+  with pytest.raises(error, match=words):
     factories.prepare(c)
 
 
