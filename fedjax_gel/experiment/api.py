@@ -244,6 +244,8 @@ def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
   """``run``'s writes and training, once ``p`` is checked and the work directory locked."""
   for w in p.workdirs:
     workdir_lib.make_workdir(w)
+    if cluster.writes():
+      files.remove_temporaries(w)   # what a kill inside a write left
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
     if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
       workdir_lib.extend(w, x)

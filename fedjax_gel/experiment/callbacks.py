@@ -156,7 +156,7 @@ def group_state(loop, idx: list[int]):
 class Checkpointer(Callback):
   """Every ``every`` rounds (0: never), on Ctrl-C and after the last round, each work
   directory's runs (their states and bookkeeping) in one checkpoint (``experiment.checkpoint``);
-  a single run that diverged keeps its last good one. ``resume``: ``on_start`` continues from the
+  a run alone that diverged keeps its last good one; among others it is saved with them. ``resume``: ``on_start`` continues from the
   last round every work directory has a checkpoint of, with ``metrics.jsonl`` cut back to it."""
 
   META = ('runs',)
@@ -187,8 +187,10 @@ class Checkpointer(Callback):
   def save(self, loop, done: int):
     loop.sync()
     for w, idx in groups(loop).items():
-      if len(idx) == 1 and loop.runs[idx[0]].diverged is not None:
-        continue   # its last good checkpoint stays the last one
+      if len(loop.runs) == 1 and loop.runs[0].diverged is not None:
+        continue   # a run alone: its last good checkpoint stays the last one
+      # a diverged run among others is saved as it stands (marked diverged, never trained on
+      # again), so that the group keeps a checkpoint common to all its work directories
       metrics = os.path.join(w, 'metrics.jsonl')
       meta = {'metrics_bytes': os.path.getsize(metrics) if os.path.exists(metrics) else 0,
               'runs': [{'totals': loop.runs[i].totals, 'distance': loop.runs[i].distance,

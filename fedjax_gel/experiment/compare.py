@@ -48,6 +48,8 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict]]:
                      workdir_lib.read_json(path))
     except OSError as e:
       raise ConfigError(f'{path}: cannot be read ({e.strerror})') from None
+    except ConfigError:   # read_metrics': the line that is not a record
+      raise
     except (ValueError, RecursionError):
       raise ConfigError(f'{path}: not valid JSON (damaged?)') from None
   try:

@@ -9,7 +9,8 @@
   ``tensorboard/``, a checkpoint) is a symbolic link, before anything is written.
 * ``lock``: one writer per work directory: an advisory ``flock`` of the directory, held until
   the run ends or the process exits (whatever the way: the kernel releases it, so a killed run
-  leaves no stale lock); ``WORKDIR/.lock`` names the holder for the processes it refuses.
+  leaves no stale lock); ``WORKDIR/.lock`` names the holder for the processes it refuses while
+  the run lasts.
 * ``digest``: the SHA-256 of a file or of a folder's files (checkpoints and finished outputs
   carry theirs, verified when they are read back).
 """
@@ -47,6 +48,15 @@ def write_atomic(path: str, data: bytes):
     if os.path.lexists(tmp):
       os.remove(tmp)
     raise
+
+
+def remove_temporaries(folder: str):
+  """Removes the temporary files of ``write_atomic`` that a kill left in ``folder``."""
+  for name in os.listdir(folder) if os.path.isdir(folder) else ():
+    path = os.path.join(folder, name)
+    if name.startswith('.') and name.endswith('.tmp') and not os.path.islink(path):
+      if os.path.isfile(path):
+        os.remove(path)
 
 
 def _open(path: str, flags: int, mode: str, **kwargs):
@@ -124,9 +134,12 @@ def name_holder(workdir: str):
 
 
 def unlock(workdir: str):
-  """Releases ``workdir``'s lock (a process exiting releases it too)."""
+  """Releases ``workdir``'s lock and removes ``.lock`` (a process exiting releases the lock
+  too; a killed one leaves ``.lock`` behind, which names a dead holder and is replaced)."""
   fd = _held.pop(os.path.realpath(workdir), None)
   if fd is not None:
+    if os.path.isfile(os.path.join(workdir, LOCK)):
+      os.remove(os.path.join(workdir, LOCK))
     os.close(fd)
 
 

@@ -65,7 +65,7 @@ def test_incomparable_duplicate_and_damaged_runs(made, tmp_path):
     compare.compare([str(root / 'cm'), str(root / 'both')], str(tmp_path / 'r2'))
   records = (other / 'metrics.jsonl').read_text()
   (other / 'metrics.jsonl').write_text('[1, 2]\n')
-  with pytest.raises(ConfigError, match=r'metrics\.jsonl: a record without'):
+  with pytest.raises(ConfigError, match=r'metrics\.jsonl line 1 is not a record'):
     compare.compare([str(other)], str(tmp_path / 'r3'))
   (other / 'metrics.jsonl').write_text(records)
   (other / 'summary.json').write_text('{"status": "finished"}')

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -257,3 +258,55 @@ def test_ctrl_c_outside_the_rounds_is_one_line(tmp_path, monkeypatch):
   proc = run(tmp_path / 'run')
   assert proc.returncode == 130 and 'Traceback' not in proc.stderr
   assert len(proc.stderr.splitlines()) == 1 and 'run the same command' in proc.stderr
+
+
+class Starts:
+  """Records the round each program starts from (``loop.start``)."""
+
+  def __init__(self):
+    self.rounds = []
+
+  def __getattr__(self, name):
+    if name.startswith('on_'):
+      return lambda loop, *args: (self.rounds.append(loop.start) if name == 'on_compiled'
+                                  else None)
+    raise AttributeError(name)
+
+
+def test_vmapped_runs_with_a_diverged_one_resume_from_their_last_checkpoint(tmp_path):
+  """Two runs in one program, one diverging at once: killed after round 6, the group resumes
+  from its checkpoint of round 6, not from the start."""
+  workdir = tmp_path / 'grid'
+  c, sweep = config(workdir, checkpoint_every=2, client_lr_grid='0.01,3e37', num_rounds=8)
+  quiet = dict(out=open(os.devnull, 'w'), err=open(os.devnull, 'w'))
+  with pytest.raises(Crash):
+    api.run(c, str(workdir), sweep, callbacks=[CrashAt('on_round', 6)], **quiet)
+  starts = Starts()
+  summaries = api.run(c, str(workdir), sweep, callbacks=[starts], **quiet)
+  assert starts.rounds == [6]
+  assert [s['status'] for s in summaries] == ['finished', 'diverged']
+
+
+@pytest.mark.parametrize('name', ['meta.msgpack', 'summary.json'])
+def test_a_kill_inside_a_write_resumes_bit_identically(finished, tmp_path, monkeypatch, name):
+  """The process dies between writing a file's temporary copy and renaming it: the next run
+  removes the copy and ends as an uninterrupted one."""
+  workdir = tmp_path / 'run'
+  real = files.write_atomic
+
+  def dies(path, data):
+    if os.path.basename(path) == name:
+      fd, _ = tempfile.mkstemp(prefix=f'.{name}.', suffix='.tmp',
+                                dir=os.path.dirname(path))
+      os.write(fd, data[:len(data) // 2])
+      raise Crash(path)
+    return real(path, data)
+
+  monkeypatch.setattr(files, 'write_atomic', dies)
+  with pytest.raises(Crash):
+    run(workdir, '--checkpoint_every=1')
+  monkeypatch.setattr(files, 'write_atomic', real)
+  proc = run(workdir, '--checkpoint_every=1')
+  assert proc.returncode == 0, proc.stderr
+  assert model_bytes(workdir) == finished[1]
+  assert not [p for p in snapshot(workdir) if p.endswith('.tmp')]
