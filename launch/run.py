@@ -4,8 +4,8 @@ The flags are generated from ``fedjax_gel.experiment.Config``'s sections and the
 algorithms' hyper-parameters (``--helpfull`` lists them); the
 work is ``fedjax_gel.experiment.run`` (``fedjax_gel.experiment.cli``). Bad input (flags, flag
 files, data files, an occupied workdir) prints one line on stderr and exits with status 2 before
-anything is written; Ctrl-C stops after the round under way with a checkpoint and exits with
-status 130.
+anything is written; Ctrl-C (or SIGTERM) stops after the round under way with a checkpoint and
+exits with status 130; a full disk or another failed write is one line too.
 """
 import os
 import sys

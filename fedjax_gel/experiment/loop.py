@@ -201,10 +201,14 @@ class Interrupted(KeyboardInterrupt):
     self.round = round_idx
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)   # Ctrl-C, and a scheduler's or kill's request
+
+
 @contextlib.contextmanager
 def deferred_interrupt():
-  """Within it, a first Ctrl-C (SIGINT) only sets the returned flag, so that the loop can stop
-  between rounds; a second one interrupts at once. Outside the main thread: no-op."""
+  """Within it, a first Ctrl-C (SIGINT) or SIGTERM only sets the returned flag, so that the
+  loop can stop between rounds (with a checkpoint); a second one interrupts at once. Outside
+  the main thread: no-op."""
   flag = []
 
   def handler(signum, frame):
@@ -214,14 +218,15 @@ def deferred_interrupt():
     flag.append(True)
 
   try:
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
   except ValueError:   # not the main thread: signals stay as they are
     yield flag
     return
   try:
     yield flag
   finally:
-    signal.signal(signal.SIGINT, previous)
+    for s, h in previous.items():
+      signal.signal(s, h)
 
 
 def train(loop: Loop, callbacks: Sequence) -> Loop:

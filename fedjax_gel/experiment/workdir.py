@@ -49,13 +49,8 @@ def check_top(workdir: str, workdirs, overwrite: bool):
   listed = os.path.join(workdir, 'runs.json')
   if not os.path.exists(listed):
     return
-  try:
-    before = read_json(listed)
-    if not isinstance(before, list):
-      raise ValueError('not a list')
-  except (OSError, ValueError, RecursionError):
-    raise ConfigError(f'{listed} is unreadable; choose another --workdir or pass --overwrite'
-                      ) from None
+  before = read_json_as(listed, list, 'is unreadable; choose another --workdir or pass '
+                        '--overwrite')
   left_out = sorted(set(map(str, before)) - set(names))
   if left_out:
     raise ConfigError(f'--workdir={workdir} holds the report of runs this command leaves out '
@@ -118,14 +113,8 @@ def outputs_sha256(workdir: str) -> dict:
 def check_finished(workdir: str):
   """A finished run's ``summary.json`` reads and its outputs match their checksums; else a
   ConfigError naming the file."""
-  summary = os.path.join(workdir, 'summary.json')
-  try:
-    saved = read_json(summary)
-    if not isinstance(saved, dict):
-      raise ValueError('not an object')
-  except (OSError, ValueError, RecursionError):
-    raise ConfigError(f'{summary} is damaged (unreadable or cut); pass --overwrite to train the '
-                      'run again') from None
+  saved = read_json_as(os.path.join(workdir, 'summary.json'), dict, 'is damaged (unreadable '
+                       'or cut); pass --overwrite to train the run again')
   for name, digest in (saved.get('outputs_sha256') or {}).items():
     file = os.path.join(workdir, str(name))
     if not os.path.isfile(file):
@@ -170,11 +159,8 @@ def check_extend(workdir: str, rounds: int) -> str:
   summary = os.path.join(workdir, 'summary.json')
   if not os.path.exists(summary):
     return 'extend'
-  try:
-    status = read_json(summary).get('status', 'finished')
-  except (OSError, ValueError):
-    raise ConfigError(f'{summary} is unreadable; choose another --workdir or pass --overwrite'
-                      ) from None
+  status = read_json_as(summary, dict, 'is unreadable; choose another --workdir or pass '
+                        '--overwrite').get('status', 'finished')
   if status != 'finished':
     raise ConfigError(f'--num_rounds: the run in {workdir} diverged and cannot be extended; '
                       'pass --overwrite to start it again')
@@ -245,6 +231,17 @@ def write_json(path: str, obj):
 def read_json(path: str) -> dict:
   with open(path) as f:
     return json.load(f)
+
+
+def read_json_as(path: str, kind: type, problem: str):
+  """``path``'s JSON when it reads as a ``kind``; else a ConfigError: ``path`` and ``problem``."""
+  try:
+    value = read_json(path)
+  except (OSError, ValueError, RecursionError):
+    value = None
+  if not isinstance(value, kind):
+    raise ConfigError(f'{path} {problem}')
+  return value
 
 
 def read_metrics(workdir: str) -> list[dict]:

@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-ALGORITHMS = ('fedavgcm', 'gel', 'scaffold')
+# GeL (FedAvgCM's client with guessed updates) and SCAFFOLD (a per-client store split over the
+# processes' devices); FedAvgCM itself runs in every other multi-device test.
+ALGORITHMS = ('gel', 'scaffold')
 
 
 def free_port() -> int:
@@ -76,8 +78,8 @@ def one_process(tiny_leaf_file, tmp_path_factory):
   return workdir
 
 
-def assert_same_metrics(ours_dir, alone_dir, rounds):
-  for name in ALGORITHMS:
+def assert_same_metrics(ours_dir, alone_dir, rounds, algorithms=ALGORITHMS):
+  for name in algorithms:
     mine, theirs = records(ours_dir / name), records(alone_dir / name)
     assert [r['round'] for r in mine] == [r['round'] for r in theirs] == rounds
     for key in ('test_loss', 'train_loss', 'test_accuracy', 'grad_computations'):
@@ -117,11 +119,12 @@ def test_two_processes_give_the_metrics_of_one_and_one_process_resumes_them(
 
 
 def test_four_processes_give_the_metrics_of_one(tmp_path, tiny_leaf_file, one_process):
+  """SCAFFOLD, its store split over 4 processes (GeL: two processes)."""
   four = tmp_path / 'four'
-  for code, _, err in together(4, 1, tiny_leaf_file, four, '--num_rounds=6',
-                               f'--algorithm={",".join(ALGORITHMS)}'):
+  for code, _, err in together(4, 1, tiny_leaf_file, four / 'scaffold', '--num_rounds=6',
+                               '--algorithm=scaffold'):
     assert code == 0, err[-2000:]
-  assert_same_metrics(four, one_process, [0, 2, 4, 6])
+  assert_same_metrics(four, one_process, [0, 2, 4, 6], ('scaffold',))
 
 
 def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path,
@@ -129,7 +132,9 @@ def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path
   """kill -9 of process 1 after the first checkpoint: process 0 stops with one line and a
   non-zero status; the same two commands then finish the run, bit-identical to an
   uninterrupted one."""
-  more = ('--num_rounds=600', '--eval_every=100', '--checkpoint_every=50',
+  # process 1 is killed right after the checkpoint of round 50: process 0 cannot pass the next
+  # round's collectives, so the run is still under way whatever the number of rounds
+  more = ('--num_rounds=200', '--eval_every=50', '--checkpoint_every=50',
           '--algorithm=scaffold', '--heartbeat_timeout=10')
   whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
   for code, _, err in together(2, 1, tiny_leaf_file, whole, *more):

@@ -10,10 +10,13 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import jax
 import pytest
+
+from fedjax_gel.experiment import loop as loop_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -107,8 +110,9 @@ def test_a_finished_run_extended_equals_the_longer_run(tiny_leaf_file, uninterru
 
 def test_ctrl_c_stops_between_rounds_with_a_checkpoint_and_the_run_resumes(
     tiny_leaf_file, uninterrupted, tmp_path):
-  """SIGINT mid-run: exit 130 with one line saying how to go on (no traceback), a checkpoint
-  of the last whole round; the same command then finishes with the uninterrupted metrics."""
+  """SIGTERM mid-run (what Ctrl-C's SIGINT does too: test_a_stop_signal_only_sets_the_flag):
+  exit 130 with one line saying how to go on (no traceback), a checkpoint of the last whole
+  round; the same command then finishes with the uninterrupted metrics."""
   workdir = tmp_path / 'interrupted'
   cmd = command(tiny_leaf_file, workdir, '--algorithms=gel', '--seeds=0,1')
   proc = subprocess.Popen(cmd, cwd=REPO, text=True, stdout=subprocess.PIPE,
@@ -118,7 +122,7 @@ def test_ctrl_c_stops_between_rounds_with_a_checkpoint_and_the_run_resumes(
                                  len(metrics_file.read_text().splitlines()) < 3):
     assert time.time() < deadline
     time.sleep(0.005)
-  proc.send_signal(signal.SIGINT)
+  proc.send_signal(signal.SIGTERM)
   _, err = proc.communicate(timeout=120)
   assert proc.returncode == 130, err
   assert 'Traceback' not in err
@@ -219,7 +223,7 @@ def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
   are bit-identical to an uninterrupted grid's; a finished grid is kept on a third run."""
   grid_flags = ('--algorithm=gel', '--client_lr_grid=0.03,0.1', '--server_lr_grid=0.5,1',
                 '--eval_every=9',   # checkpoints (every 10) between evaluations too
-                '--num_rounds=1500')   # long enough to be killed before it ends
+                '--num_rounds=600')   # long enough to be killed before it ends
   whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
   assert run(command(tiny_leaf_file, whole, *grid_flags)).returncode == 0
   proc = killed_then_resumed(command(tiny_leaf_file, resumed, *grid_flags), resumed, resumed)
@@ -227,9 +231,24 @@ def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
   assert metrics(resumed) == metrics(whole)   # the records, but for their elapsed_s
   assert csv_rows(resumed) == csv_rows(whole)
   assert (resumed / 'grid.json').read_bytes() == (whole / 'grid.json').read_bytes()
-  assert checkpoints(resumed) == ['checkpoint-1500']
+  assert checkpoints(resumed) == ['checkpoint-600']
   before = snapshot(resumed)
   again = run(command(tiny_leaf_file, resumed, *grid_flags))
   assert again.returncode == 0, again.stderr
   assert {p: b for p, b in snapshot(resumed).items() if p.name != 'report.md'} == {
       p: b for p, b in before.items() if p.name != 'report.md'}
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason='signal handlers live in the main thread')
+@pytest.mark.parametrize('signum', loop_lib.STOP_SIGNALS)
+def test_a_stop_signal_only_sets_the_flag_and_a_second_one_interrupts(signum):
+  before = signal.getsignal(signum)
+  with loop_lib.deferred_interrupt() as stop:
+    os.kill(os.getpid(), signum)
+    time.sleep(0.01)
+    assert stop == [True]
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signum)
+      time.sleep(1)
+  assert signal.getsignal(signum) == before
