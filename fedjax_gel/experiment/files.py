@@ -32,6 +32,8 @@ LOCK = '.lock'
 OUTPUTS = ('config.json', 'metrics.jsonl', 'metrics.csv', 'summary.json', 'grid.json',
            'model.msgpack', 'report.md', 'runs.json', 'plots', 'tensorboard', LOCK)
 _held: dict[str, int] = {}   # work directory -> the descriptor holding its lock
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 def write_atomic(path: str, data: bytes):
@@ -39,6 +41,7 @@ def write_atomic(path: str, data: bytes):
   directory = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=directory)
   try:
+    os.fchmod(fd, 0o666 & ~_UMASK)   # as open() would create it (mkstemp: owner only)
     with os.fdopen(fd, 'wb') as f:
       f.write(data)
       f.flush()

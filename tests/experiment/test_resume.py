@@ -23,7 +23,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def command(data, workdir, *extra):
   return [sys.executable, 'launch/run.py', '--dataset=leaf', f'--data_path={data}',
-          '--num_rounds=400', '--eval_every=2', '--checkpoint_every=10', '--clients_per_round=3',
+          '--num_rounds=200', '--eval_every=2', '--checkpoint_every=10', '--clients_per_round=3',
           '--budget_range=1,3', '--batch_size=2', f'--workdir={workdir}', *extra]
 
 
@@ -86,25 +86,25 @@ def test_a_finished_run_extended_equals_the_longer_run(tiny_leaf_file, uninterru
   short = tmp_path / 'short'
   cmd = lambda rounds: command(tiny_leaf_file, short, '--algorithms=gel', '--seeds=0,1',
                                f'--num_rounds={rounds}')
-  assert run(cmd(250)).returncode == 0
+  assert run(cmd(120)).returncode == 0
   before = snapshot(short)
-  lower = run(cmd(100))
-  assert lower.returncode == 2 and '--num_rounds=250 there, 100 now' in lower.stderr
+  lower = run(cmd(50))
+  assert lower.returncode == 2 and '--num_rounds=120 there, 50 now' in lower.stderr
   assert snapshot(short) == before
-  extended = run(cmd(400))
+  extended = run(cmd(200))
   assert extended.returncode == 0, extended.stderr
-  assert '; resuming from the checkpoint of round 250' in extended.stderr
+  assert '; resuming from the checkpoint of round 120' in extended.stderr
   for seed in ('seed0', 'seed1'):
-    assert metrics(short / seed) == metrics(uninterrupted / seed)   # 250 is an evaluation round
+    assert metrics(short / seed) == metrics(uninterrupted / seed)   # 120 is an evaluation round
     assert ((short / seed / 'model.msgpack').read_bytes() ==
             (uninterrupted / seed / 'model.msgpack').read_bytes())
     summary = json.loads((short / seed / 'summary.json').read_text())
-    assert summary['rounds'] == 400 and summary['status'] == 'finished'
-    assert json.loads((short / seed / 'config.json').read_text())['run']['num_rounds'] == 400
-    assert checkpoints(short / seed) == ['checkpoint-400']
+    assert summary['rounds'] == 200 and summary['status'] == 'finished'
+    assert json.loads((short / seed / 'config.json').read_text())['run']['num_rounds'] == 200
+    assert checkpoints(short / seed) == ['checkpoint-200']
   summary = short / 'seed0' / 'summary.json'
   summary.write_text(summary.read_text().replace('"finished"', '"diverged"'))
-  diverged = run(cmd(500))
+  diverged = run(cmd(300))
   assert diverged.returncode == 2 and 'diverged and cannot be extended' in diverged.stderr
 
 
@@ -153,8 +153,8 @@ def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted,
     assert csv_rows(workdir / seed) == csv_rows(uninterrupted / seed)
     assert ((workdir / seed / 'model.msgpack').read_bytes() ==
             (uninterrupted / seed / 'model.msgpack').read_bytes())
-    assert checkpoints(workdir / seed) == ['checkpoint-400']
-    assert json.loads((workdir / seed / 'summary.json').read_text())['rounds'] == 400
+    assert checkpoints(workdir / seed) == ['checkpoint-200']
+    assert json.loads((workdir / seed / 'summary.json').read_text())['rounds'] == 200
 
 
 def test_same_command_twice_gives_the_same_metrics_bytes(tiny_leaf_file, uninterrupted, tmp_path):
