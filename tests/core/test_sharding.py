@@ -119,7 +119,7 @@ from fedjax_gel.core import federated_data as fd, keys, sampling, store, selecti
 from fedjax_gel.core.devices import client_mesh
 from fedjax_gel.core.round import build_round
 rng = np.random.default_rng(3)
-for sizes in (SIZES,):
+for sizes in POPULATIONS:
   clients=[{'x': rng.normal(size=(n,4)).astype(np.float32), 'y': rng.integers(0,3,n).astype(np.int32)} for n in sizes]
   host=fd.from_client_arrays(clients)
   model=models.get_model('logistic',(4,),3); loss=models.cross_entropy_loss(model)
@@ -175,8 +175,9 @@ def test_client_store_sharded_over_eight_devices_matches_one():
   run_on_eight_devices(STATEFUL, 'STORE-OK')
 
 
-@pytest.mark.parametrize('sizes, meshes', [([5, 0, 7, 0, 3], 3), ([0, 4], 2), ([9], 2)])
-def test_populations_smaller_than_the_mesh_and_empty_clients_match_one_device(sizes, meshes):
-  # one process per population: the suite's two workers can run them side by side; the 3-device
-  # mesh (8 clients' rows padded to 9) on the first population only
-  run_on_eight_devices(f'SIZES = {sizes}\nMESHES = {meshes}\n' + EDGES, 'EDGE-OK')
+@pytest.mark.parametrize('populations, meshes', [([[5, 0, 7, 0, 3]], 3), ([[0, 4], [9]], 2)])
+def test_populations_smaller_than_the_mesh_and_empty_clients_match_one_device(populations,
+                                                                             meshes):
+  # two processes: the suite's two workers can run them side by side; the 3-device mesh
+  # (8 clients' rows padded to 9) on the first population only
+  run_on_eight_devices(f'POPULATIONS = {populations}\nMESHES = {meshes}\n' + EDGES, 'EDGE-OK')
