@@ -8,10 +8,19 @@ anything is written; Ctrl-C (or SIGTERM) stops after the round under way with a 
 exits with status 130; a full disk or another failed write is one line too.
 """
 import os
+import signal
 import sys
 import time
 
 START = time.perf_counter()
+
+
+def _stop(signum, frame):   # SIGTERM while starting: as Ctrl-C (cli.guarded takes over later)
+  del signum, frame
+  raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGTERM, _stop)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STARTING = 'interrupted while starting, before anything was written: run the same command again'

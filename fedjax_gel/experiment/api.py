@@ -179,7 +179,7 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
             len({x.algorithm.client_lr for x in configs}) > 1, tuned_flag(sweep))
   workdirs = [run_dir(workdir, x, levels) for x in configs]
   for w in dict.fromkeys([workdir] + workdirs):
-    files.check_no_links(w)
+    files.check_no_links(w, workdir)
   workdir_lib.check_top(workdir, workdirs, overwrite)
   extra = None if grid is None else grid_lib.grid_fields(*grid)
   status = [workdir_lib.run_status(w, x, overwrite, extra) for x, w in zip(configs, workdirs)]
@@ -225,25 +225,36 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
     out = err = open(os.devnull, 'w')  # pylint: disable=consider-using-with
   phases = phases or loop_lib.Phases()
   workdir = workdir or default_workdir(expand(c, sweep), sweep)
+  locked = []
   try:
-    if cluster.writes() and os.path.isdir(workdir):
-      files.lock(workdir)   # one writer: a second process is refused before it reads anything
-    p = plan(c, workdir, sweep, overwrite, phases)
+    # One writer: the work directory is locked before anything in it is read, so that the plan
+    # cannot go stale; a command refused (or whose input is bad) leaves nothing it created.
+    created = workdir_lib.make_workdir(workdir)
+    try:
+      if cluster.writes():
+        files.lock(workdir)
+        locked.append(workdir)
+      p = plan(c, workdir, sweep, overwrite, phases)
+    except BaseException:
+      workdir_lib.remove_if_empty(created)
+      raise
     cluster.sync('planned')   # every process has read the work directory before it changes
-    workdir_lib.make_workdir(workdir)
     if cluster.writes():
-      files.lock(workdir)   # a work directory created just now
+      for w in sorted(set(p.workdirs) - {workdir}):   # a command on a run of this one is refused
+        workdir_lib.make_workdir(w)
+        files.lock(w)
+        locked.append(w)
       files.name_holder(workdir)
     return run_plan(p, workdir, vmap, callbacks, out, err, phases)
   finally:
-    files.unlock(workdir)
+    for w in locked:
+      files.unlock(w)
 
 
 def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
              phases: loop_lib.Phases) -> list[dict]:
   """``run``'s writes and training, once ``p`` is checked and the work directory locked."""
-  for w in p.workdirs:
-    workdir_lib.make_workdir(w)
+  for w in dict.fromkeys([workdir, os.path.join(workdir, 'plots')] + p.workdirs):
     if cluster.writes():
       files.remove_temporaries(w)   # what a kill inside a write left
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
@@ -290,7 +301,8 @@ def train_all(p: Plan, vmap: bool, extra: list, err, phases) -> list[dict]:
   for i, st in enumerate(p.status):
     if st == 'done':   # finished earlier: kept (checkpoints a kill left behind removed)
       name = 'summary.json' if p.grid is None else 'grid.json'
-      results[i] = workdir_lib.read_json(os.path.join(p.workdirs[i], name))
+      results[i] = workdir_lib.read_json_as(os.path.join(p.workdirs[i], name), dict,
+                                            'is damaged; pass --overwrite to train it again')
       workdir_lib.remove_checkpoints(p.workdirs[i], keep=p.configs[i].run.num_rounds)
       print(f'{p.configs[i].run_name}, seed {p.configs[i].run.seed}: finished earlier in '
             f'{p.workdirs[i]}; its outputs are kept (--overwrite trains it again)',

@@ -47,6 +47,11 @@ class CheckpointError(ConfigError):
   """A checkpoint that cannot be read; the message is one line naming the file."""
 
 
+class DamagedCheckpoint(CheckpointError):
+  """A checkpoint whose files are missing, cut, unreadable or do not match their checksums (as
+  opposed to an intact one of another configuration)."""
+
+
 def path(workdir: str, round_idx: int) -> str:
   return os.path.join(workdir, f'checkpoint-{round_idx}')
 
@@ -171,9 +176,10 @@ def _verify(file: str, data: dict):
     raise ValueError('its state does not match its checksum: damaged')
 
 
-def _error(file: str, e: Exception, what: str = 'unreadable checkpoint') -> CheckpointError:
+def _error(file: str, e: Exception, what: str = 'damaged checkpoint',
+           kind: type = DamagedCheckpoint) -> CheckpointError:
   reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-  return CheckpointError(f'{file}: {what} ({reason}); remove it or pass --overwrite')
+  return kind(f'{file}: {what} ({reason}); remove it or pass --overwrite')
 
 
 def _fits(layout: dict, target) -> bool:
@@ -207,7 +213,7 @@ def read_meta(workdir: str, round_idx: int, target) -> dict:
   try:
     _fits(data['layout'], target)
   except Exception as e:  # pylint: disable=broad-except
-    raise _error(file, e, "holds another configuration's state") from None
+    raise _error(file, e, "holds another configuration's state", CheckpointError) from None
   return data
 
 
@@ -257,14 +263,13 @@ def check(workdir: str, target, meta_keys: tuple) -> list[str]:
   for r in rounds(workdir):
     try:
       meta = read_meta(workdir, r, target)['meta']
-    except CheckpointError as e:
-      if 'damaged' not in str(e):
-        raise
+    except DamagedCheckpoint as e:
       damaged.append((r, e))
       continue
     missing = [k for k in ('metrics_bytes',) + tuple(meta_keys) if k not in meta]
     if missing:
-      raise _error(path(workdir, r), ValueError(f'no {missing[0]!r} in its meta'))
+      raise _error(path(workdir, r), ValueError(f'no {missing[0]!r} in its meta'),
+                   'unreadable checkpoint', CheckpointError)
     size = os.path.getsize(metrics) if os.path.isfile(metrics) else -1
     if size < meta['metrics_bytes']:
       raise CheckpointError(
@@ -272,8 +277,9 @@ def check(workdir: str, target, meta_keys: tuple) -> list[str]:
           'the checkpoint; remove the checkpoint or pass --overwrite')
   if damaged and len(damaged) == len(rounds(workdir)):
     raise damaged[-1][1]
-  return [f'{path(workdir, r)} is damaged (its checksum does not match); the run resumes from '
-          'its last intact checkpoint and sets this one aside (.damaged)' for r, _ in damaged]
+  return [f'{path(workdir, r)} is damaged (unreadable, or its checksum does not match); the run '
+          'resumes from its last intact checkpoint and sets this one aside (.damaged)'
+          for r, _ in damaged]
 
 
 def intact_rounds(workdir: str) -> list[int]:

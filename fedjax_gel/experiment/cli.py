@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import re
 import sys
 import time
@@ -324,10 +325,22 @@ def main(argv) -> int:
   return guarded(execute, values, rest)
 
 
+def _stop(signum, frame):
+  del signum, frame
+  raise KeyboardInterrupt
+
+
 def guarded(fn, *args) -> int:
-  """``fn(*args)``'s exit status, with a Ctrl-C before or after the runs (imports, flags,
-  compilation) one line too."""
+  """``fn(*args)``'s exit status, with a Ctrl-C or SIGTERM before or after the runs (imports,
+  flags, data, compilation) one line too (the rounds defer both: ``loop.deferred_interrupt``)."""
+  try:
+    previous = signal.signal(signal.SIGTERM, _stop)
+  except ValueError:   # not the main thread
+    previous = None
   try:
     return fn(*args)
   except KeyboardInterrupt as e:
     return interrupted(e)
+  finally:
+    if previous is not None:
+      signal.signal(signal.SIGTERM, previous)

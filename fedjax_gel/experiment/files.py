@@ -86,20 +86,32 @@ def truncate(path: str, size: int):
     os.close(fd)
 
 
-def check_no_links(workdir: str):
+def check_no_links(workdir: str, top: str | None = None):
   """A ConfigError naming the first output of ``workdir`` (its names in ``OUTPUTS``, the files
-  in ``plots/``, checkpoints) that is a symbolic link: fedjax_gel writes only regular files and
-  folders there. The work directory itself may be a link."""
+  in ``plots/`` and ``tensorboard/``, checkpoints) that is a symbolic link, or the first folder
+  between ``top`` (the command's ``--workdir``, which may itself be a link) and ``workdir``
+  that is one: fedjax_gel writes only regular files and folders there."""
+  def refuse(path):
+    raise ConfigError(f'{path} is a symbolic link; fedjax_gel writes only regular files and '
+                      'folders in its work directory: remove it')
+
+  if top is not None:
+    below = os.path.relpath(workdir, top)
+    folder = top
+    for part in ([] if below == '.' else below.split(os.sep)):
+      folder = os.path.join(folder, part)
+      if os.path.islink(folder):
+        refuse(folder)
   if not os.path.isdir(workdir):
     return
   names = list(OUTPUTS) + [n for n in os.listdir(workdir) if n.startswith('checkpoint-')]
-  plots = os.path.join(workdir, 'plots')
-  if os.path.isdir(plots) and not os.path.islink(plots):
-    names += [os.path.join('plots', n) for n in os.listdir(plots)]
+  for sub in ('plots', 'tensorboard'):
+    folder = os.path.join(workdir, sub)
+    if os.path.isdir(folder) and not os.path.islink(folder):
+      names += [os.path.join(sub, n) for n in os.listdir(folder)]
   for name in names:
     if os.path.islink(os.path.join(workdir, name)):
-      raise ConfigError(f'{os.path.join(workdir, name)} is a symbolic link; fedjax_gel writes '
-                        'only regular files and folders in its work directory: remove it')
+      refuse(os.path.join(workdir, name))
 
 
 def lock(workdir: str):
@@ -115,16 +127,20 @@ def lock(workdir: str):
     raise ConfigError(f'--workdir={workdir}: cannot open it ({e.strerror})') from None
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except OSError:
+  except BlockingIOError:
     os.close(fd)
     try:
       with open(os.path.join(workdir, LOCK)) as f:
         h = json.load(f)
       who = f'process {h["pid"]} on {h["host"]} (since {h["since"]}: {h["command"]})'
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
       who = 'another process'
     raise ConfigError(f'--workdir={workdir} is in use by {who}; wait for it to finish or stop '
                       'it, or choose another --workdir') from None
+  except OSError as e:   # a file system without flock (some network ones): say so, not "in use"
+    os.close(fd)
+    raise ConfigError(f'--workdir={workdir}: cannot be locked on this file system '
+                      f'({e.strerror}); choose a work directory on a local disk') from None
   _held[key] = fd
 
 

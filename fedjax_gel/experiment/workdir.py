@@ -74,7 +74,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   try:
     with open(saved) as f:
       before = json.load(f)
-  except (OSError, ValueError):
+  except (OSError, ValueError, RecursionError):
     raise ConfigError(f'{saved} is unreadable; choose another --workdir or pass --overwrite'
                       ) from None
   try:
@@ -101,7 +101,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
 
 
 # A finished run's outputs whose checksums its summary.json holds.
-CHECKSUMMED = ('metrics.jsonl', 'model.msgpack')
+CHECKSUMMED = ('metrics.jsonl', 'model.msgpack', 'grid.json')
 
 
 def outputs_sha256(workdir: str) -> dict:
@@ -116,7 +116,10 @@ def check_finished(workdir: str):
   saved = read_json_as(os.path.join(workdir, 'summary.json'), dict, 'is damaged (unreadable '
                        'or cut); pass --overwrite to train the run again')
   for name, digest in (saved.get('outputs_sha256') or {}).items():
-    file = os.path.join(workdir, str(name))
+    if name not in CHECKSUMMED:   # an edited summary names no file outside these
+      raise ConfigError(f'{os.path.join(workdir, "summary.json")} is damaged (it names '
+                        f'{str(name)[:80]!r}); pass --overwrite to train the run again')
+    file = os.path.join(workdir, name)
     if not os.path.isfile(file):
       raise ConfigError(f'{file} of the finished run is missing; pass --overwrite to train the '
                         'run again')
@@ -198,14 +201,32 @@ def remove_checkpoints(workdir: str, keep: int | None = None):
       os.remove(left)
 
 
-def make_workdir(workdir: str):
-  """Creates the work directory; a path that cannot be one is a ConfigError."""
+def make_workdir(workdir: str) -> list[str]:
+  """Creates the work directory (by the writing process); returns the folders it created,
+  deepest last. A path that cannot be one is a ConfigError."""
   if not cluster.writes():   # only process 0 writes (several processes)
-    return
+    return []
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ConfigError(f'--workdir={workdir} exists and is not a directory')
+  created, folder = [], os.path.abspath(workdir)
+  while not os.path.exists(folder):
+    created.insert(0, folder)
+    folder = os.path.dirname(folder)
   try:
     os.makedirs(workdir, exist_ok=True)
   except OSError as e:
     raise ConfigError(f'--workdir={workdir} cannot be created: {e.strerror}') from None
+  return created
+
+
+def remove_if_empty(created: list[str]):
+  """Removes the folders ``make_workdir`` created (deepest first) while they are empty: a
+  command refused before it wrote anything leaves nothing behind."""
+  for folder in reversed(created):
+    try:
+      os.rmdir(folder)
+    except OSError:
+      return
 
 
 def finite(obj):

@@ -74,7 +74,7 @@ def test_other_shapes_and_damage_are_one_line(tmp_path):
   os.remove(os.path.join(w, 'checkpoint-5', 'state', 'manifest.ocdbt'))
   with pytest.raises(checkpoint.CheckpointError) as e:
     checkpoint.load(w, 5, state(10))
-  assert str(e.value).startswith(os.path.join(w, 'checkpoint-5') + ': unreadable checkpoint')
+  assert str(e.value).startswith(os.path.join(w, 'checkpoint-5') + ': damaged checkpoint')
   assert '\n' not in str(e.value) and '--overwrite' in str(e.value)
 
 

@@ -178,13 +178,15 @@ def test_finished_runs_are_kept_and_a_damaged_checkpoint_is_one_line(tiny_leaf_f
   assert again.returncode == 0, again.stderr
   assert snapshot(workdir / 'gel') == before
 
-  (workdir / 'gel' / 'summary.json').unlink()   # unfinished, with a damaged checkpoint
+  (workdir / 'gel' / 'summary.json').unlink()   # unfinished, with no intact checkpoint
   (workdir / 'gel' / 'checkpoint-10').mkdir()
   (workdir / 'gel' / 'checkpoint-10' / 'meta.msgpack').write_bytes(b'\x00not msgpack')
+  meta = workdir / 'gel' / 'checkpoint-20' / 'meta.msgpack'
+  meta.write_bytes(meta.read_bytes()[:40])   # cut
   damaged = run(cmd)
   assert damaged.returncode == 2 and 'Traceback' not in damaged.stderr
   assert len(damaged.stderr.splitlines()) == 1
-  assert 'checkpoint-10: unreadable' in damaged.stderr and '--overwrite' in damaged.stderr
+  assert 'checkpoint-20: damaged' in damaged.stderr and '--overwrite' in damaged.stderr
   assert (workdir / 'gel' / 'metrics.jsonl').read_bytes() == before[workdir / 'gel' / 'metrics.jsonl']
 
 

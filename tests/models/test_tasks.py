@@ -131,9 +131,18 @@ def test_a_regression_model_runs_from_the_command_line(tmp_path):
         io.StringIO()) as out:
       status = cli.main(common + [f'--workdir={tmp_path / "run"}'])
       assert status == 0, err.getvalue()
-      status = cli.main(common + ['--client_lr_grid=0.01,0.05', '--server_lr_grid=0.5,1',
-                                  f'--workdir={tmp_path / "grid"}'])
+      grid_args = common + ['--client_lr_grid=0.01,0.05', '--server_lr_grid=0.5,1',
+                            f'--workdir={tmp_path / "grid"}']
+      status = cli.main(grid_args)
       assert status == 0, err.getvalue()
+      grid_json = (tmp_path / 'grid' / 'grid.json').read_text()
+      (tmp_path / 'grid' / 'grid.json').write_text(grid_json.replace('"diverged": false',
+                                                                     '"diverged": true'))
+      err.seek(0)
+      err.truncate()
+      assert cli.main(grid_args) == 2   # a finished grid whose results changed: one line
+      assert 'grid.json changed since the run finished' in err.getvalue()
+      (tmp_path / 'grid' / 'grid.json').write_text(grid_json)
   finally:
     models.MODELS.pop('regression_probe')
     data_registry.LOADERS.pop('regression_probe')

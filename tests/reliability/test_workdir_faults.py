@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import json
 import os
 import signal
@@ -15,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 
 import pytest
 from absl import flags as absl_flags
@@ -313,3 +316,63 @@ def test_a_kill_inside_a_write_resumes_bit_identically(finished, tmp_path, monke
   assert proc.returncode == 0, proc.stderr
   assert model_bytes(workdir) == finished[1]
   assert not [p for p in snapshot(workdir) if p.endswith('.tmp')]
+
+
+def test_a_command_on_a_run_folder_of_a_running_command_is_refused(tmp_path):
+  """Command A holds its runs' folders too: B with --workdir=A's seed1 is refused (and A, had
+  B come first, would be refused at B's folder)."""
+  top = tmp_path / 'sweep'
+  (top / 'seed1').mkdir(parents=True)
+  holder = subprocess.Popen([sys.executable, '-c', textwrap.dedent(f'''
+      import fcntl, os, time
+      fd = os.open({str(top / 'seed1')!r}, os.O_RDONLY)
+      fcntl.flock(fd, fcntl.LOCK_EX)
+      print('locked', flush=True)
+      time.sleep(120)''')], stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'locked'
+    helpers.assert_one_line_error(run(top, '--seeds=1,2', rounds=1), 'seed1', 'is in use')
+    assert sorted(os.listdir(top)) == ['seed1'] and not os.listdir(top / 'seed1')
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+
+
+def test_a_link_between_the_workdir_and_a_run_folder_is_refused(tmp_path):
+  top, outside = tmp_path / 'sweep', tmp_path / 'outside'
+  top.mkdir()
+  outside.mkdir()
+  os.symlink(outside, top / 'seed1')
+  helpers.assert_one_line_error(run(top, '--seeds=1,2', rounds=1), 'seed1', 'symbolic link')
+  assert not os.listdir(outside)
+
+
+def test_a_cut_meta_falls_back_to_the_last_intact_checkpoint(finished, tmp_path):
+  workdir = tmp_path / 'run'
+  unfinished(workdir)
+  meta = workdir / 'checkpoint-3' / 'meta.msgpack'
+  meta.write_bytes(meta.read_bytes()[:30])
+  proc = run(workdir, '--checkpoint_every=1')
+  assert proc.returncode == 0, proc.stderr
+  assert 'checkpoint-3 is damaged' in proc.stdout
+  assert model_bytes(workdir) == finished[1]
+
+
+def test_a_deeply_nested_config_json_is_one_line(tmp_path):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / 'config.json').write_text('[' * 200_000)
+  helpers.assert_one_line_error(run(workdir), 'config.json', 'unreadable')
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason='signal handlers live in the main thread')
+def test_sigterm_before_the_rounds_is_one_line():
+  def work():
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)
+    return 0
+  err = io.StringIO()
+  with contextlib.redirect_stderr(err):
+    assert cli.guarded(work) == 130
+  assert len(err.getvalue().splitlines()) == 1 and 'run the same command' in err.getvalue()
