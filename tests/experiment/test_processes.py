@@ -1,5 +1,6 @@
 """``launch/run.py`` as several processes of JAX's multi-controller runtime (CPU, gloo): the
-same metrics as one process (to float summation order: rtol 1e-5), only process 0 writes,
+same metrics as one process (to float summation order: rtol 1e-5; 2 processes of 3 devices,
+SCAFFOLD's store split over all 6), only process 0 writes,
 checkpoints resume under another process count, a killed process stops the run and the same
 command resumes it."""
 from __future__ import annotations
@@ -116,15 +117,6 @@ def test_two_processes_give_the_metrics_of_one_and_one_process_resumes_them(
   for workdir in (one, two):
     alone(tiny_leaf_file, workdir, '--num_rounds=8', f'--algorithm={",".join(ALGORITHMS)}')
   assert_same_metrics(two, one, [0, 2, 4, 6, 8])
-
-
-def test_four_processes_give_the_metrics_of_one(tmp_path, tiny_leaf_file, one_process):
-  """SCAFFOLD, its store split over 4 processes (GeL: two processes)."""
-  four = tmp_path / 'four'
-  for code, _, err in together(4, 1, tiny_leaf_file, four / 'scaffold', '--num_rounds=6',
-                               '--algorithm=scaffold'):
-    assert code == 0, err[-2000:]
-  assert_same_metrics(four, one_process, [0, 2, 4, 6], ('scaffold',))
 
 
 def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path,

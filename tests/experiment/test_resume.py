@@ -225,7 +225,7 @@ def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
   are bit-identical to an uninterrupted grid's; a finished grid is kept on a third run."""
   grid_flags = ('--algorithm=gel', '--client_lr_grid=0.03,0.1', '--server_lr_grid=0.5,1',
                 '--eval_every=9',   # checkpoints (every 10) between evaluations too
-                '--num_rounds=600')   # long enough to be killed before it ends
+                '--num_rounds=300')   # long enough to be killed before it ends
   whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
   assert run(command(tiny_leaf_file, whole, *grid_flags)).returncode == 0
   proc = killed_then_resumed(command(tiny_leaf_file, resumed, *grid_flags), resumed, resumed)
@@ -233,7 +233,7 @@ def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
   assert metrics(resumed) == metrics(whole)   # the records, but for their elapsed_s
   assert csv_rows(resumed) == csv_rows(whole)
   assert (resumed / 'grid.json').read_bytes() == (whole / 'grid.json').read_bytes()
-  assert checkpoints(resumed) == ['checkpoint-600']
+  assert checkpoints(resumed) == ['checkpoint-300']
   before = snapshot(resumed)
   again = run(command(tiny_leaf_file, resumed, *grid_flags))
   assert again.returncode == 0, again.stderr
