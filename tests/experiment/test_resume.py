@@ -139,11 +139,13 @@ def test_ctrl_c_stops_between_rounds_with_a_checkpoint_and_the_run_resumes(
     assert metrics(workdir / seed) == metrics(uninterrupted / seed)
 
 
-@pytest.mark.parametrize('extra', [[], ['--vmap_seeds=false']], ids=['vmapped', 'sequential'])
+@pytest.mark.parametrize('extra', [[]], ids=['vmapped'])
 def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted, tmp_path, extra):
-  """Two seeds, vmapped or one after another: kill -9, rerun the same command; every seed's
-  metrics and final model are bit-identical to the uninterrupted run's, and only the final
-  state's checkpoint is left (kept so that the run can be extended)."""
+  """Two seeds vmapped in one program: kill -9, rerun the same command; every seed's metrics
+  and final model are bit-identical to the uninterrupted run's, and only the final state's
+  checkpoint is left (kept so that the run can be extended). (Runs of their own resume by the
+  same checkpoints: tests/reliability/test_workdir_faults.py kills single runs at planted
+  points.)"""
   workdir = tmp_path / 'killed'
   cmd = command(tiny_leaf_file, workdir, '--algorithms=gel', '--seeds=0,1', *extra)
   resumed = killed_then_resumed(cmd, workdir, workdir / 'seed0')
