@@ -57,19 +57,27 @@ def finished(tmp_path_factory):
   return workdir, model_bytes(workdir)
 
 
+def hold_lock(folder, name_it=False):
+  """Another process holding ``folder``'s lock (and, ``name_it``, naming itself in ``.lock``),
+  once it has it; kill it to release the lock."""
+  name = (f"json.dump({{'pid': os.getpid(), 'host': 'here', 'since': 'now', 'command': "
+          f"'run.py'}}, open(os.path.join({str(folder)!r}, '.lock'), 'w'))" if name_it else '')
+  holder = subprocess.Popen([sys.executable, '-c', textwrap.dedent(f'''
+      import fcntl, json, os, time
+      fd = os.open({str(folder)!r}, os.O_RDONLY)
+      fcntl.flock(fd, fcntl.LOCK_EX)
+      {name}
+      print('locked', flush=True)
+      time.sleep(120)''')], stdout=subprocess.PIPE, text=True)
+  assert holder.stdout.readline().strip() == 'locked'
+  return holder
+
+
 def test_a_second_writer_is_refused_and_a_killed_one_leaves_no_lock(finished, tmp_path):
   workdir = tmp_path / 'run'
   workdir.mkdir()
-  holder = subprocess.Popen([sys.executable, '-c', textwrap.dedent(f'''
-      import fcntl, json, os, sys, time
-      fd = os.open({str(workdir)!r}, os.O_RDONLY)
-      fcntl.flock(fd, fcntl.LOCK_EX)
-      with open(os.path.join({str(workdir)!r}, '.lock'), 'w') as f:
-        json.dump({{'pid': os.getpid(), 'host': 'here', 'since': 'now', 'command': 'run.py'}}, f)
-      print('locked', flush=True)
-      time.sleep(120)''')], stdout=subprocess.PIPE, text=True)
+  holder = hold_lock(workdir, name_it=True)
   try:
-    assert holder.stdout.readline().strip() == 'locked'
     before = snapshot(workdir)
     helpers.assert_one_line_error(run(workdir), 'is in use by process', str(holder.pid))
     assert snapshot(workdir) == before
@@ -323,14 +331,8 @@ def test_a_command_on_a_run_folder_of_a_running_command_is_refused(tmp_path):
   B come first, would be refused at B's folder)."""
   top = tmp_path / 'sweep'
   (top / 'seed1').mkdir(parents=True)
-  holder = subprocess.Popen([sys.executable, '-c', textwrap.dedent(f'''
-      import fcntl, os, time
-      fd = os.open({str(top / 'seed1')!r}, os.O_RDONLY)
-      fcntl.flock(fd, fcntl.LOCK_EX)
-      print('locked', flush=True)
-      time.sleep(120)''')], stdout=subprocess.PIPE, text=True)
+  holder = hold_lock(top / 'seed1')
   try:
-    assert holder.stdout.readline().strip() == 'locked'
     helpers.assert_one_line_error(run(top, '--seeds=1,2', rounds=1), 'seed1', 'is in use')
     assert sorted(os.listdir(top)) == ['seed1'] and not os.listdir(top / 'seed1')
   finally:
