@@ -1,0 +1,65 @@
+"""The unrolled Threefry-2x32 lowering on CPU: the same function as JAX's, one kernel."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.extend.random import threefry_2x32
+
+from fedjax_gel.core import threefry
+
+# Known-answer vectors of Threefry-2x32 with 20 rounds (Salmon et al. 2011, Random123's kat_vectors):
+# (key, counter, output).
+KAT = [((0x00000000, 0x00000000), (0x00000000, 0x00000000), (0x6b200159, 0x99ba4efe)),
+       ((0xffffffff, 0xffffffff), (0xffffffff, 0xffffffff), (0x1cb996fc, 0xbb002be7)),
+       ((0x13198a2e, 0x03707344), (0x243f6a88, 0x85a308d3), (0xc4923a9c, 0x483df7a0))]
+
+
+def numpy_threefry(key, x1, x2):
+  """A second implementation, in NumPy uint64 arithmetic reduced mod 2^32, written from the
+  paper's description (rounds, rotations, key schedule) rather than from ``core.threefry``."""
+  m = np.uint64(0xFFFFFFFF)
+  k = [np.uint64(key[0]), np.uint64(key[1])]
+  k.append(k[0] ^ k[1] ^ np.uint64(0x1BD11BDA))
+  x = [(x1.astype(np.uint64) + k[0]) & m, (x2.astype(np.uint64) + k[1]) & m]
+  rot = [13, 15, 26, 6, 17, 29, 16, 24]
+  for rnd in range(20):
+    r = np.uint64(rot[rnd % 8])
+    x[0] = (x[0] + x[1]) & m
+    x[1] = (((x[1] << r) | (x[1] >> (np.uint64(32) - r))) & m) ^ x[0]
+    if rnd % 4 == 3:
+      s = rnd // 4 + 1
+      x[0] = (x[0] + k[s % 3]) & m
+      x[1] = (x[1] + k[(s + 1) % 3] + np.uint64(s)) & m
+  return x[0].astype(np.uint32), x[1].astype(np.uint32)
+
+
+def test_known_answers_both_implementations():
+  for key, ctr, out in KAT:
+    u = lambda v: np.array([v], np.uint32)
+    got = threefry.threefry2x32(u(key[0]), u(key[1]), u(ctr[0]), u(ctr[1]))
+    assert (int(got[0][0]), int(got[1][0])) == out
+    ref = numpy_threefry(key, u(ctr[0]), u(ctr[1]))
+    assert (int(ref[0][0]), int(ref[1][0])) == out
+
+
+def test_registered_lowering_computes_threefry_in_one_loopless_program():
+  assert threefry.register_cpu_lowering()
+  rng = np.random.default_rng(0)
+  key = rng.integers(0, 2**32, 2, dtype=np.uint64).astype(np.uint32)
+  count = rng.integers(0, 2**32, 2000, dtype=np.uint64).astype(np.uint32)
+  fn = jax.jit(threefry_2x32)
+  got = np.asarray(fn(key, count))
+  ref = numpy_threefry(key, count[:1000], count[1000:])
+  np.testing.assert_array_equal(got, np.concatenate(ref))
+  if jax.default_backend() == 'cpu':
+    hlo = fn.lower(key, count).compile().as_text()
+    assert ' while(' not in hlo
+    # and so does every jax.random call lowered from now on
+    draws = jax.jit(lambda k: jax.random.randint(k, (50,), 0, 7))
+    assert ' while(' not in draws.lower(jax.random.key(0)).compile().as_text()
+    assert set(np.asarray(draws(jax.random.key(0))).tolist()) <= set(range(7))
+
+
+def test_registering_twice_is_harmless():
+  assert threefry.register_cpu_lowering() and threefry.register_cpu_lowering()
+  a = jax.random.bits(jax.random.key(5), (8,), jnp.uint32)
+  np.testing.assert_array_equal(a, jax.random.bits(jax.random.key(5), (8,), jnp.uint32))
