@@ -6,8 +6,9 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
-from fedjax_gel.models.tasks import CLASSIFICATION, Task, batch_mean, softmax_cross_entropy
+from fedjax_gel.models.tasks import CLASSIFICATION, Task, batch_mean
 
 Params = Any
 
@@ -92,7 +93,7 @@ def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
   (over the rows ``batch['mask']`` marks, if present)."""
   def loss(params, batch):
     logits = model.apply(params, batch['x'])
-    return masked_mean(softmax_cross_entropy(logits, batch['y']), batch)
+    return masked_mean(optax.softmax_cross_entropy_with_integer_labels(logits, batch['y']), batch)
   return loss
 
 

@@ -25,6 +25,7 @@ from typing import Callable, Iterable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 
 PAD = 0   # the padding token id of NEXT_TOKEN
 
@@ -100,19 +101,8 @@ def _ones(x):
   return jnp.ones(x.shape[:1], jnp.float32)
 
 
-def softmax_cross_entropy(logits, labels):
-  """``logsumexp(logits) - logits[label]`` over the last axis (optax's
-  ``softmax_cross_entropy_with_integer_labels``, equal up to float rounding), the label's
-  logit taken by a one-hot product: its gradient is elementwise and fuses into the step, where
-  the gradient of a gather is a scatter-add (on CPU a scatter and three index kernels in every
-  local step). Labels outside ``[0, classes)`` (refused when data is loaded) would count as
-  logit 0."""
-  onehot = jax.nn.one_hot(labels, logits.shape[-1], dtype=logits.dtype)
-  return jax.nn.logsumexp(logits, axis=-1) - jnp.sum(onehot * logits, axis=-1)
-
-
 def _ce(logits, y):
-  return softmax_cross_entropy(logits, y), _ones(y)
+  return optax.softmax_cross_entropy_with_integer_labels(logits, y), _ones(y)
 
 
 def _correct(logits, y):
@@ -126,7 +116,7 @@ def _squared_error(out, y):
 
 def _token_ce(logits, y):
   keep = (y != PAD).astype(jnp.float32)
-  ce = softmax_cross_entropy(logits, y)
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, y)
   return jnp.sum(keep * ce, axis=1), jnp.sum(keep, axis=1)
 
 

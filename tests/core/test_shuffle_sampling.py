@@ -196,16 +196,3 @@ def test_sample_cohort_with_a_spec_draws_the_documented_streams():
   ids, budgets = np.asarray(a.client_ids), np.asarray(a.budgets)
   assert ids.min() >= 0 and ids.max() < 40 and budgets.min() >= 2 and budgets.max() <= 9
   np.testing.assert_array_equal(a.weights, np.minimum(4 * budgets, np.asarray(counts)[ids]))
-
-
-def test_uniform_below_is_the_exact_high_word_of_the_product():
-  """``floor(bits span / 2^32)`` against NumPy's 64-bit product, extremes included."""
-  from fedjax_gel.core.shuffle import uniform_below
-  rng = np.random.default_rng(0)
-  bits = rng.integers(0, 2**32, 20_000, dtype=np.uint64)
-  span = rng.integers(1, 2**31, 20_000, dtype=np.uint64)
-  bits[:4], span[:4] = [0, 2**32 - 1, 2**32 - 1, 2**32 - 1], [1, 1, 2**31 - 1, 65]
-  got = np.asarray(uniform_below(jnp.asarray(bits.astype(np.uint32)),
-                                 jnp.asarray(span.astype(np.int32))))
-  np.testing.assert_array_equal(got.astype(np.uint64), (bits * span) >> np.uint64(32))
-  assert np.all(got.astype(np.uint64) < span)
