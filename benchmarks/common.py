@@ -105,6 +105,23 @@ def shakespeare_like_workload(num_clients: int, per_client: int, cpu_devices: in
                                  cpu_devices)
 
 
+def time_rounds(compiled, state, cohorts, data, root) -> list[float]:
+  """Seconds of each round ``1 .. len(cohorts) - 1`` of a compiled round function, after a
+  warm-up round on ``cohorts[0]`` (``block_until_ready``; the round index a NumPy int32, as
+  ``launch/run.py`` passes it)."""
+  import time  # pylint: disable=g-import-not-at-top
+
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  jax.block_until_ready(compiled(state, cohorts[0], data, root, np.int32(0)))
+  times = []
+  for r in range(1, len(cohorts)):
+    t = time.perf_counter()
+    jax.block_until_ready(compiled(state, cohorts[r], data, root, np.int32(r)))
+    times.append(time.perf_counter() - t)
+  return times
+
+
 def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
                  replace: bool) -> dict:
   """The round as ``launch/run.py`` sets it up for ``cohort`` clients of budget ``tau`` (or

@@ -25,11 +25,11 @@ import time
 
 
 def measure(repo: str, clients: int, rounds: int) -> dict:
-  """In this process: one round of ``repo``'s engine, timed (``repo`` is first on the path)."""
-  sys.path[:0] = [os.path.join(repo, 'benchmarks'), repo]
-  import common  # pylint: disable=g-import-not-at-top
+  """In this process: one round of ``repo``'s engine (``repo`` first on the path; the workload
+  and the timing are this checkout's ``benchmarks/common.py``), timed."""
+  sys.path.insert(0, repo)
+  import common  # pylint: disable=g-import-not-at-top   # this script's folder comes first
   _, data, _, loss, root, params = common.synthetic_workload(cpu_devices=1)
-  import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
@@ -42,12 +42,7 @@ def measure(repo: str, clients: int, rounds: int) -> dict:
   t = time.perf_counter()
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t
-  jax.block_until_ready(compiled(state, cohorts[0], data, root, np.int32(0)))
-  times = []
-  for r in range(1, rounds + 1):
-    t = time.perf_counter()
-    jax.block_until_ready(compiled(state, cohorts[r], data, root, np.int32(r)))
-    times.append(time.perf_counter() - t)
+  times = common.time_rounds(compiled, state, cohorts, data, root)
   return {'min_ms': min(times) * 1e3, 'median_ms': statistics.median(times) * 1e3,
           'compile_s': compile_s}
 

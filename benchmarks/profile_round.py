@@ -24,7 +24,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -61,12 +60,7 @@ def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, roun
   spec = sampling.CohortSpec(clients, (tau, tau), batch)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
-  jax.block_until_ready(compiled(state, cohorts[0], data, root, np.int32(0)))
-  times = []
-  for r in range(1, rounds + 1):
-    t = time.perf_counter()
-    jax.block_until_ready(compiled(state, cohorts[r], data, root, np.int32(r)))
-    times.append(time.perf_counter() - t)
+  times = common.time_rounds(compiled, state, cohorts, data, root)
   total, calls = collections.Counter(), collections.Counter()
   with tempfile.TemporaryDirectory() as trace_dir:
     with jax.profiler.trace(trace_dir):
