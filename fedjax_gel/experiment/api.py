@@ -254,9 +254,9 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
 def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
              phases: loop_lib.Phases) -> list[dict]:
   """``run``'s writes and training, once ``p`` is checked and the work directory locked."""
-  for w in dict.fromkeys([workdir, os.path.join(workdir, 'plots')] + p.workdirs):
-    if cluster.writes():
-      files.remove_temporaries(w)   # what a kill inside a write left
+  if cluster.writes():   # what a kill inside a write left
+    for w in dict.fromkeys([workdir, os.path.join(workdir, 'plots')] + p.workdirs):
+      files.remove_temporaries(w)
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
     if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
       workdir_lib.extend(w, x)

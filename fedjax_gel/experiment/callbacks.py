@@ -156,8 +156,9 @@ def group_state(loop, idx: list[int]):
 class Checkpointer(Callback):
   """Every ``every`` rounds (0: never), on Ctrl-C and after the last round, each work
   directory's runs (their states and bookkeeping) in one checkpoint (``experiment.checkpoint``);
-  a run alone that diverged keeps its last good one; among others it is saved with them. ``resume``: ``on_start`` continues from the
-  last round every work directory has a checkpoint of, with ``metrics.jsonl`` cut back to it."""
+  a run alone that diverged keeps its last good one; among others it is saved with them.
+  ``resume``: ``on_start`` continues from the last round every work directory has a checkpoint
+  of, with ``metrics.jsonl`` cut back to it."""
 
   META = ('runs',)
 

@@ -57,9 +57,9 @@ def remove_temporaries(folder: str):
   """Removes the temporary files of ``write_atomic`` that a kill left in ``folder``."""
   for name in os.listdir(folder) if os.path.isdir(folder) else ():
     path = os.path.join(folder, name)
-    if name.startswith('.') and name.endswith('.tmp') and not os.path.islink(path):
-      if os.path.isfile(path):
-        os.remove(path)
+    temporary = name.startswith('.') and name.endswith('.tmp')
+    if temporary and os.path.isfile(path) and not os.path.islink(path):
+      os.remove(path)
 
 
 def _open(path: str, flags: int, mode: str, **kwargs):

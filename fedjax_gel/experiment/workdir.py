@@ -71,12 +71,8 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   if overwrite or not os.path.exists(saved):
     check_workdir(workdir, overwrite)
     return 'new'
-  try:
-    with open(saved) as f:
-      before = json.load(f)
-  except (OSError, ValueError, RecursionError):
-    raise ConfigError(f'{saved} is unreadable; choose another --workdir or pass --overwrite'
-                      ) from None
+  before = read_json_as(saved, object, 'is unreadable; choose another --workdir or pass '
+                        '--overwrite')
   try:
     before = {**Config.from_json(before).flags(), **json_extras(before)}
   except (TypeError, ValueError, KeyError, AttributeError):   # AttributeError: not an object
@@ -255,11 +251,12 @@ def read_json(path: str) -> dict:
 
 
 def read_json_as(path: str, kind: type, problem: str):
-  """``path``'s JSON when it reads as a ``kind``; else a ConfigError: ``path`` and ``problem``."""
+  """``path``'s JSON when it reads as a ``kind`` (``object``: any JSON); else a ConfigError:
+  ``path`` and ``problem``."""
   try:
     value = read_json(path)
   except (OSError, ValueError, RecursionError):
-    value = None
+    raise ConfigError(f'{path} {problem}') from None
   if not isinstance(value, kind):
     raise ConfigError(f'{path} {problem}')
   return value

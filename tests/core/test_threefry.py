@@ -6,8 +6,8 @@ from jax.extend.random import threefry_2x32
 
 from fedjax_gel.core import threefry
 
-# Known-answer vectors of Threefry-2x32 with 20 rounds (Salmon et al. 2011, Random123's kat_vectors):
-# (key, counter, output).
+# Known-answer vectors of Threefry-2x32 with 20 rounds (Salmon et al. 2011, Random123's
+# kat_vectors): (key, counter, output).
 KAT = [((0x00000000, 0x00000000), (0x00000000, 0x00000000), (0x6b200159, 0x99ba4efe)),
        ((0xffffffff, 0xffffffff), (0xffffffff, 0xffffffff), (0x1cb996fc, 0xbb002be7)),
        ((0x13198a2e, 0x03707344), (0x243f6a88, 0x85a308d3), (0xc4923a9c, 0x483df7a0))]
