@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: the LEAF Synthetic, CNN and LSTM workloads, integer-list
-flags, output."""
+"""What the benchmark scripts share: the LEAF Synthetic, CNN and LSTM workloads, timing, a
+step's product FLOPs and the machine's matrix-product speed, integer-list flags, output."""
 from __future__ import annotations
 
 import json
@@ -120,6 +120,57 @@ def time_rounds(compiled, state, cohorts, data, root) -> list[float]:
     jax.block_until_ready(compiled(state, cohorts[r], data, root, np.int32(r)))
     times.append(time.perf_counter() - t)
   return times
+
+
+def product_flops(fn, *args) -> int:
+  """Floating-point operations of the matrix products and convolutions ``fn(*args)`` traces
+  (2 per multiply-add; a ``scan`` body counted ``length`` times, other nested programs once):
+  the arithmetic a step cannot avoid, counted from its jaxpr, since XLA's cost analysis
+  counts a loop's body once. Convolutions count every kernel tap, padding included."""
+  import math  # pylint: disable=g-import-not-at-top
+
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax.extend import core as jcore  # pylint: disable=g-import-not-at-top
+
+  def count(jaxpr, times):
+    total = 0
+    for eqn in jaxpr.eqns:
+      name, out = eqn.primitive.name, math.prod(eqn.outvars[0].aval.shape)
+      if name == 'dot_general':
+        (contract, _), _ = eqn.params['dimension_numbers']
+        lhs = eqn.invars[0].aval.shape
+        total += times * 2 * out * math.prod(lhs[i] for i in contract)
+      elif name == 'conv_general_dilated':
+        rhs, spec = eqn.invars[1].aval.shape, eqn.params['dimension_numbers'].rhs_spec
+        total += times * 2 * out * math.prod(rhs[i] for i in spec[1:])
+      inner = times * eqn.params['length'] if name == 'scan' else times
+      for value in eqn.params.values():
+        for sub in value if isinstance(value, (tuple, list)) else (value,):
+          if isinstance(sub, jcore.ClosedJaxpr):
+            total += count(sub.jaxpr, inner)
+          elif isinstance(sub, jcore.Jaxpr):
+            total += count(sub, inner)
+    return total
+
+  return count(jax.make_jaxpr(fn)(*args).jaxpr, 1)
+
+
+def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
+  """This machine's float32 matrix-product speed: GFLOP/s of the fastest of ``repeats``
+  jitted ``size x size x size`` products (XLA's library call, all of its threads)."""
+  import time  # pylint: disable=g-import-not-at-top
+
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+  dot = jax.jit(jnp.dot)
+  jax.block_until_ready(dot(a, a))
+  best = float('inf')
+  for _ in range(repeats):
+    t = time.perf_counter()
+    jax.block_until_ready(dot(a, a))
+    best = min(best, time.perf_counter() - t)
+  return 2 * size ** 3 / best / 1e9
 
 
 def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,

@@ -32,7 +32,11 @@ Before timing, one round of each side on clients holding exactly one batch each 
 so the data order cannot differ) checks that they compute our model: ``max abs diff``.
 Reported per cohort size: compile time, round time (median of ``--repeats`` rounds after a
 warm-up round, timed alternately, ``block_until_ready``), examples/s and
-``ratio = PyTorch round time / fedjax_gel round time``. ``--xla_layers`` builds our model
+``ratio = PyTorch round time / fedjax_gel round time``; and the roofline: the matrix-product
+FLOPs of one local step (``common.product_flops`` of the loss gradient at ``B`` examples, the
+same arithmetic on every side), each side's product GFLOP/s, this CPU's float32 matrix-product
+speed (``common.matmul_gflops``) and the share of it that 1.5x the loop's speed would take
+(above 1: not reachable in float32 on this machine, whatever the framework). ``--xla_layers`` builds our model
 without ``models.layers``: the CNN with XLA's own convolution and max pool, the LSTM with
 Flax's own ``nn.RNN(nn.OptimizedLSTMCell)`` (the comparisons in RESULTS.md).
 
@@ -283,6 +287,10 @@ def measure(model: str, cohorts: list[int], repeats: int, xla_layers: bool) -> l
   vmap_diff = check(s, ours, params, host, vmap_round, weights)
   print(f'one round (tau = 1, 20 clients): max abs diff {diff:.1e} to the PyTorch loop, '
         f'{vmap_diff:.1e} to torch.func.vmap', file=sys.stderr)
+  # The roofline: a local step's unavoidable products against this CPU's matrix-product speed.
+  step_flops = common.product_flops(jax.grad(loss), params,
+                                    {k: v[:s.batch] for k, v in data.examples.items()})
+  peak = common.matmul_gflops()
   generator = torch.Generator().manual_seed(0)
   rows = []
   for cohort in cohorts:
@@ -306,6 +314,7 @@ def measure(model: str, cohorts: list[int], repeats: int, xla_layers: bool) -> l
     ours_s, theirs_s = statistics.median(ours_t), statistics.median(theirs_t)
     vmap_s = statistics.median(vmap_t)
     examples = cohort * s.tau * s.batch
+    gflop = cohort * s.tau * step_flops / 1e9
     rows.append({
         'model': s.title, 'tau': s.tau, 'batch': s.batch, 'lr': s.lr, 'momentum': s.momentum,
         'cohort': cohort, 'devices': ran['devices'], 'chunk': ran['chunk'],
@@ -314,7 +323,11 @@ def measure(model: str, cohorts: list[int], repeats: int, xla_layers: bool) -> l
         'torch_round_s': theirs_s, 'fedjax_gel_examples_per_s': examples / ours_s,
         'torch_examples_per_s': examples / theirs_s, 'ratio': theirs_s / ours_s,
         'torch_vmap_round_s': vmap_s, 'torch_vmap_examples_per_s': examples / vmap_s,
-        'vmap_ratio': vmap_s / ours_s, 'max_abs_diff': diff, 'vmap_max_abs_diff': vmap_diff, 'torch': f'{torch.__version__}, {torch.get_num_threads()} threads',
+        'vmap_ratio': vmap_s / ours_s, 'max_abs_diff': diff, 'vmap_max_abs_diff': vmap_diff,
+        'torch': f'{torch.__version__}, {torch.get_num_threads()} threads',
+        'step_product_gflop': step_flops / 1e9, 'matmul_gflops': peak,
+        'fedjax_gel_gflops': gflop / ours_s, 'torch_gflops': gflop / theirs_s,
+        'torch_vmap_gflops': gflop / vmap_s,
         'device': f'{jax.devices()[0].platform}: {jax.devices()[0].device_kind}',
     })
     print(f'{cohort} clients: fedjax_gel {ours_s:.2f} s, PyTorch loop {theirs_s:.2f} s '
@@ -327,18 +340,22 @@ def table(rows: list[dict]) -> str:
   r = rows[0]
   out = [f'{r["model"]}, tau = {r["tau"]}, B = {r["batch"]}, lr {r["lr"]}, momentum '
          f'{r["momentum"]}; PyTorch {r["torch"]}; models after one round against ours: max abs '
-         f'diff {r["max_abs_diff"]:.1e} (loop), {r["vmap_max_abs_diff"]:.1e} (vmap)\n',
+         f'diff {r["max_abs_diff"]:.1e} (loop), {r["vmap_max_abs_diff"]:.1e} (vmap); matrix '
+         f'products {r["step_product_gflop"]:.3f} GFLOP a local step; this CPU\'s float32 '
+         f'matrix product (2048^3): {r["matmul_gflops"]:.0f} GFLOP/s\n',
          '| clients | layers | devices | chunk | fedjax_gel compile s | fedjax_gel round s | '
          'PyTorch loop round s | torch.func.vmap round s | fedjax_gel examples/s | '
-         'PyTorch loop examples/s | torch.func.vmap examples/s | loop / ours | vmap / ours |',
-         '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+         'PyTorch loop examples/s | torch.func.vmap examples/s | loop / ours | vmap / ours | '
+         'fedjax_gel GFLOP/s | loop GFLOP/s | 1.5x loop / matmul speed |',
+         '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in rows:
     out.append(f'| {r["cohort"]:,} | {r["layers"]} | {r["devices"]} | {r["chunk"]} | '
                f'{r["fedjax_gel_compile_s"]:.2f} | {r["fedjax_gel_round_s"]:.2f} | '
                f'{r["torch_round_s"]:.2f} | {r["torch_vmap_round_s"]:.2f} | '
                f'{r["fedjax_gel_examples_per_s"]:,.0f} | {r["torch_examples_per_s"]:,.0f} | '
                f'{r["torch_vmap_examples_per_s"]:,.0f} | {r["ratio"]:.2f} | '
-               f'{r["vmap_ratio"]:.2f} |')
+               f'{r["vmap_ratio"]:.2f} | {r["fedjax_gel_gflops"]:.0f} | '
+               f'{r["torch_gflops"]:.0f} | {1.5 * r["torch_gflops"] / r["matmul_gflops"]:.2f} |')
   return '\n'.join(out)
 
 
