@@ -1,13 +1,17 @@
-"""Federated datasets: LEAF JSON files (``leaf``), LEAF's Synthetic generator
+"""Federated datasets: LEAF data (``leaf``: the loader; ``leaf_files``: reading and writing LEAF
+JSON; ``leaf_preprocess``: LEAF's sampling and splits), LEAF's Synthetic generator
 (``leaf_synthetic``, imported by name: ``from fedjax_gel.data import leaf_synthetic``) and the
 registry of your own (``register_dataset``).
 
-The package imports only ``leaf`` so that ``python -m fedjax_gel.data.leaf_synthetic`` runs its
+The package imports only ``leaf`` and its two modules so that ``python -m fedjax_gel.data.leaf_synthetic`` runs its
 module once.
 """
 from fedjax_gel.data import leaf, registry
-from fedjax_gel.data.leaf import (DEFAULT_SPLIT_SEED, DataError, Sampling, num_train_samples,
-                                  read_leaf_json, split_by_sample, to_federated, write_leaf_json)
+from fedjax_gel.data.errors import DataError
+from fedjax_gel.data.leaf import to_federated
+from fedjax_gel.data.leaf_files import read_leaf_json, write_leaf_json
+from fedjax_gel.data.leaf_preprocess import (DEFAULT_SPLIT_SEED, Sampling, num_train_samples,
+                                             split_by_sample)
 from fedjax_gel.data.registry import register_dataset
 
 load_leaf = leaf.load

@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedjax_gel.core.federated_data import FederatedSplit
-from fedjax_gel.data.leaf import DEFAULT_SPLIT_SEED, split_by_sample, to_federated
+from fedjax_gel.data.leaf import to_federated
+from fedjax_gel.data.leaf_preprocess import DEFAULT_SPLIT_SEED, split_by_sample
 
 __all__ = ['DEFAULT_SEED', 'NUM_CLASSES', 'NUM_DIM', 'NUM_USERS', 'covariance_diagonal',
            'generate', 'load', 'sample_counts', 'to_leaf', 'user_names']
@@ -124,7 +125,7 @@ def user_names(num_users: int) -> list[str]:
 
 
 def to_leaf(clients: list[dict]) -> dict:
-  """Per-user dicts as a LEAF dict (users ``f_00000, ...``), e.g. for ``leaf.write_leaf_json``."""
+  """Per-user dicts as a LEAF dict (users ``f_00000, ...``), e.g. for ``leaf_files.write_leaf_json``."""
   users = user_names(len(clients))
   return {'users': users, 'num_samples': [len(c['y']) for c in clients],
           'user_data': dict(zip(users, clients))}
@@ -141,7 +142,7 @@ def load(
 ) -> FederatedSplit:
   """Generates the data and splits every user with LEAF's by-sample rule.
 
-  As ``leaf_synthetic.load``: ``leaf.split_by_sample(train_fraction, split_seed)``. The FedProx
+  As ``leaf_synthetic.load``: ``leaf_preprocess.split_by_sample(train_fraction, split_seed)``. The FedProx
   scripts shuffle with Python's unseeded ``random`` and keep the first ``int(0.9 n)``: the same
   train sizes (``n >= 50`` here), other samples. Examples are ``{'x': float32 [P, 60],
   'y': int32 [P]}``; clients are named ``f_00000, ...``.

@@ -27,7 +27,9 @@ from typing import Sequence
 import numpy as np
 
 from fedjax_gel.core.federated_data import FederatedSplit
-from fedjax_gel.data.leaf import DEFAULT_SPLIT_SEED, split_by_sample, to_federated, write_leaf_json
+from fedjax_gel.data.leaf import to_federated
+from fedjax_gel.data.leaf_files import write_leaf_json
+from fedjax_gel.data.leaf_preprocess import DEFAULT_SPLIT_SEED, split_by_sample
 
 __all__ = ['DEFAULT_SEED', 'generate', 'load', 'main', 'sample_counts', 'write_leaf_json']
 
@@ -134,7 +136,7 @@ def load(
   """Generates the data in memory and splits it with LEAF's by-sample rule.
 
   Examples are ``{'x': float32 [P, num_dim], 'y': int32 [P]}``. ``generate_kwargs`` go to
-  ``generate``; see ``leaf.split_by_sample`` for the split.
+  ``generate``; see ``leaf_preprocess.split_by_sample`` for the split.
   """
   data = generate(**generate_kwargs)
   return to_federated(*split_by_sample(data, train_fraction, split_seed))

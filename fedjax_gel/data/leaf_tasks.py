@@ -28,7 +28,10 @@ import warnings
 import numpy as np
 
 from fedjax_gel.core.federated_data import FederatedData, FederatedSplit
-from fedjax_gel.data.leaf import DEFAULT_SPLIT_SEED, DataError, PathLike, Sampling, load
+from fedjax_gel.data.errors import DataError
+from fedjax_gel.data.leaf import load
+from fedjax_gel.data.leaf_files import PathLike
+from fedjax_gel.data.leaf_preprocess import DEFAULT_SPLIT_SEED, Sampling
 
 LEAF_CHARS = ('\n !"&\'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}')
 TFF_CHARS = ('dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\naeimquyAEIMQUY]!%)'

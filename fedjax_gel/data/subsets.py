@@ -28,7 +28,7 @@ import tarfile
 import tempfile
 
 from fedjax_gel.data import cache
-from fedjax_gel.data.leaf import DataError
+from fedjax_gel.data.errors import DataError
 
 PREFIX = 'subset:'
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'subsets')

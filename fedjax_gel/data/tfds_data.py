@@ -24,7 +24,7 @@ import numpy as np
 
 from fedjax_gel.core.federated_data import FederatedData, FederatedSplit
 from fedjax_gel.data import partition as partition_lib
-from fedjax_gel.data.leaf import DataError
+from fedjax_gel.data.errors import DataError
 
 __all__ = ['DATASETS', 'data_source', 'load', 'load_cifar10', 'load_cifar100', 'load_emnist',
            'load_mnist', 'prepare_command', 'read_source', 'read_split']

@@ -287,7 +287,7 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
       return fail(f'--compilation_cache={values.compilation_cache}: cannot use it as the '
                   f'compilation cache ({e.strerror or e})')
     print(f'note: no compilation cache ({e.strerror or e}); every program is compiled afresh')
-  from fedjax_gel.data.leaf import DataError  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.data.errors import DataError  # pylint: disable=g-import-not-at-top
   phases = api.loop_lib.Phases(imports=time.perf_counter() - start if start else 0.)
   try:
     config, sweep = from_flags(values)

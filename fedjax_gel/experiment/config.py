@@ -20,7 +20,7 @@ import numpy as np
 from fedjax_gel.core.spec import (INT32_MAX, AlgorithmSpec, NoHparams, at_least, flag_name,
                                   hparam, int_range, one_of, positive, problems, within)
 from fedjax_gel.data import registry as data_registry
-from fedjax_gel.data.leaf import SAMPLINGS, Sampling
+from fedjax_gel.data.leaf_preprocess import SAMPLINGS, Sampling
 
 DATASETS = data_registry.BUILTIN
 # Datasets read through TFDS data sources (--data_dir), split with --partition.
@@ -127,7 +127,7 @@ class DataConfig:
 
   @property
   def sampling(self):
-    """LEAF's sampling and user filter of raw files (``data.leaf.Sampling``)."""
+    """LEAF's sampling and user filter of raw files (``data.leaf_preprocess.Sampling``)."""
     return Sampling(self.leaf_sample, self.leaf_fraction, self.leaf_iid_users,
                     self.leaf_min_samples, self.split_seed)
 

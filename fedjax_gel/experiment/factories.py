@@ -52,14 +52,16 @@ def load_split(c: Config) -> federated_data.FederatedSplit:
   if d.dataset in data_registry.LOADERS:
     return registered_split(d)
   if d.dataset in ('leaf_synthetic', 'fedprox_synthetic'):   # generated: cached on disk
-    from fedjax_gel.data import cache, fedprox_synthetic, leaf, leaf_synthetic
+    from fedjax_gel.data import cache, fedprox_synthetic, leaf, leaf_files, leaf_preprocess
+    from fedjax_gel.data import leaf_synthetic
     split = dict(train_fraction=d.train_fraction, split_seed=d.split_seed)
+    splitting = (leaf_preprocess, leaf_files, leaf)   # the split, the checks, the pools
     if d.dataset == 'leaf_synthetic':
-      return cache.cached_split(d.dataset, split, (leaf_synthetic, leaf),
+      return cache.cached_split(d.dataset, split, (leaf_synthetic, *splitting),
                                 lambda: leaf_synthetic.load(**split))
     settings = dict(alpha=d.fedprox_alpha, beta=d.fedprox_beta, iid=d.fedprox_iid, **split)
     return cache.cached_split(
-        d.dataset, settings, (fedprox_synthetic, leaf),
+        d.dataset, settings, (fedprox_synthetic, *splitting),
         lambda: fedprox_synthetic.load(d.fedprox_alpha, d.fedprox_beta, d.fedprox_iid, **split))
   if d.dataset in config_lib.TFDS_DATASETS:
     from fedjax_gel.data import tfds_data

@@ -8,7 +8,7 @@ import pytest
 
 from fedjax_gel.core.federated_data import FederatedSplit, client_examples
 from fedjax_gel.data import fedprox_synthetic as fs
-from fedjax_gel.data import leaf
+from fedjax_gel.data import leaf_files, leaf_preprocess
 
 SUBSET = (pathlib.Path(__file__).resolve().parents[2].parent / 'shared' / 'data' / 'leaf' /
           'fedprox_synthetic_1_1_subset.json')
@@ -165,7 +165,7 @@ def test_load_gives_federated_split():
   assert split.train.client_names == tuple(f'f_{k:05d}' for k in range(30))
   assert split.test.client_names == split.train.client_names
   counts = np.array([len(c['y']) for c in clients])
-  expected_train = np.array([leaf.num_train_samples(n, 0.9) for n in counts])
+  expected_train = np.array([leaf_preprocess.num_train_samples(n, 0.9) for n in counts])
   np.testing.assert_array_equal(split.train.counts, expected_train)
   np.testing.assert_array_equal(split.test.counts, counts - expected_train)
   assert split.train.examples['x'].dtype == np.float32
@@ -184,8 +184,8 @@ def test_load_gives_federated_split():
 def test_to_leaf_round_trip(tmp_path):
   clients = fs.generate(0.5, 0.5, num_users=4, seed=1)
   path = tmp_path / 'data.json'
-  leaf.write_leaf_json(fs.to_leaf(clients), path)
-  back = leaf.read_leaf_json(path)
+  leaf_files.write_leaf_json(fs.to_leaf(clients), path)
+  back = leaf_files.read_leaf_json(path)
   assert back['users'] == ['f_00000', 'f_00001', 'f_00002', 'f_00003']
   for u, c in zip(back['users'], clients):
     np.testing.assert_allclose(back['user_data'][u]['x'], c['x'])
@@ -195,7 +195,7 @@ def test_to_leaf_round_trip(tmp_path):
 @pytest.mark.skipif(not SUBSET.is_file(),
                     reason=f'shipped FedProx file not found at {SUBSET} (../shared/data/leaf)')
 def test_shipped_fedprox_1_1_subset_is_consistent():
-  data = leaf.read_leaf_json(SUBSET)
+  data = leaf_files.read_leaf_json(SUBSET)
   assert data['users'] == fs.user_names(30)
   xs = [data['user_data'][u]['x'] for u in data['users']]
   ys = [data['user_data'][u]['y'] for u in data['users']]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_gel.core.federated_data import FederatedSplit, client_examples
-from fedjax_gel.data import leaf
+from fedjax_gel.data import errors, leaf, leaf_files, leaf_preprocess
 from fedjax_gel.data import leaf_synthetic
 
 LEAF_DIR = pathlib.Path(__file__).resolve().parents[2].parent / 'shared' / 'data' / 'leaf'
@@ -64,13 +64,13 @@ def write_json(path, obj):
 @pytest.mark.parametrize('n,expected', [(2, (1, 1)), (3, (2, 1)), (5, (4, 1)), (10, (9, 1)),
                                         (11, (9, 2)), (20, (18, 2))])
 def test_train_sizes_hand_computed(n, expected):
-  train, test = leaf.split_by_sample(indexed_data([n]), 0.9)
+  train, test = leaf_preprocess.split_by_sample(indexed_data([n]), 0.9)
   assert (train['num_samples'][0], test['num_samples'][0]) == expected
-  assert (leaf.num_train_samples(n, 0.9), n - leaf.num_train_samples(n, 0.9)) == expected
+  assert (leaf_preprocess.num_train_samples(n, 0.9), n - leaf_preprocess.num_train_samples(n, 0.9)) == expected
 
 
 def test_small_users_dropped():
-  train, test = leaf.split_by_sample(indexed_data([5, 1, 0, 2]), 0.9)
+  train, test = leaf_preprocess.split_by_sample(indexed_data([5, 1, 0, 2]), 0.9)
   assert train['users'] == test['users'] == ['0', '3']
   assert set(train['user_data']) == set(test['user_data']) == {'0', '3'}
   assert train['num_samples'] == [4, 1] and test['num_samples'] == [1, 1]
@@ -79,7 +79,7 @@ def test_small_users_dropped():
 def test_partition_disjoint_and_in_original_order():
   sizes = [2, 3, 7, 10, 31, 100]
   data = indexed_data(sizes)
-  train, test = leaf.split_by_sample(data, 0.75, seed=4)
+  train, test = leaf_preprocess.split_by_sample(data, 0.75, seed=4)
   for u, n in zip(data['users'], sizes):
     tr, te = list(train['user_data'][u]['y']), list(test['user_data'][u]['y'])
     assert tr == sorted(tr) and te == sorted(te)
@@ -92,7 +92,7 @@ def test_partition_disjoint_and_in_original_order():
 def test_split_matches_leaf_loop_with_one_shared_rng():
   data = indexed_data([5, 1, 2, 40, 13, 7, 2, 100])
   ref_train, ref_test = leaf_split_reference(data, 0.9, seed=17)
-  train, test = leaf.split_by_sample(data, 0.9, seed=17)
+  train, test = leaf_preprocess.split_by_sample(data, 0.9, seed=17)
   assert train['users'] == list(ref_train)
   for u in ref_train:
     assert list(train['user_data'][u]['y']) == ref_train[u]
@@ -102,7 +102,7 @@ def test_split_matches_leaf_loop_with_one_shared_rng():
 def test_split_matches_leaf_loop_on_synthetic_arrays():
   data = leaf_synthetic.generate(num_users=40, num_dim=5, seed=2)
   ref_train, _ = leaf_split_reference(data, 0.9, seed=99)
-  train, test = leaf.split_by_sample(data, 0.9, seed=99)
+  train, test = leaf_preprocess.split_by_sample(data, 0.9, seed=99)
   for u in ref_train:
     np.testing.assert_array_equal(train['user_data'][u]['y'], ref_train[u])
     n_tr = len(train['user_data'][u]['y'])
@@ -111,9 +111,9 @@ def test_split_matches_leaf_loop_on_synthetic_arrays():
 
 def test_same_seed_same_split_other_seed_differs():
   data = indexed_data([50] * 10)
-  a, _ = leaf.split_by_sample(data, 0.9, seed=1)
-  b, _ = leaf.split_by_sample(data, 0.9, seed=1)
-  c, _ = leaf.split_by_sample(data, 0.9, seed=2)
+  a, _ = leaf_preprocess.split_by_sample(data, 0.9, seed=1)
+  b, _ = leaf_preprocess.split_by_sample(data, 0.9, seed=1)
+  c, _ = leaf_preprocess.split_by_sample(data, 0.9, seed=2)
   ys = lambda d: [list(d['user_data'][u]['y']) for u in d['users']]
   assert ys(a) == ys(b)
   assert ys(a) != ys(c)
@@ -121,14 +121,14 @@ def test_same_seed_same_split_other_seed_differs():
 
 def test_default_seed_is_shared_constant():
   data = indexed_data([30, 30])
-  a, _ = leaf.split_by_sample(data)
-  b, _ = leaf.split_by_sample(data, 0.9, seed=leaf.DEFAULT_SPLIT_SEED)
+  a, _ = leaf_preprocess.split_by_sample(data)
+  b, _ = leaf_preprocess.split_by_sample(data, 0.9, seed=leaf_preprocess.DEFAULT_SPLIT_SEED)
   assert [list(a['user_data'][u]['y']) for u in a['users']] == [
       list(b['user_data'][u]['y']) for u in b['users']]
 
 
 def test_split_by_position():
-  train, test = leaf.split_by_sample(indexed_data([10, 2, 1]), 0.8, seed=3, by_position=True)
+  train, test = leaf_preprocess.split_by_sample(indexed_data([10, 2, 1]), 0.8, seed=3, by_position=True)
   assert train['users'] == ['0', '1']
   assert list(train['user_data']['0']['y']) == list(range(8))
   assert list(test['user_data']['0']['y']) == [8, 9]
@@ -136,20 +136,20 @@ def test_split_by_position():
 
 
 def test_split_keeps_hierarchies_of_kept_users():
-  train, test = leaf.split_by_sample(indexed_data([4, 1, 3], hierarchies=True), 0.9)
+  train, test = leaf_preprocess.split_by_sample(indexed_data([4, 1, 3], hierarchies=True), 0.9)
   assert train['hierarchies'] == test['hierarchies'] == ['h0', 'h2']
 
 
 def test_split_rejects_bad_fraction():
   with pytest.raises(ValueError, match='train_fraction'):
-    leaf.split_by_sample(indexed_data([4]), 1.5)
+    leaf_preprocess.split_by_sample(indexed_data([4]), 1.5)
 
 
 # --------------------------------------------------------------------------- to_federated / load
 
 
 def test_to_federated_users_in_both_and_dtypes():
-  train, test = leaf.split_by_sample(indexed_data([6, 4, 9]), 0.5, seed=0)
+  train, test = leaf_preprocess.split_by_sample(indexed_data([6, 4, 9]), 0.5, seed=0)
   del test['user_data']['1']
   test['users'].remove('1')
   split = leaf.to_federated(train, test)
@@ -165,9 +165,9 @@ def test_to_federated_users_in_both_and_dtypes():
 def test_load_single_file_splits(tmp_path):
   data = leaf_synthetic.generate(num_users=15, num_dim=3, seed=4)
   path = tmp_path / 'all_data' / 'data.json'
-  leaf.write_leaf_json(data, path)
+  leaf_files.write_leaf_json(data, path)
   split = leaf.load(path, 0.9, seed=8)
-  expected = leaf.to_federated(*leaf.split_by_sample(data, 0.9, seed=8))
+  expected = leaf.to_federated(*leaf_preprocess.split_by_sample(data, 0.9, seed=8))
   for a, b in ((split.train, expected.train), (split.test, expected.test)):
     np.testing.assert_array_equal(a.counts, b.counts)
     np.testing.assert_array_equal(a.examples['x'], b.examples['x'])
@@ -178,14 +178,14 @@ def test_load_single_file_splits(tmp_path):
 
 def test_load_train_test_directories(tmp_path):
   data = leaf_synthetic.generate(num_users=12, num_dim=3, seed=6)
-  train, test = leaf.split_by_sample(data, 0.8, seed=1)
+  train, test = leaf_preprocess.split_by_sample(data, 0.8, seed=1)
   users = train['users']
   part = lambda d, us: {'users': us, 'num_samples': [len(d['user_data'][u]['y']) for u in us],
                         'user_data': {u: d['user_data'][u] for u in us}}
   # Train over two files (read in name order); test in one file with the users reversed.
-  leaf.write_leaf_json(part(train, users[6:]), tmp_path / 'train' / 'b_train.json')
-  leaf.write_leaf_json(part(train, users[:6]), tmp_path / 'train' / 'a_train.json')
-  leaf.write_leaf_json(part(test, users[::-1]), tmp_path / 'test' / 'data_test.json')
+  leaf_files.write_leaf_json(part(train, users[6:]), tmp_path / 'train' / 'b_train.json')
+  leaf_files.write_leaf_json(part(train, users[:6]), tmp_path / 'train' / 'a_train.json')
+  leaf_files.write_leaf_json(part(test, users[::-1]), tmp_path / 'test' / 'data_test.json')
   split = leaf.load(tmp_path)
   assert split.train.client_names == tuple(users)
   expected = leaf.to_federated(train, test)
@@ -201,7 +201,7 @@ def test_read_merges_files_and_hierarchies(tmp_path):
        'user_data': {'x': {'x': [[1.0, 2.0]], 'y': [4.0]}}}
   write_json(tmp_path / 'z.json', a)
   write_json(tmp_path / 'b.json', b)
-  merged = leaf.read_leaf_json([tmp_path / 'z.json', tmp_path / 'b.json'])
+  merged = leaf_files.read_leaf_json([tmp_path / 'z.json', tmp_path / 'b.json'])
   assert merged['users'] == ['x', '0', '1']
   assert merged['num_samples'] == [1, 3, 2]
   assert merged['hierarchies'] == ['hx', 'h0', 'h1']
@@ -211,15 +211,15 @@ def test_read_merges_files_and_hierarchies(tmp_path):
 def test_read_rejects_duplicate_users(tmp_path):
   write_json(tmp_path / 'a.json', indexed_data([2]))
   write_json(tmp_path / 'b.json', indexed_data([3]))
-  with pytest.raises(leaf.DataError, match='b.json'):
-    leaf.read_leaf_json(tmp_path)
+  with pytest.raises(errors.DataError, match='b.json'):
+    leaf_files.read_leaf_json(tmp_path)
 
 
 def test_read_ignores_user_data_of_unlisted_users(tmp_path):
   data = indexed_data([3, 4])
   data['user_data']['dropped'] = {'x': [], 'y': []}  # as LEAF's split output leaves them
   write_json(tmp_path / 'd.json', data)
-  assert set(leaf.read_leaf_json(tmp_path / 'd.json')['user_data']) == {'0', '1'}
+  assert set(leaf_files.read_leaf_json(tmp_path / 'd.json')['user_data']) == {'0', '1'}
 
 
 def test_string_features_and_labels_kept(tmp_path):
@@ -299,7 +299,7 @@ def _missing_user(d):
 ])
 def test_malformed_content_raises_data_error(tmp_path, corrupt, phrase):
   path = write_json(tmp_path / 'bad.json', corrupt(valid_file()))
-  with pytest.raises(leaf.DataError) as e:
+  with pytest.raises(errors.DataError) as e:
     leaf.load(path)
   msg = str(e.value)
   assert str(path) in msg and phrase in msg, msg
@@ -308,31 +308,31 @@ def test_malformed_content_raises_data_error(tmp_path, corrupt, phrase):
 
 def test_missing_file_and_bad_json(tmp_path):
   missing = tmp_path / 'nope.json'
-  with pytest.raises(leaf.DataError, match='nope.json'):
+  with pytest.raises(errors.DataError, match='nope.json'):
     leaf.load(missing)
-  with pytest.raises(leaf.DataError, match='nope.json: no such file'):
-    leaf.read_leaf_json(missing)
+  with pytest.raises(errors.DataError, match='nope.json: no such file'):
+    leaf_files.read_leaf_json(missing)
   bad = tmp_path / 'bad.json'
   bad.write_text('{"users": [')
-  with pytest.raises(leaf.DataError) as e:
-    leaf.read_leaf_json(bad)
+  with pytest.raises(errors.DataError) as e:
+    leaf_files.read_leaf_json(bad)
   assert str(bad) in str(e.value) and 'not valid JSON' in str(e.value)
   listed = tmp_path / 'list.json'
   listed.write_text('[1, 2]')
-  with pytest.raises(leaf.DataError, match='list.json: expected a JSON object'):
-    leaf.read_leaf_json(listed)
+  with pytest.raises(errors.DataError, match='list.json: expected a JSON object'):
+    leaf_files.read_leaf_json(listed)
 
 
 def test_data_error_is_value_error():
-  assert issubclass(leaf.DataError, ValueError)
+  assert issubclass(errors.DataError, ValueError)
 
 
 def test_inconsistent_feature_shapes_across_files(tmp_path):
   write_json(tmp_path / 'a.json', indexed_data([2]))
   write_json(tmp_path / 'b.json', {'users': ['z'], 'num_samples': [2],
                                    'user_data': {'z': {'x': [[1.0], [2.0]], 'y': [0, 1]}}})
-  with pytest.raises(leaf.DataError, match="b.json: user 'z' has features of shape"):
-    leaf.read_leaf_json(tmp_path)
+  with pytest.raises(errors.DataError, match="b.json: user 'z' has features of shape"):
+    leaf_files.read_leaf_json(tmp_path)
 
 
 # --------------------------------------------------------------------------- real LEAF files
@@ -341,7 +341,7 @@ def test_inconsistent_feature_shapes_across_files(tmp_path):
 @needs_leaf_files
 def test_real_fedprox_synthetic_file():
   path = LEAF_DIR / 'fedprox_synthetic_1_1_subset.json'
-  data = leaf.read_leaf_json(path)
+  data = leaf_files.read_leaf_json(path)
   assert len(data['users']) == 30
   assert sum(data['num_samples']) == 1084
   y = np.concatenate([data['user_data'][u]['y'] for u in data['users']])
@@ -363,7 +363,7 @@ def test_real_fedprox_synthetic_file():
 @needs_leaf_files
 def test_real_shakespeare_file():
   path = LEAF_DIR / 'shakespeare_niid_keep100_subset.json'
-  data = leaf.read_leaf_json(path)
+  data = leaf_files.read_leaf_json(path)
   assert len(data['users']) == 109
   assert sum(data['num_samples']) == 16_507
   u = data['users'][0]
@@ -377,7 +377,7 @@ def test_real_shakespeare_file():
   assert split.train.examples['x'].dtype.kind == 'U'
   name = split.train.client_names[0]
   n_train = int(split.train.counts[0])
-  assert n_train == leaf.num_train_samples(len(data['user_data'][name]['y']), 0.8)
+  assert n_train == leaf_preprocess.num_train_samples(len(data['user_data'][name]['y']), 0.8)
   np.testing.assert_array_equal(client_examples(split.train, 0)['x'],
                                 data['user_data'][name]['x'][:n_train])
   np.testing.assert_array_equal(client_examples(split.test, 0)['y'],
@@ -389,4 +389,4 @@ def test_package_exports():
   for name in data.__all__:
     assert getattr(data, name) is not None, name
   assert data.load_leaf is leaf.load
-  assert leaf_synthetic.DEFAULT_SEED == leaf.DEFAULT_SPLIT_SEED == 931231
+  assert leaf_synthetic.DEFAULT_SEED == leaf_preprocess.DEFAULT_SPLIT_SEED == 931231

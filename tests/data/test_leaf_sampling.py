@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from fedjax_gel.data import leaf
+from fedjax_gel.data import errors, leaf, leaf_files, leaf_preprocess
 
 
 def file_data(first: int, sizes, hierarchies=False):
@@ -99,14 +99,14 @@ def written(tmp_path):
   """FILES as LEAF JSON files (names in order) read back as the module reads them."""
   for i, data in enumerate(FILES):
     (tmp_path / f'all_data_{i}.json').write_text(json.dumps(data))
-  return [leaf.read_leaf_json(tmp_path / f'all_data_{i}.json') for i in range(len(FILES))]
+  return [leaf_files.read_leaf_json(tmp_path / f'all_data_{i}.json') for i in range(len(FILES))]
 
 
 @pytest.mark.parametrize('fraction,k', [(0.05, -1), (0.3, 0), (0.5, 2), (0.99, 5), (1.0, 0)])
 @pytest.mark.parametrize('seed', [0, 7])
 def test_niid_and_filter_match_leaf_rules(tmp_path, fraction, k, seed):
   parts = written(tmp_path)
-  got = as_lists(leaf.preprocess(parts, leaf.Sampling('niid', fraction, min_samples=k,
+  got = as_lists(leaf_preprocess.preprocess(parts, leaf_preprocess.Sampling('niid', fraction, min_samples=k,
                                                       seed=seed)))
   rng, want = random.Random(seed), []
   for data in FILES:
@@ -121,13 +121,13 @@ def test_niid_and_filter_match_leaf_rules(tmp_path, fraction, k, seed):
 @pytest.mark.parametrize('fraction,users', [(0.5, 0.3), (0.2, 0.01), (1.0, 1.0)])
 def test_iid_matches_leaf_rules(tmp_path, fraction, users):
   parts = written(tmp_path)
-  got = as_lists(leaf.preprocess(parts, leaf.Sampling('iid', fraction, users, seed=3)))
+  got = as_lists(leaf_preprocess.preprocess(parts, leaf_preprocess.Sampling('iid', fraction, users, seed=3)))
   rng, want, first = random.Random(3), [], 0
   for data in FILES:
     want.append(reference_iid(data, fraction, users, rng, first))
     first += len(want[-1]['users'])
   assert got == want
-  x = leaf.preprocess(parts, leaf.Sampling('iid', fraction, users, seed=3))[0]['user_data']
+  x = leaf_preprocess.preprocess(parts, leaf_preprocess.Sampling('iid', fraction, users, seed=3))[0]['user_data']
   for u, d in x.items():   # features travel with their labels: y = 100 x[0] + x[1]
     np.testing.assert_array_equal(100 * np.asarray(d['x'])[:, 0] + np.asarray(d['x'])[:, 1],
                                   d['y'])
@@ -137,9 +137,9 @@ def test_load_samples_each_raw_file_then_splits(tmp_path):
   """load() on LEAF's raw all_data: sampled per file, filtered, merged, split by sample; the
   same seed gives the same subsets, another seed others."""
   written(tmp_path)
-  sampling = leaf.Sampling('niid', 0.5, min_samples=2, seed=11)
+  sampling = leaf_preprocess.Sampling('niid', 0.5, min_samples=2, seed=11)
   split = leaf.load(tmp_path, sampling=sampling)
-  kept = [u for p in leaf.preprocess(written(tmp_path), sampling) for u in p['users']]
+  kept = [u for p in leaf_preprocess.preprocess(written(tmp_path), sampling) for u in p['users']]
   assert list(split.train.client_names) == kept
   again = leaf.load(tmp_path, sampling=sampling)
   np.testing.assert_array_equal(split.train.examples['y'], again.train.examples['y'])
@@ -152,10 +152,10 @@ def test_sampling_split_directories_or_everything_is_refused(tmp_path):
   for side in ('train', 'test'):
     (tmp_path / side).mkdir()
     (tmp_path / side / 'a.json').write_text(json.dumps(FILES[0]))
-  with pytest.raises(leaf.DataError, match='raw all_data'):
-    leaf.load(tmp_path, sampling=leaf.Sampling(min_samples=0))
+  with pytest.raises(errors.DataError, match='raw all_data'):
+    leaf.load(tmp_path, sampling=leaf_preprocess.Sampling(min_samples=0))
   raw = tmp_path / 'raw'
   raw.mkdir()
   (raw / 'a.json').write_text(json.dumps(FILES[0]))
-  with pytest.raises(leaf.DataError, match='no user left'):
-    leaf.load(raw, sampling=leaf.Sampling(min_samples=1000))
+  with pytest.raises(errors.DataError, match='no user left'):
+    leaf.load(raw, sampling=leaf_preprocess.Sampling(min_samples=1000))

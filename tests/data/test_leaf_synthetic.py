@@ -9,7 +9,7 @@ import pytest
 from scipy.special import softmax
 
 from fedjax_gel.core.federated_data import FederatedSplit
-from fedjax_gel.data import leaf
+from fedjax_gel.data import leaf_files, leaf_preprocess
 from fedjax_gel.data import leaf_synthetic
 
 
@@ -86,7 +86,7 @@ def test_default_counts(default_data):
 
 
 def test_default_split_counts(default_data):
-  train, test = leaf.split_by_sample(default_data, 0.9)
+  train, test = leaf_preprocess.split_by_sample(default_data, 0.9)
   assert sum(train['num_samples']) == 96_374
   assert sum(test['num_samples']) == 107_553 - 96_374
   assert np.median(train['num_samples']) == 22.5
@@ -179,7 +179,7 @@ def test_json_round_trip(tmp_path):
   assert isinstance(raw['user_data']['0']['x'], list)
   assert isinstance(raw['user_data']['0']['x'][0][0], float)
   assert isinstance(raw['user_data']['0']['y'][0], int)
-  back = leaf.read_leaf_json(path)
+  back = leaf_files.read_leaf_json(path)
   assert back['users'] == data['users']
   assert back['num_samples'] == data['num_samples']
   for u in data['users']:
@@ -197,7 +197,7 @@ def test_cli_writes_all_data_json(tmp_path, capsys):
   printed = capsys.readouterr().out.strip().splitlines()
   assert len(printed) == 1 and str(path) in printed[0] and '7 users' in printed[0]
   expected = leaf_synthetic.generate(num_users=7, num_classes=3, num_dim=4, seed=11)
-  got = leaf.read_leaf_json(path)
+  got = leaf_files.read_leaf_json(path)
   assert got['num_samples'] == expected['num_samples']
   assert f'{sum(expected["num_samples"])} samples' in printed[0]
   np.testing.assert_array_equal(got['user_data']['6']['y'], expected['user_data']['6']['y'])
@@ -207,7 +207,7 @@ def test_cli_legacy_flag(tmp_path):
   out = tmp_path / 'legacy'
   leaf_synthetic.main(['--out', str(out), '--num_users', '5', '--num_dim', '4',
                        '--legacy_column_softmax'])
-  got = leaf.read_leaf_json(os.path.join(out, 'all_data', 'data.json'))
+  got = leaf_files.read_leaf_json(os.path.join(out, 'all_data', 'data.json'))
   expected = leaf_synthetic.generate(num_users=5, num_dim=4, legacy_column_softmax=True)
   for u in expected['users']:
     np.testing.assert_array_equal(got['user_data'][u]['y'], expected['user_data'][u]['y'])

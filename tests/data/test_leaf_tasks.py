@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fedjax_gel.core.federated_data import client_examples
-from fedjax_gel.data import leaf, leaf_tasks
+from fedjax_gel.data import errors, leaf, leaf_files, leaf_preprocess, leaf_tasks
 
 LEAF_DIR = pathlib.Path(__file__).resolve().parents[2].parent / 'shared' / 'data' / 'leaf'
 SHAKESPEARE = LEAF_DIR / 'shakespeare_niid_keep100_subset.json'
@@ -55,11 +55,11 @@ def test_shakespeare_position_split_skips_79_samples_and_drops_users_without_tes
 
 
 def test_shakespeare_rejects_numbers_and_ragged_strings(tmp_path):
-  with pytest.raises(leaf.DataError, match='must be strings'):
+  with pytest.raises(errors.DataError, match='must be strings'):
     leaf_tasks.load_shakespeare(write(tmp_path / 'n.json', {'u': ([[1.0]] * 200, [1] * 200)}),
                                 gap=0)
   ragged = (['a' * 80] * 100 + ['b' * 79] * 100, ['c'] * 200)
-  with pytest.raises(leaf.DataError, match='79 to 80 characters') as e:
+  with pytest.raises(errors.DataError, match='79 to 80 characters') as e:
     leaf_tasks.load_shakespeare(write(tmp_path / 'r.json', {'u': ragged}), gap=0)
   assert '\n' not in str(e.value)
 
@@ -72,7 +72,7 @@ def test_real_shakespeare_subset_as_ids():
   assert split.train.examples['x'].dtype == np.int32
   for pool in split:   # every character of the subset is in LEAF's vocabulary
     assert pool.examples['x'].max() < 80 and pool.examples['y'].max() < 80
-  raw = leaf.read_leaf_json(SHAKESPEARE)
+  raw = leaf_files.read_leaf_json(SHAKESPEARE)
   u = split.train.client_names[0]
   first = client_examples(split.train, 0)
   assert ''.join(leaf_tasks.LEAF_CHARS[i] for i in first['x'][0]) == raw['user_data'][u]['x'][0]
@@ -94,7 +94,7 @@ def sent140_file(tmp_path, labels):
 def test_sent140_bag_of_words_and_tokens_from_training_words(tmp_path):
   path = sent140_file(tmp_path, ['0', '4', '4', '0', '4', '0', '0', '4'])
   bow = leaf_tasks.load_sent140(path, 'bow', vocab_size=3, train_fraction=0.5, seed=1)
-  train_part = leaf.split_by_sample(leaf.read_leaf_json(path), 0.5, 1)[0]['user_data']
+  train_part = leaf_preprocess.split_by_sample(leaf_files.read_leaf_json(path), 0.5, 1)[0]['user_data']
   train_texts = [x[-1] for u in bow.train.client_names for x in train_part[u]['x']]
   vocab = leaf_tasks.word_vocabulary(train_texts, 3)
   assert sorted(vocab.values()) == [1, 2, 3]
@@ -117,7 +117,7 @@ def test_sent140_bag_of_words_and_tokens_from_training_words(tmp_path):
 def test_sent140_labels(tmp_path):
   np.testing.assert_array_equal(leaf_tasks.sentiment_labels(np.array(['0', '4']), 'f'), [0, 1])
   np.testing.assert_array_equal(leaf_tasks.sentiment_labels(np.array([0, 1, 1]), 'f'), [0, 1, 1])
-  with pytest.raises(leaf.DataError, match='0/1 or'):
+  with pytest.raises(errors.DataError, match='0/1 or'):
     leaf_tasks.sentiment_labels(np.array(['2']), 'f')
   split = leaf_tasks.load_sent140(sent140_file(tmp_path, [0, 1, 1, 0, 1, 0, 0, 1]),
                                   train_fraction=0.5)
@@ -133,13 +133,13 @@ def test_femnist_files_merge_into_images(tmp_path):
     write(tmp_path / 'all' / f'part{k}.json', users)
   split = leaf_tasks.load_femnist(tmp_path / 'all', train_fraction=0.5)
   assert split.train.num_clients == 4 and split.train.examples['x'].shape[1:] == (28, 28, 1)
-  raw = leaf.read_leaf_json(tmp_path / 'all')
+  raw = leaf_files.read_leaf_json(tmp_path / 'all')
   flat = np.concatenate([raw['user_data'][u]['x'] for u in raw['users']])
   got = np.concatenate([split.train.examples['x'], split.test.examples['x']]).reshape(-1, 784)
   rows = lambda a: a[np.lexsort(a.T[::-1])]   # the same samples, in any order
   np.testing.assert_allclose(rows(got), rows(flat), rtol=1e-6)
   write(tmp_path / 'bad.json', {'u': ([[0.] * 10] * 3, [1, 2, 3])})
-  with pytest.raises(leaf.DataError, match='784 numbers'):
+  with pytest.raises(errors.DataError, match='784 numbers'):
     leaf_tasks.load_femnist(tmp_path / 'bad.json')
 
 
@@ -158,11 +158,11 @@ def test_celeba_reads_images_from_the_image_directory(tmp_path):
   assert 0. <= x.min() and x.max() <= 1.
   reds = sorted(np.round(x[:, 40, 40, 0] * 255).astype(int).tolist())
   assert all(abs(r - 40 * i) <= 3 for r, i in zip(reds, range(6)))   # JPEG, resized
-  with pytest.raises(leaf.DataError, match='--image_dir=.*no such directory') as e:
+  with pytest.raises(errors.DataError, match='--image_dir=.*no such directory') as e:
     leaf_tasks.load_celeba(path, str(tmp_path / 'missing'))
   assert '\n' not in str(e.value)
   (images / names[4]).unlink()
-  with pytest.raises(leaf.DataError, match='000004.jpg: image not found'):
+  with pytest.raises(errors.DataError, match='000004.jpg: image not found'):
     leaf_tasks.load_celeba(path, str(images))
 
 

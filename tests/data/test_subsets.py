@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from fedjax_gel.data import leaf, subsets
+from fedjax_gel.data import errors, leaf, leaf_files, subsets
 
 SHARED = pathlib.Path(__file__).resolve().parents[2].parent / 'shared' / 'data' / 'leaf'
 
@@ -23,7 +23,7 @@ def cache(tmp_path, monkeypatch):
 def test_femnist_subset_is_leafs_split_output(cache):
   path = subsets.resolve('subset:femnist_niid_05')
   assert path == str(cache / 'subsets' / 'femnist_niid_05')
-  train, test = (leaf.read_leaf_json(os.path.join(path, side)) for side in ('train', 'test'))
+  train, test = (leaf_files.read_leaf_json(os.path.join(path, side)) for side in ('train', 'test'))
   assert (len(train['users']), sum(train['num_samples']), sum(test['num_samples'])) == (
       105, 14_708, 1_685)
   split = leaf.load(path)   # LEAF's train/ and test/, joined by user
@@ -50,7 +50,7 @@ def test_shakespeare_subset_without_a_cache(monkeypatch):
 
 def test_paths_and_unknown_names(cache):
   assert subsets.resolve('data/femnist/all_data') == 'data/femnist/all_data'
-  with pytest.raises(leaf.DataError, match='subset:femnist_niid_05, '
+  with pytest.raises(errors.DataError, match='subset:femnist_niid_05, '
                                            'subset:shakespeare_niid_keep100'):
     subsets.resolve('subset:femnist')
 
@@ -61,6 +61,6 @@ def test_an_archive_member_outside_its_folder_is_refused(tmp_path):
     info = tarfile.TarInfo('good/../../escaped.json')
     info.size = 2
     tar.addfile(info, io.BytesIO(b'{}'))
-  with pytest.raises(leaf.DataError, match='unexpected member'):
+  with pytest.raises(errors.DataError, match='unexpected member'):
     subsets._unpack(str(archive), str(tmp_path / 'out'), 'good')   # pylint: disable=protected-access
   assert not (tmp_path / 'escaped.json').exists() and not (tmp_path / 'out' / 'good').exists()

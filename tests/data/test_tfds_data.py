@@ -15,7 +15,7 @@ import pytest
 
 from fedjax_gel.core.federated_data import FederatedSplit, client_examples
 from fedjax_gel.data import partition, tfds_data  # imports tensorflow_datasets only when used
-from fedjax_gel.data.leaf import DataError
+from fedjax_gel.data.errors import DataError
 
 tfds = pytest.importorskip('tensorflow_datasets')
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_gel.data.leaf import DataError
+from fedjax_gel.data.errors import DataError
 from fedjax_gel import models, optim
 from fedjax_gel.algorithms import GuessPolicy, registry
 from fedjax_gel.core import devices, keys

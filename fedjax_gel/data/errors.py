@@ -1,0 +1,11 @@
+"""The one error a dataset raises for input that cannot be used (LEAF files, TFDS data, shipped
+subsets): ``DataError``, whose message names the source and the problem on one line."""
+
+
+class DataError(ValueError):
+  """A data file, dict or dataset that cannot be used; the message names the source and the
+  problem, on one line (line breaks, e.g. from a file name or a library's message, become
+  spaces)."""
+
+  def __init__(self, message: str):
+    super().__init__(' '.join(str(message).splitlines()))
