@@ -170,10 +170,22 @@ def _read(file: str) -> dict:
   return data
 
 
+_VERIFIED = set()   # (state folder, its recorded digest, files.stamp) this process verified
+
+
 def _verify(file: str, data: dict):
-  """Compares the state's files with the digest the checkpoint was written with (version 3)."""
-  if 'state_sha256' in data and files.digest(os.path.join(file, 'state')) != data['state_sha256']:
+  """Compares the state's files with the digest the checkpoint was written with (version 3).
+  A resumed run reads each checkpoint three times (``check``, ``intact_rounds``, ``load``); the
+  state is hashed once, then again only if its files changed (``files.stamp``)."""
+  if 'state_sha256' not in data:
+    return
+  state = os.path.abspath(os.path.join(file, 'state'))
+  key = (state, data['state_sha256'], files.stamp(state))
+  if key in _VERIFIED:
+    return
+  if files.digest(state) != data['state_sha256']:
     raise ValueError('its state does not match its checksum: damaged')
+  _VERIFIED.add(key)
 
 
 def _error(file: str, e: Exception, what: str = 'damaged checkpoint',

@@ -12,7 +12,9 @@
   leaves no stale lock); ``WORKDIR/.lock`` names the holder for the processes it refuses while
   the run lasts.
 * ``digest``: the SHA-256 of a file or of a folder's files (checkpoints and finished outputs
-  carry theirs, verified when they are read back).
+  carry theirs, verified when they are read back); ``stamp``: what any write to a folder's
+  files changes (their names, sizes, inodes and change times), so that a digest verified once
+  need not be computed again while the stamp holds.
 """
 from __future__ import annotations
 
@@ -175,6 +177,19 @@ def digest(path: str) -> str:
   else:
     _update(h, path)
   return h.hexdigest()
+
+
+def stamp(path: str) -> tuple:
+  """A folder's files as ``(relative path, size, inode, change time in ns)``, sorted: a write,
+  a rename, a removal or a new file changes it; the change time (``st_ctime_ns``) cannot be set
+  back by a program (``os.utime`` sets the modification time and moves the change time on)."""
+  out = []
+  for root, _, names in os.walk(path):
+    for n in names:
+      st = os.stat(os.path.join(root, n), follow_symlinks=False)
+      out.append((os.path.relpath(os.path.join(root, n), path), st.st_size, st.st_ino,
+                  st.st_ctime_ns))
+  return tuple(sorted(out))
 
 
 def _update(h, file: str):

@@ -82,3 +82,27 @@ def test_a_checkpoint_of_the_earlier_format_is_refused(tmp_path):
   (tmp_path / 'checkpoint-5.msgpack').write_bytes(b'\x81\xa1a\x01')
   with pytest.raises(checkpoint.CheckpointError, match='earlier fedjax_gel'):
     checkpoint.check(str(tmp_path), state(10), ())
+
+
+def test_a_resume_hashes_a_state_once_and_again_after_a_write(tmp_path, monkeypatch):
+  """A resume reads each checkpoint three times (``check``, ``intact_rounds``, ``load``): its
+  state is hashed once; a byte changed in place afterwards (same size) is hashed and refused."""
+  w = str(tmp_path)
+  checkpoint.save(w, 5, state(10), {'metrics_bytes': 0})
+  (tmp_path / 'metrics.jsonl').touch()
+  hashed = []
+  digest = checkpoint.files.digest
+  monkeypatch.setattr(checkpoint.files, 'digest', lambda p: hashed.append(p) or digest(p))
+  assert checkpoint.check(w, state(10), ()) == []
+  assert checkpoint.intact_rounds(w) == [5]
+  checkpoint.load(w, 5, state(10))
+  assert len(hashed) == 1
+  data = max((p for p in (tmp_path / 'checkpoint-5' / 'state').rglob('*') if p.is_file()),
+             key=lambda p: p.stat().st_size)
+  raw = bytearray(data.read_bytes())
+  raw[len(raw) // 2] ^= 1
+  with open(data, 'r+b') as f:   # in place: the same size and inode
+    f.write(raw)
+  with pytest.raises(checkpoint.CheckpointError, match='damaged checkpoint'):
+    checkpoint.load(w, 5, state(10))
+  assert len(hashed) == 2
