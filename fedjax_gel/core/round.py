@@ -5,7 +5,13 @@
 * Clients are vmapped over a stacked pytree (leading client axis).
 * Local steps are a loop over step ``k``; a client with ``k >= tau_i`` is *masked*: every leaf of
   its state is ``where(k < tau_i, new, old)`` (as ``optax.MultiSteps`` does), so a masked step is an
-  exact no-op. Clients without examples take no step and carry no weight.
+  exact no-op. Clients without examples take no step and carry no weight. With equal budgets
+  (``CohortSpec.equal_budgets``: ``a = b`` steps) every client with examples takes ``b`` steps
+  (a hand-made cohort's ``budgets`` are not read; give a spec with ``a < b`` for other
+  budgets, 0 included), so no step is masked: the padding clients and those without examples
+  step too, on rows of the pool, and everything they return is dropped (``real``). The per-step select made XLA's CPU fusion read
+  the old momentum beside the new one (a copy of it every step, and the weight gradient
+  computed in both fusions): 7% of a 20-client round, 11% of a 200-client one.
 * ``server_update`` receives ``sum_i w_i upload_i / sum_i w_i`` (summed in float32, cast back to
   the upload's dtype), or zeros when the cohort's total weight is 0.
 * The cohort is sorted by ``tau_i`` and cut into chunks of ``chunk_size`` clients (static); a scan
@@ -294,7 +300,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       pool_rows = jax.tree.leaves(data.examples)[0].shape[0]   # bounds every client's n
       rows = offsets[:, None] + data_order(spec, shuffle_keys, n, pool_rows)
       real = cohort.valid & (n > 0)                          # clients without data take no step
-      budgets = jnp.where(real, jnp.minimum(cohort.budgets, max_budget), 0)
+      # equal budgets: b steps for every real client, whatever a hand-made cohort's array says
+      budgets = jnp.where(real, max_budget if spec.equal_budgets else
+                          jnp.minimum(cohort.budgets, max_budget), 0)
       extra, extra_grads, extra_examples = None, jnp.int32(0), jnp.int32(0)
       if algorithm.pre_pass != 'none':
         extra, extra_grads, extra_examples = pre_pass_values(bcast, data, n, offsets, rows,
@@ -315,7 +323,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
           batch['mask'] = mask
         new_state, loss = step(state, batch, bcast)
         active = k < budgets
-        return masked(active, new_state, state), loss_sum + jnp.where(active, loss, 0.)
+        if not spec.equal_budgets:   # equal budgets: no real client is ever masked (see above)
+          new_state = masked(active, new_state, state)
+        return new_state, loss_sum + jnp.where(active, loss, 0.)
 
       # A static trip count (a loop XLA knows the length of) or the chunk's own largest budget
       # (a data-dependent while loop: fewer masked steps, one predicate read per step).
