@@ -227,3 +227,26 @@ def test_round_for_one_spec_gives_the_same_result_twice(data, model):
 ])
 def test_chunk_layout_by_hand(size, chunk, devices, expect):
   assert chunk_layout(size, chunk, devices) == expect
+
+
+@pytest.mark.parametrize('momentum', [0., 0.9])
+def test_equal_budgets_run_unmasked_and_match_the_masked_round(data, model, momentum):
+  """A spec with ``a = b`` runs every step unmasked; the round equals the masked round of the
+  same clients under a spec with ``a < b`` and every budget ``b``, with a client without
+  examples (12) and padding slots (7 clients in chunks of 3) whose work must be dropped. The
+  equal-budgets round reads no budget from a hand-made cohort: 0s there change nothing."""
+  alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.05, momentum=momentum))
+  params = init_params(model)
+  ids, weights = [12, 1, 5, 3, 8, 0, 9], [1., 2., 1., 3., 1., 1., 2.]
+  equal = cohort(ids, [TAU_MAX] * 7, weights)
+  equal = type(equal)(equal.client_ids, equal.budgets, equal.weights,
+                      CohortSpec(7, (TAU_MAX, TAU_MAX), B))
+  assert equal.spec.equal_budgets and not cohort(ids, [TAU_MAX] * 7).spec.equal_budgets
+  unmasked, m1 = run(alg, data, equal, params, chunk_size=3)
+  masked, m2 = run(alg, data, cohort(ids, [TAU_MAX] * 7, weights), params, chunk_size=3)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, unmasked.params, masked.params)
+  np.testing.assert_array_equal(m1.train_loss, m2.train_loss)
+  assert int(m1.grad_computations) == int(m2.grad_computations) == 6 * TAU_MAX
+  zeros = type(equal)(equal.client_ids, jnp.zeros(7, jnp.int32), equal.weights, equal.spec)
+  jax.tree_util.tree_map(np.testing.assert_array_equal,
+                         run(alg, data, zeros, params, chunk_size=3)[0].params, unmasked.params)
