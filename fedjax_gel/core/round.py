@@ -51,6 +51,7 @@ from fedjax_gel.core.devices import CLIENT_AXIS
 from fedjax_gel.core.federated_data import FederatedData
 from fedjax_gel.core.sampling import Cohort
 from fedjax_gel.core.shuffle import data_order, examples_seen, minibatch_rows
+from fedjax_gel.core.spread import mean_pairwise_cosine_distance, model_spread
 
 tree_map = jax.tree_util.tree_map
 
@@ -155,37 +156,6 @@ def tree_bytes(tree) -> int:
   """Bytes of a pytree of arrays or shape structs (static)."""
   return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
              for x in jax.tree_util.tree_leaves(tree))
-
-
-def unit_rows(models):
-  """``model_i / ||model_i||`` (norm over all leaves), leaf by leaf, float32."""
-  leaves = jax.tree_util.tree_leaves(models)
-  sq = sum(jnp.sum(jnp.square(x.astype(jnp.float32)).reshape(x.shape[0], -1), axis=1)
-           for x in leaves)
-  inv = 1. / jnp.maximum(jnp.sqrt(sq), 1e-30)
-  return tree_map(lambda x: inv.reshape((-1,) + (1,) * (x.ndim - 1)) * x.astype(jnp.float32),
-                  models)
-
-
-def model_spread(models, starts, real):
-  """``(sum_i e_i, sum_i ||e_i||^2)`` over real clients, ``e_i = u_i - r_i`` with ``u_i`` the
-  unit final model and ``r_i`` the unit model the client started from (the broadcast one)."""
-  e = tree_map(jnp.subtract, unit_rows(models), unit_rows(starts))
-  e = tree_map(lambda x: jnp.where(real.reshape((-1,) + (1,) * (x.ndim - 1)), x, 0.), e)
-  sq = sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(e))
-  return tree_map(lambda x: jnp.sum(x, axis=0), e), sq
-
-
-def mean_pairwise_cosine_distance(e_sum, e_sq, count):
-  """``mean_{i<j} (1 - cos(y_i, y_j)) = mean_{i<j} ||u_i - u_j||^2 / 2``, FedGBO's (Mills et al.
-  2022) Fig. 1 measure of client drift; 0 for fewer than two clients.
-
-  With every ``u_i = r + e_i`` (one broadcast model), ``sum_{i<j} ||e_i - e_j||^2 =
-  C sum_i ||e_i||^2 - ||sum_i e_i||^2``: small terms, no cancellation of ``O(C^2)`` ones.
-  """
-  sq_sum = sum(jnp.sum(jnp.square(x)) for x in jax.tree_util.tree_leaves(e_sum))
-  pairs = count * (count - 1.)
-  return jnp.where(pairs > 0, (count * e_sq - sq_sum) / jnp.maximum(pairs, 1.), 0.)
 
 
 def chunk_layout(cohort_size: int, chunk_size: int, num_devices: int = 1) -> tuple[int, int]:
