@@ -105,7 +105,9 @@ class CohortSpec:
 
   @property
   def equal_budgets(self) -> bool:
-    """Whether every client takes the same number of steps (``a = b`` steps)."""
+    """Whether every client takes the same number of steps (``a = b`` steps). The round then
+    runs every client with examples ``b`` steps, unmasked, and reads no budget from the cohort
+    (``core.round``); a hand-made cohort with other budgets needs a spec with ``a < b``."""
     return self.budget_unit == 'steps' and self.budget_range[0] == self.budget_range[1]
 
 
