@@ -36,9 +36,10 @@ warm-up round, timed alternately, ``block_until_ready``), examples/s and
 FLOPs of one local step (``common.product_flops`` of the loss gradient at ``B`` examples, the
 same arithmetic on every side), each side's product GFLOP/s, this CPU's float32 matrix-product
 speed (``common.matmul_gflops``) and the share of it that 1.5x the loop's speed would take
-(above 1: not reachable in float32 on this machine, whatever the framework). ``--xla_layers`` builds our model
-without ``models.layers``: the CNN with XLA's own convolution and max pool, the LSTM with
-Flax's own ``nn.RNN(nn.OptimizedLSTMCell)`` (the comparisons in RESULTS.md).
+(above 1: not reachable in float32 on this machine, whatever the framework).
+``--xla_layers`` builds our model without ``models.layers``: the CNN with XLA's own
+convolution and max pool, the LSTM with Flax's own ``nn.RNN(nn.OptimizedLSTMCell)`` (the
+comparisons in RESULTS.md).
 
 Needs torch (``pip install torch``; optional, not a dependency of fedjax_gel); without it the
 script stops with one line.

@@ -9,9 +9,10 @@
   (``CohortSpec.equal_budgets``: ``a = b`` steps) every client with examples takes ``b`` steps
   (a hand-made cohort's ``budgets`` are not read; give a spec with ``a < b`` for other
   budgets, 0 included), so no step is masked: the padding clients and those without examples
-  step too, on rows of the pool, and everything they return is dropped (``real``). The per-step select made XLA's CPU fusion read
-  the old momentum beside the new one (a copy of it every step, and the weight gradient
-  computed in both fusions): 7% of a 20-client round, 11% of a 200-client one.
+  step too, on rows of the pool, and everything they return is dropped (``real``). The
+  per-step select made XLA's CPU fusion read the old momentum beside the new one (a copy of it
+  every step, and the weight gradient computed in both fusions); without it the round is
+  1.03-1.07x faster at 20 clients and 1.11-1.26x at 200 (``benchmarks/RESULTS.md``).
 * ``server_update`` receives ``sum_i w_i upload_i / sum_i w_i`` (summed in float32, cast back to
   the upload's dtype), or zeros when the cohort's total weight is 0.
 * The cohort is sorted by ``tau_i`` and cut into chunks of ``chunk_size`` clients (static); a scan

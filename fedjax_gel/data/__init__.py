@@ -3,8 +3,8 @@ JSON; ``leaf_preprocess``: LEAF's sampling and splits), LEAF's Synthetic generat
 (``leaf_synthetic``, imported by name: ``from fedjax_gel.data import leaf_synthetic``) and the
 registry of your own (``register_dataset``).
 
-The package imports only ``leaf`` and its two modules so that ``python -m fedjax_gel.data.leaf_synthetic`` runs its
-module once.
+The package imports only ``leaf`` and its two modules so that
+``python -m fedjax_gel.data.leaf_synthetic`` runs its module once.
 """
 from fedjax_gel.data import leaf, registry
 from fedjax_gel.data.errors import DataError

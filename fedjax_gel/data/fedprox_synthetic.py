@@ -125,7 +125,8 @@ def user_names(num_users: int) -> list[str]:
 
 
 def to_leaf(clients: list[dict]) -> dict:
-  """Per-user dicts as a LEAF dict (users ``f_00000, ...``), e.g. for ``leaf_files.write_leaf_json``."""
+  """Per-user dicts as a LEAF dict (users ``f_00000, ...``), e.g. for
+  ``leaf_files.write_leaf_json``."""
   users = user_names(len(clients))
   return {'users': users, 'num_samples': [len(c['y']) for c in clients],
           'user_data': dict(zip(users, clients))}
@@ -142,10 +143,10 @@ def load(
 ) -> FederatedSplit:
   """Generates the data and splits every user with LEAF's by-sample rule.
 
-  As ``leaf_synthetic.load``: ``leaf_preprocess.split_by_sample(train_fraction, split_seed)``. The FedProx
-  scripts shuffle with Python's unseeded ``random`` and keep the first ``int(0.9 n)``: the same
-  train sizes (``n >= 50`` here), other samples. Examples are ``{'x': float32 [P, 60],
-  'y': int32 [P]}``; clients are named ``f_00000, ...``.
+  As ``leaf_synthetic.load``: ``leaf_preprocess.split_by_sample(train_fraction, split_seed)``. The
+  FedProx scripts shuffle with Python's unseeded ``random`` and keep the first ``int(0.9 n)``: the
+  same train sizes (``n >= 50`` here), other samples. Examples are ``{'x': float32 [P, 60], 'y':
+  int32 [P]}``; clients are named ``f_00000, ...``.
   """
   data = to_leaf(generate(alpha, beta, iid, num_users, seed))
   return to_federated(*split_by_sample(data, train_fraction, split_seed))

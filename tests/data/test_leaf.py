@@ -66,7 +66,8 @@ def write_json(path, obj):
 def test_train_sizes_hand_computed(n, expected):
   train, test = leaf_preprocess.split_by_sample(indexed_data([n]), 0.9)
   assert (train['num_samples'][0], test['num_samples'][0]) == expected
-  assert (leaf_preprocess.num_train_samples(n, 0.9), n - leaf_preprocess.num_train_samples(n, 0.9)) == expected
+  n_train = leaf_preprocess.num_train_samples(n, 0.9)
+  assert (n_train, n - n_train) == expected
 
 
 def test_small_users_dropped():
@@ -128,7 +129,8 @@ def test_default_seed_is_shared_constant():
 
 
 def test_split_by_position():
-  train, test = leaf_preprocess.split_by_sample(indexed_data([10, 2, 1]), 0.8, seed=3, by_position=True)
+  train, test = leaf_preprocess.split_by_sample(indexed_data([10, 2, 1]), 0.8, seed=3,
+                                                by_position=True)
   assert train['users'] == ['0', '1']
   assert list(train['user_data']['0']['y']) == list(range(8))
   assert list(test['user_data']['0']['y']) == [8, 9]

@@ -106,8 +106,8 @@ def written(tmp_path):
 @pytest.mark.parametrize('seed', [0, 7])
 def test_niid_and_filter_match_leaf_rules(tmp_path, fraction, k, seed):
   parts = written(tmp_path)
-  got = as_lists(leaf_preprocess.preprocess(parts, leaf_preprocess.Sampling('niid', fraction, min_samples=k,
-                                                      seed=seed)))
+  sampling = leaf_preprocess.Sampling('niid', fraction, min_samples=k, seed=seed)
+  got = as_lists(leaf_preprocess.preprocess(parts, sampling))
   rng, want = random.Random(seed), []
   for data in FILES:
     part = reference_niid(data, fraction, rng)
@@ -121,13 +121,14 @@ def test_niid_and_filter_match_leaf_rules(tmp_path, fraction, k, seed):
 @pytest.mark.parametrize('fraction,users', [(0.5, 0.3), (0.2, 0.01), (1.0, 1.0)])
 def test_iid_matches_leaf_rules(tmp_path, fraction, users):
   parts = written(tmp_path)
-  got = as_lists(leaf_preprocess.preprocess(parts, leaf_preprocess.Sampling('iid', fraction, users, seed=3)))
+  sampling = leaf_preprocess.Sampling('iid', fraction, users, seed=3)
+  got = as_lists(leaf_preprocess.preprocess(parts, sampling))
   rng, want, first = random.Random(3), [], 0
   for data in FILES:
     want.append(reference_iid(data, fraction, users, rng, first))
     first += len(want[-1]['users'])
   assert got == want
-  x = leaf_preprocess.preprocess(parts, leaf_preprocess.Sampling('iid', fraction, users, seed=3))[0]['user_data']
+  x = leaf_preprocess.preprocess(parts, sampling)[0]['user_data']
   for u, d in x.items():   # features travel with their labels: y = 100 x[0] + x[1]
     np.testing.assert_array_equal(100 * np.asarray(d['x'])[:, 0] + np.asarray(d['x'])[:, 1],
                                   d['y'])

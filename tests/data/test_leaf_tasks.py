@@ -94,7 +94,8 @@ def sent140_file(tmp_path, labels):
 def test_sent140_bag_of_words_and_tokens_from_training_words(tmp_path):
   path = sent140_file(tmp_path, ['0', '4', '4', '0', '4', '0', '0', '4'])
   bow = leaf_tasks.load_sent140(path, 'bow', vocab_size=3, train_fraction=0.5, seed=1)
-  train_part = leaf_preprocess.split_by_sample(leaf_files.read_leaf_json(path), 0.5, 1)[0]['user_data']
+  train_part = leaf_preprocess.split_by_sample(leaf_files.read_leaf_json(path), 0.5,
+                                               1)[0]['user_data']
   train_texts = [x[-1] for u in bow.train.client_names for x in train_part[u]['x']]
   vocab = leaf_tasks.word_vocabulary(train_texts, 3)
   assert sorted(vocab.values()) == [1, 2, 3]
