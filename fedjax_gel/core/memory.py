@@ -29,7 +29,7 @@ import jax
 from jax.extend import core as jcore
 
 from fedjax_gel.core.algorithm import ClientContext
-from fedjax_gel.core.round import FULL_BATCH_ROWS
+from fedjax_gel.core.round import FULL_BATCH_ROWS, tree_bytes
 from fedjax_gel.core.shuffle import order_bytes
 
 
@@ -73,10 +73,6 @@ def peak_bytes(jaxpr) -> int:
   return peak
 
 
-def _bytes(tree) -> int:
-  return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tree))
-
-
 def _shapes(tree):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
 
@@ -103,8 +99,7 @@ def client_bytes(algorithm, params, example_spec: dict, batch_size: int, max_bud
   step = peak_bytes(jax.make_jaxpr(algorithm.client_step)(state, batch, bcast).jaxpr)
   return (order_bytes(max_budget * batch_size) + max(step, pre_pass_bytes(algorithm, bcast,
                                                                           batch))
-          + _bytes(state) + _bytes(params) + _bytes(upload) + _bytes((extra, stored))
-          + 2 * _bytes(batch))
+          + tree_bytes((state, params, upload, extra, stored)) + 2 * tree_bytes(batch))
 
 
 def pre_pass_bytes(algorithm, bcast, batch: dict) -> int:
@@ -120,4 +115,4 @@ def pre_pass_bytes(algorithm, bcast, batch: dict) -> int:
   jaxpr = jax.make_jaxpr(algorithm.pre_pass_fn)(bcast, batch)
   value = jax.eval_shape(algorithm.pre_pass_fn, bcast, batch)
   running = sum(4 * math.prod(x.shape) for x in jax.tree.leaves(value)) if rows else 0
-  return peak_bytes(jaxpr.jaxpr) + _bytes(batch) + _bytes(value) + running
+  return peak_bytes(jaxpr.jaxpr) + tree_bytes(batch) + tree_bytes(value) + running
