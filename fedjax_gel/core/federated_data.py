@@ -62,6 +62,16 @@ def client_examples(data: FederatedData, i: int) -> dict:
   return {k: np.asarray(v)[lo:lo + n] for k, v in data.examples.items()}
 
 
+def gather_rows(examples: Examples, idx) -> dict:
+  """``examples[idx]`` leaf by leaf (pool rows ``idx``, any shape), inside a jitted function.
+  The callers' rows are in range by construction, so the gather clamps (``mode='clip'``)
+  rather than filling out-of-range rows: XLA's CPU gather then does no per-element bounds
+  select (5-10% of a small cohort's round)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=0, mode='clip'), examples)
+
+
 def to_device(data: FederatedData, mesh=None) -> FederatedData:
   """Moves the pool and the index arrays onto the default device, or onto ``mesh`` split by
   client (``owner_layout``): each device holds only the examples of the clients it owns.

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_gel.core import keys
-from fedjax_gel.core.federated_data import FederatedData
+from fedjax_gel.core.federated_data import FederatedData, gather_rows
 
 LOSS_MODES = ('full', 'minibatch')
 
@@ -45,7 +45,7 @@ def client_losses(per_example_loss: Callable, params, data: FederatedData, ids, 
     n = data.counts[ids]
     rows = data.offsets[ids][:, None] + jax.random.randint(
         key, (ids.shape[0], batch_size), 0, jnp.maximum(n, 1)[:, None])
-    batch = jax.tree_util.tree_map(lambda a: a[rows.reshape(-1)], data.examples)
+    batch = gather_rows(data.examples, rows.reshape(-1))
     return per_example_loss(params, batch).reshape(ids.shape[0], batch_size).mean(axis=1)
   raise ValueError(f'unknown power-of-d loss mode {mode!r}; known: {", ".join(LOSS_MODES)}')
 
