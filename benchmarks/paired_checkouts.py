@@ -5,13 +5,14 @@ sub-millisecond rounds), and larger than what one process can show without bias:
 executables compiled in one process do not run equally fast (in A/A runs the one built later
 ran 3-8% faster), so an in-process A/B favours whichever is built second. Here each process
 imports one checkout (``--before``, ``--after``: repository roots, e.g. a ``git worktree`` of an
-earlier commit), builds the FedAvgCM round of LEAF Synthetic (``tau = 13``, ``B = 5``, one
-chunk, one device) for ``--clients``, compiles it, runs ``--rounds`` rounds of fresh cohorts
+earlier commit), builds the FedAvgCM round of LEAF Synthetic (``tau_i ~ U{a..b}`` from
+``--budget_range``, default ``tau = 13``; ``B = 5``; the planner's chunk, as ``launch/run.py``
+sizes it; one device) for ``--clients``, compiles it, runs ``--rounds`` rounds of fresh cohorts
 and prints the fastest and the median round and the compile time; the two checkouts' processes
 alternate ``--pairs`` times. The fastest round is the figure least moved by other load.
 
 Usage: ``python benchmarks/paired_checkouts.py --before /tmp/old --after . [--clients 20,200]
-[--pairs 6] [--rounds 300]``
+[--budget_range 13,13] [--pairs 6] [--rounds 300]``
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import sys
 import time
 
 
-def measure(repo: str, clients: int, rounds: int) -> dict:
+def measure(repo: str, clients: int, rounds: int, budgets: tuple[int, int]) -> dict:
   """In this process: one round of ``repo``'s engine (``repo`` first on the path; the workload
   and the timing are this checkout's ``benchmarks/common.py``), timed."""
   sys.path.insert(0, repo)
@@ -34,17 +35,20 @@ def measure(repo: str, clients: int, rounds: int) -> dict:
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
   state = alg.server_init(params)
-  spec = sampling.CohortSpec(clients, (13, 13), 5)
+  spec = sampling.CohortSpec(clients, budgets, 5)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
-  rf = round_lib.build_round(alg, chunk_size=clients)
+  chunk = planning.default_chunk_size(clients, params, planning.example_bytes(data), 5,
+                                      equal_budgets=spec.equal_budgets)
+  rf = round_lib.build_round(alg, chunk_size=chunk)
   t = time.perf_counter()
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t
   times = common.time_rounds(compiled, state, cohorts, data, root)
   return {'min_ms': min(times) * 1e3, 'median_ms': statistics.median(times) * 1e3,
-          'compile_s': compile_s}
+          'compile_s': compile_s, 'chunk': chunk}
 
 
 def main(argv=None):
@@ -52,31 +56,40 @@ def main(argv=None):
   p.add_argument('--before', required=True, help='repository root of the earlier checkout')
   p.add_argument('--after', required=True, help='repository root of the later checkout')
   p.add_argument('--clients', default='20,200')
+  p.add_argument('--budget_range', default='13,13', help='a,b: tau_i ~ U{a..b}')
   p.add_argument('--pairs', type=int, default=6)
   p.add_argument('--rounds', type=int, default=300)
   p.add_argument('--single', nargs=3, help=argparse.SUPPRESS)   # repo clients rounds
   a = p.parse_args(argv)
+  try:
+    budgets = tuple(int(b) for b in a.budget_range.split(','))
+  except ValueError:
+    budgets = ()
+  if len(budgets) != 2 or not 1 <= budgets[0] <= budgets[1]:
+    p.exit(2, f'error: --budget_range must be a,b with 1 <= a <= b (got {a.budget_range!r})\n')
   if a.single:
-    print(json.dumps(measure(a.single[0], int(a.single[1]), int(a.single[2]))))
+    print(json.dumps(measure(a.single[0], int(a.single[1]), int(a.single[2]), budgets)))
     return
   for repo in (a.before, a.after):
     if not os.path.isdir(os.path.join(repo, 'fedjax_gel')):
       p.exit(2, f'error: {repo}: not a fedjax_gel checkout (no fedjax_gel/ folder)\n')
-  print('| clients | checkout | fastest round ms | median round ms | compile s |')
-  print('|---:|---|---:|---:|---:|')
+  print('| clients | budgets | chunk | checkout | fastest round ms | median round ms | compile s |')
+  print('|---:|---|---:|---|---:|---:|---:|')
   for clients in (int(c) for c in a.clients.split(',')):
     runs = {'before': [], 'after': []}
     for _ in range(a.pairs):
       for name, repo in (('before', a.before), ('after', a.after)):
         out = subprocess.run([sys.executable, os.path.abspath(__file__), '--before', a.before,
-                              '--after', a.after, '--single', os.path.abspath(repo),
+                              '--after', a.after, '--budget_range', a.budget_range,
+                              '--single', os.path.abspath(repo),
                               str(clients), str(a.rounds)],
                              check=True, capture_output=True, text=True).stdout
         runs[name].append(json.loads(out.strip().splitlines()[-1]))
     for name, rows in runs.items():
       mean = lambda k, rows=rows: statistics.mean(r[k] for r in rows)
-      print(f'| {clients:,} | {name} | {mean("min_ms"):.3f} | {mean("median_ms"):.3f} | '
-            f'{mean("compile_s"):.2f} |')
+      kind = f'tau = {budgets[0]}' if budgets[0] == budgets[1] else 'U{%d..%d}' % budgets
+      print(f'| {clients:,} | {kind} | {rows[0]["chunk"]:,} | {name} | {mean("min_ms"):.3f} | '
+            f'{mean("median_ms"):.3f} | {mean("compile_s"):.2f} |')
 
 
 if __name__ == '__main__':

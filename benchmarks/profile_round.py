@@ -1,10 +1,13 @@
 """Where a round's time goes: the compiled round's kernels ranked by time (``jax.profiler``).
 
-FedAvgCM (client SGD lr 0.01 with momentum 0.9) on one device, one of two workloads:
+FedAvgCM (client SGD lr 0.01 with momentum 0.9) on one device, one of three workloads:
 ``--workload synthetic``, LEAF Synthetic (logistic regression, ``tau = 13``, ``B = 5``) in one
 chunk; ``--workload cnn``, GeL's FEMNIST CNN on FEMNIST-shaped data (``tau = 8``, ``B = 20``;
 ``common.femnist_like_workload``) with ``launch/run.py``'s default chunk (one client at a time
-for this model), ``--xla_layers`` building it with XLA's own convolution and max pool.
+for this model), ``--xla_layers`` building it with XLA's own convolution and max pool;
+``--workload lstm``, LEAF's Shakespeare LSTM on Shakespeare-shaped data (``tau = 4``,
+``B = 10``; ``common.shakespeare_like_workload``), the default chunk too (one client),
+``--xla_layers`` running Flax's own LSTM cell.
 Every kernel's name is followed by the shape it writes. After a warm-up round, ``--rounds``
 rounds run
 under ``jax.profiler.trace``; the trace's events are summed per kernel name (thunk runtime events
@@ -12,7 +15,7 @@ on CPU; the wrappers of loops and whole executions are left out) and divided by 
 ``share`` is a kernel's time over the summed time of all kernels (on CPU two threads may run
 kernels at once, so the sum can exceed the round's wall time, which is printed too).
 
-Usage: ``python benchmarks/profile_round.py [--workload synthetic|cnn] [--clients 200]
+Usage: ``python benchmarks/profile_round.py [--workload synthetic|cnn|lstm] [--clients 200]
 [--fuse_dots true|false] [--xla_layers] [--top 12]``
 """
 from __future__ import annotations
@@ -31,7 +34,7 @@ import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import re  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
-WORKLOADS = {'synthetic': (13, 5), 'cnn': (8, 20)}   # (tau, B)
+WORKLOADS = {'synthetic': (13, 5), 'cnn': (8, 20), 'lstm': (4, 10)}   # (tau, B)
 WRAPPERS = ('ThunkExecutor', 'while', 'PjitFunction', 'block_until_ready')
 
 
@@ -42,6 +45,9 @@ def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, roun
   if workload == 'cnn':
     _, data, _, loss, root, params = common.femnist_like_workload(
         max(clients, 100), 200, cpu_devices=1, xla_layers=xla_layers)
+  elif workload == 'lstm':
+    _, data, _, loss, root, params = common.shakespeare_like_workload(
+        max(clients, 100), 200, cpu_devices=1, flax_cell=xla_layers)
   else:
     _, data, _, loss, root, params = common.synthetic_workload(cpu_devices=1)
   import jax
@@ -54,8 +60,8 @@ def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, roun
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
   state = alg.server_init(params)
   example_bytes = sum(v[0].nbytes for v in data.examples.values())
-  chunk = (planning.default_chunk_size(clients, params, example_bytes, batch)
-           if workload == 'cnn' else clients)
+  chunk = (clients if workload == 'synthetic' else
+           planning.default_chunk_size(clients, params, example_bytes, batch))
   rf = round_lib.build_round(alg, chunk_size=chunk, fuse_dots=fuse_dots)
   spec = sampling.CohortSpec(clients, (tau, tau), batch)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
@@ -90,25 +96,27 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument('--workload', default='synthetic', choices=tuple(WORKLOADS))
   p.add_argument('--clients', type=int, default=0,
-                 help='clients per round (default: 200 for synthetic, 20 for cnn)')
+                 help='clients per round (default: 200 for synthetic, 20 for cnn and lstm)')
   p.add_argument('--fuse_dots', default='true', choices=('true', 'false'),
                  help="the round's fused small products (core.small_dots) on or off")
   p.add_argument('--xla_layers', action='store_true',
-                 help="cnn: XLA's own convolution and max pool instead of models.layers")
-  p.add_argument('--rounds', type=int, default=0, help='default: 20 (synthetic), 3 (cnn)')
+                 help="cnn: XLA's own convolution and max pool instead of models.layers; "
+                      "lstm: Flax's LSTM cell instead of models.layers.lstm")
+  p.add_argument('--rounds', type=int, default=0,
+                 help='default: 20 (synthetic), 3 (cnn, lstm)')
   p.add_argument('--top', type=int, default=12)
   a = p.parse_args(argv)
-  cnn = a.workload == 'cnn'
-  clients = a.clients or (20 if cnn else 200)
-  rounds = a.rounds or (3 if cnn else 20)
+  model = a.workload != 'synthetic'
+  clients = a.clients or (20 if model else 200)
+  rounds = a.rounds or (3 if model else 20)
   if min(clients, rounds, a.top) <= 0:
     p.exit(2, 'error: --clients, --rounds and --top must be positive\n')
-  if a.xla_layers and not cnn:
-    p.exit(2, 'error: --xla_layers: only with --workload cnn\n')
+  if a.xla_layers and not model:
+    p.exit(2, 'error: --xla_layers: only with --workload cnn or lstm\n')
   round_ms, ranked, chunk, hlo = profile(a.workload, clients, a.fuse_dots == 'true',
                                          a.xla_layers, rounds)
   summed = sum(us for _, us, _ in ranked)
-  layers = (', xla_layers' if a.xla_layers else '') if cnn else ''
+  layers = ', xla_layers' if a.xla_layers else ''
   print(f'{a.workload}, {clients} clients (chunk {chunk}), fuse_dots={a.fuse_dots}{layers}: '
         f'round {round_ms:.2f} ms (median of {rounds}); kernels sum to {summed / 1e3:.2f} ms a '
         'round\n')
