@@ -13,13 +13,14 @@ def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
   """LEAF Synthetic's training pool on device, the logistic model (60 -> 5), its loss, the root
   key of seed 0 and the initial params: ``(split, data, model, loss, root, params)``.
 
-  Presents every CPU core as a device first (``launch/run.py``'s default; no effect on GPU or
-  TPU), so it must run before JAX starts; ``cpu_devices`` presents that many instead of one per
+  Sets XLA's CPU backend up first as ``launch/run.py`` does (``devices.configure_cpu``: every
+  core a device, small loops one kernel; no effect on GPU or TPU), so it must run before JAX
+  starts; ``cpu_devices`` presents that many instead of one per
   core. ``population`` > 1,000 tiles the clients' ranges over the same pool (client ``j`` reads
   LEAF client ``j mod 1000``; nothing is copied).
   """
   from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
-  devices.use_all_cpu_cores(cpu_devices)
+  devices.configure_cpu(cpu_devices)
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import models  # pylint: disable=g-import-not-at-top
@@ -46,7 +47,7 @@ def random_clients_workload(num_clients: int, per_client: int, examples, build_m
   built after every CPU core is presented as a device (as ``synthetic_workload``). Returns
   ``(host pool, pool on device, model, loss, root key, initial params)``."""
   from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
-  devices.use_all_cpu_cores(cpu_devices)
+  devices.configure_cpu(cpu_devices)
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import models  # pylint: disable=g-import-not-at-top

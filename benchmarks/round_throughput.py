@@ -5,7 +5,10 @@ For each cohort size C (default 20, 200, 2,000, 10,000 clients; sampled with rep
 SCAFFOLD or FedVARP (``--algorithm``: the same local work plus the per-client store, 1,000 rows
 gathered and written inside the round). Reported:
 
-* compile time of the round (separately, never inside throughput);
+* compile time of the round (separately, never inside throughput); the round is compiled with
+  the options ``launch/run.py`` gives it (``experiment.planning.quick_compile``: XLA's legacy
+  emitters for a round as small as 20 clients here, whose local-step loop XLA then compiles as
+  one kernel, ``core.devices.configure_cpu``; XLA's defaults from 200 clients);
 * round time (median over ``--repeats`` rounds of fresh cohorts, after a warm-up round,
   ``block_until_ready``);
 * useful examples/s ``= sum_i tau_i B / round time`` and client-steps/s;
@@ -51,7 +54,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
 
   from fedjax_gel import algorithms
   from fedjax_gel.core import devices, federated_data, round as round_lib, sampling, store
-  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
 
   population = data.num_clients
   alg = {'fedavg': lambda: algorithms.fedavg(loss, optax.sgd(0.01)),
@@ -65,7 +68,10 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   num_used = 1 if mesh is None else mesh.size
   if chunk_size == 0:
     chunk_size = planning.default_chunk_size(cohort, params, 61 * 4, batch, num_used)
-  rf = round_lib.build_round(alg, chunk_size=chunk_size, mesh=mesh, fuse_dots=fuse_dots)
+  k = config.CohortConfig(clients_per_round=cohort, batch_size=batch, budget_range=(tau, tau))
+  rf = round_lib.build_round(
+      alg, chunk_size=chunk_size, mesh=mesh, fuse_dots=fuse_dots,
+      compiler_options=devices.compiler_options(planning.quick_compile(k, params)))
   spec = sampling.CohortSpec(cohort, (tau, tau), batch)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
 

@@ -22,9 +22,15 @@ os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'd
 # layer compiles small programs (``core.devices.QUICK_COMPILE``): the suite takes a quarter less
 # time. Tests that name XLA's default emitters (``DEFAULT_EMITTERS`` in ``helpers``) override it
 # per program: tests/core/test_compile_options.py and the vmapped-seeds test.
-_QUICK_FLAG = '--xla_cpu_use_fusion_emitters=false'
-if _QUICK_FLAG not in os.environ.get('XLA_FLAGS', ''):
-  os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_QUICK_FLAG}".strip()
+# Small loops are compiled as one kernel, as ``launch/run.py`` has XLA do
+# (``core.devices.configure_cpu``, which also presents every core as a device: not here, the
+# tests choose their devices).
+from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+for _flag in ('--xla_cpu_use_fusion_emitters=false',
+              f'{devices.BACKEND_OPTIONS_FLAG}={devices.SMALL_LOOP_OPTION}={devices.SMALL_LOOP_BYTES}'):
+  if _flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
+    os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 
 from fedjax_gel.experiment import compilation_cache  # pylint: disable=g-import-not-at-top,wrong-import-position
 

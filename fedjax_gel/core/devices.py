@@ -1,12 +1,27 @@
-"""Devices: the ``'clients'`` mesh, and CPU cores presented as devices.
+"""Devices: the ``'clients'`` mesh, and XLA's CPU backend set up for many small clients.
 
-XLA's CPU backend runs a vmapped step of many small per-client models on about one core (the
-step is a chain of small kernels, each too small to split across threads). Presented as several
-CPU devices (``--xla_force_host_platform_device_count``), the engine splits each chunk over them
-with ``shard_map`` and every core works: on a 2-core machine a 10,000-client LEAF Synthetic round
-runs 1.29x faster on 2 devices than on 1 (``benchmarks/device_scaling.py``; 200-client rounds
-are slower split, 400-client ones faster). The option only concerns the CPU backend; GPU and TPU
-devices are used as they are.
+``configure_cpu`` sets two of XLA's CPU options before JAX starts (``launch/run.py`` and the
+benchmarks call it; they only concern the CPU backend, GPU and TPU devices are used as they are):
+
+* **Cores as devices.** XLA's CPU backend runs a vmapped step of many small per-client models on
+  about one core (the step is a chain of small kernels, each too small to split across
+  threads). Presented as several CPU devices (``--xla_force_host_platform_device_count``), the
+  engine splits each chunk over them with ``shard_map`` and every core works: on a 2-core
+  machine a 10,000-client LEAF Synthetic round runs 1.29x faster on 2 devices than on 1
+  (``benchmarks/device_scaling.py``; 200-client rounds are slower split, 400-client ones
+  faster).
+* **Small loops as one kernel.** XLA's CPU runtime launches every kernel of a program
+  separately, about a microsecond each, so a small round's local steps (some twenty kernels a
+  step of a few microseconds of work) cost their launches. XLA compiles a ``while`` loop as one
+  kernel when nothing in it calls a library (no matrix product, convolution, scatter or custom
+  call) and its cost analysis counts fewer accessed bytes than a threshold
+  (``xla_cpu_small_while_loop_byte_threshold``, 1 KiB by default). The local-step loop of a
+  small model whose products ``core.small_dots`` fuses is such a loop, but its count includes
+  the whole data pool it gathers from (23 MB for LEAF Synthetic), so ``SMALL_LOOP_BYTES``
+  raises the threshold to 1 GiB. In practice only programs compiled for compile time
+  (``QUICK_COMPILE``, the experiment layer's choice for small rounds) qualify: XLA's fusion
+  emitters hand the loops' reductions to a library. A 20-client LEAF Synthetic round runs
+  1.22x faster, to the bit the same (``benchmarks/RESULTS.md``).
 """
 from __future__ import annotations
 
@@ -26,18 +41,29 @@ MIN_CLIENTS_PER_DEVICE = 200   # 2 CPU devices: slower at 200 clients, faster at
 QUICK_COMPILE = {'xla_cpu_use_fusion_emitters': False}
 
 
-def use_all_cpu_cores(count: int | None = None) -> bool:
-  """Presents ``count`` (default: every core) CPU devices to JAX.
+# XLA's bytes threshold of a while loop it compiles as one kernel (see above).
+SMALL_LOOP_BYTES = 1 << 30
+BACKEND_OPTIONS_FLAG = '--xla_backend_extra_options'
+SMALL_LOOP_OPTION = 'xla_cpu_small_while_loop_byte_threshold'
+
+
+def configure_cpu(count: int | None = None) -> bool:
+  """Presents ``count`` (default: every core) CPU devices to JAX and lets XLA compile small
+  loops up to ``SMALL_LOOP_BYTES`` as one kernel (both through ``XLA_FLAGS``).
 
   Must run before JAX initialises its backends (its first computation or ``jax.devices()``).
-  Returns False, changing nothing, when that has happened or ``XLA_FLAGS`` already sets the count.
+  Returns False, changing nothing, when that has happened; an option ``XLA_FLAGS`` already
+  sets (the device count, or any ``--xla_backend_extra_options``) is left as it is.
   """
   from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
-  flags = os.environ.get('XLA_FLAGS', '')
-  if CPU_DEVICES_FLAG in flags or xla_bridge.backends_are_initialized():
+  if xla_bridge.backends_are_initialized():
     return False
-  count = count or os.cpu_count() or 1
-  os.environ['XLA_FLAGS'] = f'{flags} {CPU_DEVICES_FLAG}={count}'.strip()
+  flags = os.environ.get('XLA_FLAGS', '')
+  if CPU_DEVICES_FLAG not in flags:
+    flags += f' {CPU_DEVICES_FLAG}={count or os.cpu_count() or 1}'
+  if BACKEND_OPTIONS_FLAG not in flags:
+    flags += f' {BACKEND_OPTIONS_FLAG}={SMALL_LOOP_OPTION}={SMALL_LOOP_BYTES}'
+  os.environ['XLA_FLAGS'] = flags.strip()
   return True
 
 

@@ -270,7 +270,7 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   logging.set_verbosity(logging.ERROR)   # keep JAX's and TFDS's notices off stderr
   if len(argv) > 1:
     return fail(f'unexpected arguments: {" ".join(argv[1:])}')
-  from fedjax_gel.core.devices import use_all_cpu_cores  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core.devices import configure_cpu  # pylint: disable=g-import-not-at-top
   if values.num_processes != 1 and not values.workdir:   # a default name is each one's clock
     return fail(f'--num_processes={values.num_processes} needs --workdir: every process must '
                 'name the same work directory')
@@ -279,7 +279,7 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
                        values.heartbeat_timeout)
   except ValueError as e:
     return fail(str(e))
-  use_all_cpu_cores()   # before JAX starts: on CPU, each core becomes a device of the mesh
+  configure_cpu()   # before JAX starts: each CPU core a device of the mesh, small loops fused
   try:
     compilation_cache.enable(values.compilation_cache)
   except OSError as e:

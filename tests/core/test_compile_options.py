@@ -45,3 +45,50 @@ def test_only_small_rounds_are_compiled_for_compile_time():
                                          batch_size=20).cohort, cnn)
   assert devices.compiler_options(False) is None
   assert devices.compiler_options(True) == devices.QUICK_COMPILE
+
+
+CONFIGURE = """
+import os, sys
+from fedjax_gel.core import devices
+first = devices.configure_cpu(3)
+import jax, jax.numpy as jnp
+loop = lambda x: jax.lax.fori_loop(0, 5, lambda i, c: c * 1.5 + 1., x)   # 8 KiB a step
+hlo = jax.jit(loop).lower(jnp.ones(1024)).compile().as_text()
+print(first, devices.configure_cpu(3), jax.device_count(), 'xla_cpu_small_call' in hlo)
+print(os.environ['XLA_FLAGS'])
+"""
+
+
+@pytest.mark.parametrize('preset', ['', '--xla_force_host_platform_device_count=2 '
+                                        '--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1024'])
+def test_configure_cpu_sets_devices_and_small_loops_unless_xla_flags_do(preset):
+  """In a fresh process: cores as devices and a loop over 8 KiB compiled as one kernel (XLA's
+  own threshold is 1 KiB); options that ``XLA_FLAGS`` sets already are the user's, kept; after
+  JAX has started nothing changes."""
+  import os
+  import subprocess
+  import sys
+  env = {**os.environ, 'XLA_FLAGS': preset}
+  out = subprocess.run([sys.executable, '-c', CONFIGURE], env=env, capture_output=True,
+                       text=True, check=True).stdout.splitlines()
+  if preset:
+    assert out == ['True False 2 False', preset]
+  else:
+    assert out[0] == 'True False 3 True'
+    assert out[1] == (f'{devices.CPU_DEVICES_FLAG}=3 {devices.BACKEND_OPTIONS_FLAG}='
+                      f'{devices.SMALL_LOOP_OPTION}={devices.SMALL_LOOP_BYTES}')
+
+
+def test_a_small_quick_round_runs_its_local_steps_as_one_kernel(data, loss, model):
+  """The local-step loop of a small model, its products fused (``core.small_dots``), compiled
+  for compile time: nothing in it calls a library, so with the suite's (and ``launch/run.py``'s)
+  threshold XLA compiles the whole loop, which carries the data pool, as one kernel."""
+  alg = algorithms.fedavgcm(loss, 0.1, 0.9)
+  rf = build_round(alg, chunk_size=7, fuse_dots=True, compiler_options=devices.compiler_options(True))
+  c = cohort([0, 1, 2, 3, 4, 5, 12], [4] * 7)
+  hlo = rf.lower(alg.server_init(init_params(model)), c, data, keys.root_key(0),
+                 jnp.int32(0)).compile().as_text()
+  pool = jax.tree.leaves(data.examples)[0]
+  pool_type = f'{pool.dtype}[{",".join(map(str, pool.shape))}]'.replace('float32', 'f32')
+  calls = [line for line in hlo.splitlines() if 'xla_cpu_small_call' in line]
+  assert any(pool_type in line for line in calls), (pool_type, calls)
