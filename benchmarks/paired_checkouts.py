@@ -6,8 +6,8 @@ executables compiled in one process do not run equally fast (in A/A runs the one
 ran 3-8% faster), so an in-process A/B favours whichever is built second. Here each process
 imports one checkout (``--before``, ``--after``: repository roots, e.g. a ``git worktree`` of an
 earlier commit), builds the FedAvgCM round of LEAF Synthetic (``tau_i ~ U{a..b}`` from
-``--budget_range``, default ``tau = 13``; ``B = 5``; the planner's chunk, as ``launch/run.py``
-sizes it; one device) for ``--clients``, compiles it, runs ``--rounds`` rounds of fresh cohorts
+``--budget_range``, default ``tau = 13``; ``B = 5``; the planner's chunk and compile options,
+as ``launch/run.py`` sets them; one device) for ``--clients``, compiles it, runs ``--rounds`` rounds of fresh cohorts
 and prints the fastest and the median round and the compile time; the two checkouts' processes
 alternate ``--pairs`` times. The fastest round is the figure least moved by other load.
 
@@ -35,14 +35,18 @@ def measure(repo: str, clients: int, rounds: int, budgets: tuple[int, int]) -> d
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
   state = alg.server_init(params)
   spec = sampling.CohortSpec(clients, budgets, 5)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
   chunk = planning.default_chunk_size(clients, params, planning.example_bytes(data), 5,
                                       equal_budgets=spec.equal_budgets)
-  rf = round_lib.build_round(alg, chunk_size=chunk)
+  k = config.CohortConfig(clients_per_round=clients, batch_size=5, budget_range=budgets)
+  rf = round_lib.build_round(
+      alg, chunk_size=chunk,
+      compiler_options=devices.compiler_options(planning.quick_compile(k, params)))
   t = time.perf_counter()
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t
