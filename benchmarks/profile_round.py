@@ -8,7 +8,9 @@ for this model), ``--xla_layers`` building it with XLA's own convolution and max
 ``--workload lstm``, LEAF's Shakespeare LSTM on Shakespeare-shaped data (``tau = 4``,
 ``B = 10``; ``common.shakespeare_like_workload``), the default chunk too (one client),
 ``--xla_layers`` running Flax's own LSTM cell.
-Every kernel's name is followed by the shape it writes. After a warm-up round, ``--rounds``
+The round is compiled with the planner's options, as ``launch/run.py`` compiles it (for a
+round as small as 20 synthetic clients, XLA's legacy emitters, its local-step loop one kernel:
+``core.devices.configure_cpu``). Every kernel's name is followed by the shape it writes. After a warm-up round, ``--rounds``
 rounds run
 under ``jax.profiler.trace``; the trace's events are summed per kernel name (thunk runtime events
 on CPU; the wrappers of loops and whole executions are left out) and divided by the rounds.
@@ -55,14 +57,18 @@ def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, roun
 
   from fedjax_gel import algorithms
   from fedjax_gel.core import round as round_lib, sampling
-  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
 
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
   state = alg.server_init(params)
   example_bytes = sum(v[0].nbytes for v in data.examples.values())
   chunk = (clients if workload == 'synthetic' else
            planning.default_chunk_size(clients, params, example_bytes, batch))
-  rf = round_lib.build_round(alg, chunk_size=chunk, fuse_dots=fuse_dots)
+  k = config.CohortConfig(clients_per_round=clients, batch_size=batch, budget_range=(tau, tau))
+  rf = round_lib.build_round(   # compiled as launch/run.py compiles it
+      alg, chunk_size=chunk, fuse_dots=fuse_dots,
+      compiler_options=devices.compiler_options(planning.quick_compile(k, params)))
   spec = sampling.CohortSpec(clients, (tau, tau), batch)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
