@@ -73,10 +73,13 @@ def partial_fisher_yates(draws: jax.Array, bound: int | None = None) -> jax.Arra
 
 def resolve(draws: jax.Array, prev: jax.Array, into: jax.Array) -> jax.Array:
   """The permutation's head from ``prev[t]`` (the last ``s < t`` with ``j_s = j_t``, else -1)
-  and ``into[s]`` (the last ``r < s`` with ``j_r = s``, else -1), by pointer jumping."""
-  t = jnp.arange(draws.shape[0], dtype=jnp.int32)
+  and ``into[s]`` (the last ``r < s`` with ``j_r = s``, else -1), by pointer jumping: every
+  pointer goes to an earlier step, so a chain has at most ``L - 1`` links and ``k`` jumps,
+  ``f <- f[f]``, follow ``2^k`` of them."""
+  length = draws.shape[0]
+  t = jnp.arange(length, dtype=jnp.int32)
   f = jnp.where(into >= 0, into, t)
-  for _ in range(max(1, math.ceil(math.log2(draws.shape[0])) + 1)):
+  for _ in range(math.ceil(math.log2(max(length - 1, 1)))):
     f = f[f]
   return jnp.where(prev >= 0, f[jnp.maximum(prev, 0)], draws)
 

@@ -51,6 +51,16 @@ def test_swaps_resolve_chains_by_hand(swaps):
   np.testing.assert_array_equal(swaps(jnp.array([7, 8, 8], jnp.int32)), [7, 8, 1])
 
 
+@pytest.mark.parametrize('swaps', SWAPS)
+@pytest.mark.parametrize('length', [2, 3, 4, 5, 9, 16, 17, 33, 65, 129])
+def test_swaps_resolve_the_longest_chains(swaps, length):
+  """Step ``t`` swaps ``t`` and ``t + 1``: the value at the last position passes through
+  every earlier one, a chain of ``L - 1`` links, the most the pointer jumping must follow
+  (``2^k >= L - 1`` jumps exactly at ``L = 2^k + 1``)."""
+  draws = np.minimum(np.arange(length) + 1, length - 1).astype(np.int32)
+  assert swaps(jnp.asarray(draws)).tolist() == sequential_fisher_yates(draws, length)
+
+
 def test_same_key_same_order_other_key_other_order():
   ks = jax.random.split(jax.random.key(7), 3)
   n = jnp.array([500, 500, 500])
