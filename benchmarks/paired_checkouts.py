@@ -1,15 +1,16 @@
 """Two checkouts of fedjax_gel on the same round, in alternating fresh processes.
 
 For a change whose effect is smaller than this machine's noise between processes (10-60% on
-sub-millisecond rounds), and larger than what one process can show without bias: two
-executables compiled in one process do not run equally fast (in A/A runs the one built later
-ran 3-8% faster), so an in-process A/B favours whichever is built second. Here each process
-imports one checkout (``--before``, ``--after``: repository roots, e.g. a ``git worktree`` of an
-earlier commit), builds the FedAvgCM round of LEAF Synthetic (``tau_i ~ U{a..b}`` from
-``--budget_range``, default ``tau = 13``; ``B = 5``; the planner's chunk and compile options,
-as ``launch/run.py`` sets them; one device) for ``--clients``, compiles it, runs ``--rounds`` rounds of fresh cohorts
-and prints the fastest and the median round and the compile time; the two checkouts' processes
-alternate ``--pairs`` times. The fastest round is the figure least moved by other load.
+sub-millisecond rounds), and larger than what one process can show without bias: two executables
+compiled in one process do not run equally fast (in A/A runs the one built later ran 3-8%
+faster), so an in-process A/B favours whichever is built second. Here each process imports one
+checkout (``--before``, ``--after``: repository roots, e.g. a ``git worktree`` of an earlier
+commit), builds the FedAvgCM round of LEAF Synthetic (``tau_i ~ U{a..b}`` from
+``--budget_range``, default ``tau = 13``; ``B = 5``; the planner's chunk and compile options, as
+``launch/run.py`` sets them; one device) for ``--clients``, compiles it, runs ``--rounds``
+rounds of fresh cohorts and prints the fastest and the median round and the compile time; the
+two checkouts' processes alternate ``--pairs`` times. The fastest round is the figure least
+moved by other load.
 
 Usage: ``python benchmarks/paired_checkouts.py --before /tmp/old --after . [--clients 20,200]
 [--budget_range 13,13] [--pairs 6] [--rounds 300]``

@@ -7,13 +7,12 @@ chunk; ``--workload cnn``, GeL's FEMNIST CNN on FEMNIST-shaped data (``tau = 8``
 for this model), ``--xla_layers`` building it with XLA's own convolution and max pool;
 ``--workload lstm``, LEAF's Shakespeare LSTM on Shakespeare-shaped data (``tau = 4``,
 ``B = 10``; ``common.shakespeare_like_workload``), the default chunk too (one client),
-``--xla_layers`` running Flax's own LSTM cell.
-The round is compiled with the planner's options, as ``launch/run.py`` compiles it (for a
-round as small as 20 synthetic clients, XLA's legacy emitters, its local-step loop one kernel:
-``core.devices.configure_cpu``). Every kernel's name is followed by the shape it writes. After a warm-up round, ``--rounds``
-rounds run
-under ``jax.profiler.trace``; the trace's events are summed per kernel name (thunk runtime events
-on CPU; the wrappers of loops and whole executions are left out) and divided by the rounds.
+``--xla_layers`` running Flax's own LSTM cell. The round is compiled with the planner's options,
+as ``launch/run.py`` compiles it (for a round as small as 20 synthetic clients, XLA's legacy
+emitters, its local-step loop one kernel: ``core.devices.configure_cpu``). Every kernel's name
+is followed by the shape it writes. After a warm-up round, ``--rounds`` rounds run under
+``jax.profiler.trace``; the trace's events are summed per kernel name (thunk runtime events on
+CPU; the wrappers of loops and whole executions are left out) and divided by the rounds.
 ``share`` is a kernel's time over the summed time of all kernels (on CPU two threads may run
 kernels at once, so the sum can exceed the round's wall time, which is printed too).
 

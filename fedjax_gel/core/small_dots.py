@@ -1,4 +1,5 @@
-"""Batched small matrix products as fused multiply-adds (an XLA CPU speed-up).
+"""Batched small matrix products as fused multiply-adds, small reductions unrolled (an XLA CPU
+speed-up).
 
 Vmapping a client's step over many clients turns every matrix product of the model into a
 *batched* ``dot_general`` with one tiny product per client (logistic regression at ``B = 5``:
@@ -18,13 +19,22 @@ that is small (at most ``max_terms`` multiply-adds per batch element) rewritten,
 * ``'rows'``, few rows on one side (``min(M, N) <= 8`` and ``min(M, N) K <= 512``, the forward
   product of a small minibatch): each row ``sum_k a[:, m, k, None] * b[:, k, :]``, unrolled;
 
-which XLA fuses into one loop over the output. A library product followed by a transpose that
-swaps its two sides' free dimensions (how reverse-mode autodiff writes a weight gradient) is
-computed as the product with its operands swapped (``swapped_dot``). Everything else is bound
-unchanged; nested ``jit`` calls are inlined so that their products are seen too. The result equals the library
-product up to float summation order. Large products, unbatched ones and those inside control
-flow (``scan``, ``while``, ``cond``) are left to the library, which is faster there. GPUs and
-TPUs run batched products well: ``build_round`` applies this on CPU only.
+which XLA fuses into one loop over the output. Sums and maxima over at most ``MAX_REDUCED``
+elements (a softmax over 5 classes, a mean over a minibatch of 5) become the same kind of
+unrolled elementwise ops, in the order of XLA's own reduction loop (``unrolled_reduction``).
+XLA's default CPU pipeline hands every reduction to its YNN library, a call of several
+microseconds for a few additions, three per local step of a logistic regression: a 200-client
+round ran 1.14x faster without them (``benchmarks/RESULTS.md``); a round compiled for compile
+time (``core.devices.QUICK_COMPILE``), whose reductions are XLA's own loops, computes the same
+bits either way.
+
+A library product followed by a transpose that swaps its two sides' free dimensions (how
+reverse-mode autodiff writes a weight gradient) is computed as the product with its operands
+swapped (``swapped_dot``). Everything else is bound unchanged; nested ``jit`` calls are
+inlined so that their products are seen too. The result equals the library product up to float
+summation order. Large products, unbatched ones and those inside control flow (``scan``,
+``while``, ``cond``) are left to the library, which is faster there. GPUs and TPUs run batched
+products well: ``build_round`` applies this on CPU only.
 """
 from __future__ import annotations
 
@@ -39,6 +49,8 @@ MAX_CONTRACTION = 32   # "outer": unroll contractions of at most this many terms
 MAX_ROW_TERMS = 512    # "rows": or unroll rows x contraction up to this many terms
 MAX_ROWS = 8           # over at most this many rows (of the side with fewer rows)
 MAX_TERMS = 1 << 16    # and at most this many multiply-adds per batch element
+MAX_REDUCED = 8        # sums and maxima over at most this many elements: unrolled
+REDUCTIONS = {lax.reduce_sum_p: jnp.add, lax.reduce_max_p: jnp.maximum}
 
 
 def _sizes(lhs_shape, rhs_shape, dimension_numbers):
@@ -89,6 +101,25 @@ def fused_dot(lhs, rhs, dimension_numbers, preferred_element_type=None, how='out
     out = jnp.stack([sum_of(a[..., :, i] * b[..., i, c, None] for i in range(k))
                      for c in range(n)], axis=-1)
   return out.reshape(*batch, *(lhs.shape[d] for d in lf), *(rhs.shape[d] for d in rf))
+
+
+def small_reduction(eqn) -> bool:
+  """Whether ``eqn`` sums or maximises over at most ``MAX_REDUCED`` elements."""
+  if eqn.primitive not in REDUCTIONS:
+    return False
+  shape = eqn.invars[0].aval.shape
+  return 0 < math.prod(shape[a] for a in eqn.params['axes']) <= MAX_REDUCED
+
+
+def unrolled_reduction(x, axes, combine):
+  """``x`` reduced over ``axes`` by ``combine`` one element after another in index order, the
+  order of XLA's own reduction loop: ``((x_0 + x_1) + x_2) + ...``."""
+  moved = jnp.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
+  flat = moved.reshape(moved.shape[:x.ndim - len(axes)] + (-1,))
+  out = flat[..., 0]
+  for i in range(1, flat.shape[-1]):
+    out = combine(out, flat[..., i])
+  return out
 
 
 def sum_of(terms):
@@ -149,6 +180,8 @@ def _eval(jaxpr, consts, args, limits):
       outs = [swapped]
     elif how is not None:
       outs = [fused_dot(*invals, p['dimension_numbers'], p.get('preferred_element_type'), how)]
+    elif small_reduction(eqn):
+      outs = [unrolled_reduction(invals[0], tuple(p['axes']), REDUCTIONS[eqn.primitive])]
     elif eqn.primitive.name in ('jit', 'pjit'):
       inner = p['jaxpr']
       outs = _eval(inner.jaxpr, inner.consts, invals, limits)

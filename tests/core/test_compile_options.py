@@ -59,8 +59,9 @@ print(os.environ['XLA_FLAGS'])
 """
 
 
-@pytest.mark.parametrize('preset', ['', '--xla_force_host_platform_device_count=2 '
-                                        '--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1024'])
+@pytest.mark.parametrize('preset', [
+    '', '--xla_force_host_platform_device_count=2 '
+        '--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1024'])
 def test_configure_cpu_sets_devices_and_small_loops_unless_xla_flags_do(preset):
   """In a fresh process: cores as devices and a loop over 8 KiB compiled as one kernel (XLA's
   own threshold is 1 KiB); options that ``XLA_FLAGS`` sets already are the user's, kept; after
@@ -84,7 +85,8 @@ def test_a_small_quick_round_runs_its_local_steps_as_one_kernel(data, loss, mode
   for compile time: nothing in it calls a library, so with the suite's (and ``launch/run.py``'s)
   threshold XLA compiles the whole loop, which carries the data pool, as one kernel."""
   alg = algorithms.fedavgcm(loss, 0.1, 0.9)
-  rf = build_round(alg, chunk_size=7, fuse_dots=True, compiler_options=devices.compiler_options(True))
+  rf = build_round(alg, chunk_size=7, fuse_dots=True,
+                   compiler_options=devices.compiler_options(True))
   c = cohort([0, 1, 2, 3, 4, 5, 12], [4] * 7)
   hlo = rf.lower(alg.server_init(init_params(model)), c, data, keys.root_key(0),
                  jnp.int32(0)).compile().as_text()

@@ -96,6 +96,45 @@ def test_vmapped_gradient_equals_the_library_and_has_no_batched_dots_left():
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), g2, g1)
 
 
+def small_reductions(fn, *args):
+  return [e for e in all_eqns(jax.make_jaxpr(fn)(*args).jaxpr) if small_dots.small_reduction(e)]
+
+
+def test_vmapped_gradient_has_no_small_reductions_left():
+  """The softmax's maximum and sum over 3 classes, the mean over 5 examples and the bias-like
+  sums become unrolled elementwise ops; the sum over 12 x 5 inputs is left to XLA."""
+  clients = 6
+  params = {'w1': jax.random.normal(jax.random.key(0), (clients, 12, 7)),
+            'w2': jax.random.normal(jax.random.key(1), (clients, 7, 3))}
+  batch = {'x': jax.random.normal(jax.random.key(2), (clients, 5, 12)),
+           'y': jax.random.randint(jax.random.key(3), (clients, 5), 0, 3)}
+  step = jax.vmap(jax.value_and_grad(lambda p, b: mlp_loss(p, b) + jnp.sum(b['x'] ** 2)))
+  fused = small_dots.fuse_small_dots(step)
+  assert small_reductions(step, params, batch) and not small_reductions(fused, params, batch)
+  assert any(e.primitive is lax.reduce_sum_p for e in all_eqns(
+      jax.make_jaxpr(fused)(params, batch).jaxpr))   # the 60-term sum stays
+  (l1, g1), (l2, g2) = jax.jit(step)(params, batch), jax.jit(fused)(params, batch)
+  np.testing.assert_allclose(l2, l1, rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5), g2, g1)
+
+
+@pytest.mark.parametrize('axes', [(1,), (2,), (0, 2), (1, 2)])
+def test_unrolled_reduction_combines_in_index_order(axes):
+  """Sums one element after another in row-major order of the reduced axes (checked to the
+  bit against a float32 running sum), maxima equal to ``jnp.max``."""
+  x = np.asarray(jax.random.normal(jax.random.key(4), (2, 3, 4)) * 1e3, np.float32)
+  got = np.asarray(small_dots.unrolled_reduction(jnp.asarray(x), axes, jnp.add))
+  moved = np.moveaxis(x, axes, range(3 - len(axes), 3)).reshape(
+      np.moveaxis(x, axes, range(3 - len(axes), 3)).shape[:3 - len(axes)] + (-1,))
+  want = moved[..., 0].copy()
+  for i in range(1, moved.shape[-1]):
+    want = (want + moved[..., i]).astype(np.float32)
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(
+      np.asarray(small_dots.unrolled_reduction(jnp.asarray(x), axes, jnp.maximum)),
+      np.max(x, axis=axes))
+
+
 def test_dots_inside_control_flow_are_left_alone():
   def f(w, xs):
     return jax.lax.scan(lambda h, x: (jnp.tanh(x @ w + h), None), jnp.zeros(w.shape[1]), xs)[0]
