@@ -174,6 +174,15 @@ def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
   return 2 * size ** 3 / best / 1e9
 
 
+def launch_compiler_options(params, cohort: int, budgets: tuple[int, int], batch: int):
+  """The XLA options ``launch/run.py`` compiles a round of ``cohort`` clients with
+  (``experiment.planning.quick_compile``: compiled for compile time when the round is small)."""
+  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
+  k = config.CohortConfig(clients_per_round=cohort, batch_size=batch, budget_range=budgets)
+  return devices.compiler_options(planning.quick_compile(k, params))
+
+
 def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
                  replace: bool) -> dict:
   """The round as ``launch/run.py`` sets it up for ``cohort`` clients of budget ``tau`` (or
@@ -187,18 +196,17 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
 
-  from fedjax_gel.core import devices, federated_data, store  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core import federated_data, store  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
 
   budgets = (tau, tau) if isinstance(tau, int) else tuple(tau)
   mesh, chunk = planning.devices_and_chunk(algorithm, params, data, cohort, batch,
                                            budgets[0] == budgets[1])
   num_used = 1 if mesh is None else mesh.size
-  k = config.CohortConfig(clients_per_round=cohort, batch_size=batch, budget_range=budgets)
   round_fn = round_lib.build_round(
       algorithm, chunk_size=chunk, mesh=mesh,
-      compiler_options=devices.compiler_options(planning.quick_compile(k, params)))
+      compiler_options=launch_compiler_options(params, cohort, budgets, batch))
   spec = sampling.CohortSpec(cohort, budgets, batch, replace=replace)
 
   def sample(r):

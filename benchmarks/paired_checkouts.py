@@ -36,18 +36,16 @@ def measure(repo: str, clients: int, rounds: int, budgets: tuple[int, int]) -> d
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
   state = alg.server_init(params)
   spec = sampling.CohortSpec(clients, budgets, 5)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
   chunk = planning.default_chunk_size(clients, params, planning.example_bytes(data), 5,
                                       equal_budgets=spec.equal_budgets)
-  k = config.CohortConfig(clients_per_round=clients, batch_size=5, budget_range=budgets)
-  rf = round_lib.build_round(
-      alg, chunk_size=chunk,
-      compiler_options=devices.compiler_options(planning.quick_compile(k, params)))
+  rf = round_lib.build_round(alg, chunk_size=chunk,
+                             compiler_options=common.launch_compiler_options(
+                                 params, clients, budgets, 5))
   t = time.perf_counter()
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t
@@ -66,10 +64,8 @@ def main(argv=None):
   p.add_argument('--rounds', type=int, default=300)
   p.add_argument('--single', nargs=3, help=argparse.SUPPRESS)   # repo clients rounds
   a = p.parse_args(argv)
-  try:
-    budgets = tuple(int(b) for b in a.budget_range.split(','))
-  except ValueError:
-    budgets = ()
+  import common  # pylint: disable=g-import-not-at-top   # this script's folder
+  budgets = tuple(common.int_list(p, 'budget_range', a.budget_range))
   if len(budgets) != 2 or not 1 <= budgets[0] <= budgets[1]:
     p.exit(2, f'error: --budget_range must be a,b with 1 <= a <= b (got {a.budget_range!r})\n')
   if a.single:

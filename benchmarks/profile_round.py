@@ -56,18 +56,15 @@ def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, roun
 
   from fedjax_gel import algorithms
   from fedjax_gel.core import round as round_lib, sampling
-  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
 
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
   state = alg.server_init(params)
-  example_bytes = sum(v[0].nbytes for v in data.examples.values())
-  chunk = (clients if workload == 'synthetic' else
-           planning.default_chunk_size(clients, params, example_bytes, batch))
-  k = config.CohortConfig(clients_per_round=clients, batch_size=batch, budget_range=(tau, tau))
-  rf = round_lib.build_round(   # compiled as launch/run.py compiles it
+  chunk = (clients if workload == 'synthetic' else planning.default_chunk_size(
+      clients, params, planning.example_bytes(data), batch))
+  rf = round_lib.build_round(
       alg, chunk_size=chunk, fuse_dots=fuse_dots,
-      compiler_options=devices.compiler_options(planning.quick_compile(k, params)))
+      compiler_options=common.launch_compiler_options(params, clients, (tau, tau), batch))
   spec = sampling.CohortSpec(clients, (tau, tau), batch)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()

@@ -54,7 +54,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
 
   from fedjax_gel import algorithms
   from fedjax_gel.core import devices, federated_data, round as round_lib, sampling, store
-  from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
 
   population = data.num_clients
   alg = {'fedavg': lambda: algorithms.fedavg(loss, optax.sgd(0.01)),
@@ -67,11 +67,11 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   pool = federated_data.to_device(data, mesh)
   num_used = 1 if mesh is None else mesh.size
   if chunk_size == 0:
-    chunk_size = planning.default_chunk_size(cohort, params, 61 * 4, batch, num_used)
-  k = config.CohortConfig(clients_per_round=cohort, batch_size=batch, budget_range=(tau, tau))
+    chunk_size = planning.default_chunk_size(cohort, params, planning.example_bytes(data),
+                                             batch, num_used)
   rf = round_lib.build_round(
       alg, chunk_size=chunk_size, mesh=mesh, fuse_dots=fuse_dots,
-      compiler_options=devices.compiler_options(planning.quick_compile(k, params)))
+      compiler_options=common.launch_compiler_options(params, cohort, (tau, tau), batch))
   spec = sampling.CohortSpec(cohort, (tau, tau), batch)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
 

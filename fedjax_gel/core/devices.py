@@ -44,7 +44,8 @@ QUICK_COMPILE = {'xla_cpu_use_fusion_emitters': False}
 # XLA's bytes threshold of a while loop it compiles as one kernel (see above).
 SMALL_LOOP_BYTES = 1 << 30
 BACKEND_OPTIONS_FLAG = '--xla_backend_extra_options'
-SMALL_LOOP_OPTION = 'xla_cpu_small_while_loop_byte_threshold'
+SMALL_LOOP_FLAG = (f'{BACKEND_OPTIONS_FLAG}=xla_cpu_small_while_loop_byte_threshold='
+                   f'{SMALL_LOOP_BYTES}')
 
 
 def configure_cpu(count: int | None = None) -> bool:
@@ -62,7 +63,7 @@ def configure_cpu(count: int | None = None) -> bool:
   if CPU_DEVICES_FLAG not in flags:
     flags += f' {CPU_DEVICES_FLAG}={count or os.cpu_count() or 1}'
   if BACKEND_OPTIONS_FLAG not in flags:
-    flags += f' {BACKEND_OPTIONS_FLAG}={SMALL_LOOP_OPTION}={SMALL_LOOP_BYTES}'
+    flags += f' {SMALL_LOOP_FLAG}'
   os.environ['XLA_FLAGS'] = flags.strip()
   return True
 

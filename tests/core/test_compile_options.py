@@ -76,8 +76,7 @@ def test_configure_cpu_sets_devices_and_small_loops_unless_xla_flags_do(preset):
     assert out == ['True False 2 False', preset]
   else:
     assert out[0] == 'True False 3 True'
-    assert out[1] == (f'{devices.CPU_DEVICES_FLAG}=3 {devices.BACKEND_OPTIONS_FLAG}='
-                      f'{devices.SMALL_LOOP_OPTION}={devices.SMALL_LOOP_BYTES}')
+    assert out[1] == f'{devices.CPU_DEVICES_FLAG}=3 {devices.SMALL_LOOP_FLAG}'
 
 
 def test_a_small_quick_round_runs_its_local_steps_as_one_kernel(data, loss, model):

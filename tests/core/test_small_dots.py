@@ -124,8 +124,8 @@ def test_unrolled_reduction_combines_in_index_order(axes):
   bit against a float32 running sum), maxima equal to ``jnp.max``."""
   x = np.asarray(jax.random.normal(jax.random.key(4), (2, 3, 4)) * 1e3, np.float32)
   got = np.asarray(small_dots.unrolled_reduction(jnp.asarray(x), axes, jnp.add))
-  moved = np.moveaxis(x, axes, range(3 - len(axes), 3)).reshape(
-      np.moveaxis(x, axes, range(3 - len(axes), 3)).shape[:3 - len(axes)] + (-1,))
+  moved = np.moveaxis(x, axes, range(3 - len(axes), 3))
+  moved = moved.reshape(moved.shape[:3 - len(axes)] + (-1,))
   want = moved[..., 0].copy()
   for i in range(1, moved.shape[-1]):
     want = (want + moved[..., i]).astype(np.float32)
