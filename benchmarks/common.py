@@ -40,6 +40,26 @@ def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
           model.init(keys.init_key(root)))
 
 
+# (tau, B) of the three workloads the round benchmarks share: LEAF Synthetic's logistic
+# regression, GeL's FEMNIST CNN and LEAF's Shakespeare LSTM in their papers' settings.
+ROUND_WORKLOADS = {'synthetic': (13, 5), 'cnn': (8, 20), 'lstm': (4, 10)}
+
+
+def round_workload(name: str, clients: int, xla_layers: bool = False):
+  """``(data, loss, root, params)`` of one of ``ROUND_WORKLOADS`` on one device: LEAF Synthetic,
+  or at least ``clients`` FEMNIST- or Shakespeare-shaped random clients of 200 examples (at
+  least 100: a round's cohort is drawn from them); ``xla_layers``: the CNN with XLA's own
+  convolution and pool, the LSTM as Flax's own cell."""
+  if name == 'cnn':
+    workload = femnist_like_workload(max(clients, 100), 200, 1, xla_layers)
+  elif name == 'lstm':
+    workload = shakespeare_like_workload(max(clients, 100), 200, 1, xla_layers)
+  else:
+    workload = synthetic_workload(cpu_devices=1)
+  _, data, _, loss, root, params = workload
+  return data, loss, root, params
+
+
 def random_clients_workload(num_clients: int, per_client: int, examples, build_model,
                             cpu_devices: int | None = None):
   """``num_clients`` random clients of ``per_client`` examples each (``examples(rng, n)``: a

@@ -5,15 +5,18 @@ sub-millisecond rounds), and larger than what one process can show without bias:
 compiled in one process do not run equally fast (in A/A runs the one built later ran 3-8%
 faster), so an in-process A/B favours whichever is built second. Here each process imports one
 checkout (``--before``, ``--after``: repository roots, e.g. a ``git worktree`` of an earlier
-commit), builds the FedAvgCM round of LEAF Synthetic (``tau_i ~ U{a..b}`` from
-``--budget_range``, default ``tau = 13``; ``B = 5``; the planner's chunk and compile options, as
-``launch/run.py`` sets them; one device) for ``--clients``, compiles it, runs ``--rounds``
+commit), builds the FedAvgCM round (client lr 0.01, momentum 0.9) of ``--workload``: LEAF
+Synthetic (``B = 5``), GeL's FEMNIST CNN (``B = 20``) or LEAF's Shakespeare LSTM (``B = 10``) on
+random clients of their shapes (``common.round_workload``), with ``tau_i ~ U{a..b}`` from
+``--budget_range`` (default: the workload's ``tau``, 13, 8 and 4), the planner's chunk and
+compile options, as ``launch/run.py`` sets them, on one device, for ``--clients``; compiles it,
+runs ``--rounds``
 rounds of fresh cohorts and prints the fastest and the median round and the compile time; the
 two checkouts' processes alternate ``--pairs`` times. The fastest round is the figure least
 moved by other load.
 
-Usage: ``python benchmarks/paired_checkouts.py --before /tmp/old --after . [--clients 20,200]
-[--budget_range 13,13] [--pairs 6] [--rounds 300]``
+Usage: ``python benchmarks/paired_checkouts.py --before /tmp/old --after . [--workload
+synthetic|cnn|lstm] [--clients 20,200] [--budget_range 13,13] [--pairs 6] [--rounds 300]``
 """
 from __future__ import annotations
 
@@ -26,12 +29,14 @@ import sys
 import time
 
 
-def measure(repo: str, clients: int, rounds: int, budgets: tuple[int, int]) -> dict:
+def measure(repo: str, workload: str, clients: int, rounds: int,
+            budgets: tuple[int, int]) -> dict:
   """In this process: one round of ``repo``'s engine (``repo`` first on the path; the workload
   and the timing are this checkout's ``benchmarks/common.py``), timed."""
   sys.path.insert(0, repo)
   import common  # pylint: disable=g-import-not-at-top   # this script's folder comes first
-  _, data, _, loss, root, params = common.synthetic_workload(cpu_devices=1)
+  batch = common.ROUND_WORKLOADS[workload][1]
+  data, loss, root, params = common.round_workload(workload, clients)
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
@@ -39,13 +44,13 @@ def measure(repo: str, clients: int, rounds: int, budgets: tuple[int, int]) -> d
   from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
   state = alg.server_init(params)
-  spec = sampling.CohortSpec(clients, budgets, 5)
+  spec = sampling.CohortSpec(clients, budgets, batch)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
-  chunk = planning.default_chunk_size(clients, params, planning.example_bytes(data), 5,
+  chunk = planning.default_chunk_size(clients, params, planning.example_bytes(data), batch,
                                       equal_budgets=spec.equal_budgets)
   rf = round_lib.build_round(alg, chunk_size=chunk,
                              compiler_options=common.launch_compiler_options(
-                                 params, clients, budgets, 5))
+                                 params, clients, budgets, batch))
   t = time.perf_counter()
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t
@@ -55,21 +60,25 @@ def measure(repo: str, clients: int, rounds: int, budgets: tuple[int, int]) -> d
 
 
 def main(argv=None):
+  import common  # pylint: disable=g-import-not-at-top   # this script's folder
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument('--before', required=True, help='repository root of the earlier checkout')
   p.add_argument('--after', required=True, help='repository root of the later checkout')
+  p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS))
   p.add_argument('--clients', default='20,200')
-  p.add_argument('--budget_range', default='13,13', help='a,b: tau_i ~ U{a..b}')
+  p.add_argument('--budget_range', help="a,b: tau_i ~ U{a..b} (default: the workload's tau)")
   p.add_argument('--pairs', type=int, default=6)
   p.add_argument('--rounds', type=int, default=300)
   p.add_argument('--single', nargs=3, help=argparse.SUPPRESS)   # repo clients rounds
   a = p.parse_args(argv)
-  import common  # pylint: disable=g-import-not-at-top   # this script's folder
+  tau = common.ROUND_WORKLOADS[a.workload][0]
+  a.budget_range = a.budget_range or f'{tau},{tau}'
   budgets = tuple(common.int_list(p, 'budget_range', a.budget_range))
   if len(budgets) != 2 or not 1 <= budgets[0] <= budgets[1]:
     p.exit(2, f'error: --budget_range must be a,b with 1 <= a <= b (got {a.budget_range!r})\n')
   if a.single:
-    print(json.dumps(measure(a.single[0], int(a.single[1]), int(a.single[2]), budgets)))
+    print(json.dumps(measure(a.single[0], a.workload, int(a.single[1]), int(a.single[2]),
+                             budgets)))
     return
   for repo in (a.before, a.after):
     if not os.path.isdir(os.path.join(repo, 'fedjax_gel')):
@@ -81,7 +90,8 @@ def main(argv=None):
     for _ in range(a.pairs):
       for name, repo in (('before', a.before), ('after', a.after)):
         out = subprocess.run([sys.executable, os.path.abspath(__file__), '--before', a.before,
-                              '--after', a.after, '--budget_range', a.budget_range,
+                              '--after', a.after, '--workload', a.workload,
+                              '--budget_range', a.budget_range,
                               '--single', os.path.abspath(repo),
                               str(clients), str(a.rounds)],
                              check=True, capture_output=True, text=True).stdout

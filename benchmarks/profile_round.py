@@ -35,22 +35,14 @@ import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import re  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
-WORKLOADS = {'synthetic': (13, 5), 'cnn': (8, 20), 'lstm': (4, 10)}   # (tau, B)
 WRAPPERS = ('ThunkExecutor', 'while', 'PjitFunction', 'block_until_ready')
 
 
 def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, rounds: int):
   """``(median round ms, [(kernel, us per round, calls per round)], chunk, compiled HLO text)``,
   slowest first."""
-  tau, batch = WORKLOADS[workload]
-  if workload == 'cnn':
-    _, data, _, loss, root, params = common.femnist_like_workload(
-        max(clients, 100), 200, cpu_devices=1, xla_layers=xla_layers)
-  elif workload == 'lstm':
-    _, data, _, loss, root, params = common.shakespeare_like_workload(
-        max(clients, 100), 200, cpu_devices=1, flax_cell=xla_layers)
-  else:
-    _, data, _, loss, root, params = common.synthetic_workload(cpu_devices=1)
+  tau, batch = common.ROUND_WORKLOADS[workload]
+  data, loss, root, params = common.round_workload(workload, clients, xla_layers)
   import jax
   import numpy as np
 
@@ -96,7 +88,7 @@ def output_shape(hlo: str, kernel: str) -> str:
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument('--workload', default='synthetic', choices=tuple(WORKLOADS))
+  p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS))
   p.add_argument('--clients', type=int, default=0,
                  help='clients per round (default: 200 for synthetic, 20 for cnn and lstm)')
   p.add_argument('--fuse_dots', default='true', choices=('true', 'false'),

@@ -21,7 +21,8 @@ float summation order.
 views, with a gradient of selects (``jax.custom_vjp``): XLA's CPU ``reduce_window`` and the
 ``select_and_scatter`` of its gradient were the slowest kernels of the CNN round after the
 convolutions. (Neither a ``max`` over a reshape nor a tree of ``jnp.maximum`` is better: their
-automatic gradients count the ties with a reduction or scatter through interior pads.)
+automatic gradients count the ties with a reduction or scatter through interior pads.) The
+gradient's cotangent is computed once, not once per position of its block (``_computed_once``).
 
 Use both in your own Flax CNN to get the same speed.
 
@@ -106,6 +107,21 @@ def _corners(x):
   return b[:, :, 0, :, 0], b[:, :, 0, :, 1], b[:, :, 1, :, 0], b[:, :, 1, :, 1]
 
 
+def _computed_once(g, like):
+  """``g`` unchanged, divided by a 1 that XLA cannot fold away (``like == like or like !=
+  like`` holds for every float, NaN included; ``g / 1`` is ``g`` for every float).
+
+  The pool's gradient reads each element of its cotangent ``g`` four times, once per position
+  of its block. XLA's CPU fusion puts a cheap producer into such a consumer and evaluates it
+  once per read: after a patches convolution that producer is the convolution's input
+  gradient, a sum of 25 padded slices (5 x 5 window), evaluated for every position of the
+  block (GeL's FEMNIST CNN: 12-15% of a local step's kernel time). It does not do that with an
+  expensive producer such as a division, so ``g`` is computed once and stored, and the pool's
+  gradient reads it: the same values, a faster step (``benchmarks/RESULTS.md``).
+  """
+  return g / ((like == like) | (like != like)).astype(g.dtype)
+
+
 @jax.custom_vjp
 def _pool_even(x):
   a, b, c, d = _corners(x)
@@ -118,10 +134,12 @@ def _pool_even_fwd(x):
 
 def _pool_even_bwd(x, g):
   """The gradient goes to the first maximum of each block in window order, as
-  ``select_and_scatter`` gives it in ``nn.max_pool``; one broadcast select writes it."""
+  ``select_and_scatter`` gives it in ``nn.max_pool``; one broadcast select writes it from
+  the cotangent, computed once (``_computed_once``)."""
   a, b, c, d = _corners(x)
   y = jnp.maximum(jnp.maximum(a, b), jnp.maximum(c, d))
   first = jnp.where(a == y, 0, jnp.where(b == y, 1, jnp.where(c == y, 2, 3)))   # [N, H/2, W/2, C]
+  g = _computed_once(g, a)
   n, h2, w2, ch = y.shape
   position = jnp.arange(4).reshape((1, 1, 2, 1, 2, 1))
   dx = jnp.where(position == first[:, :, None, :, None], g[:, :, None, :, None],

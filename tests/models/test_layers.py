@@ -1,4 +1,6 @@
 """models.layers: the patch convolution and the reshape max pool against XLA's own ops."""
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -66,6 +68,31 @@ def test_max_pool_2x2_equals_flax_max_pool_and_its_gradient(padding, ties):
                                 grad(flax_pool))
   with pytest.raises(ValueError, match='padding'):
     layers.max_pool_2x2(x, 'CIRCULAR')
+
+
+def test_pool_gradient_computes_the_convolutions_input_gradient_once():
+  """After a patches convolution, the pool's cotangent (the convolution's input gradient, a sum
+  of padded slices) is one kernel's output, not evaluated again in the kernel that writes the
+  pool's input gradient for each position of a block (on CPU, where XLA fuses)."""
+  rng = np.random.default_rng(4)
+  x = jnp.asarray(rng.standard_normal((2, 12, 12, 3)), jnp.float32)
+  w1 = jnp.asarray(rng.standard_normal((3, 3, 3, 4)), jnp.float32)
+  w2 = jnp.asarray(rng.standard_normal((3, 3, 4, 5)), jnp.float32)
+  conv = lambda x, w: layers.patches_conv(x, w, (1, 1), 'VALID', None, None,
+                                          ('NHWC', 'HWIO', 'NHWC'))
+
+  def loss(w1, pool):
+    return jnp.sum(jnp.sin(conv(pool(jax.nn.relu(conv(x, w1))), w2)))
+
+  ours = jax.jit(jax.grad(loss), static_argnums=1)
+  flax_pool = lambda x: nn.max_pool(x, (2, 2), strides=(2, 2))
+  np.testing.assert_allclose(ours(w1, layers.max_pool_2x2), ours(w1, flax_pool), rtol=1e-6)
+  if jax.default_backend() != 'cpu':
+    return
+  hlo = ours.lower(w1, layers.max_pool_2x2).compile().as_text()
+  kernels = re.findall(r'\n%?[\w.-]+ \([^\n]*\) -> (\S+) \{\n(.*?)\n\}', hlo, re.S)
+  padding = [shape for shape, body in kernels if ' pad(' in body]   # the input gradient's sum
+  assert padding and set(padding) == {'f32[2,5,5,4]'}, padding   # written once, at pool shape
 
 
 def _primitives(jaxpr) -> set:
