@@ -115,7 +115,7 @@ def _computed_once(g, like):
   of its block. XLA's CPU fusion puts a cheap producer into such a consumer and evaluates it
   once per read: after a patches convolution that producer is the convolution's input
   gradient, a sum of 25 padded slices (5 x 5 window), evaluated for every position of the
-  block (GeL's FEMNIST CNN: 12-15% of a local step's kernel time). It does not do that with an
+  block (GeL's FEMNIST CNN: 14-15% of its round's kernel time). It does not do that with an
   expensive producer such as a division, so ``g`` is computed once and stored, and the pool's
   gradient reads it: the same values, a faster step (``benchmarks/RESULTS.md``).
   """
