@@ -31,7 +31,9 @@ module) and train the same sampled clients on the same data. Three sides:
 Before timing, one round of each side on clients holding exactly one batch each (``tau = 1``,
 so the data order cannot differ) checks that they compute our model: ``max abs diff``.
 Reported per cohort size: compile time, round time (median of ``--repeats`` rounds after a
-warm-up round, timed alternately, ``block_until_ready``), examples/s and
+warm-up round, timed alternately, ``block_until_ready``; with ``--processes N``, the median
+over ``N`` fresh processes run one after another, each process's own ``loop / ours`` in a
+last column: this machine's speed differs from process to process), examples/s and
 ``ratio = PyTorch round time / fedjax_gel round time``; and the roofline: the matrix-product
 FLOPs of one local step (``common.product_flops`` of the loss gradient at ``B`` examples, the
 same arithmetic on every side), each side's product GFLOP/s, this CPU's float32 matrix-product
@@ -45,12 +47,13 @@ Needs torch (``pip install torch``; optional, not a dependency of fedjax_gel); w
 script stops with one line.
 
 Usage: ``python benchmarks/vs_torch_loop.py [--model cnn|lstm] [--cohorts 20,100] [--repeats 3]
-[--plot PNG]``
+[--processes 1] [--plot PNG]``
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import statistics
 import sys
@@ -312,29 +315,49 @@ def measure(model: str, cohorts: list[int], repeats: int, xla_layers: bool) -> l
       t = time.perf_counter()
       vmap_round(init, clients[r], s.tau, generator)
       vmap_t.append(time.perf_counter() - t)
-    ours_s, theirs_s = statistics.median(ours_t), statistics.median(theirs_t)
-    vmap_s = statistics.median(vmap_t)
-    examples = cohort * s.tau * s.batch
-    gflop = cohort * s.tau * step_flops / 1e9
-    rows.append({
+    row = rates({
         'model': s.title, 'tau': s.tau, 'batch': s.batch, 'lr': s.lr, 'momentum': s.momentum,
         'cohort': cohort, 'devices': ran['devices'], 'chunk': ran['chunk'],
         'layers': s.framework_layers if xla_layers else s.layers,
-        'fedjax_gel_compile_s': ran['compile_s'], 'fedjax_gel_round_s': ours_s,
-        'torch_round_s': theirs_s, 'fedjax_gel_examples_per_s': examples / ours_s,
-        'torch_examples_per_s': examples / theirs_s, 'ratio': theirs_s / ours_s,
-        'torch_vmap_round_s': vmap_s, 'torch_vmap_examples_per_s': examples / vmap_s,
-        'vmap_ratio': vmap_s / ours_s, 'max_abs_diff': diff, 'vmap_max_abs_diff': vmap_diff,
+        'fedjax_gel_compile_s': ran['compile_s'],
+        'fedjax_gel_round_s': statistics.median(ours_t),
+        'torch_round_s': statistics.median(theirs_t),
+        'torch_vmap_round_s': statistics.median(vmap_t),
+        'max_abs_diff': diff, 'vmap_max_abs_diff': vmap_diff,
         'torch': f'{torch.__version__}, {torch.get_num_threads()} threads',
         'step_product_gflop': step_flops / 1e9, 'matmul_gflops': peak,
-        'fedjax_gel_gflops': gflop / ours_s, 'torch_gflops': gflop / theirs_s,
-        'torch_vmap_gflops': gflop / vmap_s,
         'device': f'{jax.devices()[0].platform}: {jax.devices()[0].device_kind}',
     })
-    print(f'{cohort} clients: fedjax_gel {ours_s:.2f} s, PyTorch loop {theirs_s:.2f} s '
-          f'({theirs_s / ours_s:.2f}x), torch.func.vmap {vmap_s:.2f} s ({vmap_s / ours_s:.2f}x)',
-          file=sys.stderr)
+    rows.append(row)
+    print(f'{cohort} clients: fedjax_gel {row["fedjax_gel_round_s"]:.2f} s, PyTorch loop '
+          f'{row["torch_round_s"]:.2f} s ({row["ratio"]:.2f}x), torch.func.vmap '
+          f'{row["torch_vmap_round_s"]:.2f} s ({row["vmap_ratio"]:.2f}x)', file=sys.stderr)
   return rows
+
+
+MEDIANS = ('fedjax_gel_compile_s', 'fedjax_gel_round_s', 'torch_round_s', 'torch_vmap_round_s',
+         'matmul_gflops')
+
+
+def rates(row: dict) -> dict:
+  """``row`` with its examples/s, ratios and product GFLOP/s computed from its round times."""
+  examples = row['cohort'] * row['tau'] * row['batch']
+  gflop = row['cohort'] * row['tau'] * row['step_product_gflop']
+  ours, loop, vmap = row['fedjax_gel_round_s'], row['torch_round_s'], row['torch_vmap_round_s']
+  return dict(row, fedjax_gel_examples_per_s=examples / ours, torch_examples_per_s=examples / loop,
+              torch_vmap_examples_per_s=examples / vmap, ratio=loop / ours, vmap_ratio=vmap / ours,
+              fedjax_gel_gflops=gflop / ours, torch_gflops=gflop / loop,
+              torch_vmap_gflops=gflop / vmap)
+
+
+def across_processes(rows: list[dict]) -> dict:
+  """One cohort's rows from separate processes as one: the median of each time (and of the
+  matrix-product speed), the rates recomputed from them; ``process_ratios``: each process's
+  ``loop / ours``."""
+  row = dict(rows[0], **{k: statistics.median(r[k] for r in rows) for k in MEDIANS})
+  row['max_abs_diff'] = max(r['max_abs_diff'] for r in rows)
+  row['vmap_max_abs_diff'] = max(r['vmap_max_abs_diff'] for r in rows)
+  return dict(rates(row), processes=len(rows), process_ratios=[r['ratio'] for r in rows])
 
 
 def table(rows: list[dict]) -> str:
@@ -349,6 +372,10 @@ def table(rows: list[dict]) -> str:
          'PyTorch loop examples/s | torch.func.vmap examples/s | loop / ours | vmap / ours | '
          'fedjax_gel GFLOP/s | loop GFLOP/s | 1.5x loop / matmul speed |',
          '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+  if 'processes' in r:   # medians over fresh processes: each process's ratio in a last column
+    out[0] = out[0].rstrip('\n') + f'; times: medians over {r["processes"]} fresh processes\n'
+    out[1] += ' loop / ours in each process |'
+    out[2] += '---|'
   for r in rows:
     out.append(f'| {r["cohort"]:,} | {r["layers"]} | {r["devices"]} | {r["chunk"]} | '
                f'{r["fedjax_gel_compile_s"]:.2f} | {r["fedjax_gel_round_s"]:.2f} | '
@@ -357,6 +384,8 @@ def table(rows: list[dict]) -> str:
                f'{r["torch_vmap_examples_per_s"]:,.0f} | {r["ratio"]:.2f} | '
                f'{r["vmap_ratio"]:.2f} | {r["fedjax_gel_gflops"]:.0f} | '
                f'{r["torch_gflops"]:.0f} | {1.5 * r["torch_gflops"] / r["matmul_gflops"]:.2f} |')
+    if 'processes' in r:
+      out[-1] += ' ' + ', '.join(f'{x:.2f}' for x in r['process_ratios']) + ' |'
   return '\n'.join(out)
 
 
@@ -369,15 +398,30 @@ def main(argv=None):
   p.add_argument('--xla_layers', action='store_true',
                  help="our CNN with XLA's own convolution and max pool, our LSTM with Flax's "
                  "own cell (the slow versions)")
+  p.add_argument('--processes', type=int, default=1,
+                 help='measure each cohort in this many fresh processes, one after another, '
+                 'and report the median of their times (1: in this process)')
   p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--single', type=int, help=argparse.SUPPRESS)   # one cohort, a JSON row
   p.add_argument('--plot', help="also plot both sides' examples/s against the cohort (PNG)")
   a = p.parse_args(argv)
+  if a.single:
+    print(json.dumps(measure(a.model, [a.single], a.repeats, a.xla_layers)[0]))
+    return
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
-  if min(cohorts + [a.repeats]) <= 0:
-    p.exit(2, 'error: --cohorts and --repeats must be positive\n')
+  if min(cohorts + [a.repeats, a.processes]) <= 0:
+    p.exit(2, 'error: --cohorts, --repeats and --processes must be positive\n')
   if max(cohorts) > CLIENTS:
     p.exit(2, f'error: --cohorts: at most {CLIENTS} clients (sampled without replacement)\n')
-  rows = measure(a.model, cohorts, a.repeats, a.xla_layers)
+  if a.processes == 1:
+    rows = measure(a.model, cohorts, a.repeats, a.xla_layers)
+  else:
+    args = ['--model', a.model, '--repeats', str(a.repeats)] + ['--xla_layers'] * a.xla_layers
+    rows = [across_processes([common.in_fresh_process(__file__, c, args)
+                              for _ in range(a.processes)]) for c in cohorts]
+    for r in rows:
+      print(f'{r["cohort"]} clients: loop / ours in each of {r["processes"]} processes: '
+            + ', '.join(f'{x:.2f}' for x in r['process_ratios']), file=sys.stderr)
   common.report(rows, table(rows), a.json)
   xs = [r['cohort'] for r in rows]
   s = SETTINGS[a.model]

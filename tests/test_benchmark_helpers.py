@@ -26,3 +26,23 @@ def test_product_flops_counts_products_scans_and_convolutions():
   conv = lambda x, k: jax.lax.conv_general_dilated(x, k, (1, 1), 'VALID',
                                                    dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
   assert common.product_flops(conv, x, k) == 2 * (4 * 8 * 8 * 8) * (5 * 5 * 3)
+
+
+def test_vs_torch_loop_takes_the_median_over_processes_and_recomputes_its_rates():
+  import vs_torch_loop  # pylint: disable=g-import-not-at-top   # imports neither torch nor jax
+  base = dict(model='cnn', layers='fedjax_gel', devices=1, chunk=1, lr=0.01, momentum=0.9,
+              torch='2.13', cohort=20, tau=8, batch=20, step_product_gflop=0.5,
+              max_abs_diff=1e-6, vmap_max_abs_diff=1e-6, fedjax_gel_compile_s=3.0,
+              matmul_gflops=200.)
+  times = [(0.8, 1.0, 1.4), (1.2, 0.9, 1.5), (0.7, 1.1, 1.3)]   # ours, loop, vmap per process
+  rows = [vs_torch_loop.rates(dict(base, fedjax_gel_round_s=o, torch_round_s=t,
+                                   torch_vmap_round_s=v)) for o, t, v in times]
+  row = vs_torch_loop.across_processes(rows)
+  assert (row['fedjax_gel_round_s'], row['torch_round_s'], row['torch_vmap_round_s']) == (
+      0.8, 1.0, 1.4)
+  assert row['ratio'] == 1.0 / 0.8 and row['vmap_ratio'] == 1.4 / 0.8
+  assert row['fedjax_gel_examples_per_s'] == 20 * 8 * 20 / 0.8
+  assert row['fedjax_gel_gflops'] == 20 * 8 * 0.5 / 0.8
+  assert row['process_ratios'] == [1.0 / 0.8, 0.9 / 1.2, 1.1 / 0.7] and row['processes'] == 3
+  table = vs_torch_loop.table([row])
+  assert 'medians over 3 fresh processes' in table and '| 1.25, 0.75, 1.57 |' in table
