@@ -14,7 +14,9 @@ is followed by the shape it writes. After a warm-up round, ``--rounds`` rounds r
 ``jax.profiler.trace``; the trace's events are summed per kernel name (thunk runtime events on
 CPU; the wrappers of loops and whole executions are left out) and divided by the rounds.
 ``share`` is a kernel's time over the summed time of all kernels (on CPU two threads may run
-kernels at once, so the sum can exceed the round's wall time, which is printed too).
+kernels at once, so the sum can exceed the round's wall time, which is printed too). On a GPU
+the events are the kernels the device's streams ran (``kernel_events``), named as XLA names
+them (a kernel's ``writes`` is left empty where the name is not an HLO instruction's).
 
 Usage: ``python benchmarks/profile_round.py [--workload synthetic|cnn|lstm] [--clients 200]
 [--fuse_dots true|false] [--xla_layers] [--top 12]``
@@ -67,17 +69,23 @@ def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, roun
       for r in range(1, rounds + 1):
         jax.block_until_ready(compiled(state, cohorts[r], data, root, np.int32(r)))
     path = glob.glob(os.path.join(trace_dir, '**', '*.xplane.pb'), recursive=True)[0]
-    trace = jax.profiler.ProfileData.from_file(path)
-    for plane in trace.planes:
-      for line in plane.lines:
-        if line.name == 'python':
-          continue
-        for event in line.events:
-          if not event.name.startswith(WRAPPERS):
-            total[event.name] += event.duration_ns
-            calls[event.name] += 1
+    for event in kernel_events(jax.profiler.ProfileData.from_file(path)):
+      total[event.name] += event.duration_ns
+      calls[event.name] += 1
   ranked = [(k, v / rounds / 1e3, calls[k] / rounds) for k, v in total.most_common()]
   return statistics.median(times) * 1e3, ranked, chunk, compiled.as_text()
+
+
+def kernel_events(trace):
+  """The trace's kernel events: on a GPU the kernels its streams ran (the device planes'
+  ``Stream`` lines; their module and op lines summarise the same time), on CPU the thunks the
+  runtime ran (every line but Python's, without the wrappers of loops and executions)."""
+  gpus = [plane for plane in trace.planes if plane.name.startswith('/device:GPU')]
+  if gpus:
+    return [e for plane in gpus for line in plane.lines if line.name.startswith('Stream')
+            for e in line.events]
+  return [e for plane in trace.planes for line in plane.lines if line.name != 'python'
+          for e in line.events if not e.name.startswith(WRAPPERS)]
 
 
 def output_shape(hlo: str, kernel: str) -> str:

@@ -1,9 +1,18 @@
 """The same FedAvgCM workload in FedJAX and in fedjax_gel, side by side, in one process.
 
-LEAF Synthetic logistic regression (60 -> 5, the same Flax model and loss on both sides), every
-client ``tau = 13`` SGD-with-momentum steps (lr 0.01, momentum 0.9) of batch ``B = 5``, server
-SGD lr 1, cohorts drawn with replacement from the 1,000 LEAF Synthetic clients (the same clients
-on both sides). Reported per cohort size: compile time of each side's first round, round time
+Two workloads (``--workload``), each in its paper's setting, client SGD lr 0.01 with momentum
+0.9, server SGD lr 1, cohorts drawn with replacement (the same clients on both sides), the same
+Flax model and loss on both sides:
+
+* ``synthetic`` (default): LEAF Synthetic logistic regression (60 -> 5) on its 1,000 clients,
+  every client ``tau = 13`` steps of ``B = 5``.
+* ``cnn``: GeL's FEMNIST CNN (``models.gel_femnist_cnn``, 608,702 parameters), ``tau = 8`` steps
+  of ``B = 20``, on FEMNIST-shaped random clients of 200 images (``common.femnist_like_workload``;
+  FEMNIST is a download), as many clients as the largest cohort (at least 100). The CNN takes
+  XLA's own convolution on GPU and TPU, the patches convolution on CPU (``models.layers``), on
+  both sides.
+
+Reported per cohort size: compile time of each side's first round, round time
 (median of ``--repeats`` rounds after a warm-up round, timed alternately, ``block_until_ready``),
 examples/s, and ``speedup = FedJAX round time / fedjax_gel round time``.
 
@@ -14,13 +23,14 @@ examples/s, and ``speedup = FedJAX round time / fedjax_gel round time``.
   datasets built before the clock starts). ``speedup`` is against the whole round,
   ``speedup (apply)`` against ``apply`` alone.
 * fedjax_gel: ``sample_cohort`` plus the compiled round (``launch/run.py``'s defaults: every CPU
-  core a device, large cohorts split over them).
+  core a device, large cohorts split over them; the planner's chunk).
 
 FedJAX calls ``jax.tree_map``, which recent JAX removed; the script aliases it to
 ``jax.tree.map`` before importing fedjax. Needs ``pip install fedjax`` (it brings dm-haiku);
 without it the script stops with one line.
 
-Usage: ``python benchmarks/vs_fedjax.py [--cohorts 20,200,1000] [--repeats 5] [--plot PNG]``
+Usage: ``python benchmarks/vs_fedjax.py [--workload synthetic|cnn] [--cohorts 20,200,1000]
+[--repeats 5] [--json PATH] [--plot PNG]``
 """
 from __future__ import annotations
 
@@ -35,10 +45,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-TAU, BATCH, LR, MOMENTUM = 13, 5, 0.01, 0.9
+LR, MOMENTUM = 0.01, 0.9
+TITLES = {'synthetic': 'LEAF Synthetic', 'cnn': 'GeL FEMNIST CNN'}
 
 
-def fedjax_side(loss, train_np, names):
+def workload(name: str, cohorts: list[int]):
+  """``(host pool, pool on device, loss, root key, initial params)`` of ``--workload``."""
+  if name == 'cnn':
+    host, data, _, loss, root, params = common.femnist_like_workload(max(cohorts + [100]), 200)
+    return host, data, loss, root, params
+  split, data, _, loss, root, params = common.synthetic_workload()
+  return split.train, data, loss, root, params
+
+
+def fedjax_side(loss, train_np, names, tau: int, batch: int):
   """FedJAX's FedAvg with client SGD momentum over ``InMemoryFederatedData``."""
   import fedjax  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
@@ -47,7 +67,7 @@ def fedjax_side(loss, train_np, names):
   grad_fn = jax.grad(lambda params, batch, rng: loss(params, batch))
   algorithm = fedjax.algorithms.fed_avg.federated_averaging(
       grad_fn, fedjax.optimizers.sgd(LR, momentum=MOMENTUM), fedjax.optimizers.sgd(1.0),
-      fedjax.ShuffleRepeatBatchHParams(batch_size=BATCH, num_steps=TAU))
+      fedjax.ShuffleRepeatBatchHParams(batch_size=batch, num_steps=tau))
 
   def clients(ids, round_idx):
     rngs = jax.random.split(jax.random.key(round_idx), len(ids))
@@ -55,12 +75,13 @@ def fedjax_side(loss, train_np, names):
   return algorithm, clients
 
 
-def measure(cohorts: list[int], repeats: int) -> list[dict]:
+def measure(name: str, cohorts: list[int], repeats: int) -> list[dict]:
   if importlib.util.find_spec('fedjax') is None:
     print('error: the FedJAX side needs fedjax: pip install fedjax (it brings dm-haiku)',
           file=sys.stderr)
     sys.exit(2)
-  split, data, _, loss, root, params = common.synthetic_workload()
+  tau, batch = common.ROUND_WORKLOADS[name]
+  host, data, loss, root, params = workload(name, cohorts)
   import jax
   jax.tree_map = jax.tree.map   # fedjax 0.0.17 still calls the removed alias
   import numpy as np
@@ -68,15 +89,14 @@ def measure(cohorts: list[int], repeats: int) -> list[dict]:
   from fedjax_gel import algorithms
   from fedjax_gel.core import federated_data
 
-  names = [f'c{i:04d}'.encode() for i in range(split.train.num_clients)]
-  train_np = {names[i]: federated_data.client_examples(split.train, i)
-              for i in range(split.train.num_clients)}
+  names = [f'c{i:05d}'.encode() for i in range(host.num_clients)]
+  train_np = {names[i]: federated_data.client_examples(host, i) for i in range(host.num_clients)}
   ours = algorithms.fedavgcm(loss, LR, MOMENTUM)
-  theirs, their_clients = fedjax_side(loss, train_np, names)
+  theirs, their_clients = fedjax_side(loss, train_np, names, tau, batch)
 
   rows = []
   for cohort in cohorts:
-    ran = common.launch_round(ours, params, data, root, cohort, TAU, BATCH, True)
+    ran = common.launch_round(ours, params, data, root, cohort, tau, batch, True)
     compiled, state, pool, sample = ran['compiled'], ran['state'], ran['pool'], ran['sample']
 
     their_state = theirs.init(params)
@@ -92,17 +112,19 @@ def measure(cohorts: list[int], repeats: int) -> list[dict]:
       jax.block_until_ready(out)
       ours_t.append(time.perf_counter() - t)
       t = time.perf_counter()
-      batch = their_clients(ids[r], r)
+      their_cohort = their_clients(ids[r], r)
       t_apply = time.perf_counter()
-      jax.block_until_ready(theirs.apply(their_state, batch)[0].params)
+      jax.block_until_ready(theirs.apply(their_state, their_cohort)[0].params)
       done = time.perf_counter()
       theirs_t.append(done - t)
       apply_t.append(done - t_apply)
     ours_s, theirs_s = statistics.median(ours_t), statistics.median(theirs_t)
     apply_s = statistics.median(apply_t)
-    examples = cohort * TAU * BATCH
+    examples = cohort * tau * batch
     rows.append({
-        'cohort': cohort, 'devices': ran['devices'], 'fedjax_gel_compile_s': ran['compile_s'],
+        'workload': TITLES[name], 'tau': tau, 'batch': batch,
+        'cohort': cohort, 'devices': ran['devices'], 'chunk': ran['chunk'],
+        'fedjax_gel_compile_s': ran['compile_s'],
         'fedjax_first_round_s': their_first, 'fedjax_gel_round_s': ours_s,
         'fedjax_round_s': theirs_s, 'fedjax_apply_s': apply_s,
         'fedjax_gel_examples_per_s': examples / ours_s,
@@ -111,26 +133,36 @@ def measure(cohorts: list[int], repeats: int) -> list[dict]:
         'device': f'{jax.devices()[0].platform}: {jax.devices()[0].device_kind}',
     })
     print(f'{cohort} clients: fedjax_gel {ours_s * 1e3:.2f} ms, FedJAX {theirs_s * 1e3:.1f} ms, '
-          f'{theirs_s / ours_s:.0f}x', file=sys.stderr)
+          f'{times(theirs_s / ours_s)}', file=sys.stderr)
   return rows
 
 
+def times(ratio: float) -> str:
+  """``12x``, or ``1.4x`` below 10."""
+  return f'{ratio:.1f}x' if ratio < 10 else f'{ratio:.0f}x'
+
+
 def table(rows: list[dict]) -> str:
-  out = ['| clients | devices | fedjax_gel compile s | FedJAX first round s | fedjax_gel round ms | '
+  r = rows[0]
+  out = [f'{r["workload"]}, tau = {r["tau"]}, B = {r["batch"]}, lr {LR}, momentum {MOMENTUM}\n',
+         '| clients | devices | chunk | fedjax_gel compile s | FedJAX first round s | fedjax_gel round ms | '
          'FedJAX round ms | FedJAX apply ms | fedjax_gel examples/s | FedJAX examples/s | '
          'speedup | speedup (apply) |',
-         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in rows:
-    out.append(f'| {r["cohort"]:,} | {r["devices"]} | {r["fedjax_gel_compile_s"]:.2f} | '
+    out.append(f'| {r["cohort"]:,} | {r["devices"]} | {r["chunk"]:,} | '
+               f'{r["fedjax_gel_compile_s"]:.2f} | '
                f'{r["fedjax_first_round_s"]:.2f} | {r["fedjax_gel_round_s"] * 1e3:.2f} | '
                f'{r["fedjax_round_s"] * 1e3:.1f} | {r["fedjax_apply_s"] * 1e3:.1f} | '
                f'{r["fedjax_gel_examples_per_s"]:,.0f} | {r["fedjax_examples_per_s"]:,.0f} | '
-               f'{r["speedup"]:.0f}x | {r["speedup_apply"]:.0f}x |')
+               f'{times(r["speedup"])} | {times(r["speedup_apply"])} |')
   return '\n'.join(out)
 
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument('--workload', choices=sorted(TITLES), default='synthetic',
+                 help='LEAF Synthetic logistic regression or GeL\'s FEMNIST CNN')
   p.add_argument('--cohorts', default='20,200,1000')
   p.add_argument('--repeats', type=int, default=5)
   p.add_argument('--json', help='also write the rows to this JSON file')
@@ -139,10 +171,12 @@ def main(argv=None):
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   if min(cohorts + [a.repeats]) <= 0:
     p.exit(2, 'error: --cohorts and --repeats must be positive\n')
-  rows = measure(cohorts, a.repeats)
+  rows = measure(a.workload, cohorts, a.repeats)
   common.report(rows, table(rows), a.json)
   xs = [r['cohort'] for r in rows]
-  common.plot(a.plot, 'FedAvgCM round, LEAF Synthetic, tau=13, B=5', 'clients per round',
+  tau, batch = common.ROUND_WORKLOADS[a.workload]
+  common.plot(a.plot, f'FedAvgCM round, {TITLES[a.workload]}, tau={tau}, B={batch}',
+              'clients per round',
               'examples/s', {'fedjax_gel': (xs, [r['fedjax_gel_examples_per_s'] for r in rows]),
                              'FedJAX 0.0.17': (xs, [r['fedjax_examples_per_s'] for r in rows])},
               log='xy')

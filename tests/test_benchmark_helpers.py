@@ -46,3 +46,18 @@ def test_vs_torch_loop_takes_the_median_over_processes_and_recomputes_its_rates(
   assert row['process_ratios'] == [1.0 / 0.8, 0.9 / 1.2, 1.1 / 0.7] and row['processes'] == 3
   table = vs_torch_loop.table([row])
   assert 'medians over 3 fresh processes' in table and '| 1.25, 0.75, 1.57 |' in table
+
+
+def test_profile_round_reads_gpu_stream_kernels_and_cpu_thunks():
+  import types  # pylint: disable=g-import-not-at-top
+  import profile_round  # pylint: disable=g-import-not-at-top
+  ev = lambda name: types.SimpleNamespace(name=name, duration_ns=1)
+  line = lambda name, *events: types.SimpleNamespace(name=name, events=[ev(e) for e in events])
+  plane = lambda name, *lines: types.SimpleNamespace(name=name, lines=list(lines))
+  host = plane('/host:CPU', line('python', 'train_step'),
+               line('tf_XLATfrtCpuClient', 'fusion.1', 'while.3', 'ThunkExecutor::Execute'))
+  names = lambda trace: [e.name for e in profile_round.kernel_events(trace)]
+  assert names(types.SimpleNamespace(planes=[host])) == ['fusion.1']
+  gpu = plane('/device:GPU:0', line('XLA Modules', 'jit_round_fn'), line('XLA Ops', 'fusion.2'),
+              line('Stream #13(Compute)', 'loop_add_fusion', 'gemm_fusion_dot'))
+  assert names(types.SimpleNamespace(planes=[host, gpu])) == ['loop_add_fusion', 'gemm_fusion_dot']

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The GPU figures benchmarks/RESULTS.md still lacks, in one run on a machine with one GPU:
+#   1. GeL's FEMNIST CNN at 1,000 clients a round against FedJAX on the same GPU (vs_fedjax.py),
+#   2. the LEAF Synthetic round at 10,000 clients against the batched limit (round_throughput.py),
+#   3. where the CNN round's time goes: its GPU kernels ranked (profile_round.py).
+#
+# Usage, from the repository root: bash benchmarks/gpu_checks.sh [OUT_DIR]
+# Each step's table goes to OUT_DIR (default gpu_checks/) as a .md file, its rows as .json, and
+# the machine (nvidia-smi, versions) to machine.txt. A failing step is reported and the next one
+# runs; the exit status counts the failed steps. The sizes can be made smaller for a dry run on
+# CPU: CNN_CLIENTS=20 SYNTHETIC_CLIENTS=200 bash benchmarks/gpu_checks.sh /tmp/dry
+#
+# Needs JAX with the GPU's plugin, flax and optax (fedjax_gel itself is read from this checkout,
+# no install). FedJAX (step 1's other side) is fedjax 0.0.17 with dm-haiku, jmp and tabulate;
+# on a machine without a package index, put their wheels in .whl/ (pip download fedjax==0.0.17
+# dm-haiku==0.0.17 jmp tabulate --no-deps -d .whl) and set WHEELS=.whl: they are installed into
+# a temporary folder first. Without FedJAX step 1 stops with one line and steps 2-3 still run.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-gpu_checks}
+cnn=${CNN_CLIENTS:-1000}
+synthetic=${SYNTHETIC_CLIENTS:-10000}
+python=${PYTHON:-python3}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+
+if [ -n "${WHEELS:-}" ]; then
+  site=$(mktemp -d)
+  "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" \
+    "$WHEELS"/*.whl && export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
+  "$python" -c 'import jax, flax, optax; print("jax", jax.__version__, "flax", flax.__version__,
+"optax", optax.__version__, jax.devices())'
+} >"$out/machine.txt" 2>&1
+cat "$out/machine.txt"
+
+failed=0
+step() {   # step NAME COMMAND...: runs it, its output to NAME.md, notes a failure
+  local name=$1
+  shift
+  echo "== $name: $*"
+  local start=$SECONDS
+  if ! "$@" 2>&1 | tee "$out/$name.md"; then
+    echo "== $name FAILED"
+    failed=$((failed + 1))
+  fi
+  echo "== $name: $((SECONDS - start)) s"
+}
+
+step vs_fedjax_cnn "$python" benchmarks/vs_fedjax.py --workload cnn --cohorts "$cnn" --repeats 3 \
+  --json "$out/vs_fedjax_cnn.json"
+step round_throughput "$python" benchmarks/round_throughput.py --cohorts "$synthetic" \
+  --repeats 10 --json "$out/round_throughput.json"
+step profile_cnn "$python" benchmarks/profile_round.py --workload cnn --clients "$cnn" \
+  --rounds 3 --top 25
+exit "$failed"
