@@ -33,6 +33,10 @@ CLIENT_AXIS = 'clients'
 CPU_DEVICES_FLAG = '--xla_force_host_platform_device_count'
 # Below this many clients per device a round is too small to gain from splitting it.
 MIN_CLIENTS_PER_DEVICE = 200   # 2 CPU devices: slower at 200 clients, faster at 400
+# On CPU, the same threshold as work: a local step's forward multiply-adds per device (clients x
+# B x parameters) of MIN_CLIENTS_PER_DEVICE LEAF Synthetic clients (B = 5, 305 parameters).
+# Clients of a larger model reach it with fewer clients per device.
+MIN_STEP_WORK_PER_DEVICE = MIN_CLIENTS_PER_DEVICE * 5 * 305
 # XLA options of a program compiled for compile time: XLA's CPU backend compiles with its
 # legacy loop emitters instead of its fusion emitters, 20-40% faster (a small round: 1.3 s ->
 # 1.0 s); the program then runs as fast for a 20-client logistic round, 9-16% slower for 200
@@ -74,9 +78,29 @@ def compiler_options(quick: bool) -> dict | None:
   return dict(QUICK_COMPILE) if quick else None
 
 
-def auto_num_devices(cohort_size: int, available: int) -> int:
-  """All devices when each gets at least ``MIN_CLIENTS_PER_DEVICE`` clients, else one."""
-  return available if cohort_size >= MIN_CLIENTS_PER_DEVICE * available else 1
+def auto_num_devices(cohort_size: int, available: int, client_step_work: int = 0) -> int:
+  """All devices when each gets enough of a round's work, else one.
+
+  On CPU, with ``client_step_work`` (one client's local step: ``B`` x the model's parameters,
+  its forward multiply-adds for a dense model), enough is at least one client and
+  ``MIN_STEP_WORK_PER_DEVICE`` of a step's work per device. A client of a large model is then a
+  unit of work of its own: the Shakespeare LSTM's 20-client round runs 1.3x faster with one
+  client at a time on each core than with each client's small products split over the cores'
+  threads, GeL's FEMNIST CNN about as fast or faster (``benchmarks/RESULTS.md``), while LEAF
+  Synthetic keeps its measured 200 clients per device. Otherwise (accelerators, or no work
+  given) at least ``MIN_CLIENTS_PER_DEVICE`` clients per device.
+  """
+  if client_step_work and _backend() == 'cpu':
+    enough = (cohort_size >= available and
+              cohort_size * client_step_work >= MIN_STEP_WORK_PER_DEVICE * available)
+  else:
+    enough = cohort_size >= MIN_CLIENTS_PER_DEVICE * available
+  return available if enough else 1
+
+
+def _backend() -> str:
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.default_backend()
 
 
 def client_mesh(num_devices: int = 0):
@@ -115,6 +139,24 @@ def replicate(tree, mesh):
       return jax.random.wrap_key_data(one(jax.random.key_data(a)), impl=jax.random.key_impl(a))
     host = to_host(a)
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+  return jax.tree.map(one, tree)
+
+
+def local_copy(tree, device):
+  """``tree`` on ``device``, one of this process' devices: an array replicated over several
+  devices (the server state on a mesh) is taken as its copy there, another placed there.
+
+  A program on one device that reads the server state (the evaluation) then runs once; given
+  the replicated state it runs on every device of the mesh, which on CPU are the same cores.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+
+  def one(a):
+    if isinstance(a, jax.Array) and a.sharding.is_fully_replicated:
+      for shard in a.addressable_shards:
+        if shard.device == device:
+          return shard.data
+    return jax.device_put(a, device)
   return jax.tree.map(one, tree)
 
 

@@ -263,8 +263,10 @@ class RunConfig:
                            int_range(0, note=', 0 meaning automatic'))
   num_devices: int = hparam(
       0, 'Devices the cohort is split over (mesh axis "clients"); 0 = automatic: all when each '
-      'gets at least 200 clients or the per-client store would take more than half of one '
-      "device's memory, else one. On CPU every core is a device.",
+      "gets enough of a round's work (on CPU a local step's batch x parameters of 200 LEAF "
+      'Synthetic clients, so fewer clients of a larger model; on accelerators 200 clients) or '
+      "the per-client store would take more than half of one device's memory, else one. On CPU "
+      'every core is a device.',
       int_range(0, note=', 0 meaning automatic'))
   device_memory_gb: float = hparam(
       0., "GiB of each device's memory the planner may use; 0 = all it has (an accelerator's "

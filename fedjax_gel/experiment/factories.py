@@ -224,10 +224,9 @@ def prepare(c: Config) -> Experiment:
                    client_budgets=load_client_budgets(k, split.train))
   exp = planning.fit_memory(exp)
   # placed once, not every round; on a mesh the training pool is split by client (each device
-  # holds its own clients' examples) and the evaluation pools live on every device
-  return exp._replace(train=federated_data.to_device(split.train, mesh),
-                      test_pool=devices.replicate(test_pool, mesh),
-                      train_pool=devices.replicate(train_pool, mesh))
+  # holds its own clients' examples); the evaluation pools stay on this process' first device,
+  # where the evaluation runs (callbacks.Evaluate)
+  return exp._replace(train=federated_data.to_device(split.train, mesh))
 
 
 def load_client_budgets(k: config_lib.CohortConfig, train) -> np.ndarray | None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from fedjax_gel.core import devices, federated_data, memory, round as round_lib, shuffle, store
 from fedjax_gel.experiment.config import CohortConfig, Config, ConfigError
+from fedjax_gel.models.base import num_params
 
 
 class MemoryPlan(NamedTuple):
@@ -54,16 +55,17 @@ def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int) ->
   (``params``: the model's parameters or their shapes; ``train``: the training pool).
 
   Resident on each device: its block of the training pool (split by client,
-  ``federated_data.owner_layout``), the evaluation pools (whole on every device) and about four
-  copies of the server model (the state, its optimiser and the donated copy). CPU devices are
-  one host's cores: there the host holds the blocks once and the evaluation pools per device.
+  ``federated_data.owner_layout``), the evaluation pools (on the first device, counted on every
+  one: the plan holds for the fullest) and about four copies of the server model (the state,
+  its optimiser and the donated copy). CPU devices are one host's cores: there the host holds
+  the blocks and the evaluation pools once.
   """
   spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], v.dtype) for k, v in train.examples.items()}
   per_client = memory.client_bytes(algorithm, params, spec, c.cohort.batch_size,
                                     c.cohort.spec(train.counts).max_budget)
   block = federated_data.owner_blocks(train.counts, num_devices)[1] * example_bytes(train)
   sharing = devices_per_memory(num_devices)
-  data = (block + round_lib.tree_bytes(pools)) * sharing
+  data = block * sharing + round_lib.tree_bytes(pools)
   free = memory_limit(c.run.device_memory_gb) - data - 4 * round_lib.tree_bytes(params)
   return MemoryPlan(per_client, free, 1 if sharing > 1 else num_devices)
 
@@ -162,8 +164,8 @@ def devices_and_chunk(algorithm, params, data, cohort_size: int, batch_size: int
     num_devices = jax.device_count()
   mesh = devices.client_mesh(num_devices or auto_num_devices(
       cohort_size, store_bytes(algorithm, params), memory_bytes or memory_limit(),
-      jax.device_count(),
-      shared_memory=jax.default_backend() == 'cpu'))
+      jax.device_count(), shared_memory=jax.default_backend() == 'cpu',
+      client_step_work=batch_size * num_params(params)))
   used = 1 if mesh is None else mesh.size
   chunk = chunk_size or default_chunk_size(
       cohort_size, params, example_bytes(data), batch_size, used, equal_budgets=equal_budgets)
@@ -180,13 +182,16 @@ def store_bytes(algorithm, params, num_devices: int = 1) -> int:
 
 
 def auto_num_devices(cohort_size: int, store_size: int, memory: int, available: int,
-                     shared_memory: bool = False) -> int:
-  """``--num_devices=0``: every device for large cohorts (``core.devices.auto_num_devices``) or
-  for a per-client store that would take more than half of one device's memory, else one.
-  ``shared_memory``: the devices share one memory (CPU cores), so spreading saves none."""
+                     shared_memory: bool = False, client_step_work: int = 0) -> int:
+  """``--num_devices=0``: every device for cohorts with enough work
+  (``core.devices.auto_num_devices``; ``client_step_work``: one client's local step, ``B`` x
+  parameters) or for a per-client store that would take more than half of one device's memory,
+  else one. ``shared_memory``: the devices share one memory (CPU cores), so spreading saves
+  none."""
   if store_size > memory // 2 and not shared_memory:
     return available
-  return devices.auto_num_devices(cohort_size, available)
+  return devices.auto_num_devices(cohort_size, available, client_step_work)
+
 
 
 def check_store_memory(c: Config, algorithm, params, num_devices: int) -> int:
