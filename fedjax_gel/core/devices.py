@@ -9,7 +9,8 @@ benchmarks call it; they only concern the CPU backend, GPU and TPU devices are u
   engine splits each chunk over them with ``shard_map`` and every core works: on a 2-core
   machine a 10,000-client LEAF Synthetic round runs 1.29x faster on 2 devices than on 1
   (``benchmarks/device_scaling.py``; 200-client rounds are slower split, 400-client ones
-  faster).
+  faster). ``auto_num_devices`` counts that threshold as work, so a few clients of a large
+  model (an LSTM, a CNN) run one per core.
 * **Small loops as one kernel.** XLA's CPU runtime launches every kernel of a program
   separately, about a microsecond each, so a small round's local steps (some twenty kernels a
   step of a few microseconds of work) cost their launches. XLA compiles a ``while`` loop as one

@@ -186,7 +186,7 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
   notes = []
   phases = phases or loop_lib.Phases()
   with phases.time('data'):
-    base = factories.prepare(configs[0])   # data, model, chunks: shared by every run
+    base = factories.prepare(configs[0], grid is not None)   # data, model, chunks: shared
   notes += base.notes
   for x, w, st in zip(configs, workdirs, status):   # algorithms, memory, checkpoints first
     exp = factories.with_config(base, x)

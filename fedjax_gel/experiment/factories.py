@@ -195,8 +195,9 @@ class Experiment(NamedTuple):
   client_budgets: np.ndarray | None = None
 
 
-def prepare(c: Config) -> Experiment:
-  """Validates the config, loads the data and builds model and algorithm (writes nothing)."""
+def prepare(c: Config, grid: bool = False) -> Experiment:
+  """Validates the config, loads the data and builds model and algorithm (writes nothing).
+  ``grid``: for a learning-rate grid, which runs on one device (the automatic choice)."""
   validate(c)
   split = load_split(c)
   check_population(c.cohort, split.train.num_clients)
@@ -209,7 +210,8 @@ def prepare(c: Config) -> Experiment:
   params = jax.eval_shape(model.init, jax.random.key(0))
   spec = k.spec(split.train.counts)
   mesh, chunk = planning.devices_and_chunk(algorithm, params, split.train, k.clients_per_round,
-                                           k.batch_size, spec.equal_budgets, r.num_devices,
+                                           k.batch_size, spec.equal_budgets,
+                                           r.num_devices or (1 if grid else 0),
                                            r.chunk_size,
                                            planning.memory_limit(r.device_memory_gb))
   num_devices = 1 if mesh is None else mesh.size

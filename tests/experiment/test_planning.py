@@ -73,11 +73,29 @@ evaluate = evaluation.build_evaluate(model.apply)
 out = evaluate(local, pool)
 assert out['loss'].devices() == {first}
 np.testing.assert_array_equal(out['loss'], evaluate(params, pool)['loss'])
+# an experiment of the MLP's 40 clients a round spreads over both; a learning-rate grid of it,
+# which runs on one device, is planned on one
+import io, json, tempfile
+from fedjax_gel.experiment import api, factories
+from fedjax_gel.experiment.config import make
+leaf = tempfile.mktemp(suffix='.json')
+x = rng.normal(size=(40, 12, 60))
+with open(leaf, 'w') as f:
+  json.dump({'users': [f'u{i}' for i in range(40)], 'num_samples': [12] * 40,
+             'user_data': {f'u{i}': {'x': x[i].tolist(), 'y': (np.arange(12) % 5).tolist()}
+                           for i in range(40)}}, f)
+c = make(dataset='leaf', data_path=leaf, model='mlp', algorithm='fedavg', num_rounds=1,
+         eval_every=1, clients_per_round=40, batch_size=5, budget_range=(1, 1))
+assert factories.prepare(c).mesh.size == 2 and factories.prepare(c, grid=True).mesh is None
+api.run(c, tempfile.mkdtemp(), api.Sweep(server_lrs=[0.5, 1.0]), out=io.StringIO(),
+        err=io.StringIO())
 print('TWO-DEVICES-OK')
 '''
 
 
 def test_two_cpu_devices_plan_by_work_and_evaluate_on_the_first():
+  """On two CPU devices: the automatic choice by work, the evaluation on the first device, and
+  a learning-rate grid on one."""
   import os, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=repo,
