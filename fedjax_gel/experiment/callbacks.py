@@ -72,7 +72,9 @@ class Evaluate(Callback):
     self.every, self.test_pool, self.train_pool = every, test_pool, train_pool
     self.together = together
     self.fn = None
-    self.device = next(iter(test_pool.mask.devices()))
+    mask = test_pool.mask   # the pools' device (a pool of host arrays: this process' first)
+    self.device = (next(iter(mask.devices())) if isinstance(mask, jax.Array)
+                   else jax.local_devices()[0])
 
   def on_compiled(self, loop):
     with loop.phases.time('compile'):   # once per experiment: it depends on the model only
