@@ -63,7 +63,7 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
       *reproduction.header('GeL on real LEAF FEMNIST (the shipped subset): Tables 1 and 2 and '
                            'Appendix F.1', 'reproduce_gel_femnist.py', commands, minutes),
       'Wall time of each command when it ran, on this project\'s 2-core CPU machine (no '
-      'accelerator; each command\'s 5 seeds are one vmapped program): '
+      'accelerator; `launch/run.py`\'s default devices and chunks): '
       f'{reproduction.wall_minutes(out, RUNS)}.', '',
       f'Rounds to {reproduction.ACCURACY.format(TARGET)} test accuracy here, against the rounds to 76% in the GeL paper '
       '(Boukhari et al. 2023, Tables 1 and 2, full FEMNIST, 5 seeds). The targets differ, so '

@@ -45,7 +45,7 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
       *reproduction.header('GeL on real LEAF Shakespeare (the shipped subset): Table 1',
                            'reproduce_gel_shakespeare.py', commands, minutes),
       'Wall time of each command when it ran, on this project\'s 2-core CPU machine (no '
-      'accelerator; each command\'s seeds are one vmapped program): '
+      'accelerator; `launch/run.py`\'s default devices and chunks): '
       f'{reproduction.wall_minutes(out, RUNS)}.', '',
       f'Rounds to {goal:.1%} test accuracy here, against the rounds to 54% in the GeL paper '
       '(Boukhari et al. 2023, Table 1, full Shakespeare, 5 seeds). The targets, cohorts and '
