@@ -122,9 +122,9 @@ def client_mesh(num_devices: int = 0):
 def replicate(tree, mesh):
   """``tree`` placed whole on every device of ``mesh`` (``None``: unchanged).
 
-  The server state and the evaluation pools are read on every device; placed once, they are not
-  copied to each device again every round. (The training pool is split by client instead:
-  ``federated_data.to_device(data, mesh)``.)
+  The server state is read on every device; placed once, it is not copied to each device again
+  every round. (The training pool is split by client instead: ``federated_data.to_device(data,
+  mesh)``; the evaluation reads one device's copy: ``local_copy``.)
   """
   if mesh is None:
     return tree
