@@ -1,9 +1,11 @@
-"""Shared test helpers: a small federated pool, the engine's data order rebuilt by hand, and
-``launch/run.py`` run in this process."""
+"""Shared test helpers: a small federated pool, the engine's data order rebuilt by hand,
+``launch/run.py`` run in this process, and a script run on several CPU devices."""
 import contextlib
 import io
+import os
 import pathlib
 import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -98,6 +100,19 @@ def cli_run(*args):
   with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     code = cli.main(['run.py', *args])
   return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def run_on_cpu_devices(script: str, token: str, count: int):
+  """Runs ``script`` (Python source) in a fresh process that sees ``count`` CPU devices, with
+  the suite's XLA flags kept (its programs compiled for compile time: tests/conftest.py); it
+  must exit 0 and print ``token``."""
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=str(REPO),
+             XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
+                       f'--xla_force_host_platform_device_count={count}'.strip())
+  out = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True, text=True,
+                       timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert token in out.stdout
 
 
 def assert_one_line_error(proc, *names):

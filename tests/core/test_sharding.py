@@ -1,13 +1,10 @@
 """Multi-device rounds on 8 simulated CPU devices equal the single-device round: the pool and
 the per-client store split by client over the devices, each device training its own clients."""
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import helpers
 
 # 30 clients of 0..39 examples (6 features, 3 classes), a logistic model and its initial params.
 POOL = textwrap.dedent('''
@@ -154,14 +151,7 @@ print('EDGE-OK')
 
 
 def run_on_eight_devices(script, token):
-  # the suite's XLA flags kept (its programs compiled for compile time: tests/conftest.py)
-  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=REPO,
-             XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
-                       '--xla_force_host_platform_device_count=8'.strip())
-  out = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True, text=True,
-                       timeout=300)
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert token in out.stdout
+  helpers.run_on_cpu_devices(script, token, 8)
 
 
 def test_eight_cpu_devices_match_one():

@@ -1,14 +1,15 @@
 """The planner's chunk rule (``planning.default_chunk_size``) by hand: the memory it budgets and
-the budget-sorted chunks of cohorts whose budgets differ."""
+the budget-sorted chunks of cohorts whose budgets differ; its device rule by hand and on two
+CPU devices."""
 import jax
 
 from fedjax_gel.experiment.planning import default_chunk_size
 
-from helpers import init_params
+import helpers
 
 
 def test_default_chunk_size_respects_memory(model):
-  params = init_params(model)   # 15 float32 = 60 bytes
+  params = helpers.init_params(model)   # 15 float32 = 60 bytes
   assert default_chunk_size(10_000, params, 16, 5, memory_bytes=1 << 30) == 10_000
   per_client = 8 * 60 + 2 * 5 * 16
   assert default_chunk_size(10_000, params, 16, 5, memory_bytes=4 * 100 * per_client) == 100
@@ -96,12 +97,4 @@ print('TWO-DEVICES-OK')
 def test_two_cpu_devices_plan_by_work_and_evaluate_on_the_first():
   """On two CPU devices: the automatic choice by work, the evaluation on the first device, and
   a learning-rate grid on one."""
-  import os, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
-  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=repo,
-             XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} "
-                       '--xla_force_host_platform_device_count=2'.strip())
-  out = subprocess.run([sys.executable, '-c', TWO_DEVICES], env=env, capture_output=True,
-                       text=True, timeout=300)
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert 'TWO-DEVICES-OK' in out.stdout
+  helpers.run_on_cpu_devices(TWO_DEVICES, 'TWO-DEVICES-OK', 2)
