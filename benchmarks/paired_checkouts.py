@@ -9,14 +9,19 @@ commit), builds the FedAvgCM round (client lr 0.01, momentum 0.9) of ``--workloa
 Synthetic (``B = 5``), GeL's FEMNIST CNN (``B = 20``) or LEAF's Shakespeare LSTM (``B = 10``) on
 random clients of their shapes (``common.round_workload``), with ``tau_i ~ U{a..b}`` from
 ``--budget_range`` (default: the workload's ``tau``, 13, 8 and 4), the planner's chunk and
-compile options, as ``launch/run.py`` sets them, on one device, for ``--clients``; compiles it,
-runs ``--rounds``
-rounds of fresh cohorts and prints the fastest and the median round and the compile time; the
-two checkouts' processes alternate ``--pairs`` times. The fastest round is the figure least
-moved by other load.
+compile options, as ``launch/run.py`` sets them, on one device (or, with ``--launch_devices``,
+on the devices ``launch/run.py``'s planner picks, every core presented as one:
+``common.launch_round``), for ``--clients``; compiles it, runs ``--rounds`` rounds of fresh
+cohorts and prints the fastest and the median round and the compile time; the two checkouts'
+processes alternate ``--pairs`` times. The fastest round is the figure least moved by other load.
+
+A change can help one layout and not the other: GeL's FEMNIST CNN round with a faster local
+step was 1.12x faster on one device and 0.89x on the planner's two (``benchmarks/RESULTS.md``),
+so a change meant for the shipped runs is measured with ``--launch_devices`` too.
 
 Usage: ``python benchmarks/paired_checkouts.py --before /tmp/old --after . [--workload
-synthetic|cnn|lstm] [--clients 20,200] [--budget_range 13,13] [--pairs 6] [--rounds 300]``
+synthetic|cnn|lstm] [--clients 20,200] [--budget_range 13,13] [--pairs 6] [--rounds 300]
+[--launch_devices]``
 """
 from __future__ import annotations
 
@@ -29,20 +34,43 @@ import sys
 import time
 
 
+def launch_workload(common, workload: str, clients: int):
+  """``(data, loss, root, params)`` of ``workload`` with every core presented as a device (the
+  checkout's own workload builders, as ``common.round_workload`` calls them for one device)."""
+  if workload == 'synthetic':
+    built = common.synthetic_workload(cpu_devices=None)
+  else:
+    build = (common.femnist_like_workload if workload == 'cnn' else
+             common.shakespeare_like_workload)
+    built = build(max(clients, 100), 200, None)
+  _, data, _, loss, root, params = built
+  return data, loss, root, params
+
+
 def measure(repo: str, workload: str, clients: int, rounds: int,
-            budgets: tuple[int, int]) -> dict:
+            budgets: tuple[int, int], launch_devices: bool = False) -> dict:
   """In this process: one round of ``repo``'s engine (``repo`` first on the path; the workload
-  and the timing are this checkout's ``benchmarks/common.py``), timed."""
+  and the timing are this checkout's ``benchmarks/common.py``), timed; ``launch_devices``: on
+  the planner's devices (``common.launch_round``), else on one."""
   sys.path.insert(0, repo)
   import common  # pylint: disable=g-import-not-at-top   # this script's folder comes first
   batch = common.ROUND_WORKLOADS[workload][1]
-  data, loss, root, params = common.round_workload(workload, clients)
+  if launch_devices:
+    data, loss, root, params = launch_workload(common, workload, clients)
+  else:
+    data, loss, root, params = common.round_workload(workload, clients)
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
+  if launch_devices:
+    ran = common.launch_round(alg, params, data, root, clients, budgets, batch, False)
+    cohorts = [ran['sample'](r) for r in range(rounds + 1)]
+    times = common.time_rounds(ran['compiled'], ran['state'], cohorts, ran['pool'], root)
+    return {'min_ms': min(times) * 1e3, 'median_ms': statistics.median(times) * 1e3,
+            'compile_s': ran['compile_s'], 'chunk': ran['chunk'], 'devices': ran['devices']}
   state = alg.server_init(params)
   spec = sampling.CohortSpec(clients, budgets, batch)
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
@@ -56,7 +84,7 @@ def measure(repo: str, workload: str, clients: int, rounds: int,
   compile_s = time.perf_counter() - t
   times = common.time_rounds(compiled, state, cohorts, data, root)
   return {'min_ms': min(times) * 1e3, 'median_ms': statistics.median(times) * 1e3,
-          'compile_s': compile_s, 'chunk': chunk}
+          'compile_s': compile_s, 'chunk': chunk, 'devices': 1}
 
 
 def main(argv=None):
@@ -69,6 +97,9 @@ def main(argv=None):
   p.add_argument('--budget_range', help="a,b: tau_i ~ U{a..b} (default: the workload's tau)")
   p.add_argument('--pairs', type=int, default=6)
   p.add_argument('--rounds', type=int, default=300)
+  p.add_argument('--launch_devices', action='store_true',
+                 help="time the round on launch/run.py's devices (every core a device, the "
+                      "planner's choice) instead of one")
   p.add_argument('--single', nargs=3, help=argparse.SUPPRESS)   # repo clients rounds
   a = p.parse_args(argv)
   tau = common.ROUND_WORKLOADS[a.workload][0]
@@ -78,13 +109,14 @@ def main(argv=None):
     p.exit(2, f'error: --budget_range must be a,b with 1 <= a <= b (got {a.budget_range!r})\n')
   if a.single:
     print(json.dumps(measure(a.single[0], a.workload, int(a.single[1]), int(a.single[2]),
-                             budgets)))
+                             budgets, a.launch_devices)))
     return
   for repo in (a.before, a.after):
     if not os.path.isdir(os.path.join(repo, 'fedjax_gel')):
       p.exit(2, f'error: {repo}: not a fedjax_gel checkout (no fedjax_gel/ folder)\n')
-  print('| clients | budgets | chunk | checkout | fastest round ms | median round ms | compile s |')
-  print('|---:|---|---:|---|---:|---:|---:|')
+  print('| clients | budgets | devices | chunk | checkout | fastest round ms | median round ms '
+        '| compile s |')
+  print('|---:|---|---:|---:|---|---:|---:|---:|')
   for clients in (int(c) for c in a.clients.split(',')):
     runs = {'before': [], 'after': []}
     for _ in range(a.pairs):
@@ -93,13 +125,15 @@ def main(argv=None):
                               '--after', a.after, '--workload', a.workload,
                               '--budget_range', a.budget_range,
                               '--single', os.path.abspath(repo),
-                              str(clients), str(a.rounds)],
+                              str(clients), str(a.rounds)] +
+                             (['--launch_devices'] if a.launch_devices else []),
                              check=True, capture_output=True, text=True).stdout
         runs[name].append(json.loads(out.strip().splitlines()[-1]))
     for name, rows in runs.items():
       mean = lambda k, rows=rows: statistics.mean(r[k] for r in rows)
       kind = f'tau = {budgets[0]}' if budgets[0] == budgets[1] else 'U{%d..%d}' % budgets
-      print(f'| {clients:,} | {kind} | {rows[0]["chunk"]:,} | {name} | {mean("min_ms"):.3f} | '
+      print(f'| {clients:,} | {kind} | {rows[0]["devices"]} | {rows[0]["chunk"]:,} | {name} | '
+            f'{mean("min_ms"):.3f} | '
             f'{mean("median_ms"):.3f} | {mean("compile_s"):.2f} |')
 
 
