@@ -233,7 +233,7 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
     return sampling.sample_cohort(root, r, data.counts, spec)
 
   state = store.place_state(algorithm.server_init(params), algorithm, mesh)
-  pool = federated_data.to_device(data, mesh)
+  pool = federated_data.to_device(data, mesh, planning.replicate_pool(algorithm, data, mesh))
   t = time.perf_counter()
   compiled = round_fn.lower(state, sample(0), pool, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t

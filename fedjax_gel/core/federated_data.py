@@ -5,7 +5,8 @@ clients, plus ``offsets[N]`` and ``counts[N]``: client ``i`` owns pool rows
 ``offsets[i] : offsets[i] + counts[i]``, in client order. There is no per-client padding, so a
 population whose clients range from 5 to 50,000 examples costs exactly its number of examples.
 On a mesh of devices the pool is split by client (``to_device(data, mesh)``): each device holds
-the examples of the clients it owns, its block padded to the largest device's count.
+the examples of the clients it owns, its block padded to the largest device's count; or, where
+it fits, whole on every device (``replicate=True``), so that any device can train any client.
 """
 from __future__ import annotations
 
@@ -72,14 +73,20 @@ def gather_rows(examples: Examples, idx) -> dict:
   return jax.tree_util.tree_map(lambda a: jnp.take(a, idx, axis=0, mode='clip'), examples)
 
 
-def to_device(data: FederatedData, mesh=None) -> FederatedData:
+def to_device(data: FederatedData, mesh=None, replicate: bool = False) -> FederatedData:
   """Moves the pool and the index arrays onto the default device, or onto ``mesh`` split by
-  client (``owner_layout``): each device holds only the examples of the clients it owns.
+  client (``owner_layout``): each device holds only the examples of the clients it owns;
+  ``replicate``: the whole pool on every device of ``mesh`` (the round then deals the cohort
+  to the devices by budget, ``core.round.deal``; a copy of the pool per device).
 
   The client names stay behind (strings are host metadata and cannot enter a jitted function).
   """
   import jax  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  if mesh is not None and replicate:
+    return FederatedData(*devices.replicate(
+        (dict(data.examples), np.asarray(data.offsets, np.int32),
+         np.asarray(data.counts, np.int32)), mesh))
   if mesh is not None:
     data = owner_layout(data, mesh.shape[devices.CLIENT_AXIS])
     return FederatedData(devices.split_rows(data.examples, mesh),

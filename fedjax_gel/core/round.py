@@ -27,6 +27,13 @@
   each device runs its own clients' chunks (at most ``routed_chunk`` clients each, only the
   chunks that hold clients) on its own examples and rows, and the weighted sums meet in one
   ``psum``. One code path for the cores of a CPU, many GPUs, many processes or a TPU slice.
+  Where every device holds the whole pool (``to_device(data, mesh, replicate=True)``, the
+  planner's choice for a pool that fits, ``experiment.planning.replicate_pool``), the cohort is
+  dealt to the devices by budget instead (``deal``): a device's share of a small cohort then
+  does not depend on which clients were drawn. Routed to their owners, 20 clients over 2
+  devices split as Binomial(20, 1/2), 11.8 on the busier device on average, and the other
+  device waited for it (GeL's FEMNIST CNN and the Shakespeare LSTM at 20 clients: rounds
+  1.12-1.13x faster dealt, ``benchmarks/RESULTS.md``).
 * Per-client state (stateful algorithms, ``FederatedAlgorithm.store_row``): the cohort's rows
   are gathered from the store in the server state before the chunks run, travel with them, and
   the rows the clients return are written back after ``server_update`` (``core.store``).
@@ -141,6 +148,22 @@ def route(cohort: Cohort, guesses, owned: int, num_clients: int, num_devices: in
                  pick(jnp.arange(size, dtype=jnp.int32), 0), valid)
 
 
+def deal(cohort: Cohort, guesses, num_devices: int, capacity: int) -> Clients:
+  """The cohort sorted by budget and dealt to the devices like cards (``[num_devices,
+  capacity]``): device ``d`` gets the clients at sorted positions ``d, d + D, d + 2D, ...``, so
+  every device trains the same number of clients (one more at most) with about the same steps,
+  each row still sorted by budget; then padding slots (client 0, budget 0, weight 0, not valid).
+  For a pool every device holds whole (``to_device(data, mesh, replicate=True)``)."""
+  size = cohort.budgets.shape[0]
+  order = jnp.argsort(cohort.budgets, stable=True)
+  pos = jnp.arange(capacity)[None, :] * num_devices + jnp.arange(num_devices)[:, None]
+  valid = pos < size
+  src = order[jnp.minimum(pos, size - 1)]
+  pick = lambda a, pad: jnp.where(valid, a[src], pad)
+  return Clients(pick(cohort.client_ids, 0), pick(cohort.budgets, 0), pick(cohort.weights, 0.),
+                 pick(guesses, 0.), pick(jnp.arange(size, dtype=jnp.int32), 0), valid)
+
+
 def all_finite(tree) -> jax.Array:
   """Whether every array of ``tree`` holds no NaN or infinity (a scalar bool)."""
   return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in jax.tree.leaves(tree)]))
@@ -181,7 +204,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       sequential. The cohort is cut into equal chunks of at most this size.
     mesh: a device mesh with an axis named ``'clients'``: each device trains the cohort's
       clients it owns (``shard_map``; the pool must be ``to_device(data, mesh)``'s and the
-      store ``store.place_state``'s) and the weighted sums are reduced across devices; ``None``
+      store ``store.place_state``'s), or, with a pool whole on every device
+      (``to_device(data, mesh, replicate=True)``; not for a store split by client), its share
+      of the cohort dealt by budget; the weighted sums are reduced across devices; ``None``
       runs on the default device.
     donate_state: let the round reuse the server state's buffers for the new state (a caller
       that never touches the old state again saves a copy of it, the per-client store included).
@@ -341,21 +366,29 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       stored = store_lib.gather(server_state.clients, algorithm.store_row(clients.client_ids))
     return accumulate(bcast, data, client_key_root, (clients, stored))
 
-  def on_mesh(server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals):
+  def on_mesh(server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals,
+              replicated: bool):
     """Owner computes: each device trains, chunk by chunk, the clients whose examples (and
-    store rows) it holds; their weighted sums meet in one ``psum``. Returns ``((sums, spread,
-    totals), written, routed)`` with ``written``'s leaves ``[devices, capacity, ...]``."""
+    store rows) it holds; their weighted sums meet in one ``psum``. ``replicated``: every device
+    holds the whole pool, and the cohort is dealt to the devices by budget (``deal``) instead.
+    Returns ``((sums, spread, totals), written, routed)`` with ``written``'s leaves
+    ``[devices, capacity, ...]``."""
     num_devices = mesh.shape[CLIENT_AXIS]
     num_clients = data.counts.shape[0]
     owned = federated_data.clients_per_owner(num_clients, num_devices)
     size = cohort.budgets.shape[0]
     per_device = routed_chunk(size, chunk_size, num_devices)
     capacity = -(-size // per_device) * per_device
-    routed = route(cohort, guesses, owned, num_clients, num_devices, capacity)
+    routed = (deal(cohort, guesses, num_devices, capacity) if replicated else
+              route(cohort, guesses, owned, num_clients, num_devices, capacity))
     # computed whole on every device (a few integers per client): else XLA splits the routing's
     # prefix sum over the devices, a collective every round
     routed = jax.lax.with_sharding_constraint(routed, jax.sharding.NamedSharding(mesh, P()))
     split = stateful and store_lib.split_by_client(algorithm)
+    if split and replicated:
+      raise ValueError(f'round_fn: {algorithm.name} keeps its per-client store split by client, '
+                       'which needs the pool split by client too; pass '
+                       'fedjax_gel.to_device(data, mesh) without replicate')
     if split and store_lib.num_rows(server_state.clients) != owned * num_devices:
       raise ValueError(f'round_fn: a store of {store_lib.num_rows(server_state.clients)} rows '
                        f'for {num_clients} clients on {num_devices} devices; place the state '
@@ -363,7 +396,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
 
     def device(bcast, examples, offsets, counts, key_root, routed, store):
       d = jax.lax.axis_index(CLIENT_AXIS)
-      base = jax.tree.leaves(examples)[0].shape[0] * d     # this device's first pool row
+      # this device's first pool row: its block's, or the whole pool's
+      base = 0 if replicated else jax.tree.leaves(examples)[0].shape[0] * d
       local = FederatedData(examples, offsets - base, counts)
       chunks = tree_map(lambda a: a.reshape(-1, per_device), routed)   # [chunks, per_device]
 
@@ -394,7 +428,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     store = server_state.clients if stateful else None
     run = jax.shard_map(
         device, mesh=mesh, check_vma=False,
-        in_specs=(P(), P(CLIENT_AXIS), P(), P(), P(), P(CLIENT_AXIS),
+        in_specs=(P(), P() if replicated else P(CLIENT_AXIS), P(), P(), P(), P(CLIENT_AXIS),
                   P(CLIENT_AXIS) if split else P()),
         out_specs=(P(), P(CLIENT_AXIS)))
     acc, written = run(bcast, data.examples, data.offsets, data.counts, client_key_root, routed,
@@ -418,7 +452,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     return jax.shard_map(device, mesh=mesh, in_specs=P(CLIENT_AXIS), out_specs=P(CLIENT_AXIS),
                          check_vma=False)(clients_store, ids, new_rows, real)
 
-  def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
+  def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx,
+               replicated: bool = False):
     spec = cohort.spec
     static = static_steps
     if static is None:   # see static_steps in the docstring
@@ -437,7 +472,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
           server_state, clients, bcast, data, client_key_root, train_chunk, accumulate)
     else:
       (sums, spread, totals), written, clients = on_mesh(
-          server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals)
+          server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals, replicated)
     weight_total, num_real, loss_wsum, loss_w, grads, examples, computed = totals
     one = tree_map(lambda a: a.reshape(-1)[:1], clients)   # the upload of one client
     stored = (store_lib.gather(server_state.clients, jnp.zeros((1,), jnp.int32)) if stateful
@@ -462,6 +497,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     return new_state, metrics
 
   return RoundFunction(jax.jit(round_fn, donate_argnums=(0,) if donate_state else (),
+                               static_argnames=('replicated',),
                                compiler_options=compiler_options), mesh)
 
 
@@ -472,29 +508,37 @@ class RoundFunction:
     self.jitted, self.mesh = jitted, mesh
 
   def __call__(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
-    check_on_device(data, self.mesh)
-    return self.jitted(server_state, cohort, data, root_key, round_idx)
+    replicated = check_on_device(data, self.mesh)
+    return self.jitted(server_state, cohort, data, root_key, round_idx, replicated=replicated)
 
   def lower(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
     """``jax.jit``'s ``lower`` (for ``.compile()``, memory and cost analyses)."""
-    check_on_device(data, self.mesh)
-    return self.jitted.lower(server_state, cohort, data, root_key, round_idx)
+    replicated = check_on_device(data, self.mesh)
+    return self.jitted.lower(server_state, cohort, data, root_key, round_idx,
+                             replicated=replicated)
 
 
-def check_on_device(data, mesh=None) -> None:
-  """Raises ``TypeError`` (one line naming ``to_device``) for a pool still on the host, or not
-  split by client over the round's mesh."""
+def check_on_device(data, mesh=None) -> bool:
+  """Whether the pool is whole on every device of the round's mesh (``to_device(data, mesh,
+  replicate=True)``) rather than split by client. Raises ``TypeError`` (one line naming
+  ``to_device``) for a pool still on the host, or on a mesh neither split nor whole."""
   if not isinstance(data, FederatedData):
     raise TypeError(f'round_fn: data must be a FederatedData on the device, got '
                     f'{type(data).__name__}')
   if data.client_names or any(isinstance(a, np.ndarray) for a in jax.tree.leaves(data)):
     raise TypeError('round_fn: the data pool is on the host; pass fedjax_gel.to_device(data) '
                     '(done once, not every round)')
-  split = jax.sharding.NamedSharding(mesh, P(CLIENT_AXIS)) if mesh is not None else None
-  if split is not None and not all(a.sharding.is_equivalent_to(split, a.ndim)
-                                   for a in jax.tree.leaves(data.examples)):
-    raise TypeError('round_fn: on a mesh the data pool must be split by client; pass '
-                    'fedjax_gel.to_device(data, mesh)')
+  if mesh is None:
+    return False
+  laid_out = lambda spec: all(a.sharding.is_equivalent_to(jax.sharding.NamedSharding(mesh, spec),
+                                                          a.ndim)
+                              for a in jax.tree.leaves(data.examples))
+  if laid_out(P(CLIENT_AXIS)):
+    return False
+  if laid_out(P()):
+    return True
+  raise TypeError('round_fn: on a mesh the data pool must be split by client or whole on every '
+                  'device; pass fedjax_gel.to_device(data, mesh)')
 
 
 # On a mesh each device cuts its share of the cohort into chunks of at most 1/ROUTED_CHUNKS of

@@ -218,17 +218,20 @@ def prepare(c: Config, grid: bool = False) -> Experiment:
   test_pool = evaluation.make_eval_pool(split.test)
   train_pool = evaluation.make_eval_pool(split.train, max_examples=r.train_eval_examples,
                                          seed=c.data.split_seed)
+  replicate = planning.replicate_pool(algorithm, split.train, mesh,
+                                      planning.memory_limit(r.device_memory_gb))
   plan = planning.memory_plan(c, params, algorithm, split.train, (test_pool, train_pool),
-                              num_devices)
+                              num_devices, replicate)
   exp = Experiment(c, model, algorithm, split.train, test_pool, train_pool, chunk, mesh, plan,
                    compiled={}, compiler_options=devices.compiler_options(
                        planning.quick_compile(k, params, split.train.counts)),
                    client_budgets=load_client_budgets(k, split.train))
   exp = planning.fit_memory(exp)
-  # placed once, not every round; on a mesh the training pool is split by client (each device
-  # holds its own clients' examples); the evaluation pools stay on this process' first device,
-  # where the evaluation runs (callbacks.Evaluate)
-  return exp._replace(train=federated_data.to_device(split.train, mesh))
+  # placed once, not every round; on a mesh the training pool is whole on every device where it
+  # fits (the round deals the cohort by budget), else split by client (each device holds its own
+  # clients' examples); the evaluation pools stay on this process' first device, where the
+  # evaluation runs (callbacks.Evaluate)
+  return exp._replace(train=federated_data.to_device(split.train, mesh, replicate))
 
 
 def load_client_budgets(k: config_lib.CohortConfig, train) -> np.ndarray | None:

@@ -34,6 +34,25 @@ def example_bytes(data: federated_data.FederatedData) -> int:
              for v in data.examples.values())
 
 
+def pool_bytes(data: federated_data.FederatedData) -> int:
+  """Bytes of the whole training pool."""
+  return int(np.sum(data.counts)) * example_bytes(data)
+
+
+def replicate_pool(algorithm, data, mesh, memory_bytes: int | None = None) -> bool:
+  """Whether the training pool goes whole on every device of ``mesh``
+  (``federated_data.to_device(..., replicate=True)``), so that the round deals the cohort to
+  the devices by budget (``core.round.deal``), rather than split by client with every client
+  trained on the device that owns it: in one process, for an algorithm whose per-client store
+  (if any) is not split by client, when the copies one memory holds (``devices_per_memory``)
+  take at most ``REPLICATED_POOL_FRACTION`` of it (``memory_bytes``, default
+  ``memory_limit()``). A large population stays split (``benchmarks/population_sharding.py``)."""
+  if mesh is None or jax.process_count() > 1 or store.split_by_client(algorithm):
+    return False
+  budget = REPLICATED_POOL_FRACTION * (memory_bytes or memory_limit())
+  return devices_per_memory(mesh.size) * pool_bytes(data) <= budget
+
+
 def memory_limit(gib: float = 0.) -> int:
   """Bytes one device may use: ``gib`` (``--device_memory_gb``) when positive, else the
   accelerator's limit, or the host's physical memory."""
@@ -48,22 +67,28 @@ def memory_limit(gib: float = 0.) -> int:
 # A chunk's working set may take this much of the memory left after the data, the server state
 # and the per-client store (the rest: XLA's own buffers and the estimate's error).
 CHUNK_MEMORY_FRACTION = 0.75
+# A pool whose copies (one per device in a memory) take at most this fraction of it is placed
+# whole on every device (``replicate_pool``).
+REPLICATED_POOL_FRACTION = 0.25
 
 
-def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int) -> MemoryPlan:
+def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int,
+                replicated: bool = False) -> MemoryPlan:
   """The memory of one client of a chunk and what is free for chunks on each device
   (``params``: the model's parameters or their shapes; ``train``: the training pool).
 
   Resident on each device: its block of the training pool (split by client,
-  ``federated_data.owner_layout``), the evaluation pools (on the first device, counted on every
-  one: the plan holds for the fullest) and about four copies of the server model (the state,
-  its optimiser and the donated copy). CPU devices are one host's cores: there the host holds
-  the blocks and the evaluation pools once.
+  ``federated_data.owner_layout``; ``replicated``: the whole pool, ``replicate_pool``), the
+  evaluation pools (on the first device, counted on every one: the plan holds for the
+  fullest) and about four copies of the server model (the state, its optimiser and the donated
+  copy). CPU devices are one host's cores: there the host holds the blocks (or copies) of all
+  of them and the evaluation pools once.
   """
   spec = {k: jax.ShapeDtypeStruct(np.shape(v)[1:], v.dtype) for k, v in train.examples.items()}
   per_client = memory.client_bytes(algorithm, params, spec, c.cohort.batch_size,
                                     c.cohort.spec(train.counts).max_budget)
-  block = federated_data.owner_blocks(train.counts, num_devices)[1] * example_bytes(train)
+  block = (pool_bytes(train) if replicated else
+           federated_data.owner_blocks(train.counts, num_devices)[1] * example_bytes(train))
   sharing = devices_per_memory(num_devices)
   data = block * sharing + round_lib.tree_bytes(pools)
   free = memory_limit(c.run.device_memory_gb) - data - 4 * round_lib.tree_bytes(params)

@@ -9,6 +9,7 @@ import pytest
 from fedjax_gel import algorithms, models
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
+from fedjax_gel.core import round as round_lib
 from fedjax_gel.core.round import build_round, chunk_layout
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 
@@ -250,3 +251,18 @@ def test_equal_budgets_run_unmasked_and_match_the_masked_round(data, model, mome
   zeros = type(equal)(equal.client_ids, jnp.zeros(7, jnp.int32), equal.weights, equal.spec)
   jax.tree_util.tree_map(np.testing.assert_array_equal,
                          run(alg, data, zeros, params, chunk_size=3)[0].params, unmasked.params)
+
+
+def test_deal_gives_every_device_the_same_number_of_clients_sorted_by_budget():
+  """Hand case: 7 clients over 3 devices, sorted by budget (ties in cohort order) and dealt
+  like cards; every client once, padding slots empty."""
+  budgets = [3, 1, 4, 1, 5, 9, 2]
+  c = cohort([10, 11, 12, 13, 14, 15, 16], budgets, [1.] * 7)
+  dealt = round_lib.deal(c, jnp.arange(7, dtype=jnp.float32) / 10, 3, 3)
+  # sorted: slots 1, 3, 6, 0, 2, 4, 5 (budgets 1, 1, 2, 3, 4, 5, 9)
+  np.testing.assert_array_equal(dealt.slots, [[1, 0, 5], [3, 2, 0], [6, 4, 0]])
+  np.testing.assert_array_equal(dealt.valid, [[1, 1, 1], [1, 1, 0], [1, 1, 0]])
+  np.testing.assert_array_equal(dealt.client_ids, [[11, 10, 15], [13, 12, 0], [16, 14, 0]])
+  np.testing.assert_array_equal(dealt.budgets, [[1, 3, 9], [1, 4, 0], [2, 5, 0]])
+  np.testing.assert_allclose(dealt.guesses, [[.1, 0., .5], [.3, .2, 0.], [.6, .4, 0.]])
+  np.testing.assert_array_equal(dealt.weights, [[1, 1, 1], [1, 1, 0], [1, 1, 0]])

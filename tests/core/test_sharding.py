@@ -11,7 +11,7 @@ POOL = textwrap.dedent('''
     import jax, jax.numpy as jnp, numpy as np
     from fedjax_gel import algorithms, models
     from fedjax_gel.core import federated_data as fd, keys, sampling, store
-    from fedjax_gel.core.devices import client_mesh, replicate
+    from fedjax_gel.core.devices import client_mesh
     from fedjax_gel.core.round import build_round, chunk_layout
     assert jax.device_count() == 8, jax.devices()
     rng = np.random.default_rng(SEED)
@@ -33,10 +33,14 @@ SCRIPT = POOL.replace('SEED', '0') + textwrap.dedent('''
     spec = sampling.CohortSpec(21, (1, 7), 4)
     c = sampling.sample_cohort(root, 0, data.counts, spec)
     out = []
-    for devices, chunk in [(1, 21), (8, 5), (4, 21), (2, 3)]:
+    # split by client (owner computes), then the pool whole on every device (dealt by budget)
+    for devices, chunk, whole in [(1, 21, False), (8, 5, False), (4, 21, False), (2, 3, True),
+                                  (8, 5, True)]:
       mesh = client_mesh(devices)
       rf = build_round(alg, chunk_size=chunk, mesh=mesh)
-      state, m = rf(alg.server_init(params), c, fd.to_device(host, mesh), root, jnp.int32(0))
+      pool = fd.to_device(host, mesh, replicate=whole)
+      assert whole == (mesh is not None and pool.examples['x'].sharding.is_fully_replicated)
+      state, m = rf(alg.server_init(params), c, pool, root, jnp.int32(0))
       out.append((state.params, m, chunk_layout(21, chunk, devices)[0] // devices, devices))
     for params_d, m, per_device, devices in out[1:]:
       jax.tree_util.tree_map(
@@ -64,11 +68,14 @@ SCRIPT = POOL.replace('SEED', '0') + textwrap.dedent('''
         lo = int(split.offsets[i]) - d * rows
         np.testing.assert_array_equal(np.asarray(shard.data)[lo:lo + counts[i]],
                                       fd.client_examples(host, i)['x'])
-    try:   # a pool not split by client is refused before it is read at the wrong rows
-      rf(alg.server_init(params), c, replicate(data, mesh), root, jnp.int32(0))
+    try:   # a pool on one device only is refused before it is read at the wrong rows
+      rf(alg.server_init(params), c, data, root, jnp.int32(0))
       raise AssertionError('not refused')
     except TypeError as e:
       assert 'to_device(data, mesh)' in str(e), e
+    # dealt by budget: every device trains 2 or 3 of the 21 clients, one chunk each at chunk 5
+    # (routed_chunk), whatever clients were drawn; every computed step of a chunk of one is real
+    assert int(out[4][1].computed_steps) <= 8 * 3 * int(np.max(c.budgets))
     print('SHARDED-OK')
 ''')
 
@@ -85,7 +92,16 @@ STATEFUL = POOL.replace('SEED', '1') + textwrap.dedent('''
         rf = build_round(alg, chunk_size=chunk, mesh=mesh, donate_state=True)
         fresh = jax.tree_util.tree_map(jnp.copy, params)   # the donated state owns its buffers
         state = store.place_state(alg.server_init(fresh), alg, mesh)   # as the runner does
-        pool = fd.to_device(host, mesh)
+        # a store split by client needs its clients on their owners; a whole one takes a pool
+        # whole on every device, and the cohort dealt by budget
+        pool = fd.to_device(host, mesh, replicate=not split)
+        if split and mesh is not None:
+          try:
+            rf(state, sampling.sample_cohort(root, 0, data.counts, spec),
+               fd.to_device(host, mesh, replicate=True), root, jnp.int32(0))
+            raise AssertionError('not refused')
+          except ValueError as e:
+            assert 'split by client' in str(e), e
         for r in range(3):   # with replacement: some clients write their row twice
           c = sampling.sample_cohort(root, r, data.counts, spec)
           state, _ = rf(state, c, pool, root, jnp.int32(r))

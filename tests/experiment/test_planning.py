@@ -87,7 +87,18 @@ with open(leaf, 'w') as f:
                            for i in range(40)}}, f)
 c = make(dataset='leaf', data_path=leaf, model='mlp', algorithm='fedavg', num_rounds=1,
          eval_every=1, clients_per_round=40, batch_size=5, budget_range=(1, 1))
-assert factories.prepare(c).mesh.size == 2 and factories.prepare(c, grid=True).mesh is None
+exp = factories.prepare(c)
+assert exp.mesh.size == 2 and factories.prepare(c, grid=True).mesh is None
+# its pool (40 x 12 examples) fits whole on both devices: the round deals the cohort by budget
+assert exp.train.examples['x'].sharding.is_fully_replicated
+assert planning.replicate_pool(exp.algorithm, host, exp.mesh)
+assert not planning.replicate_pool(exp.algorithm, host, None)          # one device
+assert not planning.replicate_pool(exp.algorithm, host, exp.mesh,      # two copies too many
+                                   memory_bytes=int(2 * planning.pool_bytes(host) / 0.25) - 1)
+assert planning.replicate_pool(exp.algorithm, host, exp.mesh,
+                               memory_bytes=int(2 * planning.pool_bytes(host) / 0.25))
+scaffold = algorithms.scaffold(models.cross_entropy_loss(model), 0.1, 40)
+assert not planning.replicate_pool(scaffold, host, exp.mesh)   # its store is split by client
 api.run(c, tempfile.mkdtemp(), api.Sweep(server_lrs=[0.5, 1.0]), out=io.StringIO(),
         err=io.StringIO())
 print('TWO-DEVICES-OK')
@@ -95,6 +106,7 @@ print('TWO-DEVICES-OK')
 
 
 def test_two_cpu_devices_plan_by_work_and_evaluate_on_the_first():
-  """On two CPU devices: the automatic choice by work, the evaluation on the first device, and
-  a learning-rate grid on one."""
+  """On two CPU devices: the automatic choice by work, the evaluation on the first device, a
+  learning-rate grid on one, and the pool whole on both devices where it fits (not for a store
+  split by client)."""
   helpers.run_on_cpu_devices(TWO_DEVICES, 'TWO-DEVICES-OK', 2)
