@@ -26,6 +26,7 @@ synthetic|cnn|lstm] [--clients 20,200] [--budget_range 13,13] [--pairs 6] [--rou
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -50,10 +51,16 @@ def launch_workload(common, workload: str, clients: int):
 def measure(repo: str, workload: str, clients: int, rounds: int,
             budgets: tuple[int, int], launch_devices: bool = False) -> dict:
   """In this process: one round of ``repo``'s engine (``repo`` first on the path; the workload
-  and the timing are this checkout's ``benchmarks/common.py``), timed; ``launch_devices``: on
-  the planner's devices (``common.launch_round``), else on one."""
+  and the timing are this script's ``benchmarks/common.py``), timed; ``launch_devices``: on
+  the planner's devices, placed by ``repo``'s own ``common.launch_round`` (as its launcher
+  places them), else on one."""
   sys.path.insert(0, repo)
   import common  # pylint: disable=g-import-not-at-top   # this script's folder comes first
+  if launch_devices:   # the round placed as the checkout's own launch/run.py places it
+    spec = importlib.util.spec_from_file_location(
+        'checkout_common', os.path.join(repo, 'benchmarks', 'common.py'))
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
   batch = common.ROUND_WORKLOADS[workload][1]
   if launch_devices:
     data, loss, root, params = launch_workload(common, workload, clients)
