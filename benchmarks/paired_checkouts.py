@@ -73,7 +73,8 @@ def measure(repo: str, workload: str, clients: int, rounds: int,
   from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
   if launch_devices:
-    ran = common.launch_round(alg, params, data, root, clients, budgets, batch, False)
+    replace = clients > data.counts.shape[0]   # a cohort larger than the population
+    ran = common.launch_round(alg, params, data, root, clients, budgets, batch, replace)
     cohorts = [ran['sample'](r) for r in range(rounds + 1)]
     times = common.time_rounds(ran['compiled'], ran['state'], cohorts, ran['pool'], root)
     return {'min_ms': min(times) * 1e3, 'median_ms': statistics.median(times) * 1e3,
