@@ -33,7 +33,7 @@
   does not depend on which clients were drawn. Routed to their owners, 20 clients over 2
   devices split as Binomial(20, 1/2), 11.8 on the busier device on average, and the other
   device waited for it (GeL's FEMNIST CNN and the Shakespeare LSTM at 20 clients: rounds
-  1.12-1.13x faster dealt, ``benchmarks/RESULTS.md``).
+  1.10-1.15x faster dealt, ``benchmarks/RESULTS.md``).
 * Per-client state (stateful algorithms, ``FederatedAlgorithm.store_row``): the cohort's rows
   are gathered from the store in the server state before the chunks run, travel with them, and
   the rows the clients return are written back after ``server_update`` (``core.store``).
