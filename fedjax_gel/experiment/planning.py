@@ -68,8 +68,9 @@ def memory_limit(gib: float = 0.) -> int:
 # and the per-client store (the rest: XLA's own buffers and the estimate's error).
 CHUNK_MEMORY_FRACTION = 0.75
 # A pool whose copies (one per device in a memory) take at most this fraction of it is placed
-# whole on every device (``replicate_pool``).
-REPLICATED_POOL_FRACTION = 0.25
+# whole on every device (``replicate_pool``): 1.5 GiB of copies on a 24 GiB host, where a
+# split pool would take half of that on 2 CPU devices.
+REPLICATED_POOL_FRACTION = 1 / 16
 
 
 def memory_plan(c: Config, params, algorithm, train, pools, num_devices: int,

@@ -93,10 +93,9 @@ assert exp.mesh.size == 2 and factories.prepare(c, grid=True).mesh is None
 assert exp.train.examples['x'].sharding.is_fully_replicated
 assert planning.replicate_pool(exp.algorithm, host, exp.mesh)
 assert not planning.replicate_pool(exp.algorithm, host, None)          # one device
-assert not planning.replicate_pool(exp.algorithm, host, exp.mesh,      # two copies too many
-                                   memory_bytes=int(2 * planning.pool_bytes(host) / 0.25) - 1)
-assert planning.replicate_pool(exp.algorithm, host, exp.mesh,
-                               memory_bytes=int(2 * planning.pool_bytes(host) / 0.25))
+room = 2 * planning.pool_bytes(host) / planning.REPLICATED_POOL_FRACTION   # two copies' memory
+assert planning.replicate_pool(exp.algorithm, host, exp.mesh, memory_bytes=int(room) + 1)
+assert not planning.replicate_pool(exp.algorithm, host, exp.mesh, memory_bytes=int(room) - 16)
 scaffold = algorithms.scaffold(models.cross_entropy_loss(model), 0.1, 40)
 assert not planning.replicate_pool(scaffold, host, exp.mesh)   # its store is split by client
 api.run(c, tempfile.mkdtemp(), api.Sweep(server_lrs=[0.5, 1.0]), out=io.StringIO(),
