@@ -142,10 +142,7 @@ def route(cohort: Cohort, guesses, owned: int, num_clients: int, num_devices: in
   valid = slot < share[:, None]
   src = order[jnp.minimum((jnp.cumsum(share) - share)[:, None] + slot, size - 1)]
   own = jnp.minimum(jnp.arange(num_devices, dtype=jnp.int32) * owned, num_clients - 1)
-  pick = lambda a, pad: jnp.where(valid, a[src], pad)
-  return Clients(pick(cohort.client_ids, own[:, None]), pick(cohort.budgets, 0),
-                 pick(cohort.weights, 0.), pick(guesses, 0.),
-                 pick(jnp.arange(size, dtype=jnp.int32), 0), valid)
+  return device_slots(cohort, guesses, src, valid, own[:, None])
 
 
 def deal(cohort: Cohort, guesses, num_devices: int, capacity: int) -> Clients:
@@ -158,10 +155,16 @@ def deal(cohort: Cohort, guesses, num_devices: int, capacity: int) -> Clients:
   order = jnp.argsort(cohort.budgets, stable=True)
   pos = jnp.arange(capacity)[None, :] * num_devices + jnp.arange(num_devices)[:, None]
   valid = pos < size
-  src = order[jnp.minimum(pos, size - 1)]
+  return device_slots(cohort, guesses, order[jnp.minimum(pos, size - 1)], valid, 0)
+
+
+def device_slots(cohort: Cohort, guesses, src, valid, pad_id) -> Clients:
+  """The devices' slots ``[num_devices, capacity]``: cohort client ``src`` where ``valid``,
+  else a padding slot naming client ``pad_id`` (budget 0, weight 0, not valid)."""
   pick = lambda a, pad: jnp.where(valid, a[src], pad)
-  return Clients(pick(cohort.client_ids, 0), pick(cohort.budgets, 0), pick(cohort.weights, 0.),
-                 pick(guesses, 0.), pick(jnp.arange(size, dtype=jnp.int32), 0), valid)
+  return Clients(pick(cohort.client_ids, pad_id), pick(cohort.budgets, 0),
+                 pick(cohort.weights, 0.), pick(guesses, 0.),
+                 pick(jnp.arange(cohort.budgets.shape[0], dtype=jnp.int32), 0), valid)
 
 
 def all_finite(tree) -> jax.Array:
