@@ -209,17 +209,16 @@ def prepare(c: Config, grid: bool = False) -> Experiment:
                       f'{jax.default_backend()} devices are present')
   params = jax.eval_shape(model.init, jax.random.key(0))
   spec = k.spec(split.train.counts)
+  memory_bytes = planning.memory_limit(r.device_memory_gb)
   mesh, chunk = planning.devices_and_chunk(algorithm, params, split.train, k.clients_per_round,
                                            k.batch_size, spec.equal_budgets,
                                            r.num_devices or (1 if grid else 0),
-                                           r.chunk_size,
-                                           planning.memory_limit(r.device_memory_gb))
+                                           r.chunk_size, memory_bytes)
   num_devices = 1 if mesh is None else mesh.size
   test_pool = evaluation.make_eval_pool(split.test)
   train_pool = evaluation.make_eval_pool(split.train, max_examples=r.train_eval_examples,
                                          seed=c.data.split_seed)
-  replicate = planning.replicate_pool(algorithm, split.train, mesh,
-                                      planning.memory_limit(r.device_memory_gb))
+  replicate = planning.replicate_pool(algorithm, split.train, mesh, memory_bytes)
   plan = planning.memory_plan(c, params, algorithm, split.train, (test_pool, train_pool),
                               num_devices, replicate)
   exp = Experiment(c, model, algorithm, split.train, test_pool, train_pool, chunk, mesh, plan,

@@ -35,8 +35,9 @@ def example_bytes(data: federated_data.FederatedData) -> int:
 
 
 def pool_bytes(data: federated_data.FederatedData) -> int:
-  """Bytes of the whole training pool."""
-  return int(np.sum(data.counts)) * example_bytes(data)
+  """Bytes of the whole training pool: its rows, what a copy of it holds (clients tiled over
+  the same rows count them once)."""
+  return data.num_examples * example_bytes(data)
 
 
 def replicate_pool(algorithm, data, mesh, memory_bytes: int | None = None) -> bool:
