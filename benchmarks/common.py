@@ -45,17 +45,19 @@ def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
 ROUND_WORKLOADS = {'synthetic': (13, 5), 'cnn': (8, 20), 'lstm': (4, 10)}
 
 
-def round_workload(name: str, clients: int, xla_layers: bool = False):
-  """``(data, loss, root, params)`` of one of ``ROUND_WORKLOADS`` on one device: LEAF Synthetic,
-  or at least ``clients`` FEMNIST- or Shakespeare-shaped random clients of 200 examples (at
-  least 100: a round's cohort is drawn from them); ``xla_layers``: the CNN with XLA's own
+def round_workload(name: str, clients: int, xla_layers: bool = False,
+                   cpu_devices: int | None = 1):
+  """``(data, loss, root, params)`` of one of ``ROUND_WORKLOADS`` on one device (or
+  ``cpu_devices``; None: every core a device, as ``launch/run.py``): LEAF Synthetic, or at
+  least ``clients`` FEMNIST- or Shakespeare-shaped random clients of 200 examples (at least
+  100: a round's cohort is drawn from them); ``xla_layers``: the CNN with XLA's own
   convolution and pool, the LSTM as Flax's own cell."""
   if name == 'cnn':
-    workload = femnist_like_workload(max(clients, 100), 200, 1, xla_layers)
+    workload = femnist_like_workload(max(clients, 100), 200, cpu_devices, xla_layers)
   elif name == 'lstm':
-    workload = shakespeare_like_workload(max(clients, 100), 200, 1, xla_layers)
+    workload = shakespeare_like_workload(max(clients, 100), 200, cpu_devices, xla_layers)
   else:
-    workload = synthetic_workload(cpu_devices=1)
+    workload = synthetic_workload(cpu_devices=cpu_devices)
   _, data, _, loss, root, params = workload
   return data, loss, root, params
 

@@ -35,19 +35,6 @@ import sys
 import time
 
 
-def launch_workload(common, workload: str, clients: int):
-  """``(data, loss, root, params)`` of ``workload`` with every core presented as a device (the
-  checkout's own workload builders, as ``common.round_workload`` calls them for one device)."""
-  if workload == 'synthetic':
-    built = common.synthetic_workload(cpu_devices=None)
-  else:
-    build = (common.femnist_like_workload if workload == 'cnn' else
-             common.shakespeare_like_workload)
-    built = build(max(clients, 100), 200, None)
-  _, data, _, loss, root, params = built
-  return data, loss, root, params
-
-
 def measure(repo: str, workload: str, clients: int, rounds: int,
             budgets: tuple[int, int], launch_devices: bool = False) -> dict:
   """In this process: one round of ``repo``'s engine (``repo`` first on the path; the workload
@@ -56,25 +43,22 @@ def measure(repo: str, workload: str, clients: int, rounds: int,
   places them), else on one."""
   sys.path.insert(0, repo)
   import common  # pylint: disable=g-import-not-at-top   # this script's folder comes first
-  if launch_devices:   # the round placed as the checkout's own launch/run.py places it
-    spec = importlib.util.spec_from_file_location(
-        'checkout_common', os.path.join(repo, 'benchmarks', 'common.py'))
-    common = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(common)
   batch = common.ROUND_WORKLOADS[workload][1]
-  if launch_devices:
-    data, loss, root, params = launch_workload(common, workload, clients)
-  else:
-    data, loss, root, params = common.round_workload(workload, clients)
+  data, loss, root, params = common.round_workload(
+      workload, clients, cpu_devices=None if launch_devices else 1)
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import round as round_lib, sampling  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
   alg = algorithms.fedavgcm(loss, 0.01, 0.9)
-  if launch_devices:
+  if launch_devices:   # the round placed as the checkout's own launch/run.py places it
+    module_spec = importlib.util.spec_from_file_location(
+        'checkout_common', os.path.join(repo, 'benchmarks', 'common.py'))
+    checkout = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(checkout)
     replace = clients > data.counts.shape[0]   # a cohort larger than the population
-    ran = common.launch_round(alg, params, data, root, clients, budgets, batch, replace)
+    ran = checkout.launch_round(alg, params, data, root, clients, budgets, batch, replace)
     cohorts = [ran['sample'](r) for r in range(rounds + 1)]
     times = common.time_rounds(ran['compiled'], ran['state'], cohorts, ran['pool'], root)
     return {'min_ms': min(times) * 1e3, 'median_ms': statistics.median(times) * 1e3,
