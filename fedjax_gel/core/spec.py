@@ -52,6 +52,9 @@ def problems(record) -> list[str]:
       found.append(f'--{name}: {value!r} is not of type {expected}')
     elif isinstance(value, float) and not math.isfinite(value):
       found.append(f'--{name} must be a finite number (got {value})')
+    elif isinstance(value, float) and abs(value) > FLOAT32_MAX:
+      found.append(f'--{name} must lie within float32\'s range, +-3.4e38 (got {value:g}): the '
+                   'device computes in float32, where it would be infinite')
     elif field.metadata.get('check') is not None:
       try:
         problem = field.metadata['check'](name, value)
@@ -72,6 +75,8 @@ TYPES = {'int': _INT, 'float': lambda v: _INT(v) or isinstance(v, float),
 
 # The largest int32: rounds, steps, cohorts, batches and examples are int32 on the device.
 INT32_MAX = 2**31 - 1
+# The largest float32: hyper-parameters are float32 on the device.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _number(x) -> str:

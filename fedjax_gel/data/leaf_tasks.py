@@ -112,6 +112,18 @@ def sentiment_labels(y: np.ndarray, source) -> np.ndarray:
   return (y > 0).astype(np.int32)
 
 
+def zeros(path, rows: int, cols: int, dtype, flag: str, what: str) -> np.ndarray:
+  """``np.zeros((rows, cols), dtype)``: ``rows`` tweets of ``cols`` (``flag``) ``what``; a
+  DataError naming ``flag`` where that would not fit in this machine's memory."""
+  need = rows * cols * np.dtype(dtype).itemsize
+  have = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+  if need > have:
+    raise DataError(f'{path}: {rows:,} tweets of {flag}={cols:,} {what} take '
+                    f'{need / 2**30:,.1f} GiB, more than this machine\'s {have / 2**30:,.1f} GiB '
+                    f'of memory; lower {flag}')
+  return np.zeros((rows, cols), dtype)
+
+
 def load_sent140(path: PathLike, features: str = 'bow', vocab_size: int = 10_000,
                  seq_len: int = 25, train_fraction: float = 0.9,
                  seed: int = DEFAULT_SPLIT_SEED, split: str = 'sample',
@@ -132,13 +144,13 @@ def load_sent140(path: PathLike, features: str = 'bow', vocab_size: int = 10_000
   def encode(ex):
     ids = [[vocab.get(w, vocab_size + 1) for w in words(t)] for t in text(ex)]
     if features == 'bow':
-      x = np.zeros((len(ids), vocab_size), np.float32)
+      x = zeros(path, len(ids), vocab_size, np.float32, 'vocab_size', 'word counts')
       for row, seq in zip(x, ids):
         for j in seq:
           if j <= vocab_size:
             row[j - 1] += 1
     else:
-      x = np.zeros((len(ids), seq_len), np.int32)
+      x = zeros(path, len(ids), seq_len, np.int32, 'seq_len', 'word ids')
       for row, seq in zip(x, ids):
         row[:min(len(seq), seq_len)] = seq[:seq_len]
     return {'x': x, 'y': sentiment_labels(ex['y'], path)}

@@ -224,6 +224,7 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   if not cluster.writes():   # another process than 0: the same work, nothing written or printed
     out = err = open(os.devnull, 'w')  # pylint: disable=consider-using-with
   phases = phases or loop_lib.Phases()
+  loop_lib.STOP_REQUESTS.clear()   # stop signals count from this command on
   workdir = workdir or default_workdir(expand(c, sweep), sweep)
   locked = []
   try:
@@ -240,10 +241,16 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
       raise
     cluster.sync('planned')   # every process has read the work directory before it changes
     if cluster.writes():
-      for w in sorted(set(p.workdirs) - {workdir}):   # a command on a run of this one is refused
-        workdir_lib.make_workdir(w)
-        files.lock(w)
-        locked.append(w)
+      made = []
+      try:
+        for w in sorted(set(p.workdirs) - {workdir}):   # a command on a run of this one is refused
+          made += workdir_lib.make_workdir(w)
+          files.lock(w)
+          locked.append(w)
+      except BaseException:   # refused (e.g. too many open files): nothing it created is left
+        workdir_lib.remove_if_empty(sorted(made, key=lambda f: f.count(os.sep)))
+        workdir_lib.remove_if_empty(created)
+        raise
       files.name_holder(workdir)
     return run_plan(p, workdir, vmap, callbacks, out, err, phases)
   finally:

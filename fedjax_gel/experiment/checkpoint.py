@@ -285,8 +285,9 @@ def check(workdir: str, target, meta_keys: tuple) -> list[str]:
     size = os.path.getsize(metrics) if os.path.isfile(metrics) else -1
     if size < meta['metrics_bytes']:
       raise CheckpointError(
-          f'{path(workdir, r)}: {metrics} is {"missing" if size < 0 else "shorter"} than at '
-          'the checkpoint; remove the checkpoint or pass --overwrite')
+          f'{path(workdir, r)}: {metrics} is '
+          f'{"missing" if size < 0 else "shorter than at the checkpoint"}; remove the '
+          'checkpoint or pass --overwrite')
   if damaged and len(damaged) == len(rounds(workdir)):
     raise damaged[-1][1]
   return [f'{path(workdir, r)} is damaged (unreadable, or its checksum does not match); the run '

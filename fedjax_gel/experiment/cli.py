@@ -245,9 +245,8 @@ def fail(message: str) -> int:
 def interrupted(e: KeyboardInterrupt) -> int:
   """Ctrl-C: one line saying where the runs stand and how to go on; exit status 130."""
   done = getattr(e, 'round', None)   # loop.Interrupted: stopped between rounds
-  where = (f'after round {done}, with a checkpoint of it' if done is not None else
-           'before the round under way finished')
-  print(f'interrupted {where}: run the same command to continue (finished runs are kept, '
+  where = f' after round {done}, with a checkpoint of it' if done is not None else ''
+  print(f'interrupted{where}: run the same command to continue (finished runs are kept, '
         'the others resume from their last checkpoint)', file=sys.stderr)
   return 130
 
@@ -271,6 +270,9 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   if len(argv) > 1:
     return fail(f'unexpected arguments: {" ".join(argv[1:])}')
   from fedjax_gel.core.devices import configure_cpu  # pylint: disable=g-import-not-at-top
+  if values['workdir'].present and not values.workdir:   # e.g. --workdir=$OUT, OUT unset
+    return fail('--workdir is empty: name a folder, or leave the flag out for the default '
+                'runs/<algorithms>_<dataset>_<digest>/')
   if values.num_processes != 1 and not values.workdir:   # a default name is each one's clock
     return fail(f'--num_processes={values.num_processes} needs --workdir: every process must '
                 'name the same work directory')
@@ -289,8 +291,11 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     print(f'note: no compilation cache ({e.strerror or e}); every program is compiled afresh')
   from fedjax_gel.data.errors import DataError  # pylint: disable=g-import-not-at-top
   phases = api.loop_lib.Phases(imports=time.perf_counter() - start if start else 0.)
+  stops = api.loop_lib.STOP_REQUESTS
   try:
     config, sweep = from_flags(values)
+    if stops:   # a stop signal whose KeyboardInterrupt was lost (see loop.STOP_REQUESTS)
+      raise KeyboardInterrupt
     api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,
             phases=phases)
   except (ConfigError, DataError) as e:
@@ -300,6 +305,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   except OSError as e:   # the disk, permissions, a link planted mid-run: one line
     return fail(os_error(e))
   except Exception as e:  # pylint: disable=broad-except
+    if stops:   # a KeyboardInterrupt turned into another error where it landed (an import)
+      return interrupted(KeyboardInterrupt())
     if not cluster.lost_peer(e):
       raise
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -307,6 +314,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
           'it stops: start every process again with the same command to resume from the last '
           'checkpoint', file=sys.stderr)
     return 1
+  if stops:   # asked to stop in a run's last round, or while writing the report
+    return interrupted(KeyboardInterrupt())
   cluster.sync('finished')   # process 0, the coordinator, ends last
   if cluster.writes():
     total = f', total {time.perf_counter() - start:.1f} s' if start else ''
@@ -325,22 +334,28 @@ def main(argv) -> int:
   return guarded(execute, values, rest)
 
 
-def _stop(signum, frame):
-  del signum, frame
-  raise KeyboardInterrupt
+def _unraisable(report):
+  """A KeyboardInterrupt Python could not raise (in a garbage-collection callback) is not
+  printed: ``loop.STOP_REQUESTS`` holds it, and the command ends as interrupted."""
+  if not isinstance(report.exc_value, KeyboardInterrupt):
+    sys.__unraisablehook__(report)
 
 
 def guarded(fn, *args) -> int:
   """``fn(*args)``'s exit status, with a Ctrl-C or SIGTERM before or after the runs (imports,
-  flags, data, compilation) one line too (the rounds defer both: ``loop.deferred_interrupt``)."""
+  flags, data, compilation) one line too (the rounds defer both: ``loop.deferred_interrupt``),
+  each recorded in ``loop.STOP_REQUESTS`` as well."""
   try:
-    previous = signal.signal(signal.SIGTERM, _stop)
+    previous = {s: signal.signal(s, api.loop_lib.stop_signal)
+                for s in api.loop_lib.STOP_SIGNALS}
   except ValueError:   # not the main thread
-    previous = None
+    previous = {}
+  hook, sys.unraisablehook = sys.unraisablehook, _unraisable
   try:
     return fn(*args)
   except KeyboardInterrupt as e:
     return interrupted(e)
   finally:
-    if previous is not None:
-      signal.signal(signal.SIGTERM, previous)
+    sys.unraisablehook = hook
+    for s, h in previous.items():
+      signal.signal(s, h)

@@ -138,6 +138,12 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
     vocab = int(max(x.max(initial=0), np.asarray(split.test.examples['x']).max(initial=0))) + 1
   outputs = int(np.prod(y.shape[1:])) if targets else int(y.max(initial=0)) + 1
   model = models.get_model(name, x.shape[1:], outputs, vocab_size=vocab)
+  try:   # a model built for other inputs (a CNN on 60 features) fails here, not mid-run
+    jax.eval_shape(model.init, jax.random.key(0))
+  except (ValueError, TypeError) as e:
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise ConfigError(f'--model={name} does not take the examples of {where} (shape '
+                      f'{x.shape[1:]}): {reason}') from None
   task = model.task
   if task.main not in task.metrics:
     raise ConfigError(f'--model={name}: its task ({task.name}) names {task.main!r} its main '

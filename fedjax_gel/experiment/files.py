@@ -18,10 +18,12 @@
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import resource
 import socket
 import sys
 import tempfile
@@ -124,8 +126,13 @@ def lock(workdir: str):
   if key in _held:
     return
   try:
-    fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+    fd = _open_folder(workdir)
   except OSError as e:
+    if e.errno == errno.EMFILE:   # one open file per locked run folder
+      soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+      raise ConfigError(f'--workdir={workdir}: this command holds {len(_held):,} run folders '
+                        f'locked and may open no more files (ulimit -n: {soft:,}); raise the '
+                        'limit, or give fewer --seeds, grid values or algorithms at once') from None
     raise ConfigError(f'--workdir={workdir}: cannot open it ({e.strerror})') from None
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -144,6 +151,20 @@ def lock(workdir: str):
     raise ConfigError(f'--workdir={workdir}: cannot be locked on this file system '
                       f'({e.strerror}); choose a work directory on a local disk') from None
   _held[key] = fd
+
+
+def _open_folder(workdir: str) -> int:
+  """A file descriptor of the folder ``workdir``; where the process' soft limit of open files
+  is reached, raises it to the hard limit first (a command of many runs locks each run's
+  folder, an open file each)."""
+  try:
+    return os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
+  except OSError as e:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if e.errno != errno.EMFILE or (hard != resource.RLIM_INFINITY and soft >= hard):
+      raise
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return os.open(workdir, os.O_RDONLY | os.O_DIRECTORY)
 
 
 def name_holder(workdir: str):

@@ -11,7 +11,9 @@ each run's totals and tells the callbacks what happened:
 * ``on_round(loop, done)``: after each round, ``done`` rounds trained;
 * ``on_evaluate(loop, done, records)``: an evaluation's records ``{run index: record}``;
 * ``on_interrupt(loop, done)``: Ctrl-C during round ``done``; the loop then raises
-  ``Interrupted`` (after ``on_end`` is *not* called: the runs are unfinished);
+  ``Interrupted`` (after ``on_end`` is *not* called: the runs are unfinished); during the last
+  round or ``on_end``, the runs finish, and the next ``train`` of the command raises
+  KeyboardInterrupt before it starts (``STOP_REQUESTS``);
 * ``on_end(loop)``: after the last round, or when every run has diverged.
 
 Round metrics stay on the device until a callback needs them (``Loop.sync``), so the loop does
@@ -202,20 +204,35 @@ class Interrupted(KeyboardInterrupt):
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)   # Ctrl-C, and a scheduler's or kill's request
+# The stop signals of the command under way not yet delivered as a KeyboardInterrupt
+# (``experiment.run`` clears it; a KeyboardInterrupt leaving ``train`` does too). The one a
+# signal raises outside the rounds can be lost where it lands in a garbage-collection or
+# weakref callback (Python prints "Exception ignored" and goes on), and one arriving in a run's
+# last round finishes that run; ``train`` then stops before the next run, and the command line
+# ends as interrupted (``cli.execute``).
+STOP_REQUESTS: list = []
+
+
+def stop_signal(signum, frame):
+  """The handler of a stop signal outside the rounds: recorded, then a KeyboardInterrupt."""
+  del signum, frame
+  STOP_REQUESTS.append(True)
+  raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
 def deferred_interrupt():
-  """Within it, a first Ctrl-C (SIGINT) or SIGTERM only sets the returned flag, so that the
-  loop can stop between rounds (with a checkpoint); a second one interrupts at once. Outside
-  the main thread: no-op."""
-  flag = []
+  """Within it, a first Ctrl-C (SIGINT) or SIGTERM only sets the returned flag (and
+  ``STOP_REQUESTS``), so that the loop can stop between rounds (with a checkpoint); a second
+  one interrupts at once. A stop asked for earlier (one lost while compiling) sets the flag from
+  the start. Outside the main thread: no-op."""
+  flag = [True] if STOP_REQUESTS else []
 
   def handler(signum, frame):
-    del signum, frame
     if flag:
-      raise KeyboardInterrupt
+      stop_signal(signum, frame)
     flag.append(True)
+    STOP_REQUESTS.append(True)
 
   try:
     previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
@@ -234,20 +251,26 @@ def train(loop: Loop, callbacks: Sequence) -> Loop:
   (see the module's docstring); returns the loop for the callers' summaries. Ctrl-C ends it
   after the round under way with ``on_interrupt`` and raises ``Interrupted``."""
   loop.callbacks = list(callbacks)
-  loop.emit('on_start')
-  if loop.round_fn is None:
-    loop.compile()
-  loop.emit('on_compiled')
-  with deferred_interrupt() as interrupted:
-    for r in range(loop.start, loop.num_rounds):
-      with loop.phases.time('train'):
-        loop.step(r)
-      loop.emit('on_round', r + 1)
-      if interrupted and r + 1 < loop.num_rounds:
-        loop.emit('on_interrupt', r + 1)
-        raise Interrupted(r + 1)
-      if loop.stop:
-        break
-  jax.block_until_ready(loop.state)
-  loop.emit('on_end')
+  try:
+    if STOP_REQUESTS:   # a stop asked for before (in an earlier run's last round, or lost)
+      raise KeyboardInterrupt
+    loop.emit('on_start')
+    if loop.round_fn is None:
+      loop.compile()
+    loop.emit('on_compiled')
+    with deferred_interrupt() as interrupted:
+      for r in range(loop.start, loop.num_rounds):
+        with loop.phases.time('train'):
+          loop.step(r)
+        loop.emit('on_round', r + 1)
+        if interrupted and r + 1 < loop.num_rounds:
+          loop.emit('on_interrupt', r + 1)
+          raise Interrupted(r + 1)
+        if loop.stop:
+          break
+      jax.block_until_ready(loop.state)
+      loop.emit('on_end')   # a first stop signal lets the finished runs be written whole
+  except KeyboardInterrupt:   # delivered: the stop asked for is under way
+    STOP_REQUESTS.clear()
+    raise
   return loop

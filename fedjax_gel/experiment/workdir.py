@@ -24,6 +24,9 @@ def check_workdir(workdir: str, overwrite: bool, *outputs: str):
   """Refuses to clobber an earlier run's outputs unless asked to, or to write into a file."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f'--workdir={workdir} exists and is not a directory')
+  if os.path.islink(workdir) and not os.path.exists(workdir):
+    raise ConfigError(f'--workdir={workdir} is a symbolic link to {os.readlink(workdir)}, '
+                      'which does not exist')
   for name in outputs or ('metrics.jsonl', 'summary.json'):
     if os.path.exists(os.path.join(workdir, name)) and not overwrite:
       raise ConfigError(f'--workdir={workdir} already holds a run ({name}); choose another '
@@ -67,6 +70,9 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   naming the first differing flag."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f'--workdir={workdir} exists and is not a directory')
+  if os.path.islink(workdir) and not os.path.exists(workdir):
+    raise ConfigError(f'--workdir={workdir} is a symbolic link to {os.readlink(workdir)}, '
+                      'which does not exist')
   saved = os.path.join(workdir, 'config.json')
   if overwrite or not os.path.exists(saved):
     check_workdir(workdir, overwrite)
@@ -204,6 +210,9 @@ def make_workdir(workdir: str) -> list[str]:
     return []
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f'--workdir={workdir} exists and is not a directory')
+  if os.path.islink(workdir) and not os.path.exists(workdir):
+    raise ConfigError(f'--workdir={workdir} is a symbolic link to {os.readlink(workdir)}, '
+                      'which does not exist')
   created, folder = [], os.path.abspath(workdir)
   while not os.path.exists(folder):
     created.insert(0, folder)
@@ -267,13 +276,13 @@ def read_metrics(workdir: str) -> list[dict]:
   that is not a JSON object."""
   path = os.path.join(workdir, 'metrics.jsonl')
   records = []
-  with open(path) as f:
+  with open(path, 'rb') as f:   # decoded line by line: a bad byte is that line's problem
     for number, line in enumerate(f, 1):
       try:
-        record = json.loads(line)
+        record = json.loads(line.decode('utf-8'))
         if not isinstance(record, dict):
           raise ValueError('not an object')
-      except (ValueError, RecursionError):
+      except (ValueError, RecursionError):   # UnicodeDecodeError is a ValueError
         raise ConfigError(f'{path} line {number} is not a record (damaged?); pass --overwrite '
                           'to train the run again') from None
       records.append(record)

@@ -115,6 +115,15 @@ def test_sent140_bag_of_words_and_tokens_from_training_words(tmp_path):
   assert leaf_tasks.words("bad, day! it's") == ['bad', ',', 'day', '!', "it's"]
 
 
+def test_sent140_features_that_would_not_fit_in_memory_are_refused_before_allocation(tmp_path):
+  path = sent140_file(tmp_path, ['0', '4', '4', '0', '4', '0', '0', '4'])
+  with pytest.raises(errors.DataError, match=r'tweets of vocab_size=4,000,000,000,000 word counts '
+                     r'take .* GiB, more than this machine.s .* lower vocab_size'):
+    leaf_tasks.load_sent140(path, 'bow', vocab_size=4 * 10**12, train_fraction=0.5)
+  with pytest.raises(errors.DataError, match=r'seq_len=4,000,000,000,000 word ids'):
+    leaf_tasks.load_sent140(path, 'tokens', seq_len=4 * 10**12, train_fraction=0.5)
+
+
 def test_sent140_labels(tmp_path):
   np.testing.assert_array_equal(leaf_tasks.sentiment_labels(np.array(['0', '4']), 'f'), [0, 1])
   np.testing.assert_array_equal(leaf_tasks.sentiment_labels(np.array([0, 1, 1]), 'f'), [0, 1, 1])

@@ -92,6 +92,8 @@ def paths(tmp_path_factory, tiny_leaf_file):
     out[name] = d / f'{name}.flags'
     write = out[name].write_bytes if isinstance(text, bytes) else out[name].write_text
     write(text)
+  out['dangling'] = d / 'dangling'   # a link to a folder that does not exist
+  out['dangling'].symlink_to(d / 'nowhere')
   out['loop'] = d / 'loop.flags'
   out['loop'].write_text(f'--num_rounds=3\n--flagfile={out["loop"]}\n')
   return out
@@ -115,6 +117,11 @@ BAD_INPUT = [
     (f'{LEAF} --num_processes=2 --coordinator_address=127.0.0.1:1 --process_id=2', '--process_id=2'),
     ('--num_rounds=abc', '--num_rounds'),
     ('--client_lr=inf', '--client_lr must be a finite number'),
+    ('--client_lr=1e39', '--client_lr', "float32's range"),
+    (f'{LEAF} --model=femnist_cnn', '--model=femnist_cnn does not take the examples of {data}',
+     'expected images'),
+    ('--workdir=', '--workdir is empty'),
+    ('--workdir={dangling}', '--workdir={dangling} is a symbolic link to', 'does not exist'),
     ('--flagfile={missing}', '{missing}'),
     (f'{LEAF} --num_devices=4096', '--num_devices'),
     (f'{LEAF} --device_memory_gb=0.000001', '--dataset=leaf', 'more processes or devices'),
@@ -220,6 +227,24 @@ def test_several_processes_need_a_named_workdir(paths):
   proc = run('--dataset=leaf', f'--data_path={paths["data"]}', '--num_processes=2',
              '--process_id=1', '--coordinator_address=127.0.0.1:1')
   assert_one_line_error(proc, '--num_processes=2 needs --workdir')
+
+
+def test_more_runs_than_the_open_file_limit_is_one_line_and_leaves_nothing(paths, tmp_path):
+  """Each run's folder is locked (an open file each): past the process' limit, one line naming
+  the limit, and none of the folders the command created is left."""
+  limit = 256
+  workdir = tmp_path / 'many'
+  launch = ('import resource, runpy, sys; '
+            f'resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit})); '
+            'sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name="__main__")')
+  proc = subprocess.run(
+      [sys.executable, '-c', launch, 'launch/run.py', '--dataset=leaf',
+       f'--data_path={paths["data"]}', '--algorithm=fedavg', '--num_rounds=1',
+       f'--seeds={",".join(map(str, range(300)))}', f'--workdir={workdir}'],
+      cwd=REPO, text=True, capture_output=True, check=False)
+  assert_one_line_error(proc, f'--workdir={workdir}/seed', 'run folders locked',
+                        f'(ulimit -n: {limit})', 'fewer --seeds')
+  assert not workdir.exists()
 
 
 def test_compilation_cache_is_filled_once_and_changes_no_result(paths, tmp_path):

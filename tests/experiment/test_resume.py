@@ -2,7 +2,9 @@
 deterministic; damaged checkpoints and finished runs are handled."""
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import os
 import pathlib
@@ -16,6 +18,11 @@ import time
 import jax
 import pytest
 
+from absl import flags
+
+from fedjax_gel.experiment import api, cli
+from fedjax_gel.experiment import callbacks as callbacks_lib
+from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import loop as loop_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -248,11 +255,73 @@ def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
 @pytest.mark.parametrize('signum', loop_lib.STOP_SIGNALS)
 def test_a_stop_signal_only_sets_the_flag_and_a_second_one_interrupts(signum):
   before = signal.getsignal(signum)
-  with loop_lib.deferred_interrupt() as stop:
-    os.kill(os.getpid(), signum)
-    time.sleep(0.01)
-    assert stop == [True]
-    with pytest.raises(KeyboardInterrupt):
+  try:
+    with loop_lib.deferred_interrupt() as stop:
       os.kill(os.getpid(), signum)
-      time.sleep(1)
-  assert signal.getsignal(signum) == before
+      time.sleep(0.01)
+      assert stop == [True] and loop_lib.STOP_REQUESTS == [True]
+      with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), signum)
+        time.sleep(1)
+    assert signal.getsignal(signum) == before
+  finally:
+    loop_lib.STOP_REQUESTS.clear()
+
+
+class SignalInLastRound(callbacks_lib.Callback):
+  """Sends ``signum`` to this process during the last round of the first run it sees."""
+
+  def __init__(self, signum):
+    self.signum, self.sent = signum, False
+
+  def on_round(self, loop, done):
+    if not self.sent and done == loop.num_rounds:
+      self.sent = True
+      os.kill(os.getpid(), self.signum)
+      time.sleep(0.01)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason='signal handlers live in the main thread')
+def test_a_stop_signal_in_a_runs_last_round_finishes_it_and_starts_no_other(tiny_leaf_file,
+                                                                           tmp_path):
+  """The run whose last round was under way finishes; the command's next run does not start
+  (it used to: the signal was dropped with the round loop's handler)."""
+  c = config_lib.make(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=3,
+                      eval_every=1, clients_per_round=3, batch_size=2, budget_range=(1, 3))
+  sweep = api.Sweep(algorithms=['fedavgcm', 'gel'])
+  try:
+    with pytest.raises(KeyboardInterrupt):
+      api.run(c, str(tmp_path), sweep, callbacks=[SignalInLastRound(signal.SIGTERM)],
+              out=io.StringIO(), err=io.StringIO())
+  finally:
+    loop_lib.STOP_REQUESTS.clear()
+  summary = json.loads((tmp_path / 'fedavgcm' / 'summary.json').read_text())
+  assert summary['status'] == 'finished' and summary['rounds'] == 3
+  assert not (tmp_path / 'gel' / 'summary.json').exists()
+  assert not (tmp_path / 'gel' / 'metrics.jsonl').exists() or not (
+      tmp_path / 'gel' / 'metrics.jsonl').read_text()
+
+
+@pytest.mark.parametrize('lost', ['after the runs', 'as another error'])
+def test_a_stop_signal_whose_keyboard_interrupt_was_lost_ends_the_command_as_interrupted(
+    monkeypatch, lost):
+  """A KeyboardInterrupt that Python swallowed in a garbage-collection callback, or turned into
+  another error inside an import: the signal's record still makes the exit status 130."""
+  def lost_signal(*args, **kwargs):
+    del args, kwargs
+    loop_lib.STOP_REQUESTS.append(True)
+    if lost == 'as another error':
+      raise RuntimeError('Error calling __set_name__ on ...')
+    return []
+  monkeypatch.setattr(api, 'run', lost_signal)
+  values = flags.FlagValues()
+  cli.define_flags(values)
+  rest = cli.parse(['run.py', '--num_rounds=2'], values)
+  err = io.StringIO()
+  try:
+    with contextlib.redirect_stderr(err):
+      assert cli.execute(values, rest) == 130
+  finally:
+    loop_lib.STOP_REQUESTS.clear()
+  assert err.getvalue().strip().splitlines()[-1].startswith('interrupted: run the same command')

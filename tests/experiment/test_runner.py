@@ -666,3 +666,13 @@ def test_default_workdir_is_the_settings_digest(base_config, tmp_path, monkeypat
   assert (tmp_path / folder / 'summary.json').exists()
   assert 'finished earlier' not in first.getvalue()
   assert f'finished earlier in {folder}' in second.getvalue()
+
+
+@pytest.mark.parametrize('damage', [b'{"round": 2, \xff}\n', b'[2]\n', b'{"round": \n'],
+                         ids=['not_utf8', 'not_an_object', 'not_json'])
+def test_a_damaged_metrics_line_is_one_error_naming_the_file_and_line(tmp_path, damage):
+  (tmp_path / 'metrics.jsonl').write_bytes(b'{"round": 1}\n' + damage + b'{"round": 3}\n')
+  with pytest.raises(ConfigError, match=r'metrics\.jsonl line 2 is not a record \(damaged\?\)'):
+    workdir_lib.read_metrics(str(tmp_path))
+  (tmp_path / 'metrics.jsonl').write_bytes('{"round": 1, "note": "\u00e9"}\n'.encode())
+  assert workdir_lib.read_metrics(str(tmp_path)) == [{'round': 1, 'note': '\u00e9'}]
