@@ -212,6 +212,11 @@ def parse(argv, values: flags.FlagValues = flags.FLAGS):
   except flags.Error as e:
     text = (str(e).splitlines() or ['bad flags'])[0]
     raise ConfigError(text.removeprefix('ERROR:: ').removeprefix('ERROR: ')) from None
+  except ValueError as e:   # absl's logging flags check their values themselves
+    text = (str(e).splitlines() or ['bad flags'])[0]
+    if not text.startswith('--'):   # --logger_levels=jax:LOUD: "Unknown level: 'LOUD'"
+      text = f"{text} (absl's logging flags: --logger_levels=name:LEVEL,...)"
+    raise ConfigError(text) from None
   expand_paths(values)
   return rest
 

@@ -229,6 +229,18 @@ def test_several_processes_need_a_named_workdir(paths):
   assert_one_line_error(proc, '--num_processes=2 needs --workdir')
 
 
+@pytest.mark.parametrize('flag,texts', [
+    ('--stderrthreshold=bogus', ['--stderrthreshold must be one of']),
+    ('--logger_levels=jax:LOUD', ["Unknown level: 'LOUD'", '--logger_levels'])],
+    ids=['stderrthreshold', 'logger_levels'])
+def test_a_bad_value_of_absls_own_logging_flags_is_one_line(paths, tmp_path, flag, texts):
+  """launch/run.py also takes absl's logging flags, whose values absl checks itself."""
+  proc = process('--dataset=leaf', f'--data_path={paths["data"]}', flag,
+                 f'--workdir={tmp_path / "w"}')
+  assert_one_line_error(proc, *texts)
+  assert not (tmp_path / 'w').exists()
+
+
 def test_more_runs_than_the_open_file_limit_is_one_line_and_leaves_nothing(paths, tmp_path):
   """Each run's folder is locked (an open file each): past the process' limit, one line naming
   the limit, and none of the folders the command created is left."""
