@@ -24,6 +24,7 @@ It is meant as an upper bound that is not wasteful, to pick a chunk that fits.
 from __future__ import annotations
 
 import math
+import os
 
 import jax
 from jax.extend import core as jcore
@@ -31,6 +32,11 @@ from jax.extend import core as jcore
 from fedjax_gel.core.algorithm import ClientContext
 from fedjax_gel.core.round import FULL_BATCH_ROWS, tree_bytes
 from fedjax_gel.core.shuffle import order_bytes
+
+
+def host_bytes() -> int:
+  """The host's physical memory in bytes."""
+  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
 
 
 def _nbytes(v) -> int:

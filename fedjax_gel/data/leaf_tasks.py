@@ -27,6 +27,7 @@ import warnings
 
 import numpy as np
 
+from fedjax_gel.core import memory
 from fedjax_gel.core.federated_data import FederatedData, FederatedSplit
 from fedjax_gel.data.errors import DataError
 from fedjax_gel.data.leaf import load
@@ -116,7 +117,7 @@ def zeros(path, rows: int, cols: int, dtype, flag: str, what: str) -> np.ndarray
   """``np.zeros((rows, cols), dtype)``: ``rows`` tweets of ``cols`` (``flag``) ``what``; a
   DataError naming ``flag`` where that would not fit in this machine's memory."""
   need = rows * cols * np.dtype(dtype).itemsize
-  have = os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+  have = memory.host_bytes()
   if need > have:
     raise DataError(f'{path}: {rows:,} tweets of {flag}={cols:,} {what} take '
                     f'{need / 2**30:,.1f} GiB, more than this machine\'s {have / 2**30:,.1f} GiB '

@@ -138,12 +138,6 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
     vocab = int(max(x.max(initial=0), np.asarray(split.test.examples['x']).max(initial=0))) + 1
   outputs = int(np.prod(y.shape[1:])) if targets else int(y.max(initial=0)) + 1
   model = models.get_model(name, x.shape[1:], outputs, vocab_size=vocab)
-  try:   # a model built for other inputs (a CNN on 60 features) fails here, not mid-run
-    jax.eval_shape(model.init, jax.random.key(0))
-  except (ValueError, TypeError) as e:
-    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise ConfigError(f'--model={name} does not take the examples of {where} (shape '
-                      f'{x.shape[1:]}): {reason}') from None
   task = model.task
   if task.main not in task.metrics:
     raise ConfigError(f'--model={name}: its task ({task.name}) names {task.main!r} its main '
@@ -213,7 +207,13 @@ def prepare(c: Config, grid: bool = False) -> Experiment:
   if r.num_devices > jax.device_count():
     raise ConfigError(f'--num_devices={r.num_devices} but only {jax.device_count()} '
                       f'{jax.default_backend()} devices are present')
-  params = jax.eval_shape(model.init, jax.random.key(0))
+  try:   # a model built for other inputs (a CNN on 60 features) fails here, not mid-run
+    params = jax.eval_shape(model.init, jax.random.key(0))
+  except (ValueError, TypeError) as e:
+    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise ConfigError(f'--model={c.model.name} does not take the examples of '
+                      f'{c.data.data_path or c.data.dataset} (shape '
+                      f'{np.shape(split.train.examples["x"])[1:]}): {reason}') from None
   spec = k.spec(split.train.counts)
   memory_bytes = planning.memory_limit(r.device_memory_gb)
   mesh, chunk = planning.devices_and_chunk(algorithm, params, split.train, k.clients_per_round,

@@ -222,25 +222,22 @@ def stop_signal(signum, frame):
 
 @contextlib.contextmanager
 def deferred_interrupt():
-  """Within it, a first Ctrl-C (SIGINT) or SIGTERM only sets the returned flag (and
-  ``STOP_REQUESTS``), so that the loop can stop between rounds (with a checkpoint); a second
-  one interrupts at once. A stop asked for earlier (one lost while compiling) sets the flag from
-  the start. Outside the main thread: no-op."""
-  flag = [True] if STOP_REQUESTS else []
-
+  """Within it, a first Ctrl-C (SIGINT) or SIGTERM is only recorded in ``STOP_REQUESTS``, the
+  flag it returns, so that the loop can stop between rounds (with a checkpoint); a second one
+  interrupts at once. A stop asked for earlier (one lost while compiling) is the first. Outside
+  the main thread: no-op."""
   def handler(signum, frame):
-    if flag:
+    if STOP_REQUESTS:
       stop_signal(signum, frame)
-    flag.append(True)
     STOP_REQUESTS.append(True)
 
   try:
     previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
   except ValueError:   # not the main thread: signals stay as they are
-    yield flag
+    yield STOP_REQUESTS
     return
   try:
-    yield flag
+    yield STOP_REQUESTS
   finally:
     for s, h in previous.items():
       signal.signal(s, h)

@@ -10,7 +10,6 @@ device has left after the data, the server state and the per-client store.
 from __future__ import annotations
 
 import math
-import os
 from typing import NamedTuple
 
 import jax
@@ -62,7 +61,7 @@ def memory_limit(gib: float = 0.) -> int:
   stats = jax.local_devices()[0].memory_stats() or {}
   if 'bytes_limit' in stats:
     return int(stats['bytes_limit'])
-  return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+  return memory.host_bytes()
 
 
 # A chunk's working set may take this much of the memory left after the data, the server state

@@ -368,6 +368,16 @@ def test_a_deeply_nested_config_json_is_one_line(tmp_path):
   helpers.assert_one_line_error(run(workdir), 'config.json', 'unreadable')
 
 
+def guarded(work):
+  """``cli.guarded(work)``'s exit status and stderr; the stop signals it recorded forgotten."""
+  err = io.StringIO()
+  try:
+    with contextlib.redirect_stderr(err):
+      return cli.guarded(work), err.getvalue()
+  finally:
+    loop_lib.STOP_REQUESTS.clear()
+
+
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason='signal handlers live in the main thread')
 def test_sigterm_before_the_rounds_is_one_line():
@@ -375,14 +385,9 @@ def test_sigterm_before_the_rounds_is_one_line():
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(1)
     return 0
-  err = io.StringIO()
-  try:
-    with contextlib.redirect_stderr(err):
-      assert cli.guarded(work) == 130
-  finally:
-    loop_lib.STOP_REQUESTS.clear()
-  assert len(err.getvalue().splitlines()) == 1 and 'run the same command' in err.getvalue()
-
+  code, err = guarded(work)
+  assert code == 130
+  assert len(err.splitlines()) == 1 and 'run the same command' in err
 
 
 def test_a_keyboard_interrupt_python_cannot_raise_is_recorded_not_printed():
@@ -401,10 +406,6 @@ def test_a_keyboard_interrupt_python_cannot_raise_is_recorded_not_printed():
     Drops(KeyboardInterrupt())
     Drops(ValueError('shown'))
     return 0
-  err = io.StringIO()
-  try:
-    with contextlib.redirect_stderr(err):
-      assert cli.guarded(work) == 0
-  finally:
-    loop_lib.STOP_REQUESTS.clear()
-  assert 'KeyboardInterrupt' not in err.getvalue() and 'ValueError: shown' in err.getvalue()
+  code, err = guarded(work)
+  assert code == 0
+  assert 'KeyboardInterrupt' not in err and 'ValueError: shown' in err
