@@ -2,13 +2,18 @@
 # The GPU figures benchmarks/RESULTS.md still lacks, in one run on a machine with one GPU:
 #   1. GeL's FEMNIST CNN at 1,000 clients a round against FedJAX on the same GPU (vs_fedjax.py),
 #   2. the LEAF Synthetic round at 10,000 clients against the batched limit (round_throughput.py),
-#   3. where the CNN round's time goes: its GPU kernels ranked (profile_round.py).
+#   3. where the CNN round's and the Synthetic round's time goes: their GPU kernels ranked
+#      (profile_round.py),
+#   4. heterogeneous budgets tau_i ~ U{1..50} against equal ones at the largest Synthetic cohort
+#      (heterogeneous_budgets.py): what the data-dependent local-step loop costs on the GPU.
 #
 # Usage, from the repository root: bash benchmarks/gpu_checks.sh [OUT_DIR]
 # Each step's table goes to OUT_DIR (default gpu_checks/) as a .md file, its rows as .json, and
 # the machine (nvidia-smi, versions) to machine.txt. A failing step is reported and the next one
 # runs; the exit status counts the failed steps. The sizes can be made smaller for a dry run on
 # CPU: CNN_CLIENTS=20 SYNTHETIC_CLIENTS=200 bash benchmarks/gpu_checks.sh /tmp/dry
+# (SYNTHETIC_CLIENTS may list several cohorts, e.g. 200,2000,10000: steps 3-4 take the last).
+# Each step is stopped after STEP_TIMEOUT seconds (default 600).
 #
 # Needs JAX with the GPU's plugin, flax and optax (fedjax_gel itself is read from this checkout,
 # no install). FedJAX (step 1's other side) is fedjax 0.0.17 with dm-haiku, jmp and tabulate;
@@ -20,6 +25,7 @@ cd "$(dirname "$0")/.."
 out=${1:-gpu_checks}
 cnn=${CNN_CLIENTS:-1000}
 synthetic=${SYNTHETIC_CLIENTS:-10000}
+largest=${synthetic##*,}
 python=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -44,7 +50,7 @@ step() {   # step NAME COMMAND...: runs it, its output to NAME.md, notes a failu
   shift
   echo "== $name: $*"
   local start=$SECONDS
-  if ! "$@" 2>&1 | tee "$out/$name.md"; then
+  if ! timeout "${STEP_TIMEOUT:-600}" "$@" 2>&1 | tee "$out/$name.md"; then
     echo "== $name FAILED"
     failed=$((failed + 1))
   fi
@@ -57,4 +63,8 @@ step round_throughput "$python" benchmarks/round_throughput.py --cohorts "$synth
   --repeats 10 --json "$out/round_throughput.json"
 step profile_cnn "$python" benchmarks/profile_round.py --workload cnn --clients "$cnn" \
   --rounds 3 --top 25
+step profile_synthetic "$python" benchmarks/profile_round.py --workload synthetic \
+  --clients "$largest" --rounds 10 --top 15
+step heterogeneous "$python" benchmarks/heterogeneous_budgets.py --cohort "$largest" \
+  --chunk_sizes "0,$((largest / 4))" --repeats 5
 exit "$failed"

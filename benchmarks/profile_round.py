@@ -82,8 +82,13 @@ def kernel_events(trace):
   runtime ran (every line but Python's, without the wrappers of loops and executions)."""
   gpus = [plane for plane in trace.planes if plane.name.startswith('/device:GPU')]
   if gpus:
-    return [e for plane in gpus for line in plane.lines if line.name.startswith('Stream')
-            for e in line.events]
+    lines = [line for plane in gpus for line in plane.lines]
+    streams = [line for line in lines if line.name.startswith('Stream')]
+    if not streams:   # a trace without stream lines: XLA's op line holds the same kernels
+      print('note: no GPU stream lines in the trace (lines: '
+            f"{sorted({line.name for line in lines})}); XLA's op lines used", file=sys.stderr)
+      streams = [line for line in lines if line.name == 'XLA Ops']
+    return [e for line in streams for e in line.events]
   return [e for plane in trace.planes for line in plane.lines if line.name != 'python'
           for e in line.events if not e.name.startswith(WRAPPERS)]
 

@@ -75,8 +75,8 @@ def configure_cpu(count: int | None = None) -> bool:
 
 def compiler_options(quick: bool) -> dict | None:
   """``jax.jit``'s ``compiler_options`` of a program compiled for compile time (``quick``:
-  ``QUICK_COMPILE``) or for run time (None: XLA's defaults)."""
-  return dict(QUICK_COMPILE) if quick else None
+  ``QUICK_COMPILE``, XLA CPU options: on CPU only) or for run time (None: XLA's defaults)."""
+  return dict(QUICK_COMPILE) if quick and _backend() == 'cpu' else None
 
 
 def auto_num_devices(cohort_size: int, available: int, client_step_work: int = 0) -> int:
