@@ -10,6 +10,11 @@ compiled round per chunk size (the budgets are data, not constants):
   alternately, ``block_until_ready``), and ``ratio = heterogeneous / mean(homogeneous)``;
 * the useful fraction of computed client-steps (``sum_i tau_i / computed``).
 
+``--static_steps``: the local-step loop's trip count (``core.round.build_round``'s
+``static_steps``): ``auto`` the engine's default (each chunk's own largest budget on CPU, the
+cohort's largest on an accelerator, where a data-dependent loop reads its condition back on the
+host once per step), ``true`` the largest for every chunk, ``false`` each chunk's own.
+
 Usage: ``python benchmarks/heterogeneous_budgets.py [--cohort 2000] [--chunk_sizes 0,500,250] [--plot PNG]``
 (``0``: the engine's default chunk size).
 """
@@ -29,7 +34,7 @@ import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: int,
-            batch: int) -> list[dict]:
+            batch: int, static_steps: bool | None = None) -> list[dict]:
   _, data, _, loss, root, params = common.synthetic_workload()
   import jax
   import numpy as np
@@ -59,7 +64,7 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   rows = []
   for chunk_size in chunk_sizes:
     chunk = plan(chunk_size)[1]
-    rf = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh)
+    rf = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh, static_steps=static_steps)
     t = time.perf_counter()
     compiled = rf.lower(state, cohorts['heterogeneous'][0], data, root, np.int32(0)).compile()
     compile_s = time.perf_counter() - t
@@ -80,6 +85,7 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
     homogeneous = (med['homogeneous_lo'] + med['homogeneous_hi']) / 2
     rows.append({
         'cohort': cohort, 'devices': num_used, 'budgets': f'{low}..{high}',
+        'static_steps': {None: 'auto', True: 'true', False: 'false'}[static_steps],
         'chunk_size': round_lib.chunk_layout(cohort, chunk, num_used)[0],
         'chunks': round_lib.chunk_layout(cohort, chunk, num_used)[1],
         'compile_s': compile_s, 'heterogeneous_s': med['heterogeneous'],
@@ -92,11 +98,13 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
 
 def table(rows: list[dict], low: int, high: int) -> str:
   lo, hi = math.floor((low + high) / 2), math.ceil((low + high) / 2)
-  out = [f'| clients | devices | chunk | chunks | compile s | U{{{low}..{high}}} ms | '
-         f'tau={lo} ms | tau={hi} ms | ratio to homogeneous | useful steps |',
-         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+  out = [f'| clients | devices | chunk | chunks | static steps | compile s | '
+         f'U{{{low}..{high}}} ms | tau={lo} ms | tau={hi} ms | ratio to homogeneous | '
+         'useful steps |',
+         '|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|']
   for r in rows:
     out.append(f'| {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | {r["chunks"]} | '
+               f'{r["static_steps"]} | '
                f'{r["compile_s"]:.2f} | {r["heterogeneous_s"] * 1e3:.1f} | '
                f'{r["homogeneous_lo_s"] * 1e3:.1f} | {r["homogeneous_hi_s"] * 1e3:.1f} | '
                f'{r["ratio"]:.2f} | {r["useful_fraction"]:.2f} |')
@@ -110,6 +118,9 @@ def main(argv=None):
   p.add_argument('--budget_range', default='1,50')
   p.add_argument('--batch_size', type=int, default=5)
   p.add_argument('--repeats', type=int, default=10)
+  p.add_argument('--static_steps', default='auto', choices=('auto', 'true', 'false'),
+                 help="the local-step loop's trip count: the engine's default, the largest "
+                      "budget for every chunk, or each chunk's own largest")
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--plot', help='also plot the ratio and the useful fraction against the '
                                 'number of chunks (PNG)')
@@ -122,7 +133,8 @@ def main(argv=None):
   if min(chunk_sizes) < 0 or not 1 <= low <= high or min(a.cohort, a.repeats, a.batch_size) < 1:
     p.exit(2, 'error: --cohort, --repeats, --batch_size must be positive, --chunk_sizes >= 0 and '
               '--budget_range a,b with 1 <= a <= b\n')
-  rows = measure(a.cohort, chunk_sizes, a.repeats, low, high, a.batch_size)
+  static = {'auto': None, 'true': True, 'false': False}[a.static_steps]
+  rows = measure(a.cohort, chunk_sizes, a.repeats, low, high, a.batch_size, static)
   common.report(rows, table(rows, low, high), a.json)
   by_chunks = sorted(rows, key=lambda r: r['chunks'])
   xs = [r['chunks'] for r in by_chunks]

@@ -9,8 +9,8 @@ Flax model and loss on both sides:
 * ``cnn``: GeL's FEMNIST CNN (``models.gel_femnist_cnn``, 608,702 parameters), ``tau = 8`` steps
   of ``B = 20``, on FEMNIST-shaped random clients of 200 images (``common.femnist_like_workload``;
   FEMNIST is a download), as many clients as the largest cohort (at least 100). The CNN takes
-  XLA's own convolution on GPU and TPU, the patches convolution on CPU (``models.layers``), on
-  both sides.
+  the patches convolution on CPU and GPU, XLA's own on TPU (``models.layers``), on both
+  sides.
 
 Reported per cohort size: compile time of each side's first round, round time
 (median of ``--repeats`` rounds after a warm-up round, timed alternately, ``block_until_ready``),

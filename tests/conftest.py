@@ -27,7 +27,8 @@ os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'd
 # tests choose their devices).
 from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-for _flag in ('--xla_cpu_use_fusion_emitters=false', devices.SMALL_LOOP_FLAG):
+for _flag in (('--xla_cpu_use_fusion_emitters=false',) if devices.LEGACY_EMITTERS else ()) + (
+    devices.SMALL_LOOP_FLAG,):
   if _flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 

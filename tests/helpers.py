@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_gel import models
+from fedjax_gel.core import devices
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
@@ -21,8 +22,8 @@ from fedjax_gel.core.shuffle import cycled_permutation
 B, TAU_MAX = 3, 6
 EMPTY_CLIENT = 12
 # XLA's CPU defaults, for a program of a test (the suite compiles with ``QUICK_COMPILE``'s
-# emitters: tests/conftest.py).
-DEFAULT_EMITTERS = {'xla_cpu_use_fusion_emitters': True}
+# emitters: tests/conftest.py; None where jaxlib has no other emitters).
+DEFAULT_EMITTERS = {'xla_cpu_use_fusion_emitters': True} if devices.LEGACY_EMITTERS else None
 
 
 def small_pool():
@@ -59,9 +60,9 @@ def with_guesses(alg, guesses):
   return alg._replace(client_guesses=lambda budgets, max_budget: counts)
 
 
-def run(alg, data, c, params, chunk_size, seed=0, round_idx=3):
+def run(alg, data, c, params, chunk_size, seed=0, round_idx=3, static_steps=None):
   """One engine round from ``params``; returns ``(server_state, metrics)``."""
-  rf = build_round(alg, chunk_size=chunk_size)
+  rf = build_round(alg, chunk_size=chunk_size, static_steps=static_steps)
   return rf(alg.server_init(params), c, data, keys.root_key(seed), jnp.int32(round_idx))
 
 

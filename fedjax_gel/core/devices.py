@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 
+import jaxlib
 import numpy as np
 
 CLIENT_AXIS = 'clients'
@@ -42,8 +43,11 @@ MIN_STEP_WORK_PER_DEVICE = MIN_CLIENTS_PER_DEVICE * 5 * 305
 # legacy loop emitters instead of its fusion emitters, 20-40% faster (a small round: 1.3 s ->
 # 1.0 s); the program then runs as fast for a 20-client logistic round, 9-16% slower for 200
 # to 2,000 clients and 1.4x slower for GeL's FEMNIST CNN (benchmarks/RESULTS.md, start-up).
-# Other backends ignore the option.
-QUICK_COMPILE = {'xla_cpu_use_fusion_emitters': False}
+# jaxlib 0.11 removed the legacy emitters and the option (an unknown option is an error there):
+# with it, programs are compiled with XLA's defaults (``QUICK_COMPILE`` is empty). The option is
+# passed on CPU only (``compiler_options``).
+LEGACY_EMITTERS = tuple(int(v) for v in jaxlib.__version__.split('.')[:2]) < (0, 11)
+QUICK_COMPILE = {'xla_cpu_use_fusion_emitters': False} if LEGACY_EMITTERS else {}
 
 
 # XLA's bytes threshold of a while loop it compiles as one kernel (see above).
@@ -76,7 +80,7 @@ def configure_cpu(count: int | None = None) -> bool:
 def compiler_options(quick: bool) -> dict | None:
   """``jax.jit``'s ``compiler_options`` of a program compiled for compile time (``quick``:
   ``QUICK_COMPILE``, XLA CPU options: on CPU only) or for run time (None: XLA's defaults)."""
-  return dict(QUICK_COMPILE) if quick and _backend() == 'cpu' else None
+  return dict(QUICK_COMPILE) if quick and QUICK_COMPILE and _backend() == 'cpu' else None
 
 
 def auto_num_devices(cohort_size: int, available: int, client_step_work: int = 0) -> int:

@@ -193,6 +193,15 @@ def routed_chunk(cohort_size: int, chunk_size: int, num_devices: int) -> int:
              max(1, -(-cohort_size // (num_devices * ROUTED_CHUNKS))))
 
 
+def default_static_steps(equal_budgets: bool) -> bool:
+  """``build_round``'s default ``static_steps``: a trip count fixed at compile time when every
+  budget is equal (no step is wasted) or on an accelerator, where the data-dependent loop reads
+  its predicate back on the host once per step (an H100 with a 10,000-client LEAF Synthetic
+  round of ``tau_i ~ U{1..50}`` in one chunk: 5.2 ms against 4.3 ms with the static count,
+  ``benchmarks/RESULTS.md``); each chunk's own largest budget on CPU otherwise."""
+  return equal_budgets or jax.default_backend() != 'cpu'
+
+
 def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | None = None,
                 donate_state: bool = False, fuse_dots: bool | None = None,
                 compiler_options: dict | None = None, static_steps: bool | None = None):
@@ -220,9 +229,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     static_steps: loop every chunk's local steps ``b`` times, a trip count fixed at compile
       time (steps beyond a client's ``tau_i`` masked), rather than to the chunk's own largest
       ``tau_i``, a data-dependent ``while`` loop that on an accelerator may read its predicate
-      back on the host once per step. ``None``: static when every budget is equal (the
-      spec's ``a = b``: no step is wasted) or on an accelerator (the masked steps of a
-      budget-sorted chunk are the price); the chunk's own largest budget on CPU otherwise.
+      back on the host once per step. ``None``: ``default_static_steps`` (static when every
+      budget is equal or on an accelerator; the chunk's own largest budget on CPU otherwise).
 
   On CPU, building a round also registers the unrolled Threefry lowering for the process
   (``core.threefry``: the same random bits, one kernel per hash instead of a loop).
@@ -459,8 +467,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
                replicated: bool = False):
     spec = cohort.spec
     static = static_steps
-    if static is None:   # see static_steps in the docstring
-      static = spec.equal_budgets or jax.default_backend() != 'cpu'
+    if static is None:
+      static = default_static_steps(spec.equal_budgets)
     train_chunk, chunk_totals, accumulate = kernels(spec, static)
     size = cohort.budgets.shape[0]
     if algorithm.client_guesses is None:

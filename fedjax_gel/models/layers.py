@@ -1,4 +1,4 @@
-"""Convolution, pooling and LSTM layers that run fast when vmapped over clients on CPU.
+"""Convolution, pooling and LSTM layers that run fast when vmapped over clients.
 
 
 Vmapping a client's training step over a cohort turns every convolution into a batched one
@@ -13,9 +13,13 @@ under ``vmap`` the product becomes one batched matrix product per layer, which t
 runs at full speed. The patches cost ``window`` times the input's memory.
 
 ``conv_general_dilated`` is the drop-in for ``flax.linen.Conv(conv_general_dilated=...)`` the
-models of ``fedjax_gel.models.cnn`` use: patches on the CPU backend, XLA's own convolution on
-GPU and TPU (whose convolution kernels batch well). Both compute the same convolution up to
-float summation order.
+models of ``fedjax_gel.models.cnn`` use: patches on CPU and GPU, XLA's own convolution on TPU
+(not measured there). On a GPU the vmapped convolution fares no better: on an H100, XLA hands
+its gradient to cuDNN as one small convolution per client and step (8,000 launches a round), and
+a 1,000-client GeL FEMNIST CNN round takes 436-492 ms with it against 216 ms with patches
+(``benchmarks/profile_round.py --workload cnn --clients 1000`` with and without
+``--xla_layers``, ``benchmarks/RESULTS.md``). Both compute the same convolution up to float
+summation order.
 
 ``max_pool_2x2`` is ``nn.max_pool(x, (2, 2), strides=(2, 2))`` as the maximum of four strided
 views, with a gradient of selects (``jax.custom_vjp``): XLA's CPU ``reduce_window`` and the
@@ -92,9 +96,9 @@ def patches_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilat
 def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
                          rhs_dilation=None, dimension_numbers=None, feature_group_count=1,
                          batch_group_count=1, precision=None, preferred_element_type=None):
-  """``patches_conv`` on the CPU backend, ``lax.conv_general_dilated`` elsewhere (same
-  arguments); pass it as ``flax.linen.Conv(conv_general_dilated=...)``."""
-  conv = patches_conv if jax.default_backend() == 'cpu' else lax.conv_general_dilated
+  """``patches_conv``, or ``lax.conv_general_dilated`` on TPU (same arguments); pass it as
+  ``flax.linen.Conv(conv_general_dilated=...)``."""
+  conv = lax.conv_general_dilated if jax.default_backend() == 'tpu' else patches_conv
   return conv(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
               feature_group_count, batch_group_count, precision, preferred_element_type)
 

@@ -44,7 +44,18 @@ def test_only_small_rounds_are_compiled_for_compile_time():
   assert not planning.quick_compile(make(clients_per_round=20, budget_range=(4, 13),
                                          batch_size=20).cohort, cnn)
   assert devices.compiler_options(False) is None
-  assert devices.compiler_options(True) == devices.QUICK_COMPILE
+  assert devices.compiler_options(True) == (devices.QUICK_COMPILE or None)
+
+
+def test_cpu_compile_options_go_to_the_cpu_backend_only(monkeypatch):
+  """XLA CPU's option is not passed to another backend, nor where jaxlib no longer has it
+  (0.11 removed the legacy emitters; an unknown option is an error)."""
+  assert bool(devices.QUICK_COMPILE) == devices.LEGACY_EMITTERS
+  if devices.QUICK_COMPILE:   # this jaxlib knows the option: a program compiles with it
+    compiled = jax.jit(lambda x: x + 1, compiler_options=devices.QUICK_COMPILE)
+    np.testing.assert_array_equal(compiled(jnp.ones(2)), 2.)
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  assert devices.compiler_options(True) is None
 
 
 CONFIGURE = """
@@ -69,7 +80,7 @@ def test_configure_cpu_sets_devices_and_small_loops_unless_xla_flags_do(preset):
   import os
   import subprocess
   import sys
-  env = {**os.environ, 'XLA_FLAGS': preset}
+  env = {**os.environ, 'XLA_FLAGS': preset, 'JAX_PLATFORMS': 'cpu'}
   out = subprocess.run([sys.executable, '-c', CONFIGURE], env=env, capture_output=True,
                        text=True, check=True).stdout.splitlines()
   if preset:
@@ -79,6 +90,8 @@ def test_configure_cpu_sets_devices_and_small_loops_unless_xla_flags_do(preset):
     assert out[1] == f'{devices.CPU_DEVICES_FLAG}=3 {devices.SMALL_LOOP_FLAG}'
 
 
+@pytest.mark.skipif(not devices.LEGACY_EMITTERS or jax.default_backend() != 'cpu',
+                    reason="XLA CPU's legacy emitters only (jaxlib < 0.11)")
 def test_a_small_quick_round_runs_its_local_steps_as_one_kernel(data, loss, model):
   """The local-step loop of a small model, its products fused (``core.small_dots``), compiled
   for compile time: nothing in it calls a library, so with the suite's (and ``launch/run.py``'s)

@@ -97,9 +97,12 @@ def test_masked_steps_are_exact_noops(data, model):
   """Client 4 (tau 2) is bit-identical whether its chunk stops at step 2 or runs 4 masked steps."""
   alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.1, 0.9)
   params = init_params(model)
-  # Same compiled program (chunk of 2); the weight-0 partner only sets the chunk's trip count.
-  short, m_short = run(alg, data, cohort([4, 9], [2, 2], [1., 0.]), params, chunk_size=2)
-  long, m_long = run(alg, data, cohort([4, 9], [2, 6], [1., 0.]), params, chunk_size=2)
+  # Same compiled program (chunk of 2, the chunk's largest budget as its trip count, as on CPU);
+  # the weight-0 partner only sets that trip count.
+  short, m_short = run(alg, data, cohort([4, 9], [2, 2], [1., 0.]), params, chunk_size=2,
+                       static_steps=False)
+  long, m_long = run(alg, data, cohort([4, 9], [2, 6], [1., 0.]), params, chunk_size=2,
+                     static_steps=False)
   assert int(m_short.computed_steps) == 4 and int(m_long.computed_steps) == 12
   jax.tree_util.tree_map(np.testing.assert_array_equal, short.params, long.params)
   moved = jax.tree_util.tree_map(lambda a, b: np.abs(a - b).max(), short.params, params)
@@ -125,7 +128,8 @@ def _has_while(jaxpr) -> bool:
 def test_static_step_count_gives_the_same_round(data, model, budget_range):
   """A trip count fixed at compile time (every chunk loops b steps, the rest masked) against
   the chunk's own largest budget: the same models and losses, bit for bit; equal budgets
-  (a = b) get the static loop by default, so the round has no data-dependent loop."""
+  (a = b), or an accelerator, get the static loop by default, so the round has no
+  data-dependent loop."""
   alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.1, 0.9)
   params = init_params(model)
   spec = CohortSpec(9, budget_range, B)
@@ -140,11 +144,12 @@ def test_static_step_count_gives_the_same_round(data, model, budget_range):
   for other in (True, None):
     jax.tree_util.tree_map(np.testing.assert_array_equal, out[False][0], out[other][0])
     np.testing.assert_array_equal(out[False][1].train_loss, out[other][1].train_loss)
-  default_static = budget_range[0] == budget_range[1]
+  default_static = budget_range[0] == budget_range[1] or jax.default_backend() != 'cpu'
   jaxpr = jax.make_jaxpr(build_round(alg, chunk_size=3).jitted)(
       alg.server_init(params), c, data, keys.root_key(5), jnp.int32(2)).jaxpr
   assert _has_while(jaxpr) == (not default_static)
-  if default_static:   # every chunk computes b steps a client, as the dynamic loop would
+  if budget_range[0] == budget_range[1]:   # every chunk computes b steps a client, as the
+    # dynamic loop would
     assert int(out[None][1].computed_steps) == int(out[False][1].computed_steps) == 9 * 4
 
 
@@ -162,7 +167,9 @@ def test_chunk_size_does_not_change_the_result(data, model, algorithm):
          else algorithms.fedavgcm(loss, 0.05, 0.9))
   params = init_params(model)
   c = sample_cohort(keys.root_key(1), 4, data.counts, CohortSpec(19, (1, TAU_MAX), B))
-  results = [run(alg, data, c, params, chunk_size=cs) for cs in (1, 7, 19, 100)]
+  # The chunk's largest budget as its trip count (the CPU's default; static_steps)
+  results = [run(alg, data, c, params, chunk_size=cs, static_steps=False)
+             for cs in (1, 7, 19, 100)]
   has_data = np.asarray(data.counts)[np.asarray(c.client_ids)] > 0
   assert not has_data.all()   # the empty client 12 is in this cohort: it must take no step
   useful = int(np.sum(np.asarray(c.budgets)[has_data]))

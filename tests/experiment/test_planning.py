@@ -3,6 +3,7 @@ the budget-sorted chunks of cohorts whose budgets differ; its device rule by han
 CPU devices."""
 import jax
 
+from fedjax_gel.core import round as round_lib
 from fedjax_gel.experiment.planning import default_chunk_size
 
 import helpers
@@ -16,9 +17,11 @@ def test_default_chunk_size_respects_memory(model):
   assert default_chunk_size(10, params, 16, 5, memory_bytes=1) == 1
 
 
-def test_default_chunk_size_cuts_heterogeneous_cohorts_into_budget_sorted_chunks(model):
+def test_default_chunk_size_cuts_heterogeneous_cohorts_into_budget_sorted_chunks(model,
+                                                                               monkeypatch):
   params = model.init(jax.random.key(0))
   big = 1 << 30
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'cpu')   # each chunk loops its own budget
   # Equal budgets: one chunk. Budgets that differ: about 16 chunks, never below 32 clients
   # per device, never above what memory allows.
   assert default_chunk_size(2000, params, 16, 5, memory_bytes=big, equal_budgets=True) == 2000
@@ -28,6 +31,22 @@ def test_default_chunk_size_cuts_heterogeneous_cohorts_into_budget_sorted_chunks
   assert default_chunk_size(20, params, 16, 5, memory_bytes=big, equal_budgets=False) == 20
   assert default_chunk_size(300, params, 16, 5, 4, memory_bytes=big, equal_budgets=False) == 128
   assert default_chunk_size(2000, params, 16, 5, memory_bytes=1, equal_budgets=False) == 1
+
+
+def test_accelerators_keep_heterogeneous_cohorts_in_one_chunk(model, monkeypatch):
+  """On an accelerator every chunk loops to the cohort's largest budget (``core.round``'s
+  ``default_static_steps``), so budget-sorted chunks would only run more, smaller loops: memory
+  alone sets the chunk."""
+  params = model.init(jax.random.key(0))   # 15 float32 = 60 bytes
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  assert round_lib.default_static_steps(False) and round_lib.default_static_steps(True)
+  assert default_chunk_size(2000, params, 16, 5, memory_bytes=1 << 30,
+                            equal_budgets=False) == 2000
+  per_client = 8 * 60 + 2 * 5 * 16
+  assert default_chunk_size(2000, params, 16, 5, memory_bytes=4 * 100 * per_client,
+                            equal_budgets=False) == 100
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'cpu')
+  assert round_lib.default_static_steps(True) and not round_lib.default_static_steps(False)
 
 
 def test_cpu_devices_are_used_when_each_gets_enough_work():
