@@ -26,7 +26,7 @@ import time
 
 from absl import flags, logging
 
-from fedjax_gel.experiment import api, cluster, compilation_cache
+from fedjax_gel.experiment import api, cluster, compilation_cache, files
 from fedjax_gel.algorithms import registry
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.core.spec import INT32_MAX
@@ -258,7 +258,8 @@ def interrupted(e: KeyboardInterrupt) -> int:
 
 def os_error(e: OSError) -> str:
   """One line for a failed read or write: the file, the reason, what to do."""
-  where = e.filename or 'a file'
+  where = (files.target_of(os.fsdecode(e.filename)) if isinstance(e.filename, (str, bytes))
+           else e.filename or 'a file')
   if e.errno in (errno.ENOSPC, errno.EDQUOT):
     return (f'{where}: no space left on the device; free some and run the same command again '
             '(it resumes from the last checkpoint, which a full disk never damages)')

@@ -57,6 +57,15 @@ def write_atomic(path: str, data: bytes):
     raise
 
 
+def target_of(path: str) -> str:
+  """The file that ``path`` is written for when it is ``write_atomic``'s temporary
+  (``DIR/.NAME.XXXXXXXX.tmp`` -> ``DIR/NAME``), else ``path`` itself."""
+  folder, name = os.path.split(path)
+  if name.startswith('.') and name.endswith('.tmp') and name.count('.') >= 3:
+    return os.path.join(folder, name[1:].rsplit('.', 2)[0])
+  return path
+
+
 def remove_temporaries(folder: str):
   """Removes the temporary files of ``write_atomic`` that a kill left in ``folder``."""
   for name in os.listdir(folder) if os.path.isdir(folder) else ():

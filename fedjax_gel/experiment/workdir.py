@@ -9,6 +9,7 @@ is reported in one line, not taken for finished.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -20,13 +21,25 @@ from fedjax_gel.experiment.config import Config, ConfigError, json_extras
 from fedjax_gel.models import tasks
 
 
-def check_workdir(workdir: str, overwrite: bool, *outputs: str):
-  """Refuses to clobber an earlier run's outputs unless asked to, or to write into a file."""
+def check_folder(workdir: str):
+  """A ``--workdir`` that cannot be a folder is a ConfigError: a file, or a symbolic link to
+  nothing or round a loop."""
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ConfigError(f'--workdir={workdir} exists and is not a directory')
   if os.path.islink(workdir) and not os.path.exists(workdir):
+    try:
+      os.stat(workdir)
+    except OSError as e:
+      if e.errno == errno.ELOOP:
+        raise ConfigError(f'--workdir={workdir} is a symbolic link that leads round a loop of '
+                          'links') from None
     raise ConfigError(f'--workdir={workdir} is a symbolic link to {os.readlink(workdir)}, '
                       'which does not exist')
+
+
+def check_workdir(workdir: str, overwrite: bool, *outputs: str):
+  """Refuses to clobber an earlier run's outputs unless asked to, or to write into a file."""
+  check_folder(workdir)
   for name in outputs or ('metrics.jsonl', 'summary.json'):
     if os.path.exists(os.path.join(workdir, name)) and not overwrite:
       raise ConfigError(f'--workdir={workdir} already holds a run ({name}); choose another '
@@ -68,11 +81,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   with fewer ``num_rounds``: it continues from its final state, ``extend``). A run of another
   configuration there (``c`` and the ``extra`` fields of its ``config.json``) is a ConfigError
   naming the first differing flag."""
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise ConfigError(f'--workdir={workdir} exists and is not a directory')
-  if os.path.islink(workdir) and not os.path.exists(workdir):
-    raise ConfigError(f'--workdir={workdir} is a symbolic link to {os.readlink(workdir)}, '
-                      'which does not exist')
+  check_folder(workdir)
   saved = os.path.join(workdir, 'config.json')
   if overwrite or not os.path.exists(saved):
     check_workdir(workdir, overwrite)
@@ -208,11 +217,7 @@ def make_workdir(workdir: str) -> list[str]:
   deepest last. A path that cannot be one is a ConfigError."""
   if not cluster.writes():   # only process 0 writes (several processes)
     return []
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
-    raise ConfigError(f'--workdir={workdir} exists and is not a directory')
-  if os.path.islink(workdir) and not os.path.exists(workdir):
-    raise ConfigError(f'--workdir={workdir} is a symbolic link to {os.readlink(workdir)}, '
-                      'which does not exist')
+  check_folder(workdir)
   created, folder = [], os.path.abspath(workdir)
   while not os.path.exists(folder):
     created.insert(0, folder)

@@ -94,6 +94,8 @@ def paths(tmp_path_factory, tiny_leaf_file):
     write(text)
   out['dangling'] = d / 'dangling'   # a link to a folder that does not exist
   out['dangling'].symlink_to(d / 'nowhere')
+  out['circular'] = d / 'circular'   # a link to itself
+  out['circular'].symlink_to(d / 'circular')
   out['loop'] = d / 'loop.flags'
   out['loop'].write_text(f'--num_rounds=3\n--flagfile={out["loop"]}\n')
   return out
@@ -122,6 +124,7 @@ BAD_INPUT = [
      'expected images'),
     ('--workdir=', '--workdir is empty'),
     ('--workdir={dangling}', '--workdir={dangling} is a symbolic link to', 'does not exist'),
+    ('--workdir={circular}', '--workdir={circular} is a symbolic link', 'loop of links'),
     ('--flagfile={missing}', '{missing}'),
     (f'{LEAF} --num_devices=4096', '--num_devices'),
     (f'{LEAF} --device_memory_gb=0.000001', '--dataset=leaf', 'more processes or devices'),

@@ -266,6 +266,22 @@ def test_a_full_disk_is_one_line_and_the_same_command_resumes(finished, tmp_path
   assert model_bytes(workdir) == finished[1]
 
 
+def test_a_refused_write_names_the_file_not_its_temporary(tmp_path, monkeypatch):
+  """A folder that refuses writes (permissions, an immutable folder): the line names the file
+  being written, not the temporary it is written through first (``files.write_atomic``)."""
+  def refused(prefix, suffix, dir):  # pylint: disable=redefined-builtin
+    raise OSError(errno.EPERM, os.strerror(errno.EPERM),
+                  os.path.join(dir, f'{prefix}k3j9x2ab{suffix}'))
+  monkeypatch.setattr(files, 'tempfile', type('T', (), {'mkstemp': staticmethod(refused)}))
+  workdir = tmp_path / 'run'
+  proc = run(workdir)
+  assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
+  assert proc.stderr.splitlines()[-1] == (
+      f'error: {workdir / files.LOCK}: {os.strerror(errno.EPERM)}')
+  assert files.target_of('/w/.metrics.jsonl.ab12cd34.tmp') == '/w/metrics.jsonl'
+  assert files.target_of('/w/metrics.jsonl') == '/w/metrics.jsonl'
+
+
 def test_ctrl_c_outside_the_rounds_is_one_line(tmp_path, monkeypatch):
   def interrupt(*args, **kwargs):
     raise KeyboardInterrupt
