@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# The GPU figures benchmarks/RESULTS.md still lacks, in one run on a machine with one GPU:
+# The GPU figures of benchmarks/RESULTS.md ("On a GPU"), in one run on a machine with one GPU:
 #   1. GeL's FEMNIST CNN at 1,000 clients a round against FedJAX on the same GPU (vs_fedjax.py),
-#   2. the LEAF Synthetic round at 10,000 clients against the batched limit (round_throughput.py),
-#   3. where the CNN round's and the Synthetic round's time goes: their GPU kernels ranked
-#      (profile_round.py),
+#   2. the LEAF Synthetic round against the batched limit (round_throughput.py) and against the
+#      naive vmap round (vs_naive_vmap.py),
+#   3. where the CNN round's (with the patches convolution, then XLA's) and the Synthetic
+#      round's time goes: their GPU kernels ranked (profile_round.py),
 #   4. heterogeneous budgets tau_i ~ U{1..50} against equal ones at the largest Synthetic cohort
-#      (heterogeneous_budgets.py): what the data-dependent local-step loop costs on the GPU.
+#      (heterogeneous_budgets.py), with the planner's chunk and a static trip count, then the
+#      same chunks with the data-dependent loop: what that loop costs on the GPU.
+# About 4 minutes on an H100 (2026-11-26).
 #
 # Usage, from the repository root: bash benchmarks/gpu_checks.sh [OUT_DIR]
 # Each step's table goes to OUT_DIR (default gpu_checks/) as a .md file, its rows as .json, and
 # the machine (nvidia-smi, versions) to machine.txt. A failing step is reported and the next one
 # runs; the exit status counts the failed steps. The sizes can be made smaller for a dry run on
-# CPU: CNN_CLIENTS=20 SYNTHETIC_CLIENTS=200 bash benchmarks/gpu_checks.sh /tmp/dry
-# (SYNTHETIC_CLIENTS may list several cohorts, e.g. 200,2000,10000: steps 3-4 take the last).
+# CPU: CNN_CLIENTS=20 SYNTHETIC_CLIENTS=200 bash benchmarks/gpu_checks.sh /tmp/dry (there the
+# profile with XLA's convolution takes minutes: STEP_TIMEOUT=60 cuts it)
+# (SYNTHETIC_CLIENTS lists cohorts, default 200,2000,10000: steps 3-4 take the last).
 # Each step is stopped after STEP_TIMEOUT seconds (default 600).
 #
 # Needs JAX with the GPU's plugin, flax and optax (fedjax_gel itself is read from this checkout,
@@ -24,7 +28,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu_checks}
 cnn=${CNN_CLIENTS:-1000}
-synthetic=${SYNTHETIC_CLIENTS:-10000}
+synthetic=${SYNTHETIC_CLIENTS:-200,2000,10000}
 largest=${synthetic##*,}
 python=${PYTHON:-python3}
 mkdir -p "$out"
@@ -61,10 +65,16 @@ step vs_fedjax_cnn "$python" benchmarks/vs_fedjax.py --workload cnn --cohorts "$
   --json "$out/vs_fedjax_cnn.json"
 step round_throughput "$python" benchmarks/round_throughput.py --cohorts "$synthetic" \
   --repeats 10 --json "$out/round_throughput.json"
+step vs_naive "$python" benchmarks/vs_naive_vmap.py --cohorts "$synthetic" --repeats 10 \
+  --json "$out/vs_naive.json"
 step profile_cnn "$python" benchmarks/profile_round.py --workload cnn --clients "$cnn" \
   --rounds 3 --top 25
+step profile_cnn_xla "$python" benchmarks/profile_round.py --workload cnn --clients "$cnn" \
+  --rounds 3 --top 10 --xla_layers
 step profile_synthetic "$python" benchmarks/profile_round.py --workload synthetic \
   --clients "$largest" --rounds 10 --top 15
 step heterogeneous "$python" benchmarks/heterogeneous_budgets.py --cohort "$largest" \
   --chunk_sizes "0,$((largest / 4))" --repeats 5
+step heterogeneous_dynamic "$python" benchmarks/heterogeneous_budgets.py --cohort "$largest" \
+  --chunk_sizes "0,$((largest / 4))" --repeats 5 --static_steps false
 exit "$failed"
