@@ -8,7 +8,8 @@
 #   4. heterogeneous budgets tau_i ~ U{1..50} against equal ones at the largest Synthetic cohort
 #      (heterogeneous_budgets.py), with the planner's chunk and a static trip count, then the
 #      same chunks with the data-dependent loop: what that loop costs on the GPU.
-# About 4 minutes on an H100 (2026-11-26).
+# About 4 minutes on an H100, estimated from its steps' times on 2026-11-26 (this version of
+# the script has not run there whole).
 #
 # Usage, from the repository root: bash benchmarks/gpu_checks.sh [OUT_DIR]
 # Each step's table goes to OUT_DIR (default gpu_checks/) as a .md file, its rows as .json, and
@@ -16,20 +17,20 @@
 # runs; the exit status counts the failed steps. The sizes can be made smaller for a dry run on
 # CPU: CNN_CLIENTS=20 SYNTHETIC_CLIENTS=200 bash benchmarks/gpu_checks.sh /tmp/dry (there the
 # profile with XLA's convolution takes minutes: STEP_TIMEOUT=60 cuts it)
-# (SYNTHETIC_CLIENTS lists cohorts, default 200,2000,10000: steps 3-4 take the last).
+# (SYNTHETIC_CLIENTS lists cohorts, default 200,2000,10000: steps 3-4 take the largest).
 # Each step is stopped after STEP_TIMEOUT seconds (default 600).
 #
 # Needs JAX with the GPU's plugin, flax and optax (fedjax_gel itself is read from this checkout,
 # no install). FedJAX (step 1's other side) is fedjax 0.0.17 with dm-haiku, jmp and tabulate;
 # on a machine without a package index, put their wheels in .whl/ (pip download fedjax==0.0.17
 # dm-haiku==0.0.17 jmp tabulate --no-deps -d .whl) and set WHEELS=.whl: they are installed into
-# a temporary folder first. Without FedJAX step 1 stops with one line and steps 2-3 still run.
+# a temporary folder first. Without FedJAX step 1 stops with one line and the other steps still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-gpu_checks}
 cnn=${CNN_CLIENTS:-1000}
 synthetic=${SYNTHETIC_CLIENTS:-200,2000,10000}
-largest=${synthetic##*,}
+largest=$(tr , '\n' <<<"$synthetic" | sort -n | tail -1)
 python=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1

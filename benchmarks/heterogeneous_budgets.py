@@ -12,8 +12,8 @@ compiled round per chunk size (the budgets are data, not constants):
 
 ``--static_steps``: the local-step loop's trip count (``core.round.build_round``'s
 ``static_steps``): ``auto`` the engine's default (each chunk's own largest budget on CPU, the
-cohort's largest on an accelerator, where a data-dependent loop reads its condition back on the
-host once per step), ``true`` the largest for every chunk, ``false`` each chunk's own.
+range's largest ``b`` on an accelerator, where a data-dependent loop may read its condition back
+on the host once per step), ``true`` ``b`` for every chunk, ``false`` each chunk's own largest.
 
 Usage: ``python benchmarks/heterogeneous_budgets.py [--cohort 2000] [--chunk_sizes 0,500,250] [--plot PNG]``
 (``0``: the engine's default chunk size).

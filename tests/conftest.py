@@ -19,8 +19,8 @@ os.environ['FEDJAX_GEL_COMPILATION_CACHE'] = os.environ[SESSION_CACHE]
 # Generated datasets are cached in the same session folder (``fedjax_gel.data.cache``).
 os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'data')
 # The tests' programs are small, so every one is compiled for compile time, as the experiment
-# layer compiles small programs (``core.devices.QUICK_COMPILE``): the suite takes a quarter less
-# time. Tests that name XLA's default emitters (``DEFAULT_EMITTERS`` in ``helpers``) override it
+# layer compiles small programs (``core.devices.QUICK_COMPILE``; jaxlib < 0.11, whose XLA has
+# the legacy emitters): the suite takes a quarter less time. Tests that name XLA's default emitters (``DEFAULT_EMITTERS`` in ``helpers``) override it
 # per program: tests/core/test_compile_options.py and the vmapped-seeds test.
 # Small loops are compiled as one kernel, as ``launch/run.py`` has XLA do
 # (``core.devices.configure_cpu``, which also presents every core as a device: not here, the

@@ -22,7 +22,8 @@ benchmarks call it; they only concern the CPU backend, GPU and TPU devices are u
   raises the threshold to 1 GiB. In practice only programs compiled for compile time
   (``QUICK_COMPILE``, the experiment layer's choice for small rounds) qualify: XLA's fusion
   emitters hand the loops' reductions to a library. A 20-client LEAF Synthetic round runs
-  1.22x faster, to the bit the same (``benchmarks/RESULTS.md``).
+  1.22x faster, to the bit the same (``benchmarks/RESULTS.md``). All of this is jaxlib < 0.11:
+  0.11 has the fusion emitters only, and the loop stays a loop of kernels there.
 """
 from __future__ import annotations
 

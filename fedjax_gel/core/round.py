@@ -195,10 +195,11 @@ def routed_chunk(cohort_size: int, chunk_size: int, num_devices: int) -> int:
 
 def default_static_steps(equal_budgets: bool) -> bool:
   """``build_round``'s default ``static_steps``: a trip count fixed at compile time when every
-  budget is equal (no step is wasted) or on an accelerator, where the data-dependent loop reads
-  its predicate back on the host once per step (an H100 with a 10,000-client LEAF Synthetic
-  round of ``tau_i ~ U{1..50}`` in one chunk: 5.2 ms against 4.3 ms with the static count,
-  ``benchmarks/RESULTS.md``); each chunk's own largest budget on CPU otherwise."""
+  budget is equal (no step is wasted) or on an accelerator, where the data-dependent loop may
+  read its predicate back on the host once per step (an H100 with a 10,000-client LEAF
+  Synthetic round of ``tau_i ~ U{1..50}`` in one chunk: 5.2 ms against 4.3 ms with the static
+  count, about 18 us a step, ``benchmarks/RESULTS.md``); each chunk's own largest budget on CPU
+  otherwise."""
   return equal_budgets or jax.default_backend() != 'cpu'
 
 

@@ -23,6 +23,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import resource
 import socket
 import sys
@@ -57,13 +58,16 @@ def write_atomic(path: str, data: bytes):
     raise
 
 
+# write_atomic's temporaries: '.NAME.' + tempfile's 8 random characters + '.tmp'.
+_TEMPORARY = re.compile(r'\.(.+)\.[a-z0-9_]{8}\.tmp')
+
+
 def target_of(path: str) -> str:
   """The file that ``path`` is written for when it is ``write_atomic``'s temporary
   (``DIR/.NAME.XXXXXXXX.tmp`` -> ``DIR/NAME``), else ``path`` itself."""
   folder, name = os.path.split(path)
-  if name.startswith('.') and name.endswith('.tmp') and name.count('.') >= 3:
-    return os.path.join(folder, name[1:].rsplit('.', 2)[0])
-  return path
+  match = _TEMPORARY.fullmatch(name)
+  return os.path.join(folder, match.group(1)) if match else path
 
 
 def remove_temporaries(folder: str):

@@ -33,6 +33,9 @@ def check_folder(workdir: str):
       if e.errno == errno.ELOOP:
         raise ConfigError(f'--workdir={workdir} is a symbolic link that leads round a loop of '
                           'links') from None
+      if e.errno != errno.ENOENT:
+        raise ConfigError(f'--workdir={workdir} is a symbolic link to {os.readlink(workdir)}, '
+                          f'which cannot be reached ({e.strerror})') from None
     raise ConfigError(f'--workdir={workdir} is a symbolic link to {os.readlink(workdir)}, '
                       'which does not exist')
 

@@ -14,8 +14,8 @@ runs at full speed. The patches cost ``window`` times the input's memory.
 
 ``conv_general_dilated`` is the drop-in for ``flax.linen.Conv(conv_general_dilated=...)`` the
 models of ``fedjax_gel.models.cnn`` use: patches on CPU and GPU, XLA's own convolution on TPU
-(not measured there). On a GPU the vmapped convolution fares no better: on an H100, XLA hands
-its gradient to cuDNN as one small convolution per client and step (8,000 launches a round), and
+(not measured there). On a GPU the vmapped convolution fares no better: on an H100, XLA runs it
+as cuDNN convolutions of one client each, per step (8,000 launches of the top kernel a round), and
 a 1,000-client GeL FEMNIST CNN round takes 436-492 ms with it against 216 ms with patches
 (``benchmarks/profile_round.py --workload cnn --clients 1000`` with and without
 ``--xla_layers``, ``benchmarks/RESULTS.md``). Both compute the same convolution up to float

@@ -15,6 +15,9 @@ from helpers import DEFAULT_EMITTERS, cohort, init_params
 
 @pytest.mark.parametrize('name', ['fedavgcm', 'gel'])
 def test_a_quick_round_equals_the_default_one(data, loss, model, name):
+  if devices.compiler_options(True) is None:
+    pytest.skip("one program either way: no XLA CPU legacy emitters here (jaxlib >= 0.11 or "
+                "not CPU)")
   alg = {'fedavgcm': algorithms.fedavgcm(loss, 0.1, 0.9), 'gel': algorithms.gel(loss, 0.1)}[name]
   c = cohort([0, 1, 2, 3, 4, 5, 12], [1, 2, 3, 4, 5, 6, 3])
   out = {}
@@ -44,17 +47,22 @@ def test_only_small_rounds_are_compiled_for_compile_time():
   assert not planning.quick_compile(make(clients_per_round=20, budget_range=(4, 13),
                                          batch_size=20).cohort, cnn)
   assert devices.compiler_options(False) is None
-  assert devices.compiler_options(True) == (devices.QUICK_COMPILE or None)
 
 
 def test_cpu_compile_options_go_to_the_cpu_backend_only(monkeypatch):
-  """XLA CPU's option is not passed to another backend, nor where jaxlib no longer has it
-  (0.11 removed the legacy emitters; an unknown option is an error)."""
-  assert bool(devices.QUICK_COMPILE) == devices.LEGACY_EMITTERS
+  """XLA CPU's option is passed on CPU only, and only where jaxlib has it (0.11 removed the
+  legacy emitters; an unknown option is an error there)."""
   if devices.QUICK_COMPILE:   # this jaxlib knows the option: a program compiles with it
     compiled = jax.jit(lambda x: x + 1, compiler_options=devices.QUICK_COMPILE)
     np.testing.assert_array_equal(compiled(jnp.ones(2)), 2.)
+  options = {'xla_cpu_use_fusion_emitters': False}
+  monkeypatch.setattr(devices, 'QUICK_COMPILE', options)
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'cpu')
+  assert devices.compiler_options(True) == options and devices.compiler_options(False) is None
   monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  assert devices.compiler_options(True) is None
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'cpu')
+  monkeypatch.setattr(devices, 'QUICK_COMPILE', {})   # jaxlib >= 0.11
   assert devices.compiler_options(True) is None
 
 
@@ -90,12 +98,12 @@ def test_configure_cpu_sets_devices_and_small_loops_unless_xla_flags_do(preset):
     assert out[1] == f'{devices.CPU_DEVICES_FLAG}=3 {devices.SMALL_LOOP_FLAG}'
 
 
-@pytest.mark.skipif(not devices.LEGACY_EMITTERS or jax.default_backend() != 'cpu',
-                    reason="XLA CPU's legacy emitters only (jaxlib < 0.11)")
 def test_a_small_quick_round_runs_its_local_steps_as_one_kernel(data, loss, model):
   """The local-step loop of a small model, its products fused (``core.small_dots``), compiled
   for compile time: nothing in it calls a library, so with the suite's (and ``launch/run.py``'s)
   threshold XLA compiles the whole loop, which carries the data pool, as one kernel."""
+  if devices.compiler_options(True) is None:
+    pytest.skip("XLA CPU's legacy emitters only (jaxlib < 0.11, the CPU backend)")
   alg = algorithms.fedavgcm(loss, 0.1, 0.9)
   rf = build_round(alg, chunk_size=7, fuse_dots=True,
                    compiler_options=devices.compiler_options(True))

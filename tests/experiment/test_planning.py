@@ -34,7 +34,7 @@ def test_default_chunk_size_cuts_heterogeneous_cohorts_into_budget_sorted_chunks
 
 
 def test_accelerators_keep_heterogeneous_cohorts_in_one_chunk(model, monkeypatch):
-  """On an accelerator every chunk loops to the cohort's largest budget (``core.round``'s
+  """On an accelerator every chunk loops to the budget range's largest ``b`` (``core.round``'s
   ``default_static_steps``), so budget-sorted chunks would only run more, smaller loops: memory
   alone sets the chunk."""
   params = model.init(jax.random.key(0))   # 15 float32 = 60 bytes

@@ -280,6 +280,7 @@ def test_a_refused_write_names_the_file_not_its_temporary(tmp_path, monkeypatch)
       f'error: {workdir / files.LOCK}: {os.strerror(errno.EPERM)}')
   assert files.target_of('/w/.metrics.jsonl.ab12cd34.tmp') == '/w/metrics.jsonl'
   assert files.target_of('/w/metrics.jsonl') == '/w/metrics.jsonl'
+  assert files.target_of('/w/.x.v2.tmp') == '/w/.x.v2.tmp'   # not one of write_atomic's
 
 
 def test_ctrl_c_outside_the_rounds_is_one_line(tmp_path, monkeypatch):
