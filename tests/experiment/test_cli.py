@@ -419,7 +419,8 @@ def test_seeds_and_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf
   # compile_s and train_s are the program's own; phases_s the process's totals so far.
   cm, gel = (json.loads((workdir / 'seed3' / n / 'summary.json').read_text())
              for n in ('fedavgcm', 'gel'))
-  assert cm['compile_s'] + gel['compile_s'] <= gel['phases_s']['compile'] + 1e-3
+  # each of the three is rounded to the millisecond: the sum may exceed the total by 1.5 ms
+  assert cm['compile_s'] + gel['compile_s'] <= gel['phases_s']['compile'] + 2e-3
   assert 0 < gel['compile_s'] < gel['phases_s']['compile']
 
 
