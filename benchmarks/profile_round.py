@@ -99,6 +99,12 @@ def output_shape(hlo: str, kernel: str) -> str:
   return match.group(1).split('{')[0] if match else ''
 
 
+def short(kernel: str, width: int = 100) -> str:
+  """A kernel's name cut to ``width`` characters (a cuDNN kernel's template arguments run to
+  hundreds)."""
+  return kernel if len(kernel) <= width else kernel[:width - 3] + '...'
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS))
@@ -130,7 +136,8 @@ def main(argv=None):
   print('| kernel | writes | us per round | calls per round | share |')
   print('|---|---|---:|---:|---:|')
   for name, us, n in ranked[:a.top]:
-    print(f'| `{name}` | `{output_shape(hlo, name)}` | {us:,.0f} | {n:.0f} | {us / summed:.2f} |')
+    print(f'| `{short(name)}` | `{output_shape(hlo, name)}` | {us:,.0f} | {n:.0f} | '
+          f'{us / summed:.2f} |')
 
 
 if __name__ == '__main__':
