@@ -32,6 +32,7 @@ def _conv(impl, case):
 
 
 @pytest.mark.parametrize('case', CASES, ids=[str(i) for i in range(len(CASES))])
+@jax.default_matmul_precision('float32')   # on a GPU, not TF32: the tolerances are float32's
 def test_patches_conv_equals_xla_conv_and_its_gradients(case):
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.standard_normal(case[0]), jnp.float32)
@@ -106,9 +107,10 @@ def _primitives(jaxpr) -> set:
   return names
 
 
+@jax.default_matmul_precision('float32')   # on a GPU, not TF32: the tolerances are float32's
 def test_cnn_fast_layers_equal_xla_layers_and_vmap_without_batched_convolutions():
   """GeL's FEMNIST CNN: the default layers give XLA's outputs and per-client gradients, and
-  the vmapped client gradient has no convolution or reduce_window left (on CPU)."""
+  the vmapped client gradient has no convolution or reduce_window left (on CPU and GPU)."""
   fast = models.TwoConvCNN(62, padding='VALID', hidden=512)
   xla = models.TwoConvCNN(62, padding='VALID', hidden=512, xla_layers=True)
   rng = np.random.default_rng(3)
