@@ -19,16 +19,17 @@ os.environ['FEDJAX_GEL_COMPILATION_CACHE'] = os.environ[SESSION_CACHE]
 # Generated datasets are cached in the same session folder (``fedjax_gel.data.cache``).
 os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'data')
 # The tests' programs are small, so every one is compiled for compile time, as the experiment
-# layer compiles small programs (``core.devices.QUICK_COMPILE``; jaxlib < 0.11, whose XLA has
-# the legacy emitters): the suite takes a quarter less time. Tests that name XLA's default emitters (``DEFAULT_EMITTERS`` in ``helpers``) override it
-# per program: tests/core/test_compile_options.py and the vmapped-seeds test.
+# layer compiles small programs (``core.devices.QUICK_COMPILE``, as XLA flags; jaxlib < 0.11,
+# whose XLA has the legacy emitters): the suite takes a quarter less time. Tests that name XLA's
+# default emitters (``DEFAULT_EMITTERS`` in ``helpers``) override it per program:
+# tests/core/test_compile_options.py and the vmapped-seeds test.
 # Small loops are compiled as one kernel, as ``launch/run.py`` has XLA do
 # (``core.devices.configure_cpu``, which also presents every core as a device: not here, the
 # tests choose their devices).
 from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-for _flag in (('--xla_cpu_use_fusion_emitters=false',) if devices.LEGACY_EMITTERS else ()) + (
-    devices.SMALL_LOOP_FLAG,):
+_quick = [f'--{name}={str(value).lower()}' for name, value in devices.QUICK_COMPILE.items()]
+for _flag in _quick + [devices.SMALL_LOOP_FLAG]:
   if _flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 

@@ -36,7 +36,7 @@ import jax
 from flax import serialization
 
 from fedjax_gel.experiment import cluster, files
-from fedjax_gel.experiment.config import ConfigError
+from fedjax_gel.experiment.config import ConfigError, first_line
 
 VERSION = 3
 KEEP = 2
@@ -190,8 +190,7 @@ def _verify(file: str, data: dict):
 
 def _error(file: str, e: Exception, what: str = 'damaged checkpoint',
            kind: type = DamagedCheckpoint) -> CheckpointError:
-  reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-  return kind(f'{file}: {what} ({reason}); remove it or pass --overwrite')
+  return kind(f'{file}: {what} ({first_line(e)}); remove it or pass --overwrite')
 
 
 def _fits(layout: dict, target) -> bool:

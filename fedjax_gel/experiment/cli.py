@@ -30,7 +30,7 @@ from fedjax_gel.experiment import api, cluster, compilation_cache, files
 from fedjax_gel.algorithms import registry
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.core.spec import INT32_MAX
-from fedjax_gel.experiment.config import Config, ConfigError, parse_budget_range
+from fedjax_gel.experiment.config import Config, ConfigError, first_line, parse_budget_range
 
 LISTS = ('algorithm', 'gbo_optimizer')   # flags that take several values (a sweep)
 # Flags that name a file or folder: ``~`` and ``$VARIABLES`` expanded (``expand_paths``).
@@ -315,10 +315,9 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
       return interrupted(KeyboardInterrupt())
     if not cluster.lost_peer(e):
       raise
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    print(f'error: process {values.process_id} lost the other processes of the run ({first}); '
-          'it stops: start every process again with the same command to resume from the last '
-          'checkpoint', file=sys.stderr)
+    print(f'error: process {values.process_id} lost the other processes of the run '
+          f'({first_line(e)}); it stops: start every process again with the same command to '
+          'resume from the last checkpoint', file=sys.stderr)
     return 1
   if stops:   # asked to stop in a run's last round, or while writing the report
     return interrupted(KeyboardInterrupt())

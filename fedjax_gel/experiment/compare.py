@@ -16,7 +16,7 @@ import os
 
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import outputs, workdir as workdir_lib
-from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.experiment.config import Config, ConfigError, first_line
 from fedjax_gel.models.tasks import Metric
 
 
@@ -56,7 +56,7 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict]]:
     config = Config.from_json(parts['config.json'])
   except (ConfigError, TypeError, ValueError) as e:
     raise ConfigError(f'{os.path.join(run_dir, "config.json")}: not a fedjax_gel config '
-                      f'({str(e).splitlines()[0] if str(e) else type(e).__name__})') from None
+                      f'({first_line(e)})') from None
   summary, records = parts['summary.json'], parts['metrics.jsonl']
   try:
     m = Metric.of(summary)

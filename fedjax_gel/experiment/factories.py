@@ -20,7 +20,7 @@ from fedjax_gel.core import keys, runs as runs_lib, selection, spec as spec_lib
 from fedjax_gel.data import registry as data_registry
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import planning
-from fedjax_gel.experiment.config import Config, ConfigError, validate
+from fedjax_gel.experiment.config import Config, ConfigError, first_line, validate
 
 
 def server_optimizer(c: Config, lr=None) -> optax.GradientTransformation:
@@ -210,10 +210,9 @@ def prepare(c: Config, grid: bool = False) -> Experiment:
   try:   # a model built for other inputs (a CNN on 60 features) fails here, not mid-run
     params = jax.eval_shape(model.init, jax.random.key(0))
   except (ValueError, TypeError) as e:
-    reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     raise ConfigError(f'--model={c.model.name} does not take the examples of '
                       f'{c.data.data_path or c.data.dataset} (shape '
-                      f'{np.shape(split.train.examples["x"])[1:]}): {reason}') from None
+                      f'{np.shape(split.train.examples["x"])[1:]}): {first_line(e)}') from None
   spec = k.spec(split.train.counts)
   memory_bytes = planning.memory_limit(r.device_memory_gb)
   mesh, chunk = planning.devices_and_chunk(algorithm, params, split.train, k.clients_per_round,

@@ -313,8 +313,9 @@ FUSE_MIN_CLIENT_ROUNDS = 20_000
 # (``core.devices.QUICK_COMPILE``): it saves 0.3-0.5 s per program, and XLA's legacy emitters run
 # a round this small as fast; larger rounds run up to 1.4x faster with XLA's defaults
 # (benchmarks/RESULTS.md, start-up; jaxlib < 0.11, which has the legacy emitters: with a later
-# one every program is compiled with XLA's defaults). The rule reads neither the rounds nor the runs of a
-# program, so a run's numbers do not depend on how many rounds or runs it shares a program with.
+# one every program is compiled with XLA's defaults). The rule reads neither the rounds nor the
+# runs of a program, so a run's numbers do not depend on how many rounds or runs it shares a
+# program with.
 QUICK_COMPILE_MAX_ROUND_WORK = 1_000_000
 
 

@@ -84,8 +84,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   with fewer ``num_rounds``: it continues from its final state, ``extend``). A run of another
   configuration there (``c`` and the ``extra`` fields of its ``config.json``) is a ConfigError
   naming the first differing flag."""
-  check_folder(workdir)
-  saved = os.path.join(workdir, 'config.json')
+  saved = os.path.join(workdir, 'config.json')   # absent unless workdir is a folder
   if overwrite or not os.path.exists(saved):
     check_workdir(workdir, overwrite)
     return 'new'
