@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The GPU figures of benchmarks/RESULTS.md ("On a GPU"), in one run on a machine with one GPU:
 #   1. GeL's FEMNIST CNN at 1,000 clients a round against FedJAX on the same GPU (vs_fedjax.py),
-#   2. the LEAF Synthetic round against the batched limit (round_throughput.py) and against the
-#      naive vmap round (vs_naive_vmap.py),
+#   2. the LEAF Synthetic round against the batched limit (round_throughput.py), again with the
+#      fused small products of core/small_dots.py (CPU only by default: do they pay on a GPU?)
+#      and again with XLA's loops captured as CUDA graphs (is the round launch-bound?), and
+#      against the naive vmap round (vs_naive_vmap.py),
 #   3. where the CNN round's (with the patches convolution, then XLA's) and the Synthetic
 #      round's time goes: their GPU kernels ranked (profile_round.py),
 #   4. heterogeneous budgets tau_i ~ U{1..50} against equal ones at the largest Synthetic cohort
 #      (heterogeneous_budgets.py), with the planner's chunk and a static trip count, then the
 #      same chunks with the data-dependent loop: what that loop costs on the GPU.
-# About 4 minutes on an H100, estimated from its steps' times on 2026-11-26 (this version of
+# About 5 minutes on an H100, estimated from its steps' times on 2026-11-26 (this version of
 # the script has not run there whole).
 #
 # Usage, from the repository root: bash benchmarks/gpu_checks.sh [OUT_DIR]
@@ -50,6 +52,8 @@ fi
 cat "$out/machine.txt"
 
 failed=0
+# CUDA graphs for XLA's loops too (its default leaves WHILE and CONDITIONAL out)
+GRAPHS=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL
 step() {   # step NAME COMMAND...: runs it, its output to NAME.md, notes a failure
   local name=$1
   shift
@@ -66,6 +70,11 @@ step vs_fedjax_cnn "$python" benchmarks/vs_fedjax.py --workload cnn --cohorts "$
   --json "$out/vs_fedjax_cnn.json"
 step round_throughput "$python" benchmarks/round_throughput.py --cohorts "$synthetic" \
   --repeats 10 --json "$out/round_throughput.json"
+step round_fused "$python" benchmarks/round_throughput.py --cohorts "$synthetic" \
+  --repeats 10 --fuse_dots true --json "$out/round_fused.json"
+XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=$GRAPHS" \
+  step round_graphs "$python" benchmarks/round_throughput.py --cohorts "$synthetic" \
+  --repeats 10 --json "$out/round_graphs.json"
 step vs_naive "$python" benchmarks/vs_naive_vmap.py --cohorts "$synthetic" --repeats 10 \
   --json "$out/vs_naive.json"
 step profile_cnn "$python" benchmarks/profile_round.py --workload cnn --clients "$cnn" \
