@@ -236,13 +236,13 @@ SCAFFOLD = AlgorithmSpec(
     server='`--server_optimizer` on `Delta`; `c = (1/N) sum_j c_j` over the store')
 FEDDYN = AlgorithmSpec(
     'feddyn', lambda hp, s: feddyn(s.loss, s.client_lr, hp.feddyn_mu, len(s.counts)),
-    FedDynHparams, stateful=True, paper=f'Acar et al. 2021, in the notation of {_ADABEST}',
+    FedDynHparams, stateful=True, own_server=True, paper=f'Acar et al. 2021, in the notation of {_ADABEST}',
     client='SGD on `g - h_i + mu (y - x)`; `h_i <- h_i + mu Delta_i` (client state `h_i`)',
     server='`h <- h + |P|/N Delta`, `x <- x - Delta - h`')
 ADABEST = AlgorithmSpec(
     'adabest', lambda hp, s: adabest(s.loss, s.client_lr, hp.adabest_mu, hp.adabest_beta,
                                      len(s.counts)),
-    AdaBestHparams, stateful=True, paper=f'{_ADABEST}, Alg. 2',
+    AdaBestHparams, stateful=True, own_server=True, paper=f'{_ADABEST}, Alg. 2',
     client="SGD on `g - h_i`; `h_i <- h_i / (t - t_i') + mu Delta_i` (client state `h_i, t_i'`)",
     server='`h <- beta (theta_bar^{t-1} - theta_bar^t)`, `x <- theta_bar^t - h`, '
     '`theta_bar^t = x - Delta`')

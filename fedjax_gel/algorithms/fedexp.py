@@ -67,7 +67,7 @@ class FedExPHparams:
 
 
 FEDEXP = AlgorithmSpec('fedexp', lambda hp, s: fedexp(s.loss, s.client_lr, hp.fedexp_eps),
-                       FedExPHparams,
+                       FedExPHparams, own_server=True,
                        server='`x - eta_g Delta`, `eta_g = max(1, sum_i p_i ||Delta_i||^2 / '
                        '(2(||Delta||^2 + eps)))`',
                        paper='Jhunjhunwala et al. 2023, "FedExP: Speeding Up Federated '

@@ -165,7 +165,8 @@ class GboHparams:
 
 def _spec(name: str, build, **properties) -> AlgorithmSpec:
   return AlgorithmSpec(name, lambda hp, s: build(s.loss, hp.optimizer(s.client_lr)), GboHparams,
-                       run_name=lambda hp: f'{name}_{hp.gbo_optimizer}', **properties)
+                       run_name=lambda hp: f'{name}_{hp.gbo_optimizer}', own_server=True,
+                       **properties)
 
 
 _GBO = 'Mills et al. 2022, "Accelerating Federated Learning with a Global Biased Optimiser"'

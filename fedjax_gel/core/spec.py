@@ -152,6 +152,10 @@ class AlgorithmSpec:
     pre_pass: ``FederatedAlgorithm.pre_pass``.
     guesses: it takes guessed steps (``FederatedAlgorithm.client_guesses``).
     server_optimizer: the server optimiser it fixes (FedOpt), else None: the experiment's.
+    own_server: its server step is its own (FedDyn, AdaBest, FedExP, the FedGBO family): it
+      applies no server optimiser, so ``Setting.server`` and the ``--server_*`` flags are not
+      read (the experiment layer refuses them unless another algorithm of the command reads
+      them).
     base: with ``server_optimizer``, the algorithm it is with that server optimiser; the
       experiment layer refuses ``base`` with ``server_optimizer`` in its favour (one name per
       run: ``fedyogi``, not ``fedavg`` with ``--server_optimizer=fedyogi``).
@@ -169,6 +173,7 @@ class AlgorithmSpec:
   pre_pass: str = 'none'
   guesses: bool = False
   server_optimizer: str | None = None
+  own_server: bool = False
   base: str = ''
   check: Callable[[Any, str], Optional[str]] | None = None
   run_name: Callable[[Any], str] | None = None

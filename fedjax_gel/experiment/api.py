@@ -26,10 +26,11 @@ from typing import Sequence
 import jax
 
 from fedjax_gel.core import keys
+from fedjax_gel.core.spec import flag_name
 from fedjax_gel.experiment import callbacks as callbacks_lib, cluster, factories, grid as grid_lib
 from fedjax_gel.experiment import files, loop as loop_lib, outputs, planning, sinks
 from fedjax_gel.experiment import workdir as workdir_lib
-from fedjax_gel.experiment.config import Config, ConfigError, validate
+from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, validate
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -72,11 +73,31 @@ def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
   if len({f'{v:g}' for v in sweep.client_lrs}) != len(sweep.client_lrs):
     raise ConfigError(f'--client_lr_grid: values too close to tell apart in directory names '
                       f'(got {",".join(map(str, sweep.client_lrs))})')
-  variants = [x for a in (sweep.algorithms or [c.algorithm])
-              for x in algorithm_variants(c, a, sweep)]
+  variants = server_variants([x for a in (sweep.algorithms or [c.algorithm])
+                              for x in algorithm_variants(c, a, sweep)])
   check_hparam_grid(sweep, variants)
   return [validate(y) for s in seeds for x in variants for lr in lrs
           for y in hparam_variants(x.replace(seed=s, client_lr=lr), sweep)]
+
+
+def server_variants(configs: list[Config]) -> list[Config]:
+  """The server optimiser's flags (``--server_*``) go to the algorithms that apply one; those
+  with a server step of their own (``AlgorithmSpec.own_server``: FedDyn, AdaBest, FedExP, the
+  FedGBO family) run with the flags' defaults, which their ``config.json`` then records. A
+  flag set away from its default that no algorithm of the command reads is a ConfigError naming
+  it (it would change nothing)."""
+  if all(not x.spec.own_server for x in configs):
+    return configs
+  default = ServerConfig()
+  if any(not x.spec.own_server for x in configs):
+    return [dataclasses.replace(x, server=default) if x.spec.own_server else x for x in configs]
+  for field in dataclasses.fields(ServerConfig):
+    value = getattr(configs[0].server, field.name)
+    if value != getattr(default, field.name):
+      names = ','.join(dict.fromkeys(x.algorithm.name for x in configs))
+      raise ConfigError(f'--{flag_name(field)}={value}: --algorithm={names} sets its own server '
+                        'step and applies no server optimiser; drop the flag')
+  return configs
 
 
 def hparam_variants(c: Config, sweep: Sweep) -> list[Config]:

@@ -15,9 +15,9 @@ fields under ``grid``; ``plots/grid.png``, the heat map of the final main metric
 checkpoints hold all cells, and the same command resumes an unfinished grid as it does a run.
 
 Algorithms with per-client state (the store), power-of-d selection (which ranks clients by
-each model's loss) and cohorts split over several devices are not supported in a grid. FedExP
-and the FedGBO family set their own server step: their grid's server learning rates change
-nothing.
+each model's loss) and cohorts split over several devices are not supported in a grid, nor
+are the algorithms with a server step of their own (FedDyn, AdaBest, FedExP, the FedGBO
+family: ``AlgorithmSpec.own_server``), whose cells would not differ.
 """
 from __future__ import annotations
 
@@ -39,6 +39,10 @@ def check_grid(c: Config, exp=None):
     raise ConfigError(
         f'--server_lr_grid: --algorithm={c.algorithm.name} keeps per-client state, which a '
         'learning-rate grid does not support; run its learning rates one by one')
+  if c.spec.own_server:
+    raise ConfigError(
+        f'--server_lr_grid: --algorithm={c.algorithm.name} sets its own server step, which no '
+        'server learning rate changes; use --client_lr_grid')
   if c.cohort.client_selection == 'power_of_d':
     raise ConfigError(
         '--server_lr_grid: --client_selection=power_of_d ranks clients by each model\'s loss, '

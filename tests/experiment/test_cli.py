@@ -148,6 +148,10 @@ BAD_INPUT = [
     (f'{LEAF} --algorithm=fedavg --server_optimizer=fedadam', '--server_optimizer=fedadam',
      '--algorithm=fedadam'),
     (f'{LEAF} --algorithm=fedmax', '--algorithm=fedmax'),
+    (f'{LEAF} --algorithm=feddyn,fedexp --server_lr=0.5', '--server_lr=0.5',
+     '--algorithm=feddyn,fedexp sets its own server step'),
+    (f'{LEAF} --server_lr_grid=1,2 --algorithm=fedexp', '--server_lr_grid',
+     '--algorithm=fedexp sets its own server step'),
     ('--dataset=celeba --data_path={data}', '--image_dir'),
     ('--dataset=mnist --data_dir={dir}/no_tfds_here', 'mnist'),
     ('--dataset=shakespeare --data_path={data}', 'no user has both train and test'),
@@ -540,6 +544,14 @@ def test_each_algorithm_of_a_command_gets_its_own_hyper_parameters_from_the_flag
   assert prox.algorithm.hparams.prox_mu == 0.5 and gel.algorithm.hparams.guess_tau == 20
   assert gbo.algorithm.hparams.gbo_beta == 0.5
   assert {x.algorithm.client_lr for x in (prox, gel, gbo)} == {0.2}
+
+
+def test_the_server_flags_go_to_the_algorithms_that_apply_a_server_optimiser(tiny_leaf_file):
+  avg, dyn = parsed('--dataset=leaf', f'--data_path={tiny_leaf_file}',
+                    '--algorithm=fedavgcm,feddyn', '--server_optimizer=momentum',
+                    '--server_momentum=0.5', '--server_lr=0.3')
+  assert (avg.server.optimizer, avg.server.momentum, avg.server.lr) == ('momentum', 0.5, 0.3)
+  assert dyn.server == config_lib.ServerConfig()   # FedDyn's server step is its own
 
 
 def test_a_grid_extended_by_a_value_and_rounds_resumes_the_old_runs_alone(tmp_path,

@@ -8,6 +8,7 @@ import pathlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from fedjax_gel.data.errors import DataError
@@ -15,6 +16,7 @@ from fedjax_gel import models, optim
 from fedjax_gel.algorithms import GuessPolicy, registry
 from fedjax_gel.core import devices, keys
 from fedjax_gel.core.sampling import CohortSpec
+from fedjax_gel.core.spec import Setting
 from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import progress as progress_lib
@@ -372,11 +374,18 @@ def test_diverged_values_are_written_as_null(tmp_path):
 
 
 def test_every_registered_algorithm_builds_as_its_spec_declares():
-  """The spec's properties (per-client state, anchor pass, guesses, a fixed server optimiser)
-  are those of the algorithm it builds."""
+  """The spec's properties (per-client state, anchor pass, guesses, a fixed server optimiser, a
+  server step of its own) are those of the algorithm it builds."""
   model = models.get_model('logistic', (3,), 3)
   params = model.init(jax.random.key(0))
+  started = []   # a server optimiser that notes when an algorithm starts it
+  probe = optax.GradientTransformation(lambda p: started.append(1) or optax.sgd(1.).init(p),
+                                       optax.sgd(1.).update)
   for spec in registry.specs():
+    started.clear()
+    spec.build(spec.hparams(), Setting(model, models.cross_entropy_loss(model), 0.01, 0.9, probe,
+                                       np.arange(1, 26))).server_init(params)
+    assert bool(started) != spec.own_server, spec.name
     c = make(algorithm=spec.name, server_lr=0.1)
     alg = factories.make_algorithm(c, model, np.arange(1, 26))
     gbo = 'gbo_optimizer' in c.flags()
@@ -387,10 +396,10 @@ def test_every_registered_algorithm_builds_as_its_spec_declares():
     if spec.stateful:   # a row per client (per cluster: --fedvarp_clusters=10)
       rows = 10 if spec.name == 'cluster_fedvarp' else 25
       assert jax.tree_util.tree_leaves(server.clients)[0].shape[0] == rows, spec.name
-    if spec.name in ('feddyn', 'adabest', 'fedexp'):   # own server steps, no optimiser state
-      continue
     if gbo:   # global statistics instead of a server optimiser
       assert isinstance(alg.broadcast(server)[1], optim.GBOStats), spec.name
+      continue
+    if spec.own_server:   # FedDyn, AdaBest, FedExP: no optimiser state
       continue
     fedopt = spec.server_optimizer is not None
     assert isinstance(server.opt_state, optim.FedOptState) == fedopt, spec.name
