@@ -6,6 +6,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_gel.core import keys
 from fedjax_gel.core.shuffle import epoch_steps
@@ -127,6 +128,22 @@ class Cohort:
   budgets: jax.Array
   weights: jax.Array
   spec: CohortSpec
+
+  def __post_init__(self):
+    """A hand-made cohort's budgets on the host (NumPy) are checked against its spec: each in
+    ``[0, max_budget]``, and all ``b`` where the spec's budgets are equal (the round then reads
+    none of them). Arrays on the device or traced are not (that would wait on the device)."""
+    budgets = self.budgets
+    if not isinstance(budgets, np.ndarray) or not budgets.size:
+      return
+    a, b = self.spec.budget_range
+    if budgets.min() < 0 or budgets.max() > self.spec.max_budget:
+      raise ValueError(f'Cohort: budgets must lie in [0, {self.spec.max_budget}] for its spec\'s '
+                       f'budget_range {(a, b)} (got {budgets.min()} to {budgets.max()})')
+    if self.spec.equal_budgets and (budgets != b).any():
+      raise ValueError(f'Cohort: budgets other than {b}, but its spec\'s budget_range {(a, b)} '
+                       f'runs every client {b} steps; give a spec with a < b, e.g. (1, '
+                       f'{max(b, 2)})')
 
 
 def sample_clients(key, num_clients: int, cohort_size: int, replace: bool) -> jax.Array:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedjax_gel.core import keys
-from fedjax_gel.core.sampling import (CohortSpec, aggregation_weights, sample_budgets,
+from fedjax_gel.core.sampling import (Cohort, CohortSpec, aggregation_weights, sample_budgets,
                                       sample_clients, sample_cohort)
 from fedjax_gel.core.shuffle import cycled_permutation, fisher_yates_draws, partial_fisher_yates
 
@@ -187,6 +187,22 @@ def test_cohort_spec_rejects_bad_fields(kwargs, match):
   fields = dict(cohort_size=4, budget_range=(1, 3), batch_size=2) | kwargs
   with pytest.raises(ValueError, match=match):
     CohortSpec(**fields)
+
+
+@pytest.mark.parametrize('budgets,budget_range,match', [
+    ([1, 2, 2], (2, 2), 'other than 2'),   # an equal-budgets spec would run them all 2 steps
+    ([0, 2, 2], (2, 2), r'give a spec with a < b, e.g. \(1, 2\)'),
+    ([1, 4, 2], (1, 3), r'in \[0, 3\]'),      # more than b: the round would cut it to b
+    ([1, -1, 2], (1, 3), r'in \[0, 3\]'),
+])
+def test_a_hand_made_cohort_with_budgets_its_spec_would_not_run_is_refused(budgets,
+                                                                          budget_range, match):
+  make = lambda b: Cohort(np.arange(3, dtype=np.int32), np.asarray(b, np.int32),
+                          np.ones(3, np.float32), CohortSpec(3, budget_range, 2))
+  with pytest.raises(ValueError, match=match):
+    make(budgets)
+  make([budget_range[1]] * 3)   # budgets it runs as given
+  make(np.clip(budgets, 0, budget_range[1]) if budget_range[0] < budget_range[1] else [2] * 3)
 
 
 def test_sample_cohort_with_a_spec_draws_the_documented_streams():
