@@ -200,7 +200,7 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
             len({x.algorithm.client_lr for x in configs}) > 1, tuned_flag(sweep))
   workdirs = [run_dir(workdir, x, levels) for x in configs]
   for w in dict.fromkeys([workdir] + workdirs):
-    files.check_no_links(w, workdir)
+    files.check_outputs(w, workdir)
   workdir_lib.check_top(workdir, workdirs, overwrite)
   extra = None if grid is None else grid_lib.grid_fields(*grid)
   status = [workdir_lib.run_status(w, x, overwrite, extra) for x, w in zip(configs, workdirs)]

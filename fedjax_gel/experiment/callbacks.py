@@ -17,7 +17,7 @@ import numpy as np
 from flax import serialization
 
 from fedjax_gel.core import devices, evaluation, round as round_lib, runs as runs_lib
-from fedjax_gel.experiment import checkpoint, workdir as workdir_lib
+from fedjax_gel.experiment import checkpoint, files, workdir as workdir_lib
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -201,7 +201,10 @@ class Checkpointer(Callback):
       # a diverged run among others is saved as it stands (marked diverged, never trained on
       # again), so that the group keeps a checkpoint common to all its work directories
       metrics = os.path.join(w, 'metrics.jsonl')
-      meta = {'metrics_bytes': os.path.getsize(metrics) if os.path.exists(metrics) else 0,
+      written = os.path.exists(metrics)
+      meta = {'metrics_bytes': os.path.getsize(metrics) if written else 0,
+              # what check_resume compares: the records a resumed run keeps are as written
+              'metrics_sha256': files.digest(metrics) if written else '',
               'runs': [{'totals': loop.runs[i].totals, 'distance': loop.runs[i].distance,
                         'diverged': loop.runs[i].diverged} for i in idx]}
       checkpoint.save(w, done, group_state(loop, idx), meta)
@@ -329,7 +332,8 @@ def run_summary(loop, i: int) -> dict:
                              round_lib.tree_bytes(loop.run_state(i).clients)),
       'phases_s': loop.phases.rounded(),
       'grid': None,   # a grid's summary.json: its own fields (experiment.grid)
-      'outputs_sha256': None,   # written with the summary (RunSummary, GridSummary)
+      'outputs_sha256': None,   # written with the summary (workdir.write_summary)
+      'summary_sha256': None,   # the same
   }
 
 
@@ -356,8 +360,7 @@ class RunSummary(Callback):
         params = devices.to_host(loop.run_params(i))
         checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
       summary = run_summary(loop, i)
-      summary['outputs_sha256'] = workdir_lib.outputs_sha256(w)   # metrics and model, written
-      workdir_lib.write_json(os.path.join(w, 'summary.json'), summary)
+      workdir_lib.write_summary(w, summary)   # after the metrics and the model
       if finished:
         workdir_lib.remove_checkpoints(w, keep=run.config.run.num_rounds)
       self.summaries[i] = summary

@@ -287,6 +287,12 @@ def check(workdir: str, target, meta_keys: tuple) -> list[str]:
           f'{path(workdir, r)}: {metrics} is '
           f'{"missing" if size < 0 else "shorter than at the checkpoint"}; remove the '
           'checkpoint or pass --overwrite')
+    if meta.get('metrics_sha256') and files.digest(metrics, meta['metrics_bytes']) != meta[
+        'metrics_sha256']:   # checkpoints of versions before the checksum have none
+      raise CheckpointError(
+          f'{path(workdir, r)}: {metrics} changed before the checkpoint\'s round (its first '
+          f'{meta["metrics_bytes"]} bytes do not match the checksum the checkpoint holds); '
+          'restore it or pass --overwrite')
   if damaged and len(damaged) == len(rounds(workdir)):
     raise damaged[-1][1]
   return [f'{path(workdir, r)} is damaged (unreadable, or its checksum does not match); the run '

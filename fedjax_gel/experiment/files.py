@@ -5,8 +5,9 @@
   rename replaces a link itself, never what it points to).
 * ``open_append`` / ``open_new``: a file to append to or to start empty, opened with
   ``O_NOFOLLOW``: a link planted at its name is an error (``ELOOP``), not a write elsewhere.
-* ``check_no_links``: refuses a work directory in which an output's name (or ``plots/``,
-  ``tensorboard/``, a checkpoint) is a symbolic link, before anything is written.
+* ``check_outputs``: refuses a work directory in which an output's name (or ``plots/``,
+  ``tensorboard/``, a checkpoint) is a symbolic link or of the wrong kind (a file where a
+  folder goes, or the reverse), or where the run could not write, before anything is written.
 * ``lock``: one writer per work directory: an advisory ``flock`` of the directory, held until
   the run ends or the process exits (whatever the way: the kernel releases it, so a killed run
   leaves no stale lock); ``WORKDIR/.lock`` names the holder for the processes it refuses while
@@ -36,6 +37,7 @@ LOCK = '.lock'
 # What a work directory holds that fedjax_gel writes (beside checkpoint-<round>/ folders).
 OUTPUTS = ('config.json', 'metrics.jsonl', 'metrics.csv', 'summary.json', 'grid.json',
            'model.msgpack', 'report.md', 'runs.json', 'plots', 'tensorboard', LOCK)
+FOLDERS = ('plots', 'tensorboard')   # the folders among them
 _held: dict[str, int] = {}   # work directory -> the descriptor holding its lock
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
@@ -103,14 +105,17 @@ def truncate(path: str, size: int):
     os.close(fd)
 
 
-def check_no_links(workdir: str, top: str | None = None):
+def check_outputs(workdir: str, top: str | None = None):
   """A ConfigError naming the first output of ``workdir`` (its names in ``OUTPUTS``, the files
-  in ``plots/`` and ``tensorboard/``, checkpoints) that is a symbolic link, or the first folder
-  between ``top`` (the command's ``--workdir``, which may itself be a link) and ``workdir``
-  that is one: fedjax_gel writes only regular files and folders there."""
-  def refuse(path):
-    raise ConfigError(f'{path} is a symbolic link; fedjax_gel writes only regular files and '
-                      'folders in its work directory: remove it')
+  in ``plots/`` and ``tensorboard/``, checkpoints) that is a symbolic link, a file where a folder
+  goes or the reverse (``FOLDERS``), or ``metrics.jsonl`` when it cannot be appended to, or
+  ``workdir`` itself when files cannot be made in it; or the first folder between ``top`` (the
+  command's ``--workdir``, which may itself be a link) and ``workdir`` that is a link:
+  fedjax_gel writes only regular files and folders there. Checked before anything is written,
+  so that a run that would fail half-way through its first write is refused whole."""
+  def refuse(path, what='is a symbolic link'):
+    raise ConfigError(f'{path} {what}; fedjax_gel writes only regular files and folders in its '
+                      'work directory: remove it')
 
   if top is not None:
     below = os.path.relpath(workdir, top)
@@ -122,13 +127,23 @@ def check_no_links(workdir: str, top: str | None = None):
   if not os.path.isdir(workdir):
     return
   names = list(OUTPUTS) + [n for n in os.listdir(workdir) if n.startswith('checkpoint-')]
-  for sub in ('plots', 'tensorboard'):
+  for sub in FOLDERS:
     folder = os.path.join(workdir, sub)
     if os.path.isdir(folder) and not os.path.islink(folder):
       names += [os.path.join(sub, n) for n in os.listdir(folder)]
   for name in names:
-    if os.path.islink(os.path.join(workdir, name)):
-      refuse(os.path.join(workdir, name))
+    path = os.path.join(workdir, name)
+    if os.path.islink(path):
+      refuse(path)
+    if name in FOLDERS and os.path.exists(path) and not os.path.isdir(path):
+      refuse(path, 'is a file where a folder goes')
+    if name in OUTPUTS and name not in FOLDERS and os.path.isdir(path):
+      refuse(path, 'is a folder where a file goes')
+  if not os.access(workdir, os.W_OK | os.X_OK):
+    raise ConfigError(f'{workdir}: files cannot be made in it (permission denied)')
+  metrics = os.path.join(workdir, 'metrics.jsonl')
+  if os.path.isfile(metrics) and not os.access(metrics, os.W_OK):
+    raise ConfigError(f'{metrics} cannot be written (permission denied)')
 
 
 def lock(workdir: str):
@@ -198,9 +213,9 @@ def unlock(workdir: str):
     os.close(fd)
 
 
-def digest(path: str) -> str:
-  """SHA-256 (hex) of a file, or of a folder's files: their paths relative to it, sizes and
-  bytes, in sorted order."""
+def digest(path: str, size: int | None = None) -> str:
+  """SHA-256 (hex) of a file (of its first ``size`` bytes, if given), or of a folder's files:
+  their paths relative to it, sizes and bytes, in sorted order."""
   h = hashlib.sha256()
   if os.path.isdir(path):
     files = sorted(os.path.relpath(os.path.join(root, n), path)
@@ -209,7 +224,7 @@ def digest(path: str) -> str:
       h.update(f'{rel}\0{os.path.getsize(os.path.join(path, rel))}\0'.encode())
       _update(h, os.path.join(path, rel))
   else:
-    _update(h, path)
+    _update(h, path, size)
   return h.hexdigest()
 
 
@@ -226,7 +241,12 @@ def stamp(path: str) -> tuple:
   return tuple(sorted(out))
 
 
-def _update(h, file: str):
+def _update(h, file: str, size: int | None = None):
+  left = -1 if size is None else size
   with open(file, 'rb') as f:
-    for block in iter(lambda: f.read(1 << 20), b''):
+    while left:
+      block = f.read(1 << 20 if left < 0 else min(left, 1 << 20))
+      if not block:
+        break
       h.update(block)
+      left -= len(block) if left > 0 else 0

@@ -129,8 +129,7 @@ def write_grid(loop, idx, workdir: str, client_lrs, server_lrs) -> dict:
                      'client_lr_grid': result['client_lrs'],
                      'server_lr_grid': result['server_lrs'],
                      'selection_rule': report.SELECTION_RULE}
-  summary['outputs_sha256'] = workdir_lib.outputs_sha256(workdir)
-  workdir_lib.write_json(os.path.join(workdir, 'summary.json'), summary)   # last: finished
+  workdir_lib.write_summary(workdir, summary)   # last: finished
   workdir_lib.remove_checkpoints(workdir, keep=c.run.num_rounds)
   return result
 

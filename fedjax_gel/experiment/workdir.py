@@ -10,6 +10,7 @@ is reported in one line, not taken for finished.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
@@ -123,12 +124,33 @@ def outputs_sha256(workdir: str) -> dict:
           if os.path.isfile(os.path.join(workdir, name))}
 
 
+def summary_sha256(summary: dict) -> str:
+  """SHA-256 of a ``summary.json``'s fields but ``summary_sha256`` itself, as JSON reads them."""
+  fields = {k: v for k, v in json.loads(json.dumps(finite(summary))).items()
+            if k != 'summary_sha256'}
+  return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def write_summary(workdir: str, summary: dict):
+  """Writes a finished run's ``summary.json`` (last: it marks the run finished) with the
+  checksums of its outputs (``outputs_sha256``) and of its own fields (``summary_sha256``)."""
+  summary['outputs_sha256'] = outputs_sha256(workdir)
+  summary['summary_sha256'] = summary_sha256(summary)
+  write_json(os.path.join(workdir, 'summary.json'), summary)
+
+
 def check_finished(workdir: str):
-  """A finished run's ``summary.json`` reads and its outputs match their checksums; else a
-  ConfigError naming the file."""
-  saved = read_json_as(os.path.join(workdir, 'summary.json'), dict, 'is damaged (unreadable '
-                       'or cut); pass --overwrite to train the run again')
-  for name, digest in (saved.get('outputs_sha256') or {}).items():
+  """A finished run's ``summary.json`` reads, its fields match their checksum and its outputs
+  theirs; else a ConfigError naming the file. (Summaries of versions before the fields' own
+  checksum have none: their ``outputs_sha256`` must still be a name-to-checksum table.)"""
+  file = os.path.join(workdir, 'summary.json')
+  saved = read_json_as(file, dict, 'is damaged (unreadable or cut); pass --overwrite to train '
+                       'the run again')
+  own, outputs = saved.get('summary_sha256'), saved.get('outputs_sha256') or {}
+  if own is not None and own != summary_sha256(saved) or not isinstance(outputs, dict):
+    raise ConfigError(f'{file} changed since the run finished (its checksum does not match); '
+                      'pass --overwrite to train the run again')
+  for name, digest in outputs.items():
     if name not in CHECKSUMMED:   # an edited summary names no file outside these
       raise ConfigError(f'{os.path.join(workdir, "summary.json")} is damaged (it names '
                         f'{str(name)[:80]!r}); pass --overwrite to train the run again')
@@ -180,6 +202,7 @@ def check_extend(workdir: str, rounds: int) -> str:
   if status != 'finished':
     raise ConfigError(f'--num_rounds: the run in {workdir} diverged and cannot be extended; '
                       'pass --overwrite to start it again')
+  check_finished(workdir)   # its outputs as they were written, before any is cut or replaced
   if rounds not in checkpoint.rounds(workdir):
     raise ConfigError(f'--num_rounds: the run in {workdir} finished after {rounds} rounds '
                       'without keeping its final state (an earlier version); pass --overwrite '

@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -325,3 +326,64 @@ def test_a_stop_signal_whose_keyboard_interrupt_was_lost_ends_the_command_as_int
   finally:
     loop_lib.STOP_REQUESTS.clear()
   assert err.getvalue().strip().splitlines()[-1].startswith('interrupted: run the same command')
+
+
+@pytest.fixture(scope='module')
+def finished(tiny_leaf_file, tmp_path_factory):
+  """A finished run of 4 rounds (checkpointed every 2) and its config, trained in-process."""
+  c = config_lib.make(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=4, eval_every=2,
+                      checkpoint_every=2, clients_per_round=3, budget_range=(1, 3),
+                      batch_size=2, algorithm='fedavg')
+  workdir = tmp_path_factory.mktemp('finished') / 'run'
+  api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
+  return c, workdir
+
+
+def crlf(path):
+  path.write_bytes(path.read_bytes().replace(b'\n', b'\r\n'))
+
+
+def edit_summary(**fields):
+  def edit(path):
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+  return edit
+
+
+def tensorboard_file(workdir):
+  shutil.rmtree(workdir / 'tensorboard', ignore_errors=True)
+  (workdir / 'tensorboard').write_text('x')
+
+
+def metrics_folder(workdir):
+  (workdir / 'metrics.jsonl').unlink()
+  (workdir / 'metrics.jsonl').mkdir()
+
+
+@pytest.mark.parametrize('change,rounds,error', [
+    (lambda w: crlf(w / 'metrics.jsonl'), 6, 'metrics.jsonl changed since the run finished'),
+    (lambda w: edit_summary(outputs_sha256='abc')(w / 'summary.json'), 4,
+     'summary.json changed since the run finished'),
+    (lambda w: edit_summary(final_accuracy='x')(w / 'summary.json'), 6,
+     'summary.json changed since the run finished'),
+    (tensorboard_file, 6, 'tensorboard is a file where a folder goes'),
+    (metrics_folder, 4, 'metrics.jsonl is a folder where a file goes'),
+    # unfinished: resumed from the checkpoint of round 4, whose records were re-saved since
+    (lambda w: ((w / 'summary.json').unlink(), crlf(w / 'metrics.jsonl')), 4,
+     "metrics.jsonl changed before the checkpoint's round"),
+], ids=['crlf_extended', 'outputs_checksum_edited', 'summary_field_edited',
+        'tensorboard_a_file', 'metrics_a_folder', 'crlf_resumed'])
+def test_a_run_whose_outputs_changed_is_refused_before_anything_is_written(finished, tmp_path,
+                                                                           change, rounds, error):
+  """Rerun, extended (more rounds) or resumed: a work directory whose records were re-saved
+  (other line endings), whose summary was edited, or where an output's name is of the wrong
+  kind is one ConfigError naming the file, with every file left as it was (an extension used to
+  cut the re-saved records mid-line and append to them)."""
+  c, source = finished
+  workdir = tmp_path / 'run'
+  shutil.copytree(source, workdir)
+  change(workdir)
+  before = snapshot(workdir)
+  with pytest.raises(config_lib.ConfigError) as e:
+    api.run(c.replace(num_rounds=rounds), str(workdir), out=io.StringIO(), err=io.StringIO())
+  assert error in str(e.value) and '\n' not in str(e.value), str(e.value)
+  assert snapshot(workdir) == before
