@@ -41,8 +41,10 @@ def user_arrays(x: Any, y: Any, source: str, user: str) -> tuple[np.ndarray, np.
 def _features(x: Any, where: str) -> np.ndarray:
   """Features as an array; refuses ragged rows (rows of different lengths), non-numbers, values
   that are not finite or too large for a float, and empty rows (``[[], []]``)."""
-  if isinstance(x, np.ndarray) and x.dtype.kind in 'fiuU':
-    return _nonempty_rows(x.astype(np.float64) if x.dtype.kind in 'iu' else x, where)
+  if isinstance(x, np.ndarray) and x.dtype.kind == 'U':
+    return _nonempty_rows(x, where)
+  if isinstance(x, np.ndarray) and x.dtype.kind in 'fiu':
+    return _in_float32(x.astype(np.float64), where)
   x = list(x)
   if x and all(isinstance(v, str) for v in x):
     return np.array(x, dtype=str)
@@ -57,8 +59,17 @@ def _features(x: Any, where: str) -> np.ndarray:
     raise DataError(f'{where} has a feature value too large for a float in x') from None
   except (ValueError, TypeError):
     raise DataError(f'{where} has ragged or non-numeric features in x') from None
+  return _in_float32(arr, where)
+
+
+def _in_float32(arr: np.ndarray, where: str) -> np.ndarray:
+  """``arr`` itself; refuses values that are not finite, or beyond float32's range (the
+  device's features: they would turn infinite there)."""
   if not np.isfinite(arr).all():
     raise DataError(f'{where} has null, NaN or infinite feature values in x')
+  if arr.size and np.abs(arr).max() > np.finfo(np.float32).max:
+    raise DataError(f'{where} has a feature value beyond float32\'s range (about 3.4e38) in x: '
+                    f'{np.abs(arr).max():.3g}')
   return _nonempty_rows(arr, where)
 
 

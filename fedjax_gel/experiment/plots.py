@@ -60,9 +60,10 @@ def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
   for name, runs in by_alg.items():
     common = sorted(set.intersection(*({r['round'] for r in rec} for rec in runs)))
     at = [{r['round']: r for r in rec} for rec in runs]
-    acc = [[a[t][key] for a in at] for t in common]
+    value = lambda r, k: math.nan if r[k] is None else r[k]   # null: not finite (a gap)
+    acc = [[value(a[t], key) for a in at] for t in common]
     stats = [mean_ci(v) for v in acc]
-    loss = [mean_ci([a[t]['train_loss'] for a in at]) for t in common]
+    loss = [mean_ci([value(a[t], 'train_loss') for a in at]) for t in common]
     half = lambda st: np.array([0. if math.isnan(h) else h for _, h in st])
     out[name] = (np.array(common), np.array([m for m, _ in stats]), half(stats),
                  np.array([np.mean([a[t]['grad_computations'] for a in at]) for t in common]),

@@ -34,3 +34,13 @@ def test_lr_heatmap_and_metric_plots_are_written(tmp_path):
            'train_loss_rounds.png']
   assert sorted(p.rsplit('/', 1)[1] for p in paths) == names
   assert all((tmp_path / 'plots' / name).stat().st_size > 0 for name in names)
+
+
+@pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
+def test_a_loss_written_as_null_is_a_gap_not_an_error(tmp_path):
+  """A record whose loss was not finite (JSON null) leaves a gap in the curves and plots."""
+  summary, records = run('fedavg', 0, 0.1, [0.1, 0.5, 0.6], [0, 2, 4])
+  records[1]['train_loss'] = None
+  loss = plots.curves([(summary, records)])['fedavg'][5]
+  np.testing.assert_allclose(loss, [1.8, np.nan, 0.8])
+  assert len(plots.metric_plots([(summary, records)], str(tmp_path))) == 4
