@@ -177,46 +177,73 @@ def flagfiles(argv) -> list[str]:
   return [os.path.expanduser(p.strip()) for p in found if p.strip()]
 
 
-def check_flagfile(path: str, including: tuple = ()):
-  """A flag file's syntax, before absl reads it: UTF-8 text whose lines are blank, comments
-  (``#`` or ``//`` in the first column) or ``--name=value`` (``--name`` for booleans), its nested
-  ``--flagfile``s too. The first problem is a ConfigError naming the file and the line."""
+FLAGFILE_BYTES = 1 << 20   # a flag file larger than this is no flag file (e.g. a data file)
+
+
+def check_flagfile(path: str, including: tuple = ()) -> list[tuple[str, int, str]]:
+  """A flag file's syntax, before absl reads it: a regular file of UTF-8 text (at most
+  ``FLAGFILE_BYTES``) whose lines are blank, comments (``#`` or ``//`` in the first column) or
+  ``--name=value`` (``--name`` for booleans), its nested ``--flagfile``s too. The first problem
+  is a ConfigError naming the file and the line. Returns every flag line as ``(file, line
+  number, text)``, the nested files' included, so that absl's complaint about a value can name
+  its line (``parse``)."""
   real = os.path.realpath(path)
+  where = f' (included by {including[-1]})' if including else ''
   if real in (os.path.realpath(p) for p in including):
     raise ConfigError(f'--flagfile={path} includes itself (through {" -> ".join(including)})')
   try:
+    if os.path.isdir(path):
+      raise ConfigError(f'--flagfile={path}{where}: a directory, not a flag file')
+    if os.path.exists(path) and not os.path.isfile(path):   # a pipe could be read only once
+      raise ConfigError(f'--flagfile={path}{where}: not a regular file (a pipe or device); '
+                        'write the flags to a file')
     with open(path, encoding='utf-8') as f:
-      lines = f.read().splitlines()
+      text = f.read(FLAGFILE_BYTES + 1)
   except OSError as e:
-    raise ConfigError(f'--flagfile={path}: cannot be read ({e.strerror})') from None
+    raise ConfigError(f'--flagfile={path}{where}: cannot be read ({e.strerror})') from None
   except UnicodeDecodeError:
-    raise ConfigError(f'--flagfile={path}: not a text file (not UTF-8)') from None
-  for number, line in enumerate(lines, 1):
+    raise ConfigError(f'--flagfile={path}{where}: not a text file (not UTF-8)') from None
+  if len(text) > FLAGFILE_BYTES:
+    raise ConfigError(f'--flagfile={path}{where}: larger than a flag file can be (over '
+                      f'{FLAGFILE_BYTES >> 20} MiB)')
+  found = []
+  for number, line in enumerate(text.splitlines(), 1):
     if not line.strip() or line.startswith(('#', '//')):
       continue
     text = line.strip()
-    name, _, value = text.removeprefix('-').removeprefix('-').partition('=')
+    name, eq, value = text.removeprefix('-').removeprefix('-').partition('=')
     if not text.startswith('-') or not name or any(ch.isspace() for ch in name):
-      raise ConfigError(f'--flagfile={path} line {number}: {text!r} is not a flag; write '
-                        '--name=value')
-    if name == 'flagfile' and value.strip():
-      check_flagfile(os.path.expanduser(value.strip()), including + (path,))
+      raise ConfigError(f'--flagfile={path} line {number}: {shorter(text)!r} is not a flag; '
+                        'write --name=value')
+    if name == 'flagfile':
+      if not value.strip():
+        raise ConfigError(f'--flagfile={path} line {number}: --flagfile needs a file name')
+      found += check_flagfile(os.path.expanduser(value.strip()), including + (path,))
+    found.append((path, number, text))
+  return found
+
+
+def shorter(text: str, width: int = 80) -> str:
+  """``text`` cut to ``width`` characters (an error line quotes it)."""
+  return text if len(text) <= width else text[:width - 3] + '...'
 
 
 def parse(argv, values: flags.FlagValues = flags.FLAGS):
-  """absl's parsing after ``check_flagfile``; a bad flag is a ConfigError of one line."""
-  for path in flagfiles(argv[1:]):
-    check_flagfile(path)
+  """absl's parsing after ``check_flagfile``; a bad flag is a ConfigError of one line (naming
+  the flag file and line it came from, if from one)."""
+  lines = [x for path in flagfiles(argv[1:]) for x in check_flagfile(path)]
   try:
     rest = values(argv)
   except flags.Error as e:
     text = (str(e).splitlines() or ['bad flags'])[0]
-    raise ConfigError(text.removeprefix('ERROR:: ').removeprefix('ERROR: ')) from None
+    text = text.removeprefix('ERROR:: ').removeprefix('ERROR: ')
+    origin = [f'--flagfile={p} line {n}: ' for p, n, line in lines if f'flag {line}:' in text]
+    raise ConfigError(shorter((origin[:1] or [''])[0] + text, 300)) from None
   except ValueError as e:   # absl's logging flags check their values themselves
     text = (str(e).splitlines() or ['bad flags'])[0]
     if not text.startswith('--'):   # --logger_levels=jax:LOUD: "Unknown level: 'LOUD'"
       text = f"{text} (absl's logging flags: --logger_levels=name:LEVEL,...)"
-    raise ConfigError(text) from None
+    raise ConfigError(shorter(text, 300)) from None
   expand_paths(values)
   return rest
 

@@ -68,6 +68,10 @@ FLAGFILES = {
     'spaced': '# a comment\n--num_rounds 3\n',
     'badvalue': '--dataset=leaf\n--num_rounds=three\n',
     'binary': b'\xff\xfe--num_rounds=3\n',
+    'comment_after': '--dataset=leaf\n--num_rounds=3 # three rounds\n',
+    'bare_include': '--flagfile\n',
+    'includes_missing': '--num_rounds=3\n--flagfile=no_such.flags\n',
+    'huge': '#' + 'x' * (1 << 20) + '\n',
 }
 
 
@@ -184,6 +188,15 @@ BAD_INPUT = [
     ('--flagfile={badvalue}', '--num_rounds=three'),
     ('--flagfile={binary}', '--flagfile={binary}', 'not a text file'),
     ('--flagfile={loop}', '--flagfile={loop} includes itself'),
+    ('--flagfile={comment_after}', '--flagfile={comment_after} line 2',
+     '--num_rounds=3 # three rounds'),
+    ('--flagfile={bare_include}', '--flagfile={bare_include} line 1',
+     '--flagfile needs a file name'),
+    ('--flagfile={includes_missing}', '--flagfile=no_such.flags (included by '
+     '{includes_missing})', 'cannot be read'),
+    ('--flagfile={huge}', '--flagfile={huge}', 'larger than a flag file can be'),
+    ('--flagfile=/dev/zero', '--flagfile=/dev/zero', 'not a regular file'),
+    ('--flagfile={dir}', 'a directory, not a flag file'),
 ]
 
 
