@@ -212,11 +212,14 @@ def _json_files(paths: PathLike | Iterable[PathLike]) -> list[str]:
 def _read_one(path: str) -> dict:
   """One LEAF file, checked (``_check_file``). Refuses a missing or unreadable file, invalid
   JSON, JSON nested too deeply for Python's parser, and numbers it cannot convert."""
+  if os.path.exists(path) and not os.path.isfile(path):   # /dev/zero would be read forever
+    raise DataError(f'{path}: not a regular file (a pipe or device)')
   try:
     with open(path, encoding='utf-8') as f:
       raw = json.load(f)
   except FileNotFoundError:
-    raise DataError(f'{path}: no such file') from None
+    reason = 'a symbolic link to nothing' if os.path.islink(path) else 'no such file'
+    raise DataError(f'{path}: {reason}') from None
   except json.JSONDecodeError as e:
     raise DataError(
         f'{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})') from None

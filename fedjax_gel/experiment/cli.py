@@ -319,8 +319,10 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     compilation_cache.enable(values.compilation_cache)
   except OSError as e:
     if values['compilation_cache'].present:
+      why = ('a file, not a folder' if os.path.isfile(values.compilation_cache) else
+             e.strerror or e)
       return fail(f'--compilation_cache={values.compilation_cache}: cannot use it as the '
-                  f'compilation cache ({e.strerror or e})')
+                  f'compilation cache ({why})')
     print(f'note: no compilation cache ({e.strerror or e}); every program is compiled afresh')
   from fedjax_gel.data.errors import DataError  # pylint: disable=g-import-not-at-top
   phases = api.loop_lib.Phases(imports=time.perf_counter() - start if start else 0.)

@@ -24,6 +24,8 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
   give up on it (a process blocked in a collective with a dead peer waits this long).
   Raises ``ValueError`` (one line naming the flag) for settings that cannot work.
   """
+  if num_processes == 1 and process_id != 0:
+    raise ValueError(f'--process_id={process_id}: must be 0 with --num_processes=1')
   if num_processes == 1 and not coordinator_address:
     return
   if num_processes < 0:

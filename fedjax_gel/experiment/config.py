@@ -455,6 +455,8 @@ def validate(c: Config) -> Config:
   need(leaf_data or d.dataset in data_registry.LOADERS or not d.data_path,
        f'--data_path is only read with LEAF and registered datasets (got --dataset={d.dataset})')
   need(d.dataset != 'celeba' or d.image_dir, '--image_dir is required with --dataset=celeba')
+  need(d.dataset == 'celeba' or not d.image_dir,
+       f'--image_dir is only read with --dataset=celeba (got --dataset={d.dataset})')
   need(leaf_data or not d.sampling.active,
        f'--leaf_sample/--leaf_min_samples are only read with LEAF datasets (got '
        f'--dataset={d.dataset})')

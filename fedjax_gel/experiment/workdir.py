@@ -91,11 +91,14 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     return 'new'
   before = read_json_as(saved, object, 'is unreadable; choose another --workdir or pass '
                         '--overwrite')
+  unreadable = ConfigError(f'{saved} holds no configuration fedjax_gel can read; choose another '
+                           '--workdir or pass --overwrite')
+  if not before:   # {} (or [], null): every flag at its default is no run's record
+    raise unreadable
   try:
     before = {**Config.from_json(before).flags(), **json_extras(before)}
   except (TypeError, ValueError, KeyError, AttributeError):   # AttributeError: not an object
-    raise ConfigError(f'{saved} holds no configuration fedjax_gel can read; choose another '
-                      '--workdir or pass --overwrite') from None
+    raise unreadable from None
   now = json.loads(json.dumps({**c.flags(), **(extra or {})}))
   before = json.loads(json.dumps(before))
   ignore = ('checkpoint_every', 'tensorboard')
@@ -103,6 +106,10 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
       now['num_rounds'] > before['num_rounds']):
     return check_extend(workdir, before['num_rounds'])
+  if ('server_lr_grid' in before) != (extra is not None):
+    kind = 'a learning-rate grid' if extra is None else 'a run that is not a learning-rate grid'
+    raise ConfigError(f'--workdir={workdir} already holds {kind}; choose another directory or '
+                      'pass --overwrite')
   if differ:
     k = differ[0]
     raise ConfigError(f'--workdir={workdir} already holds a run of another configuration '

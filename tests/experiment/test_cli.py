@@ -197,6 +197,10 @@ BAD_INPUT = [
     ('--flagfile={huge}', '--flagfile={huge}', 'larger than a flag file can be'),
     ('--flagfile=/dev/zero', '--flagfile=/dev/zero', 'not a regular file'),
     ('--flagfile={dir}', 'a directory, not a flag file'),
+    (f'{LEAF} --process_id=5', '--process_id=5', 'must be 0 with --num_processes=1'),
+    (f'{LEAF} --image_dir={{dir}}', '--image_dir is only read with --dataset=celeba'),
+    ('--dataset=leaf --data_path=/dev/zero', '/dev/zero', 'not a regular file'),
+    (f'{LEAF} --compilation_cache={{data}}', '--compilation_cache', 'a file, not a folder'),
 ]
 
 
@@ -366,7 +370,7 @@ def test_grid_run_writes_its_grids_and_report(paths, tmp_path):
   plain = run('--dataset=leaf', f'--data_path={paths["data"]}', '--algorithms=fedavgcm,gel',
               '--num_rounds=2', '--clients_per_round=3', '--budget_range=1,2',
               f'--workdir={workdir}')   # the same runs, not as grids: another configuration
-  assert_one_line_error(plain, '--client_lr_grid=[0.01, 0.1] there, None now')
+  assert_one_line_error(plain, 'already holds a learning-rate grid')
   assert {p: p.read_bytes() for p in workdir.rglob('*') if p.is_file()} == before
 
 

@@ -210,7 +210,8 @@ def test_a_garbage_line_in_metrics_is_one_line(tmp_path):
   with open(workdir / 'metrics.jsonl', 'r+') as f:
     f.seek(3)
     f.write('\x00garbage')
-  helpers.assert_one_line_error(run(workdir, '--checkpoint_every=1'), 'metrics.jsonl line 1')
+  helpers.assert_one_line_error(run(workdir, '--checkpoint_every=1'),
+                                "metrics.jsonl changed before the checkpoint's round")
 
 
 @pytest.mark.parametrize('name', ['metrics.jsonl', 'checkpoint-4.tmp', 'plots', 'summary.json'])
