@@ -89,8 +89,11 @@ def _labels(y: Any, where: str) -> np.ndarray:
   y = list(y)
   if y and all(isinstance(v, str) for v in y):
     return np.array(y, dtype=str)
-  if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in y):
-    raise DataError(f'{where} has labels that are neither numbers nor strings')
+  odd = [j for j, v in enumerate(y) if not isinstance(v, numbers.Real) or isinstance(v, bool)]
+  if odd:
+    kinds = 'numbers and strings mixed' if any(isinstance(v, str) for v in y) else (
+        'labels that are neither numbers nor strings')
+    raise DataError(f'{where} has {kinds}: label {repr(y[odd[0]])[:40]} (sample {odd[0]})')
   try:
     arr = np.asarray(y, dtype=np.float64)
   except OverflowError:
@@ -156,6 +159,9 @@ def _check_file(raw: Any, path: str) -> dict:
     raise DataError(f"{path}: 'user_data' must be an object, got {type(user_data).__name__}")
   if not all(isinstance(u, str) for u in users):
     raise DataError(f"{path}: 'users' must be a list of user names (strings)")
+  if len(set(users)) != len(users):
+    twice = next(u for i, u in enumerate(users) if u in users[:i])
+    raise DataError(f"{path}: user {twice!r} is listed twice in 'users'")
   num_samples = raw.get('num_samples')
   if num_samples is not None and not (isinstance(num_samples, list) and all(
       isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in num_samples)):

@@ -76,6 +76,8 @@ LEAF_CASES = {   # name: (valid() -> bad content, dict or JSON text; words of th
     'label_fraction': (label(1.5), ['non-integer label 1.5']),
     'label_negative': (label(-1), ['label -1', 'class labels']),
     'label_true': (label('true'), ['neither numbers nor strings']),
+    'label_word_among_numbers': (label('"cat"'), ['numbers and strings mixed', "'cat'"]),
+    'user_twice': (changed(users=['a', 'a']), ["user 'a' is listed twice in 'users'"]),
 }
 
 
