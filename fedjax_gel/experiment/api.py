@@ -283,8 +283,9 @@ def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
              phases: loop_lib.Phases) -> list[dict]:
   """``run``'s writes and training, once ``p`` is checked and the work directory locked."""
   if cluster.writes():   # what a kill inside a write left
-    for w in dict.fromkeys([workdir, os.path.join(workdir, 'plots')] + p.workdirs):
+    for w in dict.fromkeys([workdir] + p.workdirs):   # a grid's heat map is in its run's plots/
       files.remove_temporaries(w)
+      files.remove_temporaries(os.path.join(w, 'plots'))
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
     if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
       workdir_lib.extend(w, x)

@@ -4,7 +4,8 @@
 * ``CsvWriter``: ``metrics.csv`` with a header (``pandas.read_csv`` loads it);
 * ``TensorBoardWriter``: TensorBoard event files under ``tensorboard/`` (tensorboardX, which
   needs no TensorFlow), one scalar per numeric field and round, flushed every few seconds and
-  at the end (``metrics.jsonl`` is the record a resumed run is rebuilt from).
+  at the end; rewritten from the records at the start, as ``metrics.csv`` is, so that a resumed
+  run's events are its ``metrics.jsonl``'s: none lost in a kill, none twice.
 
 A work directory shared by several runs (a grid's cells) gets their records in one file, told
 apart by their tags (e.g. ``client_lr, server_lr``), and one TensorBoard folder per run.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import shutil
 import time
 
 from fedjax_gel.experiment import callbacks, files, workdir as workdir_lib
@@ -79,7 +81,9 @@ def cell(value):
 class TensorBoardWriter(callbacks.Callback):
   """TensorBoard event files: ``WORKDIR/tensorboard/`` for a run, ``.../tensorboard/<tags>/``
   for each run sharing a work directory; every numeric field of a record is a scalar at its
-  round. A resumed run purges the events after its checkpoint's round."""
+  round. At the start each run's folder is written afresh from its records (a resumed run's:
+  those of ``metrics.jsonl`` up to its checkpoint), so that events buffered when a run was
+  killed are not lost and none appears twice."""
 
   SKIP = ('round', 'seed')
 
@@ -89,22 +93,31 @@ class TensorBoardWriter(callbacks.Callback):
     for i, run in enumerate(loop.runs):
       name = ','.join(f'{k}={v:g}' for k, v in run.tags.items())
       logdir = os.path.join(run.workdir, 'tensorboard', name)
-      self.writers[i] = SummaryWriter(logdir, purge_step=loop.start or None)
+      shutil.rmtree(logdir, ignore_errors=True)
+      self.writers[i] = SummaryWriter(logdir)
+      for record in run.records:
+        self.add(loop, i, record)
+    self.flush()
+
+  def add(self, loop, i: int, record: dict):
+    for k, v in record.items():
+      if (k not in self.SKIP and k not in loop.runs[i].tags and isinstance(v, (int, float)) and
+          not isinstance(v, bool)):
+        self.writers[i].add_scalar(k, v, record['round'])
+
+  def flush(self):
+    for w in self.writers.values():
+      w.flush()
     self.flushed = time.monotonic()
 
   FLUSH_S = 5.   # events reach the disk at most this many seconds late (and at the end)
 
   def on_evaluate(self, loop, done, records):
+    del done   # each record holds its round
     for i, record in records.items():
-      w = self.writers[i]
-      for k, v in record.items():
-        if (k not in self.SKIP and k not in loop.runs[i].tags and isinstance(v, (int, float)) and
-            not isinstance(v, bool)):
-          w.add_scalar(k, v, done)
+      self.add(loop, i, record)
     if time.monotonic() - self.flushed > self.FLUSH_S:   # a flush per record costs more than
-      for w in self.writers.values():                      # the rounds of a small run
-        w.flush()
-      self.flushed = time.monotonic()
+      self.flush()                                         # the rounds of a small run
 
   def close(self, loop, *args):
     del args

@@ -372,6 +372,13 @@ def test_grid_run_writes_its_grids_and_report(paths, tmp_path):
               f'--workdir={workdir}')   # the same runs, not as grids: another configuration
   assert_one_line_error(plain, 'already holds a learning-rate grid')
   assert {p: p.read_bytes() for p in workdir.rglob('*') if p.is_file()} == before
+  # a kill while a grid's heat map was written left its temporary copy: the next command goes
+  (workdir / 'gel' / 'plots' / '.grid.png.ab12cd34.tmp').write_bytes(b'half a png')
+  again = run('--dataset=leaf', f'--data_path={paths["data"]}', '--algorithms=fedavgcm,gel',
+              '--num_rounds=2', '--clients_per_round=3', '--budget_range=1,2',
+              '--client_lr_grid=0.01,0.1', '--server_lr_grid=0.5,1,2', f'--workdir={workdir}')
+  assert again.returncode == 0, again.stderr
+  assert not list(workdir.rglob('*.tmp'))
 
 
 @pytest.mark.parametrize('flagfile', sorted((REPO / 'launch' / 'configs').glob('*.flags')),

@@ -71,3 +71,27 @@ def test_tensorboard_events_hold_every_numeric_field(run_dirs):
   assert {step for _, step in scalars} == {r['round'] for r in expected}
   cells = sorted(p.name for p in (grid / 'tensorboard').iterdir())
   assert cells == ['client_lr=0.1,server_lr=1', 'client_lr=1e+38,server_lr=1']
+
+
+def test_a_resumed_runs_events_are_rewritten_from_its_records(tiny_leaf_file, tmp_path):
+  """Resumed from its checkpoint (here the final one, summary.json gone as after a kill in the
+  last writes), a run's TensorBoard folder holds its metrics.jsonl's records once each, and
+  nothing an earlier process left there (events of rounds it never recorded, or twice)."""
+  from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  c = make(dataset='leaf', data_path=str(tiny_leaf_file), algorithm='fedavg', num_rounds=4,
+           eval_every=1, checkpoint_every=2, clients_per_round=3, batch_size=2,
+           budget_range=(1, 3))
+  quiet = dict(out=io.StringIO(), err=io.StringIO())
+  api.run(c, str(tmp_path), **quiet)
+  (tmp_path / 'summary.json').unlink()
+  stale = SummaryWriter(str(tmp_path / 'tensorboard'))
+  stale.add_scalar('test_accuracy', 7., 3)   # a round recorded twice, with another value
+  stale.add_scalar('test_accuracy', 7., 9)   # a round never recorded
+  stale.close()
+  api.run(c, str(tmp_path), **quiet)
+  (events,) = list((tmp_path / 'tensorboard').glob('events.out.tfevents.*'))
+  scalars = [(tag, step, value) for tag, step, value in read_events(events)
+             if tag == 'test_accuracy']
+  expected = [('test_accuracy', r['round'], pytest.approx(r['test_accuracy'], rel=1e-6))
+              for r in records(tmp_path)]
+  assert scalars == expected and [s for _, s, _ in scalars] == [0, 1, 2, 3, 4]
