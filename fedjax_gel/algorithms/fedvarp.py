@@ -8,7 +8,10 @@ variance-reduced direction::
 
 ``p_i`` are the engine's aggregation weights over the cohort, ``q_j`` the clients' weights in the
 objective (``memory_weights``, summing to 1; the paper's ``1/N``). With full participation and
-``p = q``, ``v = sum_i p_i Delta_i``: FedAvg.
+``p = q``, ``v = sum_i p_i Delta_i``: FedAvg. The defaults do not make ``p = q``: the cohort's
+weights are ``min(tau_i B, n_i)`` (``--aggregation_weights``), the memory's ``n_j / n``, so even
+with every client sampled the two differ from the second round on (``num_examples`` weights
+over a full cohort give FedAvg; ``--aggregation_weights=uniform`` sets both to equal weights).
 
 ClusterFedVARP keeps one memory per cluster: client ``j`` reads ``y_{c(j)}``, the memory term is
 ``sum_c q_c y_c`` with ``q_c = sum_{j in c} q_j``, and a sampled cluster's memory becomes the mean of
