@@ -129,21 +129,22 @@ class Cohort:
   weights: jax.Array
   spec: CohortSpec
 
-  def __post_init__(self):
-    """A hand-made cohort's budgets on the host (NumPy) are checked against its spec: each in
-    ``[0, max_budget]``, and all ``b`` where the spec's budgets are equal (the round then reads
-    none of them). Arrays on the device or traced are not (that would wait on the device)."""
-    budgets = self.budgets
-    if not isinstance(budgets, np.ndarray) or not budgets.size:
-      return
-    a, b = self.spec.budget_range
-    if budgets.min() < 0 or budgets.max() > self.spec.max_budget:
-      raise ValueError(f'Cohort: budgets must lie in [0, {self.spec.max_budget}] for its spec\'s '
-                       f'budget_range {(a, b)} (got {budgets.min()} to {budgets.max()})')
-    if self.spec.equal_budgets and (budgets != b).any():
-      raise ValueError(f'Cohort: budgets other than {b}, but its spec\'s budget_range {(a, b)} '
-                       f'runs every client {b} steps; give a spec with a < b, e.g. (1, '
-                       f'{max(b, 2)})')
+
+def check_budgets(cohort: Cohort):
+  """A hand-made cohort's budgets on the host (NumPy) against its spec, as the round receives
+  it (``core.round``): each in ``[0, max_budget]``, and all ``b`` where the spec's budgets are
+  equal (the round then reads none of them); else a ValueError. Arrays on the device or traced
+  are not checked (that would wait on the device; the sampler's are right by construction)."""
+  budgets, spec = cohort.budgets, cohort.spec
+  if not isinstance(budgets, np.ndarray) or not budgets.size:
+    return
+  a, b = spec.budget_range
+  if budgets.min() < 0 or budgets.max() > spec.max_budget:
+    raise ValueError(f'Cohort: budgets must lie in [0, {spec.max_budget}] for its spec\'s '
+                     f'budget_range {(a, b)} (got {budgets.min()} to {budgets.max()})')
+  if spec.equal_budgets and (budgets != b).any():
+    raise ValueError(f'Cohort: budgets other than {b}, but its spec\'s budget_range {(a, b)} '
+                     f'runs every client {b} steps; give a spec with a < b, e.g. (1, {max(b, 2)})')
 
 
 def sample_clients(key, num_clients: int, cohort_size: int, replace: bool) -> jax.Array:

@@ -44,7 +44,7 @@ def _features(x: Any, where: str) -> np.ndarray:
   if isinstance(x, np.ndarray) and x.dtype.kind == 'U':
     return _nonempty_rows(x, where)
   if isinstance(x, np.ndarray) and x.dtype.kind in 'fiu':
-    return _in_float32(x.astype(np.float64), where)
+    return _in_float32(x.astype(np.float64) if x.dtype.kind in 'iu' else x, where)
   x = list(x)
   if x and all(isinstance(v, str) for v in x):
     return np.array(x, dtype=str)

@@ -204,6 +204,9 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
   workdir_lib.check_top(workdir, workdirs, overwrite)
   extra = None if grid is None else grid_lib.grid_fields(*grid)
   status = [workdir_lib.run_status(w, x, overwrite, extra) for x, w in zip(configs, workdirs)]
+  for w, st in zip(workdirs, status):
+    if st != 'done' and cluster.writes():
+      files.check_writable(w)
   notes = []
   phases = phases or loop_lib.Phases()
   with phases.time('data'):

@@ -17,7 +17,7 @@ import numpy as np
 from flax import serialization
 
 from fedjax_gel.core import devices, evaluation, round as round_lib, runs as runs_lib
-from fedjax_gel.experiment import checkpoint, files, workdir as workdir_lib
+from fedjax_gel.experiment import checkpoint, cluster, files, workdir as workdir_lib
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -204,7 +204,8 @@ class Checkpointer(Callback):
       written = os.path.exists(metrics)
       meta = {'metrics_bytes': os.path.getsize(metrics) if written else 0,
               # what check_resume compares: the records a resumed run keeps are as written
-              'metrics_sha256': files.digest(metrics) if written else '',
+              # (only the writing process's meta is kept)
+              'metrics_sha256': files.digest(metrics) if written and cluster.writes() else '',
               'runs': [{'totals': loop.runs[i].totals, 'distance': loop.runs[i].distance,
                         'diverged': loop.runs[i].diverged} for i in idx]}
       checkpoint.save(w, done, group_state(loop, idx), meta)

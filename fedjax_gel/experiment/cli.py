@@ -22,6 +22,7 @@ import os
 import signal
 import re
 import sys
+import tempfile
 import time
 
 from absl import flags, logging
@@ -194,24 +195,26 @@ def check_flagfile(path: str, including: tuple = ()) -> list[tuple[str, int, str
   try:
     if os.path.isdir(path):
       raise ConfigError(f'--flagfile={path}{where}: a directory, not a flag file')
-    if os.path.exists(path) and not os.path.isfile(path):   # a pipe could be read only once
+    if os.path.exists(path) and not os.path.isfile(path):   # a nested pipe: read only once
       raise ConfigError(f'--flagfile={path}{where}: not a regular file (a pipe or device); '
                         'write the flags to a file')
-    with open(path, encoding='utf-8') as f:
-      text = f.read(FLAGFILE_BYTES + 1)
+    with open(path, 'rb') as f:
+      data = f.read(FLAGFILE_BYTES + 1)
   except OSError as e:
     raise ConfigError(f'--flagfile={path}{where}: cannot be read ({e.strerror})') from None
-  except UnicodeDecodeError:
-    raise ConfigError(f'--flagfile={path}{where}: not a text file (not UTF-8)') from None
-  if len(text) > FLAGFILE_BYTES:
+  if len(data) > FLAGFILE_BYTES:
     raise ConfigError(f'--flagfile={path}{where}: larger than a flag file can be (over '
                       f'{FLAGFILE_BYTES >> 20} MiB)')
+  try:
+    lines = data.decode('utf-8').splitlines()
+  except UnicodeDecodeError:
+    raise ConfigError(f'--flagfile={path}{where}: not a text file (not UTF-8)') from None
   found = []
-  for number, line in enumerate(text.splitlines(), 1):
+  for number, line in enumerate(lines, 1):
     if not line.strip() or line.startswith(('#', '//')):
       continue
     text = line.strip()
-    name, eq, value = text.removeprefix('-').removeprefix('-').partition('=')
+    name, _, value = text.removeprefix('-').removeprefix('-').partition('=')
     if not text.startswith('-') or not name or any(ch.isspace() for ch in name):
       raise ConfigError(f'--flagfile={path} line {number}: {shorter(text)!r} is not a flag; '
                         'write --name=value')
@@ -228,24 +231,67 @@ def shorter(text: str, width: int = 80) -> str:
   return text if len(text) <= width else text[:width - 3] + '...'
 
 
+def staged_pipes(argv, folder: str) -> tuple[list[str], dict]:
+  """``(argv, {staged file: its pipe})``: ``argv`` with each ``--flagfile`` that is a pipe
+  (``<(...)``, ``/dev/stdin``) or device read once (at most ``FLAGFILE_BYTES`` and one more)
+  into a file in ``folder``, which the checks and absl then read in its place."""
+  out, at, staged_from = list(argv), None, {}
+  for i, arg in enumerate(argv):
+    if arg == '--':
+      break
+    name, eq, value = arg.removeprefix('-').removeprefix('-').partition('=')
+    if at == i:
+      value, eq = arg, False
+    elif arg.startswith('-') and name == 'flagfile':
+      if not eq:
+        at = i + 1
+        continue
+    else:
+      continue
+    path = os.path.expanduser(value.strip())
+    if not path or not os.path.exists(path) or os.path.isdir(path) or os.path.isfile(path):
+      continue
+    staged = os.path.join(folder, f'flags{i}')
+    with open(path, 'rb') as f, open(staged, 'wb') as g:
+      g.write(f.read(FLAGFILE_BYTES + 1))
+    out[i] = f'--flagfile={staged}' if eq else staged
+    staged_from[staged] = value.strip()
+  return out, staged_from
+
+
 def parse(argv, values: flags.FlagValues = flags.FLAGS):
   """absl's parsing after ``check_flagfile``; a bad flag is a ConfigError of one line (naming
-  the flag file and line it came from, if from one)."""
+  the flag file and line it came from, when one line of them holds it). A flag file that is a
+  pipe is read once (``staged_pipes``)."""
+  with tempfile.TemporaryDirectory() as folder:
+    argv, staged_from = staged_pipes(argv, folder)
+    try:
+      rest = parse_files(argv, values)
+    except ConfigError as e:   # named as the user named them
+      text = str(e)
+      for staged, pipe in staged_from.items():
+        text = text.replace(staged, pipe)
+      raise ConfigError(text) from None
+  expand_paths(values)
+  return rest
+
+
+def parse_files(argv, values: flags.FlagValues):
+  """``parse`` once every flag file is a regular file."""
   lines = [x for path in flagfiles(argv[1:]) for x in check_flagfile(path)]
   try:
-    rest = values(argv)
+    return values(argv)
   except flags.Error as e:
     text = (str(e).splitlines() or ['bad flags'])[0]
     text = text.removeprefix('ERROR:: ').removeprefix('ERROR: ')
     origin = [f'--flagfile={p} line {n}: ' for p, n, line in lines if f'flag {line}:' in text]
-    raise ConfigError(shorter((origin[:1] or [''])[0] + text, 300)) from None
+    origin = origin[0] if len(origin) == 1 else ''   # the same text twice: no guess
+    raise ConfigError(shorter(origin + text, 300)) from None
   except ValueError as e:   # absl's logging flags check their values themselves
     text = (str(e).splitlines() or ['bad flags'])[0]
     if not text.startswith('--'):   # --logger_levels=jax:LOUD: "Unknown level: 'LOUD'"
       text = f"{text} (absl's logging flags: --logger_levels=name:LEVEL,...)"
     raise ConfigError(shorter(text, 300)) from None
-  expand_paths(values)
-  return rest
 
 
 def expand_path(flag: str, text: str) -> str:

@@ -7,7 +7,8 @@
   ``O_NOFOLLOW``: a link planted at its name is an error (``ELOOP``), not a write elsewhere.
 * ``check_outputs``: refuses a work directory in which an output's name (or ``plots/``,
   ``tensorboard/``, a checkpoint) is a symbolic link or of the wrong kind (a file where a
-  folder goes, or the reverse), or where the run could not write, before anything is written.
+  folder goes, or the reverse), before anything is written; ``check_writable`` one where a run
+  to train could not write.
 * ``lock``: one writer per work directory: an advisory ``flock`` of the directory, held until
   the run ends or the process exits (whatever the way: the kernel releases it, so a killed run
   leaves no stale lock); ``WORKDIR/.lock`` names the holder for the processes it refuses while
@@ -108,11 +109,12 @@ def truncate(path: str, size: int):
 def check_outputs(workdir: str, top: str | None = None):
   """A ConfigError naming the first output of ``workdir`` (its names in ``OUTPUTS``, the files
   in ``plots/`` and ``tensorboard/``, checkpoints) that is a symbolic link, a file where a folder
-  goes or the reverse (``FOLDERS``), or ``metrics.jsonl`` when it cannot be appended to, or
-  ``workdir`` itself when files cannot be made in it; or the first folder between ``top`` (the
+  goes or the reverse (``FOLDERS``); or the first folder between ``top`` (the
   command's ``--workdir``, which may itself be a link) and ``workdir`` that is a link:
-  fedjax_gel writes only regular files and folders there. Checked before anything is written,
-  so that a run that would fail half-way through its first write is refused whole."""
+  fedjax_gel writes only regular files and folders there; a checkpoint is a folder. Checked
+  before anything is written,
+  so that a run that would fail half-way through its first write is refused whole (see also
+  ``check_writable``)."""
   def refuse(path, what='is a symbolic link'):
     raise ConfigError(f'{path} {what}; fedjax_gel writes only regular files and folders in its '
                       'work directory: remove it')
@@ -139,7 +141,16 @@ def check_outputs(workdir: str, top: str | None = None):
       refuse(path, 'is a file where a folder goes')
     if name in OUTPUTS and name not in FOLDERS and os.path.isdir(path):
       refuse(path, 'is a folder where a file goes')
-  if not os.access(workdir, os.W_OK | os.X_OK):
+    folder = name.startswith('checkpoint-') and not name.endswith('.msgpack')   # .msgpack: v1
+    if folder and os.path.exists(path) and not os.path.isdir(path):
+      refuse(path, 'is a file where a checkpoint\'s folder goes')
+
+
+def check_writable(workdir: str):
+  """A ConfigError when the process could not write a run into ``workdir``: files cannot be
+  made in it, or its ``metrics.jsonl`` cannot be appended to (for the runs it will train or
+  resume; a finished run's folder may be read-only)."""
+  if os.path.isdir(workdir) and not os.access(workdir, os.W_OK | os.X_OK):
     raise ConfigError(f'{workdir}: files cannot be made in it (permission denied)')
   metrics = os.path.join(workdir, 'metrics.jsonl')
   if os.path.isfile(metrics) and not os.access(metrics, os.W_OK):

@@ -17,7 +17,8 @@ checkpoints hold all cells, and the same command resumes an unfinished grid as i
 Algorithms with per-client state (the store), power-of-d selection (which ranks clients by
 each model's loss) and cohorts split over several devices are not supported in a grid, nor
 are the algorithms with a server step of their own (FedDyn, AdaBest, FedExP, the FedGBO
-family: ``AlgorithmSpec.own_server``), whose cells would not differ.
+family: ``AlgorithmSpec.own_server``), whose cells would not differ along the server learning
+rates.
 """
 from __future__ import annotations
 

@@ -3,12 +3,15 @@
 
 Everything is written whole or not at all and never through a symbolic link
 (``experiment.files``); NaN and infinities (a diverged run) are written as JSON ``null``. A
-finished run's ``summary.json`` holds the checksums of its ``metrics.jsonl`` and
-``model.msgpack`` (``outputs_sha256``): a finished run whose outputs changed or were cut since
-is reported in one line, not taken for finished.
+finished run's ``summary.json`` holds the checksums of its ``metrics.jsonl``,
+``model.msgpack`` and ``grid.json`` (``outputs_sha256``) and of its own fields
+(``summary_sha256``): a finished run whose outputs or summary changed or were cut since is
+reported in one line, not taken for finished or extended. A checkpoint holds the checksum of
+``metrics.jsonl`` as it stood at its round (``checkpoint.check`` compares it).
 """
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import json
@@ -17,8 +20,9 @@ import os
 import shutil
 from typing import Optional
 
+from fedjax_gel.core import spec as spec_lib
 from fedjax_gel.experiment import checkpoint, cluster, files, report
-from fedjax_gel.experiment.config import Config, ConfigError, json_extras
+from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, json_extras
 from fedjax_gel.models import tasks
 
 
@@ -101,7 +105,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     raise unreadable from None
   now = json.loads(json.dumps({**c.flags(), **(extra or {})}))
   before = json.loads(json.dumps(before))
-  ignore = ('checkpoint_every', 'tensorboard')
+  ignore = ('checkpoint_every', 'tensorboard') + unread(c)
   differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
   if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
       now['num_rounds'] > before['num_rounds']):
@@ -119,6 +123,15 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     check_finished(workdir)
     return 'done'
   return 'resume'   # its checkpoints are read by check_resume
+
+
+def unread(c: Config) -> tuple[str, ...]:
+  """The flags ``c``'s run does not read, which an earlier version recorded as given: the
+  server optimiser's with an algorithm whose server step is its own, ``--image_dir`` but with
+  CelebA (``run_status`` does not compare them)."""
+  server = tuple(spec_lib.flag_name(f) for f in dataclasses.fields(ServerConfig))
+  return (server if c.spec.own_server else ()) + (
+      () if c.data.dataset == 'celeba' else ('image_dir',))
 
 
 # A finished run's outputs whose checksums its summary.json holds.

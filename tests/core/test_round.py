@@ -273,3 +273,14 @@ def test_deal_gives_every_device_the_same_number_of_clients_sorted_by_budget():
   np.testing.assert_array_equal(dealt.budgets, [[1, 3, 9], [1, 4, 0], [2, 5, 0]])
   np.testing.assert_allclose(dealt.guesses, [[.1, 0., .5], [.3, .2, 0.], [.6, .4, 0.]])
   np.testing.assert_array_equal(dealt.weights, [[1, 1, 1], [1, 1, 0], [1, 1, 0]])
+
+
+def test_the_round_refuses_hand_made_budgets_its_spec_would_not_run(data, model):
+  """Budgets beyond the spec's ``b`` (which the round would cut to ``b``) are a ValueError before
+  anything is traced."""
+  alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.05))
+  kind = type(cohort([1, 2], [1, 1]))
+  bad = kind(np.array([1, 2], np.int32), np.array([1, TAU_MAX + 1], np.int32),
+             np.ones(2, np.float32), CohortSpec(2, (1, TAU_MAX), B))
+  with pytest.raises(ValueError, match=rf'budgets must lie in \[0, {TAU_MAX}\]'):
+    run(alg, data, bad, init_params(model), chunk_size=2)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from fedjax_gel.core import keys
-from fedjax_gel.core.sampling import (Cohort, CohortSpec, aggregation_weights, sample_budgets,
-                                      sample_clients, sample_cohort)
+from fedjax_gel.core.sampling import (Cohort, CohortSpec, aggregation_weights, check_budgets,
+                                      sample_budgets, sample_clients, sample_cohort)
 from fedjax_gel.core.shuffle import cycled_permutation, fisher_yates_draws, partial_fisher_yates
 
 perms = jax.jit(jax.vmap(cycled_permutation, in_axes=(0, 0, None)), static_argnums=2)
@@ -197,8 +197,8 @@ def test_cohort_spec_rejects_bad_fields(kwargs, match):
 ])
 def test_a_hand_made_cohort_with_budgets_its_spec_would_not_run_is_refused(budgets,
                                                                           budget_range, match):
-  make = lambda b: Cohort(np.arange(3, dtype=np.int32), np.asarray(b, np.int32),
-                          np.ones(3, np.float32), CohortSpec(3, budget_range, 2))
+  make = lambda b: check_budgets(Cohort(np.arange(3, dtype=np.int32), np.asarray(b, np.int32),
+                                        np.ones(3, np.float32), CohortSpec(3, budget_range, 2)))
   with pytest.raises(ValueError, match=match):
     make(budgets)
   make([budget_range[1]] * 3)   # budgets it runs as given

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -195,7 +196,7 @@ BAD_INPUT = [
     ('--flagfile={includes_missing}', '--flagfile=no_such.flags (included by '
      '{includes_missing})', 'cannot be read'),
     ('--flagfile={huge}', '--flagfile={huge}', 'larger than a flag file can be'),
-    ('--flagfile=/dev/zero', '--flagfile=/dev/zero', 'not a regular file'),
+    ('--flagfile=/dev/zero', '--flagfile=/dev/zero', 'larger than a flag file can be'),
     ('--flagfile={dir}', 'a directory, not a flag file'),
     (f'{LEAF} --process_id=5', '--process_id=5', 'must be 0 with --num_processes=1'),
     (f'{LEAF} --image_dir={{dir}}', '--image_dir is only read with --dataset=celeba'),
@@ -568,6 +569,30 @@ def test_each_algorithm_of_a_command_gets_its_own_hyper_parameters_from_the_flag
   assert prox.algorithm.hparams.prox_mu == 0.5 and gel.algorithm.hparams.guess_tau == 20
   assert gbo.algorithm.hparams.gbo_beta == 0.5
   assert {x.algorithm.client_lr for x in (prox, gel, gbo)} == {0.2}
+
+
+@pytest.mark.parametrize('form', ['--flagfile={}', '--flagfile {}'])
+def test_a_flag_file_from_a_pipe_is_read_once(tiny_leaf_file, form):
+  """``--flagfile=<(...)`` (a pipe, readable once): its flags count, and a bad value names the
+  pipe and the line."""
+  def pipe(text):
+    read, write = os.pipe()
+    os.write(write, text.encode())
+    os.close(write)
+    return read, f'/dev/fd/{read}'
+
+  fd, path = pipe(f'--dataset=leaf\n--data_path={tiny_leaf_file}\n--num_rounds=7\n')
+  try:
+    (config,) = parsed(*form.format(path).split())
+  finally:
+    os.close(fd)
+  assert config.run.num_rounds == 7
+  fd, path = pipe('--dataset=leaf\n--num_rounds=seven\n')
+  try:
+    with pytest.raises(config_lib.ConfigError, match=f'--flagfile={path} line 2: '):
+      parsed(*form.format(path).split())
+  finally:
+    os.close(fd)
 
 
 def test_the_server_flags_go_to_the_algorithms_that_apply_a_server_optimiser(tiny_leaf_file):

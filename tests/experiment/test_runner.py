@@ -687,3 +687,17 @@ def test_a_damaged_metrics_line_is_one_error_naming_the_file_and_line(tmp_path, 
     workdir_lib.read_metrics(str(tmp_path))
   (tmp_path / 'metrics.jsonl').write_bytes('{"round": 1, "note": "\u00e9"}\n'.encode())
   assert workdir_lib.read_metrics(str(tmp_path)) == [{'round': 1, 'note': '\u00e9'}]
+
+
+def test_flags_a_run_does_not_read_are_not_compared_with_an_earlier_record(tmp_path):
+  """A work directory of an earlier version, whose FedDyn run recorded a server learning rate
+  (given to another algorithm of its command) or whose LEAF run recorded --image_dir, resumes
+  under the same command: those flags were never read."""
+  for recorded, now in ((make(algorithm='feddyn', server_lr=0.5), make(algorithm='feddyn')),
+                        (make(image_dir='/img'), make())):
+    workdir_lib.write_json(str(tmp_path / 'config.json'), recorded.to_json())
+    assert workdir_lib.run_status(str(tmp_path), now, False) == 'resume'
+  workdir_lib.write_json(str(tmp_path / 'config.json'),
+                         make(algorithm='fedavgcm', server_lr=0.5).to_json())
+  with pytest.raises(ConfigError, match='--server_lr=0.5 there, 1.0 now'):
+    workdir_lib.run_status(str(tmp_path), make(algorithm='fedavgcm'), False)

@@ -25,6 +25,8 @@ from absl import flags as absl_flags
 import helpers
 from fedjax_gel.experiment import api, cli, files
 from fedjax_gel.experiment import loop as loop_lib
+from fedjax_gel.experiment import workdir as workdir_lib
+from fedjax_gel.experiment.config import ConfigError
 
 BASE = ('--flagfile=launch/configs/quickstart.flags', '--algorithm=fedavgcm',
         '--clients_per_round=5', '--eval_every=2', '--tensorboard=false')
@@ -212,6 +214,24 @@ def test_a_garbage_line_in_metrics_is_one_line(tmp_path):
     f.write('\x00garbage')
   helpers.assert_one_line_error(run(workdir, '--checkpoint_every=1'),
                                 "metrics.jsonl changed before the checkpoint's round")
+
+
+def test_metrics_read_back_name_a_garbage_line(tmp_path):
+  """What a checkpoint of a version before its metrics checksum resumes on: the records read
+  back, a line that is no record named."""
+  (tmp_path / 'metrics.jsonl').write_text('{"round": 0}\n\x00garbage\n')
+  with pytest.raises(ConfigError, match='metrics.jsonl line 2 is not a record'):
+    workdir_lib.read_metrics(str(tmp_path))
+
+
+def test_a_checkpoint_that_is_a_file_is_refused_before_anything_is_written(tmp_path):
+  workdir = tmp_path / 'run'
+  unfinished(workdir)
+  (workdir / 'checkpoint-9').write_text('x')
+  before = snapshot(workdir)
+  helpers.assert_one_line_error(run(workdir, '--checkpoint_every=1'), 'checkpoint-9',
+                                "a file where a checkpoint's folder goes")
+  assert snapshot(workdir) == before
 
 
 @pytest.mark.parametrize('name', ['metrics.jsonl', 'checkpoint-4.tmp', 'plots', 'summary.json'])
