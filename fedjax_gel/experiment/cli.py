@@ -165,17 +165,18 @@ def hparam_grid(text: str) -> tuple:
   return name.strip(), typed('hparam_grid', values.split(','), float)
 
 
-def flagfiles(argv) -> list[str]:
-  """The ``--flagfile`` paths named on the command line, in order (as absl reads them: stripped,
-  ``~`` expanded; empty ones are ignored)."""
+def flagfile_args(argv) -> list[tuple[int, str]]:
+  """``(index, path)`` of each ``--flagfile`` on the command line, in order, as absl reads it
+  (stripped, ``~`` expanded; empty ones left out): ``index`` is the argument holding the path,
+  ``--flagfile=PATH`` itself or the one after ``--flagfile``."""
   found = []
   for i, arg in enumerate(argv):
     if arg == '--':
       break
     name, eq, value = arg.removeprefix('-').removeprefix('-').partition('=')
     if arg.startswith('-') and name == 'flagfile':
-      found.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ''))
-  return [os.path.expanduser(p.strip()) for p in found if p.strip()]
+      found.append((i, value) if eq else (i + 1, argv[i + 1] if i + 1 < len(argv) else ''))
+  return [(i, os.path.expanduser(p.strip())) for i, p in found if p.strip()]
 
 
 FLAGFILE_BYTES = 1 << 20   # a flag file larger than this is no flag file (e.g. a data file)
@@ -235,27 +236,16 @@ def staged_pipes(argv, folder: str) -> tuple[list[str], dict]:
   """``(argv, {staged file: its pipe})``: ``argv`` with each ``--flagfile`` that is a pipe
   (``<(...)``, ``/dev/stdin``) or device read once (at most ``FLAGFILE_BYTES`` and one more)
   into a file in ``folder``, which the checks and absl then read in its place."""
-  out, at, staged_from = list(argv), None, {}
-  for i, arg in enumerate(argv):
-    if arg == '--':
-      break
-    name, eq, value = arg.removeprefix('-').removeprefix('-').partition('=')
-    if at == i:
-      value, eq = arg, False
-    elif arg.startswith('-') and name == 'flagfile':
-      if not eq:
-        at = i + 1
-        continue
-    else:
-      continue
-    path = os.path.expanduser(value.strip())
-    if not path or not os.path.exists(path) or os.path.isdir(path) or os.path.isfile(path):
+  out, staged_from = list(argv), {}
+  for i, path in flagfile_args(argv):
+    if not os.path.exists(path) or os.path.isdir(path) or os.path.isfile(path):
       continue
     staged = os.path.join(folder, f'flags{i}')
     with open(path, 'rb') as f, open(staged, 'wb') as g:
       g.write(f.read(FLAGFILE_BYTES + 1))
-    out[i] = f'--flagfile={staged}' if eq else staged
-    staged_from[staged] = value.strip()
+    inline = argv[i].lstrip('-').startswith('flagfile=')   # else the argument after --flagfile
+    out[i] = f'--flagfile={staged}' if inline else staged
+    staged_from[staged] = path
   return out, staged_from
 
 
@@ -278,7 +268,7 @@ def parse(argv, values: flags.FlagValues = flags.FLAGS):
 
 def parse_files(argv, values: flags.FlagValues):
   """``parse`` once every flag file is a regular file."""
-  lines = [x for path in flagfiles(argv[1:]) for x in check_flagfile(path)]
+  lines = [x for _, path in flagfile_args(argv[1:]) for x in check_flagfile(path)]
   try:
     return values(argv)
   except flags.Error as e:

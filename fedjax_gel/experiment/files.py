@@ -77,8 +77,7 @@ def remove_temporaries(folder: str):
   """Removes the temporary files of ``write_atomic`` that a kill left in ``folder``."""
   for name in os.listdir(folder) if os.path.isdir(folder) else ():
     path = os.path.join(folder, name)
-    temporary = name.startswith('.') and name.endswith('.tmp')
-    if temporary and os.path.isfile(path) and not os.path.islink(path):
+    if _TEMPORARY.fullmatch(name) and os.path.isfile(path) and not os.path.islink(path):
       os.remove(path)
 
 
