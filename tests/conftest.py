@@ -26,10 +26,16 @@ os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'd
 # Small loops are compiled as one kernel, as ``launch/run.py`` has XLA do
 # (``core.devices.configure_cpu``, which also presents every core as a device: not here, the
 # tests choose their devices).
+# LLVM's optimisations are off (XLA's backend optimisation level 0; the suite's choice, not a
+# run's): its programs are small and run few steps, so optimising their machine code costs more
+# than it saves (the suite takes about a sixth less time; benchmarks/RESULTS.md). XLA's own passes
+# (fusion, buffer assignment) are unchanged, but a float result can differ from a run's in its
+# last bits, so a test of a bit-identity between two different programs compiles them as runs
+# do (``helpers.as_runs_compile``).
 from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _quick = [f'--{name}={str(value).lower()}' for name, value in devices.QUICK_COMPILE.items()]
-for _flag in _quick + [devices.SMALL_LOOP_FLAG]:
+for _flag in _quick + [devices.SMALL_LOOP_FLAG, '--xla_backend_optimization_level=0']:
   if _flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 

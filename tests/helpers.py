@@ -24,6 +24,16 @@ EMPTY_CLIENT = 12
 # XLA's CPU defaults, for a program of a test (the suite compiles with ``QUICK_COMPILE``'s
 # emitters: tests/conftest.py; None where jaxlib has no other emitters).
 DEFAULT_EMITTERS = {'xla_cpu_use_fusion_emitters': True} if devices.LEGACY_EMITTERS else None
+# XLA's default LLVM optimisation level. The suite compiles at level 0 (tests/conftest.py), which
+# can change a float result in its last bits (e.g. where a multiply and an add become one
+# instruction), so a test of a bit-identity that runs promise between two different programs
+# compiles both as a run does: ``as_runs_compile(options)``.
+PRODUCT_LEVEL = {'xla_backend_optimization_level': 3}
+
+
+def as_runs_compile(options: dict | None) -> dict:
+  """``jax.jit``'s ``compiler_options`` ``options`` at XLA's default LLVM level."""
+  return {**(options or {}), **PRODUCT_LEVEL}
 
 
 def small_pool():

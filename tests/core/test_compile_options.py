@@ -10,7 +10,7 @@ from fedjax_gel.core import devices, keys
 from fedjax_gel.core.round import build_round
 from fedjax_gel.experiment import planning
 from fedjax_gel.experiment.config import make
-from helpers import DEFAULT_EMITTERS, cohort, init_params
+from helpers import DEFAULT_EMITTERS, as_runs_compile, cohort, init_params
 
 
 @pytest.mark.parametrize('name', ['fedavgcm', 'gel'])
@@ -24,7 +24,7 @@ def test_a_quick_round_equals_the_default_one(data, loss, model, name):
   for label, options in (('quick', devices.compiler_options(True)),
                          ('default', DEFAULT_EMITTERS)):
     state = alg.server_init(init_params(model))
-    rf = build_round(alg, chunk_size=3, compiler_options=options)
+    rf = build_round(alg, chunk_size=3, compiler_options=as_runs_compile(options))
     for r in range(3):
       state, metrics = rf(state, c, data, keys.root_key(0), jnp.int32(r))
     out[label] = (state.params, metrics.train_loss)
