@@ -10,6 +10,7 @@ it fits, whole on every device (``replicate=True``), so that any device can trai
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -143,3 +144,17 @@ class FederatedSplit(NamedTuple):
   """Train and test pools over the same clients (same order)."""
   train: FederatedData
   test: FederatedData
+
+
+def digest(*pools: FederatedData) -> str:
+  """SHA-256 of ``pools``: each one's features (names, dtypes, shapes, values), offsets and
+  counts, not its clients' names. The same data give the same digest on any machine and from
+  any source; a run's ``config.json`` records it (``data_sha256``)."""
+  h = hashlib.sha256()
+  for pool in pools:
+    arrays = [*sorted(pool.examples.items()), ('offsets', pool.offsets), ('counts', pool.counts)]
+    for name, a in arrays:
+      a = np.ascontiguousarray(np.asarray(a))
+      h.update(f'{name} {a.dtype.str} {a.shape};'.encode())
+      h.update(a.reshape(-1).view(np.uint8))
+  return h.hexdigest()

@@ -3,7 +3,8 @@
 Every folder under the given directories that holds a finished run (``config.json`` and
 ``summary.json``, which a run writes last) is read. The runs must be comparable: the same data
 (every ``DataConfig`` setting), model and target (of the model's main metric); the settings in which they differ
-(algorithms, seeds, learning rates, budgets, ...) are listed in the report's settings table. A
+(algorithms, seeds, learning rates, budgets, ...) are listed in the report's settings table;
+runs whose ``config.json`` record the digest of their data (``data_sha256``) must share it. A
 run that is there twice (the same algorithm, seed, client learning rate and grid value) is
 refused, as are grids (``grid.json``; their ``report.md`` is their own). The report is the one a
 single command over the same runs writes: ``report.md`` (title, settings, the tables) and
@@ -54,7 +55,7 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict]]:
       raise ConfigError(f'{path}: not valid JSON (damaged?)') from None
   try:
     config = Config.from_json(parts['config.json'])
-  except (ConfigError, TypeError, ValueError) as e:
+  except (ConfigError, TypeError, ValueError, AttributeError) as e:   # Attribute: not an object
     raise ConfigError(f'{os.path.join(run_dir, "config.json")}: not a fedjax_gel config '
                       f'({first_line(e)})') from None
   summary, records = parts['summary.json'], parts['metrics.jsonl']
@@ -82,7 +83,9 @@ def comparable_flags(c: Config) -> dict:
 
 
 def check_comparable(configs: list[Config], run_dirs: list[str]):
-  """A ConfigError naming the first setting two runs do not share, with both values."""
+  """A ConfigError naming the first setting two runs do not share, with both values; then
+  one for runs whose data differ under the same flags (the digests their ``config.json``
+  records; a run of an earlier version records none)."""
   first = comparable_flags(configs[0])
   for c, w in zip(configs[1:], run_dirs[1:]):
     for flag, value in comparable_flags(c).items():
@@ -90,6 +93,15 @@ def check_comparable(configs: list[Config], run_dirs: list[str]):
         raise ConfigError(f'the runs differ in --{flag}: {first[flag]!r} in {run_dirs[0]}, '
                           f'{value!r} in {w}; a report compares runs of the same data, model '
                           'and target')
+  digests = {w: workdir_lib.read_json(os.path.join(w, 'config.json')).get(
+      workdir_lib.DATA_FIELD) for w in run_dirs}
+  recorded = [(w, d) for w, d in digests.items() if d is not None]
+  for w, d in recorded[1:]:
+    if d != recorded[0][1]:
+      raise ConfigError(f'the runs were trained on different data under the same flags '
+                        f'({workdir_lib.DATA_FIELD} {str(recorded[0][1])[:12]}... in '
+                        f'{recorded[0][0]}, {str(d)[:12]}... in {w}); a report compares runs '
+                        'of the same data, model and target')
 
 
 def run_key(summary: dict) -> tuple:

@@ -193,6 +193,9 @@ class Experiment(NamedTuple):
   compiler_options: dict | None = None
   # --budget_draw=per_client: every training client's budget (``load_client_budgets``).
   client_budgets: np.ndarray | None = None
+  # ``federated_data.digest`` of the train and test pools as loaded: a run's config.json
+  # records it, and a run is not resumed, extended or taken as done on other data.
+  data_sha256: str = ''
 
 
 def prepare(c: Config, grid: bool = False) -> Experiment:
@@ -229,7 +232,8 @@ def prepare(c: Config, grid: bool = False) -> Experiment:
   exp = Experiment(c, model, algorithm, split.train, test_pool, train_pool, chunk, mesh, plan,
                    compiled={}, compiler_options=devices.compiler_options(
                        planning.quick_compile(k, params, split.train.counts)),
-                   client_budgets=load_client_budgets(k, split.train))
+                   client_budgets=load_client_budgets(k, split.train),
+                   data_sha256=federated_data.digest(split.train, split.test))
   exp = planning.fit_memory(exp)
   # placed once, not every round; on a mesh the training pool is whole on every device where it
   # fits (the round deals the cohort by budget), else split by client (each device holds its own

@@ -105,7 +105,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     raise unreadable from None
   now = json.loads(json.dumps({**c.flags(), **(extra or {})}))
   before = json.loads(json.dumps(before))
-  ignore = ('checkpoint_every', 'tensorboard') + unread(c)
+  ignore = ('checkpoint_every', 'tensorboard', DATA_FIELD) + unread(c)   # data: check_data
   differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
   if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
       now['num_rounds'] > before['num_rounds']):
@@ -123,6 +123,30 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     check_finished(workdir)
     return 'done'
   return 'resume'   # its checkpoints are read by check_resume
+
+
+# The field of a run's config.json that records its data (``federated_data.digest``).
+DATA_FIELD = 'data_sha256'
+
+
+def config_json(c: Config, data_sha256: str, extra: dict | None = None) -> dict:
+  """A run's ``config.json``: ``c``'s sections, the ``extra`` fields (a grid's) and the digest of
+  the data it trains on."""
+  return {**c.to_json(), **(extra or {}), DATA_FIELD: data_sha256}
+
+
+def check_data(workdir: str, c: Config, data_sha256: str):
+  """The run in ``workdir`` (one ``run_status`` found of ``c``'s configuration) was trained on
+  the data of digest ``data_sha256``, else a ConfigError naming the data's flag. A run whose
+  ``config.json`` records no digest (an earlier version) is taken as it is."""
+  saved = read_json(os.path.join(workdir, 'config.json')).get(DATA_FIELD)
+  if saved is None or saved == data_sha256:
+    return
+  d = c.data
+  flag = f'--data_path={d.data_path}' if d.data_path else f'--dataset={d.dataset}'
+  raise ConfigError(f'{flag}: the run in {workdir} was trained on other data than these '
+                    f'(its config.json records {DATA_FIELD} {str(saved)[:12]}..., the data now '
+                    f'{data_sha256[:12]}...); choose another --workdir or pass --overwrite')
 
 
 def unread(c: Config) -> tuple[str, ...]:
@@ -230,16 +254,16 @@ def check_extend(workdir: str, rounds: int) -> str:
   return 'extend'
 
 
-def extend(workdir: str, c: Config):
-  """Makes the run in ``workdir`` an unfinished run of ``c.run.num_rounds`` rounds: its summary goes
-  (first, so that a kill leaves an unfinished run) and its config is rewritten; it then resumes
-  from its final state like any unfinished run."""
+def extend(workdir: str, config: dict):
+  """Makes the run in ``workdir`` an unfinished run of its ``config`` (``config_json``: more
+  ``num_rounds``): its summary goes (first, so that a kill leaves an unfinished run) and its
+  config is rewritten; it then resumes from its final state like any unfinished run."""
   if not cluster.writes():   # only process 0 writes (several processes)
     return
   summary = os.path.join(workdir, 'summary.json')
   if os.path.exists(summary):
     os.remove(summary)
-  write_json(os.path.join(workdir, 'config.json'), c.to_json())
+  write_json(os.path.join(workdir, 'config.json'), config)
 
 
 def remove_checkpoints(workdir: str, keep: int | None = None):

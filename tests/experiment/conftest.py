@@ -22,3 +22,9 @@ def write_leaf(path, num_users=8, n=12, dim=3, classes=3, seed=0):
 def tiny_leaf_file(tmp_path_factory):
   """8 users x 12 samples, 3 features, 3 classes."""
   return write_leaf(tmp_path_factory.mktemp('data') / 'tiny.json')
+
+
+@pytest.fixture(scope='session')
+def leaf_writer():
+  """``write_leaf``, for a test that writes LEAF files of its own."""
+  return write_leaf

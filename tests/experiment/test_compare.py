@@ -82,3 +82,21 @@ def test_incomparable_duplicate_and_damaged_runs(made, tmp_path):
   with pytest.raises(ConfigError, match='a learning-rate grid'):
     compare.compare([str(empty)], str(tmp_path / 'r5'))
   assert not (tmp_path / 'r1').exists()   # nothing written for a refused report
+
+
+def test_runs_on_other_data_under_the_same_flags(made, leaf_writer, tmp_path):
+  """Two runs of one data path whose file was rewritten between them (other examples, the same
+  clients and shapes) are not compared; a config.json that is not an object is one line."""
+  base, _ = made
+  data = leaf_writer(tmp_path / 'data.json')
+  c = base.replace(data_path=str(data), num_rounds=2)
+  api.run(c, str(tmp_path / 'a'), out=io.StringIO(), err=io.StringIO())
+  leaf_writer(data, seed=1)
+  api.run(c.replace(seed=1), str(tmp_path / 'b'), out=io.StringIO(), err=io.StringIO())
+  with pytest.raises(ConfigError, match=r'the runs were trained on different data under the '
+                     r'same flags \(data_sha256 \w{12}\.\.\. in .*a, \w{12}\.\.\. in .*b\)'):
+    compare.compare([str(tmp_path / 'a'), str(tmp_path / 'b')], str(tmp_path / 'r'))
+  assert not (tmp_path / 'r').exists()
+  (tmp_path / 'b' / 'config.json').write_text('[1, 2]')
+  with pytest.raises(ConfigError, match=r'config\.json: not a fedjax_gel config'):
+    compare.compare([str(tmp_path / 'b')], str(tmp_path / 'r'))

@@ -21,6 +21,8 @@ import pytest
 
 from absl import flags
 
+import helpers
+
 from fedjax_gel.experiment import api, cli
 from fedjax_gel.experiment import callbacks as callbacks_lib
 from fedjax_gel.experiment import config as config_lib
@@ -387,3 +389,68 @@ def test_a_run_whose_outputs_changed_is_refused_before_anything_is_written(finis
     api.run(c.replace(num_rounds=rounds), str(workdir), out=io.StringIO(), err=io.StringIO())
   assert error in str(e.value) and '\n' not in str(e.value), str(e.value)
   assert snapshot(workdir) == before
+
+
+@pytest.fixture(scope='module')
+def on_own_data(tmp_path_factory, leaf_writer):
+  """A finished run of 4 rounds (checkpointed every 2) on a data file of its own, its config."""
+  folder = tmp_path_factory.mktemp('own_data')
+  data = leaf_writer(folder / 'data.json')
+  c = config_lib.make(dataset='leaf', data_path=str(data), num_rounds=4, eval_every=2,
+                      checkpoint_every=2, clients_per_round=3, budget_range=(1, 3),
+                      batch_size=2, algorithm='fedavg')
+  api.run(c, str(folder / 'run'), out=io.StringIO(), err=io.StringIO())
+  return c, folder
+
+
+def copied(on_own_data, tmp_path):
+  """The run and its data file copied into ``tmp_path``: the config then reads the copy."""
+  c, folder = on_own_data
+  shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
+  c = c.replace(data_path=str(tmp_path / 'data.json'))
+  config = json.loads((tmp_path / 'run' / 'config.json').read_text())
+  config['data']['data_path'] = c.data.data_path
+  (tmp_path / 'run' / 'config.json').write_text(json.dumps(config))
+  return c, tmp_path / 'data.json', tmp_path / 'run'
+
+
+@pytest.mark.parametrize('status', ['done', 'extended', 'resumed'])
+def test_a_run_is_not_continued_on_other_data(on_own_data, leaf_writer, tmp_path, status):
+  """The data file rewritten with other examples (same clients and shapes) under the same path:
+  the run is neither taken as done, nor extended, nor resumed, in one line naming --data_path,
+  every file left as it was. The same examples written differently (indented) are the same data."""
+  c, data, workdir = copied(on_own_data, tmp_path)
+  if status == 'done':
+    data.write_text(json.dumps(json.loads(data.read_text()), indent=1))
+    assert api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())[0]['rounds'] == 4
+  if status == 'resumed':
+    (workdir / 'summary.json').unlink()
+  c = c.replace(num_rounds=6 if status == 'extended' else 4)
+  leaf_writer(data, seed=1)
+  before = snapshot(workdir)
+  with pytest.raises(config_lib.ConfigError) as e:
+    api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
+  message = str(e.value)
+  assert message.startswith(f'--data_path={data}: the run in {workdir} was trained on other '
+                            'data') and '\n' not in message, message
+  assert snapshot(workdir) == before
+  # the same from the command line: exit status 2, one line
+  proc = helpers.cli_run('--dataset=leaf', f'--data_path={data}',
+                         f'--num_rounds={c.run.num_rounds}', '--eval_every=2',
+                         '--checkpoint_every=2', '--clients_per_round=3', '--budget_range=1,3',
+                         '--batch_size=2', '--algorithm=fedavg', f'--workdir={workdir}')
+  helpers.assert_one_line_error(proc, f'--data_path={data}', 'other data')
+  assert snapshot(workdir) == before
+
+
+def test_a_run_recorded_without_its_datas_digest_is_extended_and_then_records_it(
+    on_own_data, tmp_path):
+  """A config.json of an earlier version (no data_sha256) is taken as it is; extended, the run's
+  config.json records the digest of the data it goes on with."""
+  c, _, workdir = copied(on_own_data, tmp_path)
+  config = json.loads((workdir / 'config.json').read_text())
+  digest = config.pop('data_sha256')
+  (workdir / 'config.json').write_text(json.dumps(config))
+  assert api.run(c.replace(num_rounds=6), str(workdir), out=io.StringIO(),
+                 err=io.StringIO())[0]['rounds'] == 6
+  assert json.loads((workdir / 'config.json').read_text())['data_sha256'] == digest

@@ -14,7 +14,7 @@ import pytest
 from fedjax_gel.data.errors import DataError
 from fedjax_gel import models, optim
 from fedjax_gel.algorithms import GuessPolicy, registry
-from fedjax_gel.core import devices, keys
+from fedjax_gel.core import devices, federated_data, keys
 from fedjax_gel.core.sampling import CohortSpec
 from fedjax_gel.core.spec import Setting
 from fedjax_gel.experiment import checkpoint
@@ -91,7 +91,8 @@ def runs(base_config, tmp_path_factory):
 def test_config_json_round_trips(runs):
   c, workdir, *_ = runs['base']
   loaded = json.loads((workdir / 'config.json').read_text())
-  assert set(loaded) == {'data', 'model', 'cohort', 'algorithm', 'server', 'run'}
+  assert set(loaded) == {'data', 'model', 'cohort', 'algorithm', 'server', 'run', 'data_sha256'}
+  assert loaded['data_sha256'] == federated_data.digest(*factories.load_split(c))
   assert loaded['algorithm']['name'] == c.algorithm.name
   assert loaded['cohort']['budget_range'] == list(c.cohort.budget_range)
   assert Config.from_json(loaded) == c
