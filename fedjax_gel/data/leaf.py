@@ -65,6 +65,22 @@ def to_federated(train: Mapping[str, Any], test: Mapping[str, Any],
 SPLITS = ('sample', 'position', 'user')
 
 
+def check_same_users(train_users, test_users, train_dir: str, test_dir: str):
+  """LEAF's split output holds every user on both sides (its by-sample split keeps a user with
+  train and test samples and drops the others), so a user on one side only means a shard
+  missing or from another split: a DataError naming one, rather than the user left out."""
+  in_train, in_test = set(train_users), set(test_users)
+  if not in_train & in_test:
+    raise DataError(f'{train_dir} and {test_dir}: no user in common')
+  only = [(u, train_dir) for u in train_users if u not in in_test] + [
+      (u, test_dir) for u in test_users if u not in in_train]
+  if only:
+    user, folder = only[0]
+    raise DataError(f'{train_dir} and {test_dir}: {len(only)} of {len(in_train | in_test)} users '
+                    f'are on one side only (e.g. {str(user)[:80]!r}, in {folder} only); LEAF\'s '
+                    'split writes every user to both, so a file is missing or from another split')
+
+
 def load(
     path: PathLike,
     train_fraction: float = 0.9,
@@ -80,8 +96,8 @@ def load(
   samples at random, ``split_by_sample``), ``'position'`` (each user's first samples for
   training, then ``gap`` skipped: Shakespeare) or ``'user'`` (held-out users,
   ``split_by_user``); or a directory with ``train/`` and ``test/`` sub-directories of LEAF JSON
-  files (LEAF's split output), joined by user name (their features must have one shape), and
-  the split arguments are unused.
+  files (LEAF's split output), joined by user name (their features must have one shape; every
+  user on both sides, ``check_same_users``), and the split arguments are unused.
   ``sampling``: LEAF's sampling and user filter of raw files before the split (``Sampling``;
   not for ``train/`` and ``test/``, which LEAF wrote after them).
   """
@@ -97,8 +113,7 @@ def load(
                       'splits; point at its raw all_data/ to sample here')
     train, ref = read_merged(train_dir)
     test, _ = read_merged(test_dir, ref=ref)
-    if not set(train['users']) & set(test['users']):
-      raise DataError(f'{train_dir} and {test_dir}: no user in common')
+    check_same_users(train['users'], test['users'], train_dir, test_dir)
     return to_federated(train, test)
   data = read_leaf_json(path, sampling)
   if not data['users']:

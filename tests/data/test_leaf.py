@@ -392,3 +392,25 @@ def test_package_exports():
     assert getattr(data, name) is not None, name
   assert data.load_leaf is leaf.load
   assert leaf_synthetic.DEFAULT_SEED == leaf_preprocess.DEFAULT_SPLIT_SEED == 931231
+
+
+@pytest.mark.parametrize('missing', ['test', 'train'])
+def test_train_test_directories_with_a_user_on_one_side_are_refused(tmp_path, missing):
+  """A shard missing from test/ (or train/): its users are on one side only, which LEAF's split
+  never writes; one line naming a user and its folder, not the users silently left out."""
+  data = leaf_synthetic.generate(num_users=12, num_dim=3, seed=6)
+  train, test = leaf_preprocess.split_by_sample(data, 0.8, seed=1)
+  users = train['users']
+  part = lambda d, us: {'users': us, 'num_samples': [len(d['user_data'][u]['y']) for u in us],
+                        'user_data': {u: d['user_data'][u] for u in us}}
+  for side, d in (('train', train), ('test', test)):
+    leaf_files.write_leaf_json(part(d, users[:8]), tmp_path / side / f'a_{side}.json')
+    if side != missing:
+      leaf_files.write_leaf_json(part(d, users[8:]), tmp_path / side / f'b_{side}.json')
+  with pytest.raises(errors.DataError) as e:
+    leaf.load(tmp_path)
+  other = 'train' if missing == 'test' else 'test'
+  assert str(e.value) == (
+      f'{tmp_path / "train"} and {tmp_path / "test"}: 4 of 12 users are on one side only (e.g. '
+      f"{users[8]!r}, in {tmp_path / other} only); LEAF's split writes every user to both, so a "
+      'file is missing or from another split')
