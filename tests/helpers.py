@@ -4,6 +4,7 @@ import contextlib
 import io
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -34,6 +35,12 @@ PRODUCT_LEVEL = {'xla_backend_optimization_level': 3}
 def as_runs_compile(options: dict | None) -> dict:
   """``jax.jit``'s ``compiler_options`` ``options`` at XLA's default LLVM level."""
   return {**(options or {}), **PRODUCT_LEVEL}
+
+
+def as_runs_environment() -> dict:
+  """``os.environ`` for a child process whose programs compile at XLA's default LLVM level."""
+  flags = re.sub(r'--xla_backend_optimization_level=\S*', '', os.environ.get('XLA_FLAGS', ''))
+  return {**os.environ, 'XLA_FLAGS': ' '.join(flags.split())}
 
 
 def small_pool():
@@ -70,9 +77,11 @@ def with_guesses(alg, guesses):
   return alg._replace(client_guesses=lambda budgets, max_budget: counts)
 
 
-def run(alg, data, c, params, chunk_size, seed=0, round_idx=3, static_steps=None):
+def run(alg, data, c, params, chunk_size, seed=0, round_idx=3, static_steps=None,
+        compiler_options=None):
   """One engine round from ``params``; returns ``(server_state, metrics)``."""
-  rf = build_round(alg, chunk_size=chunk_size, static_steps=static_steps)
+  rf = build_round(alg, chunk_size=chunk_size, static_steps=static_steps,
+                   compiler_options=compiler_options)
   return rf(alg.server_init(params), c, data, keys.root_key(seed), jnp.int32(round_idx))
 
 

@@ -299,6 +299,8 @@ def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
       p.status[i] = 'resume'
     elif p.status[i] == 'new':
       workdir_lib.start(w, record)
+    elif p.status[i] == 'resume':   # an earlier version's record gains the data's digest
+      workdir_lib.record_data(w, record)
   if p.grid is None:
     for note in p.notes:   # a grid sizes its own chunks
       print(f'note: {note}', file=out)

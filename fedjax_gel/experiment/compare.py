@@ -99,8 +99,8 @@ def check_comparable(configs: list[Config], run_dirs: list[str]):
   for w, d in recorded[1:]:
     if d != recorded[0][1]:
       raise ConfigError(f'the runs were trained on different data under the same flags '
-                        f'({workdir_lib.DATA_FIELD} {str(recorded[0][1])[:12]}... in '
-                        f'{recorded[0][0]}, {str(d)[:12]}... in {w}); a report compares runs '
+                        f'({workdir_lib.DATA_FIELD} {str(recorded[0][1])[:12]!r} in '
+                        f'{recorded[0][0]}, {str(d)[:12]!r} in {w}); a report compares runs '
                         'of the same data, model and target')
 
 

@@ -139,14 +139,26 @@ def check_data(workdir: str, c: Config, data_sha256: str):
   """The run in ``workdir`` (one ``run_status`` found of ``c``'s configuration) was trained on
   the data of digest ``data_sha256``, else a ConfigError naming the data's flag. A run whose
   ``config.json`` records no digest (an earlier version) is taken as it is."""
-  saved = read_json(os.path.join(workdir, 'config.json')).get(DATA_FIELD)
+  file = os.path.join(workdir, 'config.json')
+  saved = read_json(file).get(DATA_FIELD)
   if saved is None or saved == data_sha256:
     return
+  if not isinstance(saved, str):
+    raise ConfigError(f'{file}: its {DATA_FIELD} is not a digest (edited?); choose another '
+                      '--workdir or pass --overwrite')
   d = c.data
   flag = f'--data_path={d.data_path}' if d.data_path else f'--dataset={d.dataset}'
   raise ConfigError(f'{flag}: the run in {workdir} was trained on other data than these '
-                    f'(its config.json records {DATA_FIELD} {str(saved)[:12]}..., the data now '
-                    f'{data_sha256[:12]}...); choose another --workdir or pass --overwrite')
+                    f'(its config.json records {DATA_FIELD} {saved[:12]!r}, the data now '
+                    f'{data_sha256[:12]!r}); choose another --workdir or pass --overwrite')
+
+
+def record_data(workdir: str, config: dict):
+  """A run of an earlier version, resumed: its ``config.json`` is rewritten as ``config``
+  (``config_json``, whose fields it holds) to record the data's digest; else left as it is."""
+  file = os.path.join(workdir, 'config.json')
+  if cluster.writes() and DATA_FIELD not in read_json(file):
+    write_json(file, config)
 
 
 def unread(c: Config) -> tuple[str, ...]:

@@ -3,6 +3,8 @@ import subprocess
 import sys
 import textwrap
 
+import helpers
+
 # Builds the batched program of 2 runs of the Shakespeare LSTM (seeds i, i + 1), initialises
 # them 4 times and checks each run's state against that run initialised alone. A vmapped
 # initialisation of this model deadlocked XLA's CPU runtime on most tries (JAX 0.10.2): the
@@ -27,7 +29,8 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_batched_lstm_init_finishes_and_equals_each_run_alone():
+  # two programs compared to the bit: compiled as runs compile, not as the suite does
   done = subprocess.run([sys.executable, '-c', SCRIPT], capture_output=True, text=True,
-                        timeout=120)
+                        timeout=120, env=helpers.as_runs_environment())
   assert done.returncode == 0, done.stderr[-2000:]
   assert 'initialised' in done.stdout

@@ -94,7 +94,7 @@ def test_runs_on_other_data_under_the_same_flags(made, leaf_writer, tmp_path):
   leaf_writer(data, seed=1)
   api.run(c.replace(seed=1), str(tmp_path / 'b'), out=io.StringIO(), err=io.StringIO())
   with pytest.raises(ConfigError, match=r'the runs were trained on different data under the '
-                     r'same flags \(data_sha256 \w{12}\.\.\. in .*a, \w{12}\.\.\. in .*b\)'):
+                     r"same flags \(data_sha256 '\w{12}' in .*a, '\w{12}' in .*b\)"):
     compare.compare([str(tmp_path / 'a'), str(tmp_path / 'b')], str(tmp_path / 'r'))
   assert not (tmp_path / 'r').exists()
   (tmp_path / 'b' / 'config.json').write_text('[1, 2]')

@@ -443,14 +443,38 @@ def test_a_run_is_not_continued_on_other_data(on_own_data, leaf_writer, tmp_path
   assert snapshot(workdir) == before
 
 
-def test_a_run_recorded_without_its_datas_digest_is_extended_and_then_records_it(
-    on_own_data, tmp_path):
-  """A config.json of an earlier version (no data_sha256) is taken as it is; extended, the run's
-  config.json records the digest of the data it goes on with."""
+@pytest.mark.parametrize('status', ['extended', 'resumed'])
+def test_a_run_recorded_without_its_datas_digest_goes_on_and_then_records_it(
+    on_own_data, tmp_path, status):
+  """A config.json of an earlier version (no data_sha256) is taken as it is; extended or
+  resumed, the run's config.json records the digest of the data it goes on with."""
   c, _, workdir = copied(on_own_data, tmp_path)
   config = json.loads((workdir / 'config.json').read_text())
   digest = config.pop('data_sha256')
   (workdir / 'config.json').write_text(json.dumps(config))
-  assert api.run(c.replace(num_rounds=6), str(workdir), out=io.StringIO(),
-                 err=io.StringIO())[0]['rounds'] == 6
-  assert json.loads((workdir / 'config.json').read_text())['data_sha256'] == digest
+  if status == 'resumed':
+    (workdir / 'summary.json').unlink()
+  rounds = 6 if status == 'extended' else 4
+  assert api.run(c.replace(num_rounds=rounds), str(workdir), out=io.StringIO(),
+                 err=io.StringIO())[0]['rounds'] == rounds
+  assert json.loads((workdir / 'config.json').read_text()) == {**config, 'data_sha256': digest,
+                                                               'run': {**config['run'],
+                                                                       'num_rounds': rounds}}
+
+
+@pytest.mark.parametrize('value,error', [
+    (5, 'config.json: its data_sha256 is not a digest (edited?)'),
+    (['a'], 'config.json: its data_sha256 is not a digest (edited?)'),
+    ('ab\ncd', "was trained on other data than these (its config.json records data_sha256 "
+                "'ab\\ncd', the data now '"),
+])
+def test_a_data_digest_edited_into_another_value_is_one_line(on_own_data, tmp_path, value,
+                                                             error):
+  c, _, workdir = copied(on_own_data, tmp_path)
+  config = json.loads((workdir / 'config.json').read_text())
+  (workdir / 'config.json').write_text(json.dumps({**config, 'data_sha256': value}))
+  before = snapshot(workdir)
+  with pytest.raises(config_lib.ConfigError) as e:
+    api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
+  assert error in str(e.value) and '\n' not in str(e.value), str(e.value)
+  assert snapshot(workdir) == before
