@@ -219,7 +219,7 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
       grid_lib.check_grid(x, exp)
       planning.check_runs_fit(exp, len(grid[0]) * len(grid[1]), '--server_lr_grid')
     if st != 'new':   # a run on other data is not resumed, extended or taken as done
-      workdir_lib.check_data(w, x, base.data_sha256)
+      workdir_lib.check_inputs(w, x, workdir_lib.input_digests(base))
     if st in ('resume', 'extend'):
       notes += workdir_lib.check_resume(w, checkpoint_target(exp, 1 if grid is None else
                                                              len(grid[0]) * len(grid[1])))
@@ -292,7 +292,7 @@ def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
       files.remove_temporaries(w)
       files.remove_temporaries(os.path.join(w, 'plots'))
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
-    record = workdir_lib.config_json(x, p.base.data_sha256,
+    record = workdir_lib.config_json(x, workdir_lib.input_digests(p.base),
                                      None if p.grid is None else grid_lib.grid_fields(*p.grid))
     if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
       workdir_lib.extend(w, record)
@@ -300,7 +300,7 @@ def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
     elif p.status[i] == 'new':
       workdir_lib.start(w, record)
     elif p.status[i] == 'resume':   # an earlier version's record gains the data's digest
-      workdir_lib.record_data(w, record)
+      workdir_lib.record_inputs(w, record)
   if p.grid is None:
     for note in p.notes:   # a grid sizes its own chunks
       print(f'note: {note}', file=out)
@@ -386,7 +386,7 @@ def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
   if not resume:
     for x, w in zip(configs, workdirs):
       workdir_lib.make_workdir(w)
-      workdir_lib.start(w, workdir_lib.config_json(x, exp.data_sha256))
+      workdir_lib.start(w, workdir_lib.config_json(x, workdir_lib.input_digests(exp)))
   first = configs[0]
   seeds = list(dict.fromkeys(x.run.seed for x in configs))
   label = f'{first.run_name}, seed{"s" if len(seeds) > 1 else ""} {", ".join(map(str, seeds))}'

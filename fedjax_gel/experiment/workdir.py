@@ -20,6 +20,8 @@ import os
 import shutil
 from typing import Optional
 
+import numpy as np
+
 from fedjax_gel.core import spec as spec_lib
 from fedjax_gel.experiment import checkpoint, cluster, files, report
 from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, json_extras
@@ -105,7 +107,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     raise unreadable from None
   now = json.loads(json.dumps({**c.flags(), **(extra or {})}))
   before = json.loads(json.dumps(before))
-  ignore = ('checkpoint_every', 'tensorboard', DATA_FIELD) + unread(c)   # data: check_data
+  ignore = ('checkpoint_every', 'tensorboard', *INPUT_FIELDS) + unread(c)   # check_inputs'
   differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
   if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
       now['num_rounds'] > before['num_rounds']):
@@ -125,39 +127,61 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   return 'resume'   # its checkpoints are read by check_resume
 
 
-# The field of a run's config.json that records its data (``federated_data.digest``).
+# The fields of a run's config.json that record the digests of its inputs (SHA-256): the data
+# (``federated_data.digest`` of the pools as loaded) and, with --budget_draw=per_client, the
+# clients' budgets as read; each with what it names.
 DATA_FIELD = 'data_sha256'
+INPUT_FIELDS = {DATA_FIELD: 'data', 'client_budgets_sha256': 'client budgets'}
 
 
-def config_json(c: Config, data_sha256: str, extra: dict | None = None) -> dict:
-  """A run's ``config.json``: ``c``'s sections, the ``extra`` fields (a grid's) and the digest of
-  the data it trains on."""
-  return {**c.to_json(), **(extra or {}), DATA_FIELD: data_sha256}
+def input_digests(exp) -> dict:
+  """The digests of a prepared experiment's inputs (``INPUT_FIELDS``): its data
+  (``exp.data_sha256``), and its clients' budgets where it read them (``exp.client_budgets``)."""
+  digests = {DATA_FIELD: exp.data_sha256}
+  if exp.client_budgets is not None:
+    digests['client_budgets_sha256'] = hashlib.sha256(
+        np.ascontiguousarray(exp.client_budgets, np.int32).tobytes()).hexdigest()
+  return digests
 
 
-def check_data(workdir: str, c: Config, data_sha256: str):
+def config_json(c: Config, digests: dict, extra: dict | None = None) -> dict:
+  """A run's ``config.json``: ``c``'s sections, the ``extra`` fields (a grid's) and the
+  ``digests`` of its inputs (``input_digests``)."""
+  return {**c.to_json(), **(extra or {}), **digests}
+
+
+def input_flag(c: Config, field: str) -> str:
+  """The flag that names the input whose digest is ``field``."""
+  if field == DATA_FIELD:
+    d = c.data
+    return f'--data_path={d.data_path}' if d.data_path else f'--dataset={d.dataset}'
+  return f'--client_budgets={c.cohort.client_budgets}'
+
+
+def check_inputs(workdir: str, c: Config, digests: dict):
   """The run in ``workdir`` (one ``run_status`` found of ``c``'s configuration) was trained on
-  the data of digest ``data_sha256``, else a ConfigError naming the data's flag. A run whose
-  ``config.json`` records no digest (an earlier version) is taken as it is."""
+  the inputs of these ``digests``, else a ConfigError naming the first input's flag. A digest
+  its ``config.json`` does not record (an earlier version) is taken as it is."""
   file = os.path.join(workdir, 'config.json')
-  saved = read_json(file).get(DATA_FIELD)
-  if saved is None or saved == data_sha256:
-    return
-  if not isinstance(saved, str):
-    raise ConfigError(f'{file}: its {DATA_FIELD} is not a digest (edited?); choose another '
-                      '--workdir or pass --overwrite')
-  d = c.data
-  flag = f'--data_path={d.data_path}' if d.data_path else f'--dataset={d.dataset}'
-  raise ConfigError(f'{flag}: the run in {workdir} was trained on other data than these '
-                    f'(its config.json records {DATA_FIELD} {saved[:12]!r}, the data now '
-                    f'{data_sha256[:12]!r}); choose another --workdir or pass --overwrite')
+  saved = read_json(file)
+  for field, digest in digests.items():
+    before = saved.get(field)
+    if before is None or before == digest:
+      continue
+    if not isinstance(before, str):
+      raise ConfigError(f'{file}: its {field} is not a digest (edited?); choose another '
+                        '--workdir or pass --overwrite')
+    what = INPUT_FIELDS[field]
+    raise ConfigError(f'{input_flag(c, field)}: the run in {workdir} was trained on other {what} '
+                      f'than these (its config.json records {field} {before[:12]!r}, the {what} '
+                      f'now {digest[:12]!r}); choose another --workdir or pass --overwrite')
 
 
-def record_data(workdir: str, config: dict):
+def record_inputs(workdir: str, config: dict):
   """A run of an earlier version, resumed: its ``config.json`` is rewritten as ``config``
-  (``config_json``, whose fields it holds) to record the data's digest; else left as it is."""
+  (``config_json``, whose fields it holds) to record its inputs' digests; else left as it is."""
   file = os.path.join(workdir, 'config.json')
-  if cluster.writes() and DATA_FIELD not in read_json(file):
+  if cluster.writes() and any(k in config and k not in read_json(file) for k in INPUT_FIELDS):
     write_json(file, config)
 
 

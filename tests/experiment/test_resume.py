@@ -478,3 +478,27 @@ def test_a_data_digest_edited_into_another_value_is_one_line(on_own_data, tmp_pa
     api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
   assert error in str(e.value) and '\n' not in str(e.value), str(e.value)
   assert snapshot(workdir) == before
+
+
+def test_a_run_is_not_continued_with_other_client_budgets(on_own_data, tmp_path):
+  """--budget_draw=per_client: the budgets file rewritten with other budgets under the same path
+  stops the run's extension in one line naming --client_budgets; the same budgets written as
+  an object {client name: budget} instead of a list are the same budgets."""
+  c, _, _ = copied(on_own_data, tmp_path)
+  budgets = tmp_path / 'budgets.json'
+  budgets.write_text(json.dumps([1, 2, 3, 1, 2, 3, 1, 2]))
+  c = c.replace(budget_draw='per_client', client_budgets=str(budgets), num_rounds=2)
+  workdir = tmp_path / 'per_client'
+  api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
+  recorded = json.loads((workdir / 'config.json').read_text())['client_budgets_sha256']
+  budgets.write_text(json.dumps({f'u{i}': b for i, b in enumerate([1, 2, 3, 1, 2, 3, 1, 2])}))
+  assert api.run(c.replace(num_rounds=4), str(workdir), out=io.StringIO(),
+                 err=io.StringIO())[0]['rounds'] == 4
+  assert json.loads((workdir / 'config.json').read_text())['client_budgets_sha256'] == recorded
+  budgets.write_text(json.dumps([3, 2, 1, 1, 2, 3, 1, 2]))
+  before = snapshot(workdir)
+  with pytest.raises(config_lib.ConfigError) as e:
+    api.run(c.replace(num_rounds=6), str(workdir), out=io.StringIO(), err=io.StringIO())
+  assert str(e.value).startswith(f'--client_budgets={budgets}: the run in {workdir} was trained '
+                                 'on other client budgets than these'), str(e.value)
+  assert snapshot(workdir) == before
