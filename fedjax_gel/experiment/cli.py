@@ -202,7 +202,11 @@ def check_flagfile(path: str, including: tuple = ()) -> list[tuple[str, int, str
     with open(path, 'rb') as f:
       data = f.read(FLAGFILE_BYTES + 1)
   except OSError as e:
-    raise ConfigError(f'--flagfile={path}{where}: cannot be read ({e.strerror})') from None
+    hint = ''
+    if including and not os.path.isabs(path):   # absl's rule, which users may not expect
+      hint = (f'; a flag file\'s --flagfile is read from the current directory '
+              f'({os.getcwd()}), not from the including file\'s folder')
+    raise ConfigError(f'--flagfile={path}{where}: cannot be read ({e.strerror}){hint}') from None
   if len(data) > FLAGFILE_BYTES:
     raise ConfigError(f'--flagfile={path}{where}: larger than a flag file can be (over '
                       f'{FLAGFILE_BYTES >> 20} MiB)')
@@ -354,12 +358,13 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   try:
     compilation_cache.enable(values.compilation_cache)
   except OSError as e:
+    why = ('a file, not a folder' if os.path.isfile(values.compilation_cache) else
+           e.strerror or e)
     if values['compilation_cache'].present:
-      why = ('a file, not a folder' if os.path.isfile(values.compilation_cache) else
-             e.strerror or e)
       return fail(f'--compilation_cache={values.compilation_cache}: cannot use it as the '
                   f'compilation cache ({why})')
-    print(f'note: no compilation cache ({e.strerror or e}); every program is compiled afresh')
+    print(f'note: no compilation cache in {values.compilation_cache} ({why}); every program is '
+          'compiled afresh')
   from fedjax_gel.data.errors import DataError  # pylint: disable=g-import-not-at-top
   phases = api.loop_lib.Phases(imports=time.perf_counter() - start if start else 0.)
   stops = api.loop_lib.STOP_REQUESTS

@@ -253,6 +253,29 @@ def _is_masked(x) -> bool:
   return isinstance(x, optax.MaskedNode)
 
 
+def check_last_in_chains(opt_state) -> None:
+  """Raises ``ValueError`` when a GeL state is followed by another transformation in an
+  ``optax.chain`` (whose state is a plain tuple): the guessed steps are the GeL transformation's
+  own updates, which a later transformation of the chain (e.g. ``optax.scale(-lr)`` after
+  ``guessing(optax.scale_by_adam())``) would change but never sees, so the guesses would have
+  the wrong scale or sign. Chains inside ``guessing``'s inner optimiser are its own."""
+  if is_guess_state(opt_state):
+    return
+  if type(opt_state) is tuple:   # pylint: disable=unidiomatic-typecheck
+    holders = [i for i, x in enumerate(opt_state) if has_guess_state(x)]
+    if holders and holders[-1] < len(opt_state) - 1:
+      later = ', '.join(type(x).__name__ for x in opt_state[holders[-1] + 1:])
+      raise ValueError(
+          'guess: a GeL transformation (gel_sgdm or guessing) must be the last of its '
+          f'optax.chain, whose later transformations ({later}) would change its updates but '
+          'not its guessed steps; put them inside it, e.g. guessing(optax.chain('
+          'optax.scale_by_adam(), optax.scale(-lr))) or guessing(optax.adam(lr))')
+  children = (opt_state.values() if isinstance(opt_state, dict) else
+              opt_state if isinstance(opt_state, (tuple, list)) else ())
+  for child in children:
+    check_last_in_chains(child)
+
+
 def guess(opt_state, params, count):
   """Takes ``count`` guessed steps with every GeL state inside ``opt_state``.
 
@@ -269,6 +292,8 @@ def guess(opt_state, params, count):
 
   Raises:
     NoGuessStateError: ``opt_state`` holds no GeL state.
+    ValueError: a GeL state is followed by another transformation in an ``optax.chain``
+      (``check_last_in_chains``).
   """
   if params is None:
     raise ValueError('guess: pass the current params (the guessed steps start from them)')
@@ -281,6 +306,7 @@ def guess(opt_state, params, count):
         'guess: the optimiser state holds no GeL state (gel_sgdm or guessing); found '
         f'{", ".join(kinds) or "nothing"}. Build the client optimiser with '
         'fedjax_gel.optim.gel_sgdm(...) or fedjax_gel.optim.guessing(optax_optimizer)')
+  check_last_in_chains(opt_state)
   total = optax.tree_utils.tree_zeros_like(params)
   for i in found:
     gel_state = leaves[i]

@@ -161,3 +161,24 @@ def test_infinite_count_runs_the_guess_loop_to_its_limit():
   y, state = run_steps(last, tree(1), [tree(2)])
   u, _ = jax.jit(guess)(state, y, jnp.inf)
   assert all(np.isnan(leaf).all() for leaf in jax.tree_util.tree_leaves(u))
+
+
+def test_a_transformation_after_the_gel_one_in_a_chain_is_refused():
+  """``chain(guessing(scale_by_adam()), scale(-lr))`` steps like ``guessing(adam(lr))`` but its
+  guesses would skip the scale (wrong sign and size): ``guess`` refuses it, naming the fix. The
+  scale inside ``guessing``, or a transformation before the GeL one, is fine."""
+  params, grads = tree(0), [tree(1), tree(2)]
+  after = optax.chain(guessing(optax.scale_by_adam()), optax.scale(-LR))
+  _, state = run_steps(after, params, grads)
+  with pytest.raises(ValueError, match=r'must be the last of its optax\.chain, whose later '
+                     r'transformations \(EmptyState\)'):
+    guess(state, params, 2.)
+  inside = guessing(optax.chain(optax.scale_by_adam(), optax.scale(-LR)))
+  _, state = run_steps(inside, params, grads)
+  _, ref_state = run_steps(guessing(optax.adam(LR)), params, grads)
+  close(guess(state, params, 2.)[0], guess(ref_state, params, 2.)[0])
+  before = optax.chain(optax.clip_by_global_norm(1.), gel_sgdm(LR, ALPHA))
+  _, state = run_steps(before, params, grads)
+  _, ref_state = run_steps(gel_sgdm(LR, ALPHA), params,
+                           [optax.clip_by_global_norm(1.).update(g, None)[0] for g in grads])
+  close(guess(state, params, 3.)[0], guess(ref_state, params, 3.)[0])
