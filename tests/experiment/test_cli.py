@@ -194,7 +194,8 @@ BAD_INPUT = [
     ('--flagfile={bare_include}', '--flagfile={bare_include} line 1',
      '--flagfile needs a file name'),
     ('--flagfile={includes_missing}', '--flagfile=no_such.flags (included by '
-     '{includes_missing})', 'cannot be read'),
+     '{includes_missing})', 'cannot be read', "a flag file's --flagfile is read from the current "
+     'directory'),
     ('--flagfile={huge}', '--flagfile={huge}', 'larger than a flag file can be'),
     ('--flagfile=/dev/zero', '--flagfile=/dev/zero', 'larger than a flag file can be'),
     ('--flagfile={dir}', 'a directory, not a flag file'),
@@ -307,6 +308,15 @@ def test_compilation_cache_is_filled_once_and_changes_no_result(paths, tmp_path)
   assert_one_line_error(process(*common, f'--workdir={tmp_path / "c"}',
                             f'--compilation_cache={not_a_folder}'), '--compilation_cache')
   assert not (tmp_path / 'c').exists()
+  # the same folder from the environment, not asked for by a flag: the run goes on without it
+  unasked = subprocess.run(
+      [sys.executable, 'launch/run.py', *common[:-1], f'--workdir={tmp_path / "d"}'], cwd=REPO,
+      text=True, capture_output=True, check=False,
+      env={**os.environ, 'FEDJAX_GEL_COMPILATION_CACHE': str(not_a_folder)})
+  assert unasked.returncode == 0, unasked.stderr
+  assert (f'note: no compilation cache in {not_a_folder} (a file, not a folder); every program '
+          'is compiled afresh') in unasked.stdout.splitlines()
+  assert metrics(tmp_path / 'd') == metrics(tmp_path / 'a')
 
 
 def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
