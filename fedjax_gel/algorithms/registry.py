@@ -31,10 +31,15 @@ _SPECS: dict[str, AlgorithmSpec] = {}
 def register(spec: AlgorithmSpec) -> AlgorithmSpec:
   """Adds ``spec`` (returned, so that it can decorate an assignment).
 
-  Raises ``ValueError`` when its name is taken by another spec, or when one of its
+  Raises ``ValueError`` when its name is not an identifier (it is a value of ``--algorithm``,
+  whose commas separate names, and a run's folder name), when it is taken by another spec, or
+  when one of its
   hyper-parameters shares a name with another algorithm's but not its type, default or help
   (a name is one flag). A hyper-parameter named as a flag of the experiment's sections is
   refused when a config of the algorithm is made (``experiment.config.make``)."""
+  if not isinstance(spec.name, str) or not spec.name.isidentifier():
+    raise ValueError(f'register: an algorithm\'s name must be an identifier (a value of '
+                     f'--algorithm and a folder name), got {spec.name!r}')
   if _SPECS.get(spec.name, spec) is not spec:
     raise ValueError(f'an algorithm named {spec.name!r} is registered already')
   known = hparam_fields()

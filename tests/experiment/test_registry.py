@@ -107,6 +107,11 @@ def test_the_registry_refuses_a_second_spec_of_a_name_or_a_clashing_hyper_parame
   with pytest.raises(ValueError, match="'prox_mu' differs"):
     registry.register(AlgorithmSpec('clash', damped_fedavg, Clash))
   assert 'clash' not in registry.names()
+  # a name is a value of --algorithm (commas separate names) and a run's folder name
+  for name in ('../escape', 'a/b', '', 'a,b', 'fedavg ', 'my alg', 3):
+    with pytest.raises(ValueError, match="an algorithm's name must be an identifier"):
+      registry.register(dataclasses.replace(DAMPED, name=name))
+    assert name not in registry.names()
 
 
 def test_the_readme_table_is_the_registry_s():
