@@ -57,7 +57,7 @@ from fedjax_gel.core import federated_data, keys, small_dots, threefry
 from fedjax_gel.core import store as store_lib
 from fedjax_gel.core.devices import CLIENT_AXIS
 from fedjax_gel.core.federated_data import FederatedData, gather_rows
-from fedjax_gel.core.sampling import Cohort, check_budgets
+from fedjax_gel.core.sampling import Cohort, check_cohort
 from fedjax_gel.core.shuffle import data_order, examples_seen, minibatch_rows
 from fedjax_gel.core.spread import mean_pairwise_cosine_distance, model_spread
 
@@ -514,21 +514,21 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
 
 
 class RoundFunction:
-  """The jitted round; refuses a data pool still on the host, and a hand-made cohort's budgets
-  that its spec would not run as given (``sampling.check_budgets``), before jit sees them."""
+  """The jitted round; refuses a data pool still on the host, and a hand-made cohort that does
+  not fit its spec or the pool's population (``sampling.check_cohort``), before jit sees them."""
 
   def __init__(self, jitted, mesh=None):
     self.jitted, self.mesh = jitted, mesh
 
   def __call__(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
-    check_budgets(cohort)
     replicated = check_on_device(data, self.mesh)
+    check_cohort(cohort, data.num_clients)
     return self.jitted(server_state, cohort, data, root_key, round_idx, replicated=replicated)
 
   def lower(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
     """``jax.jit``'s ``lower`` (for ``.compile()``, memory and cost analyses)."""
-    check_budgets(cohort)
     replicated = check_on_device(data, self.mesh)
+    check_cohort(cohort, data.num_clients)
     return self.jitted.lower(server_state, cohort, data, root_key, round_idx,
                              replicated=replicated)
 

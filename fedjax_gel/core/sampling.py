@@ -130,12 +130,38 @@ class Cohort:
   spec: CohortSpec
 
 
-def check_budgets(cohort: Cohort):
-  """A hand-made cohort's budgets on the host (NumPy) against its spec, as the round receives
-  it (``core.round``): each in ``[0, max_budget]``, and all ``b`` where the spec's budgets are
-  equal (the round then reads none of them); else a ValueError. Arrays on the device or traced
-  are not checked (that would wait on the device; the sampler's are right by construction)."""
-  budgets, spec = cohort.budgets, cohort.spec
+def check_cohort(cohort: Cohort, num_clients: int):
+  """A hand-made cohort as the round receives it (``core.round``), against its spec and a
+  population of ``num_clients``; else a ValueError (a TypeError for arrays of the wrong kind).
+
+  Any arrays: ``client_ids``, ``budgets`` and ``weights`` are arrays (NumPy or JAX) of one axis
+  and one length, ids and budgets of integers, weights of floats. On the host (NumPy) also their
+  values: ids in ``[0, num_clients)`` (the round would take another client's rows), budgets in
+  ``[0, max_budget]`` and all ``b`` where the spec's budgets are equal (the round then reads none
+  of them), weights finite and non-negative. Values on the device or traced are not checked
+  (that would wait on the device; the sampler's are right by construction)."""
+  arrays = {'client_ids': cohort.client_ids, 'budgets': cohort.budgets,
+            'weights': cohort.weights}
+  for name, x in arrays.items():
+    if not hasattr(x, 'shape') or not hasattr(x, 'dtype'):
+      raise TypeError(f'Cohort: {name} must be an array (NumPy or JAX), got '
+                      f'{type(x).__name__}')
+    kind = jnp.floating if name == 'weights' else jnp.integer
+    if not jnp.issubdtype(x.dtype, kind):
+      raise TypeError(f'Cohort: {name} must hold {"floats" if name == "weights" else "integers"}'
+                      f', got {x.dtype}')
+  shapes = {name: tuple(x.shape) for name, x in arrays.items()}
+  if len(set(shapes.values())) > 1 or len(shapes['client_ids']) != 1:
+    raise ValueError(f'Cohort: client_ids, budgets and weights must be of one axis and one '
+                     f'length (got shapes {", ".join(f"{k} {v}" for k, v in shapes.items())})')
+  ids, budgets, weights, spec = (*arrays.values(), cohort.spec)
+  if isinstance(ids, np.ndarray) and ids.size and (ids.min() < 0 or ids.max() >= num_clients):
+    raise ValueError(f'Cohort: client_ids must lie in [0, {num_clients}) for a population of '
+                     f'{num_clients} clients (got {ids.min()} to {ids.max()})')
+  if isinstance(weights, np.ndarray) and weights.size and not (
+      np.isfinite(weights).all() and (weights >= 0).all()):
+    raise ValueError(f'Cohort: weights must be finite and non-negative (got {weights.min()} to '
+                     f'{weights.max()})')
   if not isinstance(budgets, np.ndarray) or not budgets.size:
     return
   a, b = spec.budget_range

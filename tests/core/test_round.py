@@ -280,11 +280,16 @@ def test_deal_gives_every_device_the_same_number_of_clients_sorted_by_budget():
 
 
 def test_the_round_refuses_hand_made_budgets_its_spec_would_not_run(data, model):
-  """Budgets beyond the spec's ``b`` (which the round would cut to ``b``) are a ValueError before
-  anything is traced."""
+  """Budgets beyond the spec's ``b`` (which the round would cut to ``b``), and client ids past
+  the population, are a ValueError before anything is traced."""
   alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.05))
   kind = type(cohort([1, 2], [1, 1]))
   bad = kind(np.array([1, 2], np.int32), np.array([1, TAU_MAX + 1], np.int32),
              np.ones(2, np.float32), CohortSpec(2, (1, TAU_MAX), B))
   with pytest.raises(ValueError, match=rf'budgets must lie in \[0, {TAU_MAX}\]'):
     run(alg, data, bad, init_params(model), chunk_size=2)
+  # an id past the population (the round would clamp it to the last client's rows)
+  past = kind(np.array([1, data.num_clients], np.int32), np.array([1, 1], np.int32),
+              np.ones(2, np.float32), CohortSpec(2, (1, TAU_MAX), B))
+  with pytest.raises(ValueError, match=rf'client_ids must lie in \[0, {data.num_clients}\)'):
+    run(alg, data, past, init_params(model), chunk_size=2)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedjax_gel.core import keys
-from fedjax_gel.core.sampling import (Cohort, CohortSpec, aggregation_weights, check_budgets,
+from fedjax_gel.core.sampling import (Cohort, CohortSpec, aggregation_weights, check_cohort,
                                       sample_budgets, sample_clients, sample_cohort)
 from fedjax_gel.core.shuffle import cycled_permutation, fisher_yates_draws, partial_fisher_yates
 
@@ -197,8 +197,8 @@ def test_cohort_spec_rejects_bad_fields(kwargs, match):
 ])
 def test_a_hand_made_cohort_with_budgets_its_spec_would_not_run_is_refused(budgets,
                                                                           budget_range, match):
-  make = lambda b: check_budgets(Cohort(np.arange(3, dtype=np.int32), np.asarray(b, np.int32),
-                                        np.ones(3, np.float32), CohortSpec(3, budget_range, 2)))
+  make = lambda b: check_cohort(Cohort(np.arange(3, dtype=np.int32), np.asarray(b, np.int32),
+                                       np.ones(3, np.float32), CohortSpec(3, budget_range, 2)), 3)
   with pytest.raises(ValueError, match=match):
     make(budgets)
   make([budget_range[1]] * 3)   # budgets it runs as given
@@ -222,3 +222,36 @@ def test_sample_cohort_with_a_spec_draws_the_documented_streams():
   ids, budgets = np.asarray(a.client_ids), np.asarray(a.budgets)
   assert ids.min() >= 0 and ids.max() < 40 and budgets.min() >= 2 and budgets.max() <= 9
   np.testing.assert_array_equal(a.weights, np.minimum(4 * budgets, np.asarray(counts)[ids]))
+
+
+SPEC3 = CohortSpec(3, (1, 4), 2)
+
+
+@pytest.mark.parametrize('ids,budgets,weights,error,match', [
+    (np.asarray([0, 1, 5]), None, None, ValueError, r'client_ids must lie in \[0, 5\) for a '
+     r'population of 5 clients \(got 0 to 5\)'),
+    (np.asarray([-1, 1, 2]), None, None, ValueError, r'client_ids must lie in \[0, 5\)'),
+    (None, None, np.asarray([1., -1., 1.]), ValueError, 'weights must be finite and non-negative'),
+    (None, None, np.asarray([1., np.nan, 1.]), ValueError, 'weights must be finite'),
+    (jnp.asarray([0, 1, 2, 3]), None, None, ValueError, r'one length \(got shapes client_ids '
+     r'\(4,\), budgets \(3,\), weights \(3,\)\)'),
+    (None, jnp.asarray([[1, 2, 3]]), None, ValueError, 'of one axis and one length'),
+    (None, jnp.asarray([1., 2., 3.]), None, TypeError, 'budgets must hold integers, got float32'),
+    (jnp.asarray([0., 1., 2.]), None, None, TypeError, 'client_ids must hold integers'),
+    (None, None, jnp.asarray([1, 1, 1]), TypeError, 'weights must hold floats, got int32'),
+    ([0, 1, 2], None, None, TypeError, 'client_ids must be an array .NumPy or JAX., got list'),
+], ids=['id_past_the_population', 'negative_id', 'negative_weight', 'nan_weight',
+        'lengths_differ', 'two_axes', 'float_budgets', 'float_ids', 'int_weights', 'list'])
+def test_a_hand_made_cohort_of_the_wrong_kind_is_refused(ids, budgets, weights, error, match):
+  """The arrays' kinds and shapes, whatever holds them, and on the host their values: the round
+  would otherwise take another client's rows (ids clamped) or invent a client (shapes)."""
+  fine = (np.arange(3, dtype=np.int32), np.asarray([1, 2, 4], np.int32),
+          np.ones(3, np.float32))
+  cohort = Cohort(*(fine[i] if x is None else x for i, x in enumerate((ids, budgets, weights))),
+                  SPEC3)
+  with pytest.raises(error, match=match):
+    check_cohort(cohort, 5)
+  check_cohort(Cohort(*fine, SPEC3), 5)
+  check_cohort(Cohort(*map(jnp.asarray, fine), SPEC3), 5)
+  check_cohort(Cohort(np.asarray([4, 4, 0], np.int32), fine[1],
+                      np.asarray([0., 2., 1.], jnp.bfloat16), SPEC3), 5)
