@@ -248,7 +248,6 @@ def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) 
   return jnp.asarray(w, jnp.float32)
 
 
-@functools.partial(jax.jit, static_argnames=('spec',))
 def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
                   client_budgets=None) -> Cohort:
   """The cohort of round ``round_idx`` under ``spec``.
@@ -257,9 +256,33 @@ def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
   per-client extras are the algorithm's, computed in the round). ``client_ids`` given (e.g. by
   ``selection.power_of_d``) replace the sampled clients; ``client_budgets`` (``[num_clients]``
   int, within ``budget_range``) are every client's units under ``budget_draw='per_client'``.
+  Given on the host (NumPy or lists), ids outside the population and budgets outside the range
+  are a ValueError (``client_budgets`` of another length, whatever holds them).
   """
   if not isinstance(spec, CohortSpec):
     raise TypeError(f'sample_cohort: spec must be a CohortSpec, got {type(spec).__name__}')
+  population = counts.shape[0]
+  if isinstance(client_ids, (np.ndarray, list, tuple)) and len(client_ids) and not (
+      0 <= np.min(client_ids) and np.max(client_ids) < population):
+    raise ValueError(f'sample_cohort: client_ids must lie in [0, {population}) for a population '
+                     f'of {population} clients (got {np.min(client_ids)} to '
+                     f'{np.max(client_ids)})')
+  if client_budgets is not None:
+    if np.shape(client_budgets) != (population,):
+      raise ValueError(f'sample_cohort: client_budgets must hold one budget per client, '
+                       f'[{population}] (got shape {np.shape(client_budgets)})')
+    a, b = spec.budget_range
+    if isinstance(client_budgets, (np.ndarray, list, tuple)) and not (
+        a <= np.min(client_budgets) and np.max(client_budgets) <= b):
+      raise ValueError(f'sample_cohort: client_budgets must lie within budget_range {(a, b)} '
+                       f'(got {np.min(client_budgets)} to {np.max(client_budgets)})')
+  return _drawn_cohort(root, round_idx, counts, spec, client_ids, client_budgets)
+
+
+@functools.partial(jax.jit, static_argnames=('spec',))
+def _drawn_cohort(root, round_idx, counts, spec: CohortSpec, client_ids, client_budgets
+                  ) -> Cohort:
+  """``sample_cohort``'s draw, compiled."""
   cohort_key = keys.round_key(root, round_idx, keys.COHORT)
   if client_ids is not None:
     ids = jnp.asarray(client_ids, jnp.int32)

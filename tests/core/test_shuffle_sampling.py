@@ -255,3 +255,20 @@ def test_a_hand_made_cohort_of_the_wrong_kind_is_refused(ids, budgets, weights, 
   check_cohort(Cohort(*map(jnp.asarray, fine), SPEC3), 5)
   check_cohort(Cohort(np.asarray([4, 4, 0], np.int32), fine[1],
                       np.asarray([0., 2., 1.], jnp.bfloat16), SPEC3), 5)
+
+
+def test_sample_cohort_refuses_ids_and_budgets_that_do_not_fit():
+  """Host ids outside the population and per-client budgets outside the range or of another
+  length (the sampler would clamp the ids and clip the budgets)."""
+  counts = jnp.full(5, 10, jnp.int32)
+  spec = CohortSpec(3, (2, 4), 2, budget_draw='per_client')
+  root = keys.root_key(0)
+  with pytest.raises(ValueError, match=r'client_ids must lie in \[0, 5\) .* \(got 0 to 7\)'):
+    sample_cohort(root, 0, counts, spec, client_ids=np.asarray([0, 1, 7]),
+                  client_budgets=np.full(5, 3))
+  with pytest.raises(ValueError, match=r'client_budgets must lie within budget_range \(2, 4\)'):
+    sample_cohort(root, 0, counts, spec, client_budgets=np.asarray([3, 3, 100, 3, 3]))
+  with pytest.raises(ValueError, match=r'one budget per client, \[5\] \(got shape \(1,\)\)'):
+    sample_cohort(root, 0, counts, spec, client_budgets=jnp.asarray([3]))
+  c = sample_cohort(root, 0, counts, spec, client_budgets=np.asarray([2, 3, 4, 2, 3]))
+  np.testing.assert_array_equal(c.budgets, np.asarray([2, 3, 4, 2, 3])[np.asarray(c.client_ids)])
