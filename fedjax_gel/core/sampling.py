@@ -17,6 +17,16 @@ BUDGET_UNITS = ('steps', 'epochs')
 BUDGET_DRAWS = ('uniform', 'proportional', 'per_client')
 
 
+def _integral(value) -> bool:
+  """Whether ``value`` is a whole number (an int, a NumPy integer or an integral float; not a
+  bool or a string): ``CohortSpec``'s counts, which it would otherwise truncate."""
+  if isinstance(value, (bool, np.bool_, str)):
+    return False
+  if hasattr(value, '__index__'):   # int, NumPy and JAX integers
+    return True
+  return isinstance(value, (float, np.floating)) and float(value).is_integer()
+
+
 @dataclasses.dataclass(frozen=True)
 class CohortSpec:
   """How a round's cohort is drawn: given once, read by the sampler and by the round.
@@ -66,16 +76,18 @@ class CohortSpec:
   max_examples: int = 0
 
   def __post_init__(self):
-    object.__setattr__(self, 'budget_range', tuple(int(b) for b in self.budget_range))
-    if len(self.budget_range) != 2:
-      raise ValueError(f'CohortSpec: budget_range must be (a, b), got {self.budget_range}')
+    given = self.budget_range
+    if not isinstance(given, (tuple, list)) or len(given) != 2 or not all(map(_integral, given)):
+      raise ValueError(f'CohortSpec: budget_range must be (a, b) of integers, got {given!r}')
+    object.__setattr__(self, 'budget_range', tuple(int(b) for b in given))
     a, b = self.budget_range
     if not 1 <= a <= b:
       raise ValueError(f'CohortSpec: budget_range (a, b) needs 1 <= a <= b, got ({a}, {b})')
     for name in ('cohort_size', 'batch_size', 'groups'):
-      if not int(getattr(self, name)) >= 1:
-        raise ValueError(f'CohortSpec: {name} must be a positive integer, got '
-                         f'{getattr(self, name)}')
+      value = getattr(self, name)
+      if not _integral(value) or not int(value) >= 1:
+        raise ValueError(f'CohortSpec: {name} must be a positive integer, got {value!r}')
+      object.__setattr__(self, name, int(value))
     if self.weighting not in WEIGHTINGS:
       raise ValueError(f'CohortSpec: unknown weighting {self.weighting!r}; known: '
                        f'{", ".join(WEIGHTINGS)}')

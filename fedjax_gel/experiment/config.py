@@ -69,6 +69,9 @@ def _known_weighting(name, value):
 
 
 def _budget_range(name, value):
+  if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(
+      isinstance(v, int) and not isinstance(v, bool) for v in value):
+    return f'--{name}: must be two integers a,b (got {value!r})'
   a, b = value
   if a < 1:
     return f'--{name}: the smallest budget must be at least 1 (got {a},{b})'

@@ -272,3 +272,20 @@ def test_sample_cohort_refuses_ids_and_budgets_that_do_not_fit():
     sample_cohort(root, 0, counts, spec, client_budgets=jnp.asarray([3]))
   c = sample_cohort(root, 0, counts, spec, client_budgets=np.asarray([2, 3, 4, 2, 3]))
   np.testing.assert_array_equal(c.budgets, np.asarray([2, 3, 4, 2, 3])[np.asarray(c.client_ids)])
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(budget_range=(2.7, 4.2)), r"budget_range must be \(a, b\) of integers, got \(2\.7, 4\.2\)"),
+    (dict(budget_range=(1, '4')), 'budget_range must be'),
+    (dict(budget_range=(1, 2, 3)), 'budget_range must be'),
+    (dict(cohort_size=2.5), 'cohort_size must be a positive integer, got 2.5'),
+    (dict(batch_size='3'), "batch_size must be a positive integer, got '3'"),
+    (dict(batch_size=True), 'batch_size must be a positive integer, got True'),
+])
+def test_a_spec_of_counts_that_are_not_whole_numbers_is_refused(kwargs, match):
+  """CohortSpec truncated them (budgets (2.7, 4.2) ran as (2, 4)) or failed deep in JAX."""
+  with pytest.raises(ValueError, match=match):
+    CohortSpec(**{**dict(cohort_size=3, budget_range=(1, 4), batch_size=2), **kwargs})
+  spec = CohortSpec(np.int64(3), (2., jnp.int32(4)), 2.)   # whole numbers of other types
+  assert (spec.cohort_size, spec.budget_range, spec.batch_size) == (3, (2, 4), 2)
+  assert all(type(v) is int for v in (spec.cohort_size, spec.batch_size, *spec.budget_range))

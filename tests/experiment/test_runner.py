@@ -222,6 +222,15 @@ def test_parse_budget_range_errors(text):
     config_lib.parse_budget_range(text)
 
 
+@pytest.mark.parametrize('value', [(2.5, 3.5), (2., 3.), (True, 3), ('2', 3), (2, 3, 4)])
+def test_a_budget_range_made_in_python_must_be_two_integers(value):
+  """``make(budget_range=...)``, as a notebook writes it, is validated before a run: (2.5, 3.5)
+  ran as (2, 3) while its config.json said 2.5, 3.5."""
+  with pytest.raises(ConfigError, match=r'--budget_range: must be two integers a,b'):
+    config_lib.validate(make(budget_range=value))
+  assert make(budget_range=[2, 3]).cohort.spec(np.asarray([4, 5])).budget_range == (2, 3)
+
+
 @pytest.mark.parametrize('changes, flag', [
     ({'dataset': 'nope'}, '--dataset'),
     ({'algorithm': 'nope'}, '--algorithm'),
