@@ -8,8 +8,11 @@ import sys
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog='python -m fedjax_gel.report',
-                                   description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(
+      prog='python -m fedjax_gel.report',
+      description=('One report.md with plots over finished runs made by separate commands. '
+                   'Exit status 2 with one line for directories without runs, damaged files '
+                   'or runs that cannot be compared.'))
   parser.add_argument('directories', nargs='+', metavar='DIR',
                       help='work directories of finished runs, seed groups or commands')
   parser.add_argument('--out', default='report',

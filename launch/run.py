@@ -1,11 +1,11 @@
-"""Runs federated experiments: ``python launch/run.py --flagfile=launch/configs/X.flags``.
+"""Runs federated experiments: python launch/run.py --flagfile=launch/configs/X.flags
 
-The flags are generated from ``fedjax_gel.experiment.Config``'s sections and the registered
-algorithms' hyper-parameters (``--helpfull`` lists them); the
-work is ``fedjax_gel.experiment.run`` (``fedjax_gel.experiment.cli``). Bad input (flags, flag
-files, data files, an occupied workdir) prints one line on stderr and exits with status 2 before
-anything is written; Ctrl-C (or SIGTERM) stops after the round under way with a checkpoint and
-exits with status 130; a full disk or another failed write is one line too.
+The flags are generated from fedjax_gel.experiment.Config's sections and the registered
+algorithms' hyper-parameters (--helpfull lists them); the work is fedjax_gel.experiment.run
+(fedjax_gel.experiment.cli). Bad input (flags, flag files, data files, an occupied workdir)
+prints one line on stderr and exits with status 2 before anything is written; Ctrl-C (or
+SIGTERM) stops after the round under way with a checkpoint and exits with status 130; a full
+disk or another failed write is one line too. (This text is the command's --help.)
 """
 import os
 import signal

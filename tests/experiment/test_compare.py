@@ -2,12 +2,17 @@
 report of one command over the same runs; runs that cannot be compared are one-line errors."""
 import io
 import json
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
 from fedjax_gel import report as report_cli
 from fedjax_gel.experiment import api, compare
 from fedjax_gel.experiment.config import ConfigError, make
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope='module')
@@ -100,3 +105,17 @@ def test_runs_on_other_data_under_the_same_flags(made, leaf_writer, tmp_path):
   (tmp_path / 'b' / 'config.json').write_text('[1, 2]')
   with pytest.raises(ConfigError, match=r'config\.json: not a fedjax_gel config'):
     compare.compare([str(tmp_path / 'b')], str(tmp_path / 'r'))
+
+
+def test_the_command_lines_help_is_plain_text(capsys):
+  """--help of both commands: their usage, without the docstrings' reST markup."""
+  with pytest.raises(SystemExit) as e:
+    report_cli.main(['--help'])
+  assert e.value.code == 0
+  text = capsys.readouterr().out
+  assert text.startswith('usage: python -m fedjax_gel.report') and '``' not in text
+  launcher = subprocess.run([sys.executable, 'launch/run.py', '--help'], cwd=REPO, text=True,
+                            capture_output=True, check=False)
+  assert launcher.returncode == 1, launcher.stderr   # absl's exit status for --help
+  assert launcher.stdout.startswith('Runs federated experiments: python launch/run.py '
+                                    '--flagfile=') and '``' not in launcher.stdout
