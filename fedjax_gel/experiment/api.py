@@ -24,6 +24,7 @@ import sys
 from typing import Sequence
 
 import jax
+import numpy as np
 
 from fedjax_gel.core import keys
 from fedjax_gel.core.spec import flag_name
@@ -49,6 +50,18 @@ class Sweep:
   # run per value for each algorithm that has it, the runs of one algorithm one program where
   # they fit; the report keeps each algorithm's best value, as with ``client_lrs``.
   hparam_grid: tuple = ()
+
+  def __post_init__(self):
+    for field in dataclasses.fields(self):
+      value = getattr(self, field.name)
+      if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+        raise ConfigError(f'Sweep: {field.name} must be a list or tuple, got {value!r}'
+                          + (f' (write [{value!r}])' if isinstance(value, str) else ''))
+    if self.hparam_grid and (len(self.hparam_grid) != 2 or isinstance(
+        self.hparam_grid[1], (str, bytes)) or not isinstance(self.hparam_grid[1], (
+            Sequence, np.ndarray)) or not len(self.hparam_grid[1])):
+      raise ConfigError(f'Sweep: hparam_grid must be (flag, values) with at least one value, '
+                        f'got {self.hparam_grid!r}')
 
 
 def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:

@@ -715,3 +715,17 @@ def test_flags_a_run_does_not_read_are_not_compared_with_an_earlier_record(tmp_p
                          make(algorithm='fedavgcm', server_lr=0.5).to_json())
   with pytest.raises(ConfigError, match='--server_lr=0.5 there, 1.0 now'):
     workdir_lib.run_status(str(tmp_path), make(algorithm='fedavgcm'), False)
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(algorithms='gel'), r"Sweep: algorithms must be a list or tuple, got 'gel' \(write \['gel'\]\)"),
+    (dict(seeds=3), 'Sweep: seeds must be a list or tuple, got 3'),
+    (dict(hparam_grid=('prox_mu', [])), r'hparam_grid must be \(flag, values\) with at least one'),
+    (dict(hparam_grid=('prox_mu', '0.1')), r'hparam_grid must be \(flag, values\)'),
+])
+def test_a_sweep_of_the_wrong_shape_is_one_line(kwargs, match):
+  """A string where a list goes ("unknown value 'g'" before), an empty grid (an IndexError)."""
+  with pytest.raises(ConfigError, match=match):
+    api.Sweep(**kwargs)
+  assert api.Sweep(seeds=np.arange(2), algorithms=('gel',),
+                   hparam_grid=('prox_mu', [0.1])).seeds.tolist() == [0, 1]
