@@ -142,6 +142,16 @@ class Cohort:
   spec: CohortSpec
 
 
+def check_ids(where: str, ids, num_clients: int):
+  """Client ids held on the host (NumPy, or a list) lie in ``[0, num_clients)``, else a
+  ValueError from ``where``: the round and the sampler would clamp them to the last client.
+  Arrays on the device or traced are not checked (that would wait on the device)."""
+  if isinstance(ids, (np.ndarray, list, tuple)) and len(ids) and not (
+      0 <= np.min(ids) and np.max(ids) < num_clients):
+    raise ValueError(f'{where}: client_ids must lie in [0, {num_clients}) for a population of '
+                     f'{num_clients} clients (got {np.min(ids)} to {np.max(ids)})')
+
+
 def check_cohort(cohort: Cohort, num_clients: int):
   """A hand-made cohort as the round receives it (``core.round``), against its spec and a
   population of ``num_clients``; else a ValueError (a TypeError for arrays of the wrong kind).
@@ -167,9 +177,7 @@ def check_cohort(cohort: Cohort, num_clients: int):
     raise ValueError(f'Cohort: client_ids, budgets and weights must be of one axis and one '
                      f'length (got shapes {", ".join(f"{k} {v}" for k, v in shapes.items())})')
   ids, budgets, weights, spec = (*arrays.values(), cohort.spec)
-  if isinstance(ids, np.ndarray) and ids.size and (ids.min() < 0 or ids.max() >= num_clients):
-    raise ValueError(f'Cohort: client_ids must lie in [0, {num_clients}) for a population of '
-                     f'{num_clients} clients (got {ids.min()} to {ids.max()})')
+  check_ids('Cohort', ids, num_clients)
   if isinstance(weights, np.ndarray) and weights.size and not (
       np.isfinite(weights).all() and (weights >= 0).all()):
     raise ValueError(f'Cohort: weights must be finite and non-negative (got {weights.min()} to '
@@ -274,11 +282,7 @@ def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
   if not isinstance(spec, CohortSpec):
     raise TypeError(f'sample_cohort: spec must be a CohortSpec, got {type(spec).__name__}')
   population = counts.shape[0]
-  if isinstance(client_ids, (np.ndarray, list, tuple)) and len(client_ids) and not (
-      0 <= np.min(client_ids) and np.max(client_ids) < population):
-    raise ValueError(f'sample_cohort: client_ids must lie in [0, {population}) for a population '
-                     f'of {population} clients (got {np.min(client_ids)} to '
-                     f'{np.max(client_ids)})')
+  check_ids('sample_cohort', client_ids, population)
   if client_budgets is not None:
     if np.shape(client_budgets) != (population,):
       raise ValueError(f'sample_cohort: client_budgets must hold one budget per client, '

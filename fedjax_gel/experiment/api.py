@@ -54,14 +54,14 @@ class Sweep:
   def __post_init__(self):
     for field in dataclasses.fields(self):
       value = getattr(self, field.name)
-      if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+      if not _listed(value):
         raise ConfigError(f'Sweep: {field.name} must be a list or tuple, got {value!r}'
                           + (f' (write [{value!r}])' if isinstance(value, str) else ''))
-    if self.hparam_grid and (len(self.hparam_grid) != 2 or isinstance(
-        self.hparam_grid[1], (str, bytes)) or not isinstance(self.hparam_grid[1], (
-            Sequence, np.ndarray)) or not len(self.hparam_grid[1])):
-      raise ConfigError(f'Sweep: hparam_grid must be (flag, values) with at least one value, '
-                        f'got {self.hparam_grid!r}')
+
+
+def _listed(value) -> bool:
+  """Whether ``value`` is a list, a tuple or an array (not a string, which is a sequence too)."""
+  return isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes))
 
 
 def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
@@ -131,6 +131,10 @@ def check_hparam_grid(sweep: Sweep, configs: list[Config]):
   distinct finite values, and no other grid beside it (ConfigError otherwise; ``tunable_flags``)."""
   if not sweep.hparam_grid:
     return
+  if len(sweep.hparam_grid) != 2 or not _listed(sweep.hparam_grid[1]) or not len(
+      sweep.hparam_grid[1]):
+    raise ConfigError(f'Sweep: hparam_grid must be (flag, values) with at least one value, '
+                      f'got {sweep.hparam_grid!r}')
   flag, values = sweep.hparam_grid
   if flag in ('client_lr', 'server_lr'):
     raise ConfigError(f'--hparam_grid={flag}: use --{flag}_grid')
@@ -225,6 +229,7 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
   with phases.time('data'):
     base = factories.prepare(configs[0], grid is not None)   # data, model, chunks: shared
   notes += base.notes
+  digests = workdir_lib.input_digests(base)
   for x, w, st in zip(configs, workdirs, status):   # algorithms, memory, checkpoints first
     exp = factories.with_config(base, x)
     notes += exp.notes
@@ -232,7 +237,7 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
       grid_lib.check_grid(x, exp)
       planning.check_runs_fit(exp, len(grid[0]) * len(grid[1]), '--server_lr_grid')
     if st != 'new':   # a run on other data is not resumed, extended or taken as done
-      workdir_lib.check_inputs(w, x, workdir_lib.input_digests(base))
+      workdir_lib.check_inputs(w, x, digests)
     if st in ('resume', 'extend'):
       notes += workdir_lib.check_resume(w, checkpoint_target(exp, 1 if grid is None else
                                                              len(grid[0]) * len(grid[1])))
@@ -304,9 +309,10 @@ def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
     for w in dict.fromkeys([workdir] + p.workdirs):   # a grid's heat map is in its run's plots/
       files.remove_temporaries(w)
       files.remove_temporaries(os.path.join(w, 'plots'))
+  digests = workdir_lib.input_digests(p.base)
+  extra = None if p.grid is None else grid_lib.grid_fields(*p.grid)
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
-    record = workdir_lib.config_json(x, workdir_lib.input_digests(p.base),
-                                     None if p.grid is None else grid_lib.grid_fields(*p.grid))
+    record = workdir_lib.config_json(x, digests, extra)
     if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
       workdir_lib.extend(w, record)
       p.status[i] = 'resume'
@@ -397,9 +403,10 @@ def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
   configs = list(configs or [exp.config])
   workdirs = [workdirs] if isinstance(workdirs, str) else list(workdirs)
   if not resume:
+    digests = workdir_lib.input_digests(exp)
     for x, w in zip(configs, workdirs):
       workdir_lib.make_workdir(w)
-      workdir_lib.start(w, workdir_lib.config_json(x, workdir_lib.input_digests(exp)))
+      workdir_lib.start(w, workdir_lib.config_json(x, digests))
   first = configs[0]
   seeds = list(dict.fromkeys(x.run.seed for x in configs))
   label = f'{first.run_name}, seed{"s" if len(seeds) > 1 else ""} {", ".join(map(str, seeds))}'

@@ -38,9 +38,10 @@ def find_runs(directory: str) -> list[str]:
   return found
 
 
-def load_run(run_dir: str) -> tuple[Config, dict, list[dict]]:
-  """``(config, summary, metric records)`` of a finished run; a ConfigError naming the file
-  that cannot be read."""
+def load_run(run_dir: str) -> tuple[Config, dict, list[dict], str | None]:
+  """``(config, summary, metric records, data digest)`` of a finished run (the digest its
+  ``config.json`` records, None before digests); a ConfigError naming the file that cannot be
+  read."""
   parts = {}
   for name in ('config.json', 'summary.json', 'metrics.jsonl'):
     path = os.path.join(run_dir, name)
@@ -74,7 +75,7 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict]]:
   if bad or not records:
     raise ConfigError(f'{os.path.join(run_dir, "metrics.jsonl")}: '
                       f'{"no records" if not records else "a record without " + str(fields)}')
-  return config, summary, records
+  return config, summary, records, parts['config.json'].get(workdir_lib.DATA_FIELD)
 
 
 def comparable_flags(c: Config) -> dict:
@@ -82,10 +83,10 @@ def comparable_flags(c: Config) -> dict:
   return {**config_lib.section_flags(c.data), 'model': c.model.name, 'target': c.run.target}
 
 
-def check_comparable(configs: list[Config], run_dirs: list[str]):
+def check_comparable(configs: list[Config], run_dirs: list[str], digests: list):
   """A ConfigError naming the first setting two runs do not share, with both values; then
-  one for runs whose data differ under the same flags (the digests their ``config.json``
-  records; a run of an earlier version records none)."""
+  one for runs whose data differ under the same flags (the ``digests`` their ``config.json``
+  records, ``load_run``'s; None for a run of an earlier version)."""
   first = comparable_flags(configs[0])
   for c, w in zip(configs[1:], run_dirs[1:]):
     for flag, value in comparable_flags(c).items():
@@ -93,9 +94,7 @@ def check_comparable(configs: list[Config], run_dirs: list[str]):
         raise ConfigError(f'the runs differ in --{flag}: {first[flag]!r} in {run_dirs[0]}, '
                           f'{value!r} in {w}; a report compares runs of the same data, model '
                           'and target')
-  digests = {w: workdir_lib.read_json(os.path.join(w, 'config.json')).get(
-      workdir_lib.DATA_FIELD) for w in run_dirs}
-  recorded = [(w, d) for w, d in digests.items() if d is not None]
+  recorded = [(w, d) for w, d in zip(run_dirs, digests) if d is not None]
   for w, d in recorded[1:]:
     if d != recorded[0][1]:
       raise ConfigError(f'the runs were trained on different data under the same flags '
@@ -124,16 +123,16 @@ def compare(directories: list[str], report_dir: str) -> str:
   ``directories``; returns a line saying what it did."""
   run_dirs = list(dict.fromkeys(w for d in directories for w in find_runs(d)))
   loaded = [load_run(w) for w in run_dirs]
-  configs = [c for c, _, _ in loaded]
-  check_comparable(configs, run_dirs)
+  configs = [c for c, *_ in loaded]
+  check_comparable(configs, run_dirs, [digest for *_, digest in loaded])
   seen = {}
-  for (_, summary, _), w in zip(loaded, run_dirs):
+  for (_, summary, *_), w in zip(loaded, run_dirs):
     key = run_key(summary)
     if key in seen:
       raise ConfigError(f'the same run twice ({summary.get("algorithm")}, seed '
                         f'{summary.get("seed")}): {seen[key]} and {w}; name one of them')
     seen[key] = w
-  results = [(summary, records) for _, summary, records in loaded]
+  results = [(summary, records) for _, summary, records, _ in loaded]
   os.makedirs(report_dir, exist_ok=True)
   _, plotted = outputs.write_runs_report(configs, run_dirs, results, tuned_flag(configs),
                                          report_dir)

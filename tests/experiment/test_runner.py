@@ -725,7 +725,7 @@ def test_flags_a_run_does_not_read_are_not_compared_with_an_earlier_record(tmp_p
 ])
 def test_a_sweep_of_the_wrong_shape_is_one_line(kwargs, match):
   """A string where a list goes ("unknown value 'g'" before), an empty grid (an IndexError)."""
-  with pytest.raises(ConfigError, match=match):
-    api.Sweep(**kwargs)
+  with pytest.raises(ConfigError, match=match):   # the grid's own shape: when it is expanded
+    api.expand(make(algorithm='fedprox'), api.Sweep(**kwargs))
   assert api.Sweep(seeds=np.arange(2), algorithms=('gel',),
                    hparam_grid=('prox_mu', [0.1])).seeds.tolist() == [0, 1]
