@@ -47,11 +47,21 @@ class FedVARPState(NamedTuple):
 
 
 def cluster_weights(memory_weights, clusters) -> np.ndarray:
-  """``q_c = sum_{j in c} q_j``; ``clusters=None`` leaves them per client."""
+  """``q_c = sum_{j in c} q_j``; ``clusters=None`` leaves them per client. ValueError for
+  weights that are not one finite, non-negative ``q_j`` per client summing to 1, or clusters
+  not one row per client."""
   q = np.asarray(memory_weights, np.float64)
+  if q.ndim != 1 or not len(q) or not (np.isfinite(q).all() and (q >= 0).all()) or abs(
+      q.sum() - 1) > 1e-4:
+    raise ValueError('fedvarp: memory_weights must be one finite, non-negative weight per '
+                     f'client summing to 1 (got shape {q.shape}, sum {q.sum() if q.size else 0})')
   if clusters is None:
     return q
-  return np.bincount(np.asarray(clusters), weights=q)
+  table = store.ByTable(clusters).table
+  if len(table) != len(q):
+    raise ValueError(f'fedvarp: clusters must give one cluster per client, {len(q)} '
+                     f'(got {len(table)})')
+  return np.bincount(table, weights=q)
 
 
 def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
@@ -69,11 +79,7 @@ def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
   """
   server_optimizer = server_optimizer or optax.sgd(1.0)
   weights = cluster_weights(memory_weights, clusters).astype(np.float32)
-  if clusters is None:
-    row_of = store.by_client
-  else:
-    table = np.asarray(clusters, np.int32)
-    row_of = lambda ids: jnp.asarray(table)[ids]
+  row_of = store.by_client if clusters is None else store.ByTable(clusters)
   base = local_sgd(loss_fn, optax.sgd(client_lr), name=name)
 
   def server_init(params):

@@ -55,7 +55,56 @@ def from_client_arrays(
   offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
   examples = {k: np.concatenate([np.asarray(c[k]) for c in clients]) for k in keys}
   names = tuple(client_names) if client_names is not None else tuple(str(i) for i in range(len(clients)))
-  return FederatedData(examples, offsets, counts, names)
+  return check_pool(FederatedData(examples, offsets, counts, names), 'from_client_arrays',
+                    text=True)
+
+
+# dtype kinds a feature may hold: booleans, integers, floats (not objects or dates); text
+# ('U', 'S') only in host pools that a dataset's task turns into numbers (LEAF's raw text)
+FEATURE_KINDS = 'biuf'
+TEXT_KINDS = 'US'
+
+
+def check_pool(data: FederatedData, where: str = 'FederatedData',
+               text: bool = False) -> FederatedData:
+  """``data`` itself if it is a well-formed pool, else a ValueError (TypeError for a value that
+  is not a ``FederatedData``) in one line starting with ``where``: at least one feature, each
+  an array of numbers or booleans (or strings: ``text``) with one row per example (the same leading length ``P``);
+  ``offsets`` and ``counts`` integer arrays of one axis and one entry per client (at least
+  one), counts and offsets non-negative, every client's rows within the pool
+  (``offsets + counts <= P``); client names none or one per client. Reads shapes and dtypes of
+  the features, and the values of ``offsets`` and ``counts`` only."""
+  if not isinstance(data, FederatedData):
+    raise TypeError(f'{where}: a pool must be a FederatedData, got {type(data).__name__}')
+  if not isinstance(data.examples, Mapping) or not data.examples:
+    raise ValueError(f'{where}: examples must be a dict of at least one feature array')
+  rows = {}
+  for name, v in data.examples.items():
+    dtype = np.dtype(v.dtype if hasattr(v, 'dtype') else np.asarray(v).dtype)
+    if not np.shape(v) or dtype.kind not in FEATURE_KINDS + (TEXT_KINDS if text else ''):
+      raise ValueError(f'{where}: feature {name!r} must be an array of numbers or booleans'
+                       f'{" or strings" if text else ""} with a leading axis of examples (got '
+                       f'{dtype}, shape {np.shape(v)})')
+    rows[name] = np.shape(v)[0]
+  if len(set(rows.values())) > 1:
+    raise ValueError(f'{where}: every feature needs one row per example, got rows '
+                     f'{", ".join(f"{k} {n}" for k, n in rows.items())}')
+  pool_rows = next(iter(rows.values()))
+  offsets, counts = np.asarray(data.offsets), np.asarray(data.counts)
+  if (offsets.ndim != 1 or offsets.shape != counts.shape or not len(counts) or not all(
+      np.issubdtype(a.dtype, np.integer) for a in (offsets, counts))):
+    raise ValueError(f'{where}: offsets and counts must be integer arrays of one entry per '
+                     f'client, at least one (got {offsets.dtype} {offsets.shape} and '
+                     f'{counts.dtype} {counts.shape})')
+  ends = offsets.astype(np.int64) + counts
+  if counts.min() < 0 or offsets.min() < 0 or ends.max() > pool_rows:
+    bad = int(np.argmax((counts < 0) | (offsets < 0) | (ends > pool_rows)))
+    raise ValueError(f'{where}: client {bad} owns rows {offsets[bad]}..{ends[bad] - 1}, outside '
+                     f'the pool\'s {pool_rows} rows (counts and offsets must be >= 0, '
+                     'offsets + counts <= rows)')
+  if data.client_names and len(data.client_names) != len(counts):
+    raise ValueError(f'{where}: {len(data.client_names)} client names for {len(counts)} clients')
+  return data
 
 
 def client_examples(data: FederatedData, i: int) -> dict:
@@ -81,9 +130,11 @@ def to_device(data: FederatedData, mesh=None, replicate: bool = False) -> Federa
   to the devices by budget, ``core.round.deal``; a copy of the pool per device).
 
   The client names stay behind (strings are host metadata and cannot enter a jitted function).
+  A malformed pool is a ValueError first (``check_pool``).
   """
   import jax  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  check_pool(data, 'to_device')
   if mesh is not None and replicate:
     return FederatedData(*devices.replicate(
         (dict(data.examples), np.asarray(data.offsets, np.int32),

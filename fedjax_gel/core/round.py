@@ -241,6 +241,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     cohort spec and never again from round to round. ``data`` must be on the device
     (``fedjax_gel.to_device``); host data raises ``TypeError``.
   """
+  if (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or
+      chunk_size < 1):
+    raise ValueError(f'build_round: chunk_size must be a positive integer, got {chunk_size!r}')
   if fuse_dots is None:
     fuse_dots = jax.default_backend() == 'cpu'
   threefry.register_cpu_lowering()   # the clients' keys and data orders: one kernel per hash
@@ -510,25 +513,32 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
 
   return RoundFunction(jax.jit(round_fn, donate_argnums=(0,) if donate_state else (),
                                static_argnames=('replicated',),
-                               compiler_options=compiler_options), mesh)
+                               compiler_options=compiler_options), mesh, algorithm)
 
 
 class RoundFunction:
-  """The jitted round; refuses a data pool still on the host, and a hand-made cohort that does
-  not fit its spec or the pool's population (``sampling.check_cohort``), before jit sees them."""
+  """The jitted round; refuses a data pool still on the host, a hand-made cohort that does not
+  fit its spec or the pool's population (``sampling.check_cohort``) and a per-client store
+  built for another population (``store.check_rows``), before jit sees them."""
 
-  def __init__(self, jitted, mesh=None):
-    self.jitted, self.mesh = jitted, mesh
+  def __init__(self, jitted, mesh=None, algorithm: FederatedAlgorithm | None = None):
+    self.jitted, self.mesh, self.algorithm = jitted, mesh, algorithm
 
-  def __call__(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
+  def checked(self, server_state, cohort: Cohort, data: FederatedData) -> bool:
+    """The checks above; returns whether the pool is whole on every device (``replicated``)."""
     replicated = check_on_device(data, self.mesh)
     check_cohort(cohort, data.num_clients)
+    if self.algorithm is not None and self.algorithm.store_row is not None:
+      store_lib.check_rows(self.algorithm, server_state.clients, data.num_clients, self.mesh)
+    return replicated
+
+  def __call__(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
+    replicated = self.checked(server_state, cohort, data)
     return self.jitted(server_state, cohort, data, root_key, round_idx, replicated=replicated)
 
   def lower(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
     """``jax.jit``'s ``lower`` (for ``.compile()``, memory and cost analyses)."""
-    replicated = check_on_device(data, self.mesh)
-    check_cohort(cohort, data.num_clients)
+    replicated = self.checked(server_state, cohort, data)
     return self.jitted.lower(server_state, cohort, data, root_key, round_idx,
                              replicated=replicated)
 

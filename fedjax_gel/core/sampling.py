@@ -157,8 +157,8 @@ def check_cohort(cohort: Cohort, num_clients: int):
   population of ``num_clients``; else a ValueError (a TypeError for arrays of the wrong kind).
 
   Any arrays: ``client_ids``, ``budgets`` and ``weights`` are arrays (NumPy or JAX) of one axis
-  and one length, ids and budgets of integers, weights of floats. On the host (NumPy) also their
-  values: ids in ``[0, num_clients)`` (the round would take another client's rows), budgets in
+  and one length (at least one client), ids and budgets of integers, weights of floats. On the
+  host (NumPy) also their values: ids in ``[0, num_clients)`` (the round would take another client's rows), budgets in
   ``[0, max_budget]`` and all ``b`` where the spec's budgets are equal (the round then reads none
   of them), weights finite and non-negative. Values on the device or traced are not checked
   (that would wait on the device; the sampler's are right by construction)."""
@@ -176,6 +176,8 @@ def check_cohort(cohort: Cohort, num_clients: int):
   if len(set(shapes.values())) > 1 or len(shapes['client_ids']) != 1:
     raise ValueError(f'Cohort: client_ids, budgets and weights must be of one axis and one '
                      f'length (got shapes {", ".join(f"{k} {v}" for k, v in shapes.items())})')
+  if not shapes['client_ids'][0]:
+    raise ValueError('Cohort: no clients (client_ids, budgets and weights are empty)')
   ids, budgets, weights, spec = (*arrays.values(), cohort.spec)
   check_ids('Cohort', ids, num_clients)
   if isinstance(weights, np.ndarray) and weights.size and not (

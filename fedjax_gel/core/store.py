@@ -19,6 +19,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -30,6 +31,7 @@ tree_map = jax.tree_util.tree_map
 
 def zeros(row, rows: int):
   """A store of ``rows`` zero rows shaped like ``row`` (a pytree of arrays or shape structs)."""
+  check_population('store', rows, 'rows')
   return tree_map(lambda x: jnp.zeros((rows,) + tuple(x.shape), x.dtype), row)
 
 
@@ -85,6 +87,50 @@ def by_client(ids):
   the clients it owns. A store indexed any other way (e.g. by cluster) is kept whole on every
   device."""
   return ids
+
+
+class ByTable:
+  """``store_row`` of a store with a row per group (ClusterFedVARP's clusters): client ``i``
+  reads and writes row ``table[i]``; the table has one entry per client of the population."""
+
+  def __init__(self, table):
+    self.table = np.asarray(table)
+    if self.table.ndim != 1 or not len(self.table) or not np.issubdtype(self.table.dtype,
+                                                                         np.integer):
+      raise ValueError(f'store: a row table must be a non-empty list of integers, one per '
+                       f'client (got shape {self.table.shape}, {self.table.dtype})')
+    if self.table.min() < 0:
+      raise ValueError(f'store: rows of the row table must be >= 0 (got {self.table.min()})')
+    self.table = self.table.astype(np.int32)
+
+  def __call__(self, ids):
+    return jnp.asarray(self.table)[ids]
+
+
+def check_population(where: str, value, what: str = 'num_clients') -> int:
+  """``value`` as a positive int, else a ValueError from ``where`` naming ``what``."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    raise ValueError(f'{where}: {what} must be a positive integer, got {value!r}')
+  return int(value)
+
+
+def check_rows(algorithm, clients_store, num_clients: int, mesh=None):
+  """A stateful algorithm's store against the population of ``num_clients`` clients the round
+  draws from, else a ValueError (one line): a row past the store's end would be read as its last
+  row, and a mean over rows no client owns would be diluted. A store of one row per client
+  (``by_client``) has ``num_clients`` rows (on a mesh, the padded rows of ``place``, which
+  ``core.round`` checks); a ``ByTable`` store has a table entry per client and a row for every
+  entry. Other ``store_row`` functions are the algorithm's own and are not checked."""
+  rows, row_of = num_rows(clients_store), algorithm.store_row
+  if row_of is by_client and mesh is None and rows != num_clients:
+    raise ValueError(f'round_fn: {algorithm.name} keeps a row per client, and its store has '
+                     f'{rows} rows for a population of {num_clients} clients; build it for '
+                     f'{num_clients} clients (e.g. num_clients={num_clients})')
+  if isinstance(row_of, ByTable) and (len(row_of.table) != num_clients or
+                                      row_of.table.max() >= rows):
+    raise ValueError(f'round_fn: {algorithm.name} maps {len(row_of.table)} clients to rows '
+                     f'0..{row_of.table.max()} of a store of {rows} rows, for a population of '
+                     f'{num_clients} clients; give one row (cluster) per client')
 
 
 def split_by_client(algorithm) -> bool:

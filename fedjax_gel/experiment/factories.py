@@ -88,7 +88,8 @@ def load_split(c: Config) -> federated_data.FederatedSplit:
 
 def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
   """A registered dataset's loader (``data.registry``), its result checked: a FederatedSplit of
-  two pools with the same features, ``x`` and ``y`` among them."""
+  two well-formed pools (``federated_data.check_pool``) of the same clients with the same
+  features, ``x`` and ``y`` among them, and a test pool that is not empty."""
   split = data_registry.LOADERS[d.dataset](d)
   where = f'--dataset={d.dataset}'
   if not isinstance(split, federated_data.FederatedSplit):
@@ -99,10 +100,21 @@ def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
     if not isinstance(pool, federated_data.FederatedData) or not {'x', 'y'} <= set(pool.examples):
       raise ConfigError(f"{where}: the loader's {part} pool must be a FederatedData with "
                         "features 'x' and 'y'")
+    try:
+      federated_data.check_pool(pool, f"{where}: the loader's {part} pool")
+    except ValueError as e:
+      raise ConfigError(str(e)) from None
   train, test = (split.train.examples, split.test.examples)
   if {k: np.shape(v)[1:] for k, v in train.items()} != {k: np.shape(v)[1:] for k, v in test.items()}:
     raise ConfigError(f"{where}: the loader's train and test pools hold features of different "
                       'names or shapes')
+  if split.train.num_clients != split.test.num_clients:
+    raise ConfigError(f"{where}: the loader's train and test pools must hold the same clients "
+                      f'in the same order (got {split.train.num_clients} and '
+                      f'{split.test.num_clients} clients)')
+  if not np.asarray(split.test.counts).sum():
+    raise ConfigError(f"{where}: the loader's test pool holds no examples, so there is nothing "
+                      'to evaluate on')
   return split
 
 

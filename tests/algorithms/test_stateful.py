@@ -122,9 +122,9 @@ def test_scaffold_full_participation_one_step_by_hand(data, loss, model):
   """Two rounds, every client, one step each: round 1 has ``c = c_i = 0`` so ``c_i+ = g_i^1``
   and ``c+ = mean_i g_i^1``; round 2 steps on ``g_i^2 + c - c_i``, whose mean over clients is
   ``mean_i g_i^2``: ``x2 = x1 - lr mean_i g_i^2``, ``c_i++ = g_i^2``, ``c++ = mean_i g_i^2``."""
-  ids = list(range(12))
+  ids = list(range(12))   # every client with data; the empty one weighs nothing in c
   x0 = init_params(model)
-  alg = drift.scaffold(loss, LR, 12)
+  alg = drift.scaffold(loss, LR, N, weights=(np.arange(N) != EMPTY_CLIENT) / 12)
   state = engine(alg, x0, data, rounds=[(ids, [1] * 12)] * 2, chunk_size=5)
   grads = [[jax.grad(loss)(x, next(minibatches(data, i, i, 1, round_idx=r))) for i in ids]
            for r, x in [(0, x0)]]
@@ -222,11 +222,14 @@ def test_fedvarp_with_full_participation_is_fedavg(data, loss, model):
   x = init_params(model)
   rng = np.random.default_rng(3)
   rounds = full_rounds(rng.integers(1, TAU_MAX + 1, size=(4, 12)).tolist())
-  varp = engine(algorithms.fedvarp(loss, LR, np.full(12, 1 / 12)), x, data, rounds,
+  q = np.where(np.arange(N) == EMPTY_CLIENT, 0., 1 / 12)   # the clients with data
+  varp = engine(algorithms.fedvarp(loss, LR, q), x, data, rounds,
                 chunk_size=5)
   avg = engine(algorithms.fedavg(loss, optax.sgd(LR)), x, data, rounds, chunk_size=5)
   assert_trees_close(varp.params, avg.params, tol=1e-5)
-  assert float(jnp.abs(varp.clients['Dense_0']['kernel']).min()) > 0   # memory of every client
+  memory = varp.clients['Dense_0']['kernel']
+  assert float(jnp.abs(memory[:EMPTY_CLIENT]).min()) > 0   # memory of every client with data
+  assert not jnp.any(memory[EMPTY_CLIENT])
 
 
 def varp_reference(data, loss, x, q, clusters, rounds=ROUNDS):

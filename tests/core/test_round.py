@@ -293,3 +293,21 @@ def test_the_round_refuses_hand_made_budgets_its_spec_would_not_run(data, model)
               np.ones(2, np.float32), CohortSpec(2, (1, TAU_MAX), B))
   with pytest.raises(ValueError, match=rf'client_ids must lie in \[0, {data.num_clients}\)'):
     run(alg, data, past, init_params(model), chunk_size=2)
+
+
+@pytest.mark.parametrize('chunk_size', [0, -2, 2.5, '4', True, None])
+def test_build_round_refuses_a_chunk_size_that_is_not_a_positive_integer(model, chunk_size):
+  alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.05))
+  with pytest.raises(ValueError, match=rf'build_round: chunk_size must be a positive integer, '
+                     rf'got {chunk_size!r}'):
+    build_round(alg, chunk_size=chunk_size)
+  assert build_round(alg, chunk_size=np.int64(3)) is not None
+
+
+def test_the_round_refuses_an_empty_cohort(data, model):
+  alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.05))
+  empty = type(cohort([1], [1]))(np.zeros(0, np.int32), np.zeros(0, np.int32),
+                                 np.zeros(0, np.float32), CohortSpec(1, (1, TAU_MAX), B))
+  with pytest.raises(ValueError, match=r'Cohort: no clients \(client_ids, budgets and weights '
+                     r'are empty\)'):
+    run(alg, data, empty, init_params(model), chunk_size=2)

@@ -1,16 +1,19 @@
-"""The per-client store: mean writes, dropped writers, untouched rows, gathers in the round."""
+"""The per-client store: mean writes, dropped writers, untouched rows, gathers in the round, and
+stores built for another population refused."""
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from fedjax_gel import algorithms, models
 from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.core import keys
 from fedjax_gel.core import store
 from fedjax_gel.core.round import build_round
 
-from helpers import cohort
+from helpers import cohort, init_params
 
 
 def test_write_mean_averages_duplicates_and_drops_non_writers():
@@ -71,3 +74,54 @@ def test_store_bytes_and_place_without_mesh():
   s = store.zeros({'w': jax.ShapeDtypeStruct((4, 3), jnp.float32)}, 10)
   assert store.row_bytes(s) == 48 and store.num_rows(s) == 10
   assert store.place(s, None) is s
+
+
+@pytest.mark.parametrize('make,words', [
+    (lambda loss: algorithms.scaffold(loss, 0.1, 10),
+     'scaffold keeps a row per client, and its store has 10 rows for a population of 13 '
+     'clients; build it for 13 clients'),
+    (lambda loss: algorithms.feddyn(loss, 0.1, 0.1, 20), 'has 20 rows for a population of 13'),
+    (lambda loss: algorithms.fedvarp(loss, 0.1, np.full(4, .25), clusters=[0, 1, 2, 0]),
+     'fedvarp maps 4 clients to rows 0..2 of a store of 3 rows, for a population of 13'),
+], ids=['scaffold_too_few_rows', 'feddyn_too_many_rows', 'cluster_table_too_short'])
+def test_a_store_built_for_another_population_is_refused(data, model, make, words):
+  """A client past the store's rows would read and write its last row (the gather clamps), and
+  rows no client owns would dilute a mean over the store; both are a ValueError first."""
+  alg = make(models.cross_entropy_loss(model))
+  state = alg.server_init(init_params(model))
+  rf = build_round(alg, chunk_size=2)
+  with pytest.raises(ValueError, match='^round_fn: ') as e:
+    rf(state, cohort([0, 1], [1, 1]), data, keys.root_key(0), jnp.int32(0))
+  assert words in str(e.value)
+  with pytest.raises(ValueError, match=words.split(',')[0]):
+    rf.lower(state, cohort([0, 1], [1, 1]), data, keys.root_key(0), jnp.int32(0))
+
+
+def test_a_store_for_the_population_runs(data, model):
+  loss = models.cross_entropy_loss(model)
+  for alg in (algorithms.scaffold(loss, 0.1, 13),
+              algorithms.fedvarp(loss, 0.1, np.full(13, 1 / 13), clusters=np.arange(13) % 3)):
+    state = alg.server_init(init_params(model))
+    state, _ = build_round(alg, chunk_size=2)(state, cohort([0, 12], [1, 1]), data,
+                                               keys.root_key(0), jnp.int32(0))
+    assert store.num_rows(state.clients) == (13 if alg.store_row is store.by_client else 3)
+
+
+@pytest.mark.parametrize('make,words', [
+    (lambda loss: algorithms.scaffold(loss, 0.1, 0), 'scaffold: num_clients must be a positive'),
+    (lambda loss: algorithms.feddyn(loss, 0.1, 0.1, 2.5), 'feddyn: num_clients must be a'),
+    (lambda loss: algorithms.adabest(loss, 0.1, 0.1, 0.5, -3), 'adabest: num_clients'),
+    (lambda loss: algorithms.scaffold(loss, 0.1, 3, weights=[.5, .5]),
+     r'weights must be one finite, non-negative q_j per client, \[3\] \(got shape \(2,\)\)'),
+    (lambda loss: algorithms.fedvarp(loss, 0.1, np.ones(3)), r'summing to 1 \(got shape \(3,\), '
+     'sum 3.0'),
+    (lambda loss: algorithms.fedvarp(loss, 0.1, []), 'fedvarp: memory_weights must be'),
+    (lambda loss: algorithms.fedvarp(loss, 0.1, [.5, .5], clusters=[0, -1]),
+     'rows of the row table must be >= 0'),
+    (lambda loss: algorithms.fedvarp(loss, 0.1, [.5, .5], clusters=[0, 1, 1]),
+     'one cluster per client, 2 .got 3.'),
+], ids=['scaffold_no_clients', 'feddyn_fraction', 'adabest_negative', 'scaffold_weights',
+        'fedvarp_weights_sum', 'fedvarp_no_weights', 'negative_cluster', 'clusters_length'])
+def test_stateful_algorithms_refuse_a_population_they_cannot_hold(model, make, words):
+  with pytest.raises(ValueError, match=words):
+    make(models.cross_entropy_loss(model))

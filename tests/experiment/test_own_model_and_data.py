@@ -73,16 +73,26 @@ def test_bad_registrations(register, args, words):
     register(*args)
 
 
-def pool(dim, n=4):
+def pool(dim, n=4, clients=3):
   import numpy as np  # pylint: disable=g-import-not-at-top
   return federated_data.from_client_arrays(
-      [{'x': np.zeros((n, dim), np.float32), 'y': np.zeros((n,), np.int32)}] * 3)
+      [{'x': np.zeros((n, dim), np.float32), 'y': np.zeros((n,), np.int32)}] * clients)
 
 
 @pytest.mark.parametrize('returned,words', [
     (lambda: (pool(3), pool(3)), 'not a FederatedSplit'),
     (lambda: federated_data.FederatedSplit(pool(3), None), "test pool must be a FederatedData"),
     (lambda: federated_data.FederatedSplit(pool(3), pool(4)), 'different names or shapes'),
+    (lambda: federated_data.FederatedSplit(pool(3)._replace(counts=pool(3).counts + 1), pool(3)),
+     "the loader's train pool: client 2 owns rows 8..12, outside the pool's 12 rows"),
+    (lambda: federated_data.FederatedSplit(
+        pool(3), pool(3)._replace(examples={'x': pool(3).examples['x'].astype(object),
+                                            'y': pool(3).examples['y']})),
+     "the loader's test pool: feature 'x' must be an array of numbers"),
+    (lambda: federated_data.FederatedSplit(pool(3), pool(3, clients=2)),
+     'must hold the same clients in the same order (got 3 and 2 clients)'),
+    (lambda: federated_data.FederatedSplit(pool(3), pool(3, n=0)),
+     "the loader's test pool holds no examples"),
 ])
 def test_bad_loaders_are_one_line_errors(returned, words):
   data_registry.register_dataset('broken', lambda d: returned())

@@ -60,3 +60,14 @@ def test_nnx_module_runs_in_the_engine_like_its_linen_twin():
   np.testing.assert_allclose(out[0]['kernel'], out[1]['Dense_0']['kernel'], rtol=1e-6)
   np.testing.assert_allclose(out[0]['bias'], out[1]['Dense_0']['bias'], rtol=1e-6)
   assert not np.allclose(out[0]['kernel'], p_nnx['kernel'])
+
+
+@pytest.mark.parametrize('shape,classes,words', [
+    ((60,), 0, 'num_classes must be a positive integer, got 0'),
+    ((60,), 2.5, 'num_classes must be a positive integer, got 2.5'),
+    ((0,), 5, r'input_shape must be a tuple of positive integers, got \(0,\)'),
+    (60, 5, 'input_shape must be a tuple of positive integers, got 60'),
+])
+def test_get_model_refuses_shapes_and_class_counts_that_are_not_positive(shape, classes, words):
+  with pytest.raises(ValueError, match=f'get_model: {words}'):
+    models.get_model('logistic', shape, classes)
