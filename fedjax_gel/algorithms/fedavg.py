@@ -136,7 +136,9 @@ def fedavg(loss_fn: Callable, client_optimizer: optax.GradientTransformation,
 
 def fedavgcm(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
              server_optimizer: optax.GradientTransformation | None = None) -> FederatedAlgorithm:
-  """FedAvg with client momentum (GeL's FedAvgCM baseline): client ``optax.sgd(lr, momentum)``."""
+  """FedAvg with client momentum (GeL's FedAvgCM baseline): client ``optax.sgd(lr, momentum)``;
+  a concrete momentum outside ``[0, 1)`` is a ValueError, as for GeL's ``gel_sgdm``."""
+  guessed.check_hyperparameter('momentum', momentum, lambda m: 0 <= m < 1, 'in [0, 1)')
   return fedavg(loss_fn, optax.sgd(client_lr, momentum=momentum), server_optimizer, 'fedavgcm')
 
 

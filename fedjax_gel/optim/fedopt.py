@@ -14,7 +14,9 @@ equality case of Algorithm 2's requirement ``v_{-1} >= tau^2``)::
 
 so ``x_{t+1} = x_t + lr m_t^Reddi / (sqrt(v_t) + tau)``. There is no bias correction; ``tau`` is
 Reddi's degree of adaptivity. The arguments are named as in optax: ``b1`` and ``b2`` are Reddi's
-``beta_1`` and ``beta_2``, ``eps`` is his ``tau``. ``learning_rate`` may be a float or an optax
+``beta_1`` and ``beta_2``, ``eps`` is his ``tau``. Concrete values outside ``lr > 0``,
+``b1`` in ``[0, 1)``, ``b2`` in ``[0, 1]``, ``eps > 0`` and ``initial_accumulator >= 0`` are a
+ValueError. ``learning_rate`` may be a float or an optax
 schedule, evaluated at the number of updates applied so far (0 on the first call).
 
 How these differ from the optax optimisers of the same name (optax 0.2.8):
@@ -37,6 +39,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_gel.optim.guessed import check_hyperparameter
+
 
 class FedOptState(NamedTuple):
   """``m`` and ``v`` are pytrees like params; ``count`` is the number of updates applied."""
@@ -50,6 +54,11 @@ def _fedopt(learning_rate: optax.ScalarOrSchedule, b1: float, eps: float,
             second_moment: Callable[[jax.Array, jax.Array], jax.Array]
             ) -> optax.GradientTransformationExtraArgs:
   """Shared body: ``second_moment(v_{t-1}, g) -> v_t`` selects the method."""
+  check_hyperparameter('learning_rate', learning_rate, lambda x: x > 0, 'positive')
+  check_hyperparameter('b1', b1, lambda b: 0 <= b < 1, 'in [0, 1)')
+  check_hyperparameter('eps', eps, lambda e: e > 0, "positive (Reddi et al.'s tau)")
+  if initial_accumulator is not None:
+    check_hyperparameter('initial_accumulator', initial_accumulator, lambda v: v >= 0, '>= 0')
   v0 = eps ** 2 if initial_accumulator is None else initial_accumulator
 
   def init_fn(params):
@@ -78,6 +87,8 @@ def fedyogi(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float = 
             eps: float = 1e-3, initial_accumulator: float | None = None
             ) -> optax.GradientTransformationExtraArgs:
   """FedYogi: ``v_t = v_{t-1} - (1 - b2) g^2 sign(v_{t-1} - g^2)``; ``v_0`` as in FedAdagrad."""
+  check_hyperparameter('b2', b2, lambda b: 0 <= b <= 1, 'in [0, 1]')
+
   def second_moment(v, g):
     g2 = g * g
     return v - (1 - b2) * g2 * jnp.sign(v - g2)
@@ -88,5 +99,6 @@ def fedadam(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float = 
             eps: float = 1e-3, initial_accumulator: float | None = None
             ) -> optax.GradientTransformationExtraArgs:
   """FedAdam: ``v_t = b2 v_{t-1} + (1 - b2) g^2`` (no bias correction); ``v_0`` as above."""
+  check_hyperparameter('b2', b2, lambda b: 0 <= b <= 1, 'in [0, 1]')
   return _fedopt(learning_rate, b1, eps, initial_accumulator,
                  lambda v, g: b2 * v + (1 - b2) * g * g)

@@ -55,9 +55,12 @@ class NoGuessStateError(ValueError):
 
 
 def check_hyperparameter(name: str, value, ok, need: str) -> None:
-  """Raises ``ValueError`` when a concrete ``value`` fails ``ok``; traced values (e.g. under
-  ``inject_hyperparams`` inside ``jit``) and schedules are not checked."""
-  if isinstance(value, numbers.Number) or (isinstance(value, (np.ndarray, np.generic))):
+  """Raises ``ValueError`` when a concrete scalar ``value`` (a number, NumPy or JAX scalar)
+  fails ``ok``; traced values (e.g. under ``inject_hyperparams`` inside ``jit``) and schedules
+  are not checked."""
+  concrete = isinstance(value, (numbers.Number, np.ndarray, np.generic)) or (
+      isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer))
+  if concrete and np.ndim(value) == 0:
     if not ok(float(value)):
       raise ValueError(f'{name} must be {need}, got {value}')
 

@@ -303,3 +303,9 @@ def test_fedexp_step_size_is_at_least_one():
   d = {'w': jnp.array([3., 4.])}   # ||Delta||^2 = 25
   assert float(server_step_size(0., d, 1e-3)) == 1.
   np.testing.assert_allclose(server_step_size(200., d, 0.), 4.)   # 200 / (2 * 25)
+
+
+@pytest.mark.parametrize('momentum', [1.0, -0.1, jnp.float32(1.5)])
+def test_fedavgcm_refuses_a_momentum_outside_zero_to_one(loss, momentum):
+  with pytest.raises(ValueError, match=r'momentum must be in \[0, 1\)'):
+    algorithms.fedavgcm(loss, LR, momentum)

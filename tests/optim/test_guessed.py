@@ -142,9 +142,11 @@ def test_guesses_in_a_plain_training_loop():
   assert train(2) < 0.5 * train(0) < loss(jnp.zeros(3))
 
 
-def test_momentum_must_lie_below_one():
+@pytest.mark.parametrize('momentum', [1.0, np.float32(1.0), jnp.float32(1.0), jnp.asarray(1.5)])
+def test_momentum_must_lie_below_one(momentum):
+  """Python, NumPy and JAX scalars alike (a JAX 1.0 gave NaN guesses before)."""
   with pytest.raises(ValueError, match='momentum must be in'):
-    gel_sgdm(0.1, 1.0)
+    gel_sgdm(0.1, momentum)
 
 
 def test_infinite_count_runs_the_guess_loop_to_its_limit():
