@@ -38,7 +38,10 @@ except KeyboardInterrupt:
 
 def parse(argv):
   try:
-    return cli.parse(argv, flags.FLAGS)
+    rest = cli.parse(argv, flags.FLAGS)
+    if flags.FLAGS.only_check_args:   # absl would exit 0 before any of our checks
+      sys.exit(cli.check_only(flags.FLAGS))
+    return rest
   except ConfigError as e:
     sys.exit(cli.fail(str(e)))
   except KeyboardInterrupt:

@@ -202,16 +202,24 @@ class Plan:
   notes: list
 
 
+def checked_configs(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
+  """``expand``, and with a server learning-rate grid each run's grid check: every check that
+  needs neither the data nor a work directory (``--only_check_args`` runs these only)."""
+  configs = expand(c, sweep)
+  if sweep.server_lrs:
+    for x in configs:
+      grid_lib.check_grid(x)
+  return configs
+
+
 def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = False,
          phases: loop_lib.Phases | None = None) -> Plan:
   """Validates everything and loads the data; raises ``ConfigError``/``DataError`` with one
   line, having written nothing."""
-  configs = expand(c, sweep)
+  configs = checked_configs(c, sweep)
   grid = None
   if sweep.server_lrs:
     grid = (list(sweep.client_lrs or [c.algorithm.client_lr]), list(sweep.server_lrs))
-    for x in configs:
-      grid_lib.check_grid(x)
   names = list(dict.fromkeys(x.run_name for x in configs))
   levels = (len({x.run.seed for x in configs}) > 1, len(names) > 1,
             len({x.algorithm.client_lr for x in configs}) > 1, tuned_flag(sweep))

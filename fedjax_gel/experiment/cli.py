@@ -398,6 +398,21 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   return 0
 
 
+def check_only(values: flags.FlagValues) -> int:
+  """absl's ``--only_check_args`` ("validate args and exit"): every check of the flags that
+  needs neither the data nor the work directory (``api.checked_configs``); one line
+  and status 2 for the first problem, else a line naming the runs and status 0. Nothing is
+  read or written and JAX's backends are not started."""
+  try:
+    configs = api.checked_configs(*from_flags(values))
+  except ConfigError as e:
+    return fail(str(e))
+  print(f'the flags are valid: {len(configs)} run{"s" * (len(configs) != 1)} '
+        f'({", ".join(dict.fromkeys(x.run_name for x in configs))}); the data and the work '
+        'directory were not checked')
+  return 0
+
+
 def main(argv) -> int:
   """``launch/run.py argv[1:]`` in this process, on flags of its own; the exit status."""
   values = flags.FlagValues()

@@ -106,3 +106,26 @@ def test_an_unexpandable_path_is_one_line(tmp_path, monkeypatch, text, words):
   assert code == 2 and len(lines) == 1 and lines[0].startswith('error: '), err
   assert all(w in lines[0] for w in words)
   assert sorted(p.name for p in tmp_path.iterdir()) == ['paths.flags']
+
+
+@pytest.mark.parametrize('extra, code, line', [
+    (['--client_lr=-1'], 2, 'error: --client_lr must be positive (got -1.0)'),
+    (['--algorithm=fedavg,scaffold', '--seeds=0,1'], 0,
+     'the flags are valid: 4 runs (fedavg, scaffold); the data and the work directory were not '
+     'checked'),
+], ids=['bad', 'good'])
+def test_only_check_args_runs_every_check_of_the_flags_and_nothing_else(tmp_path, extra, code,
+                                                                        line):
+  """absl's ``--only_check_args`` ("validate args and exit") exited 0 before any of the
+  command's own checks; it now runs them, and still writes nothing."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  done = subprocess.run(
+      [sys.executable, str(REPO / 'launch' / 'run.py'),
+       f'--flagfile={REPO / "launch" / "configs" / "quickstart.flags"}', '--only_check_args',
+       *extra], cwd=tmp_path, capture_output=True, text=True,
+      timeout=120, check=False)
+  out = [l for l in (done.stderr + done.stdout).splitlines() if 'Warning' not in l and
+         not l.startswith('  warnings.warn')]
+  assert done.returncode == code and out == [line], done.stderr
+  assert not list(tmp_path.iterdir())
