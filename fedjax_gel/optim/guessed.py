@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import serialization
 
 PROXIES = ('zero', 'last_gradient')
 MAX_INFINITE_GUESSES = 10_000   # steps an infinite count may take before it is declared NaN
@@ -165,6 +166,22 @@ class GuessState:
 
 jax.tree_util.register_dataclass(GuessState, data_fields=['inner_state', 'proxy_grad'],
                                  meta_fields=['inner', 'proxy'])
+
+
+def _state_dict(state: GuessState) -> dict:
+  return {name: serialization.to_state_dict(getattr(state, name))
+          for name in ('inner_state', 'proxy_grad')}
+
+
+def _from_state_dict(target: GuessState, saved: dict) -> GuessState:
+  return dataclasses.replace(target, **{
+      name: serialization.from_state_dict(getattr(target, name), saved[name], name=name)
+      for name in ('inner_state', 'proxy_grad')})
+
+
+# Flax's checkpoints (``flax.serialization.to_bytes``/``from_bytes``) save the arrays; the static
+# fields (the wrapped optimiser, the proxy) come from the target state restored into.
+serialization.register_serialization_state(GuessState, _state_dict, _from_state_dict)
 
 
 def guessing(inner: optax.GradientTransformation, proxy: str = 'zero'

@@ -184,3 +184,26 @@ def test_a_transformation_after_the_gel_one_in_a_chain_is_refused():
   _, ref_state = run_steps(gel_sgdm(LR, ALPHA), params,
                            [optax.clip_by_global_norm(1.).update(g, None)[0] for g in grads])
   close(guess(state, params, 3.)[0], guess(ref_state, params, 3.)[0])
+
+
+@pytest.mark.parametrize('proxy', ['zero', 'last_gradient'])
+def test_a_guessing_state_round_trips_through_flax_serialization(proxy):
+  """Saved with ``flax.serialization.to_bytes`` after two steps and restored into a fresh state,
+  the optimiser goes on exactly as the one never saved (its steps and its guesses)."""
+  from flax import serialization  # pylint: disable=g-import-not-at-top
+  opt = guessing(optax.adam(0.1), proxy=proxy)
+  params = {'w': jnp.asarray([1., -2., 3.]), 'b': jnp.asarray(0.5)}
+  grad = lambda p: jax.tree.map(lambda x: 2 * x + 1, p)
+  state = opt.init(params)
+  for _ in range(2):
+    updates, state = opt.update(grad(params), state, params)
+    params = optax.apply_updates(params, updates)
+  restored = serialization.from_bytes(opt.init(jax.tree.map(jnp.zeros_like, params)),
+                                      serialization.to_bytes(state))
+  assert jax.tree.structure(restored) == jax.tree.structure(state)
+  same = lambda a, b: jax.tree.map(np.testing.assert_array_equal, a, b)
+  for s in (state, restored):
+    guessed_updates, _ = guess(s, params, 3.)
+    same(guessed_updates, guess(state, params, 3.)[0])
+    updates, s = opt.update(grad(params), s, params)
+    same(updates, opt.update(grad(params), state, params)[0])
