@@ -59,6 +59,7 @@ import optax
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.algorithms.fedavg import static_zero
 from fedjax_gel.core import store
+from fedjax_gel.core.checks import positive_int
 from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, within
 
 tree_map = jax.tree_util.tree_map
@@ -129,7 +130,7 @@ def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
   steps on ``Delta`` (its learning rate is SCAFFOLD's global ``eta_g``); ``weights``: ``q_j``
   (``[num_clients]``, summing to 1; default ``1/N``) of ``c = sum_j q_j c_j``."""
   server_optimizer = server_optimizer or optax.sgd(1.0)
-  num_clients = store.check_population(name, num_clients)
+  num_clients = positive_int(name, 'num_clients', num_clients)
   q = np.full(num_clients, 1. / num_clients) if weights is None else np.asarray(weights)
   if q.shape != (num_clients,) or not (np.isfinite(q).all() and (q >= 0).all()):
     raise ValueError(f'{name}: weights must be one finite, non-negative q_j per client, '
@@ -166,7 +167,7 @@ def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
 def feddyn(loss_fn: Callable, client_lr: float, mu: float, num_clients: int,
            name: str = 'feddyn') -> FederatedAlgorithm:
   """FedDyn with dynamic-regulariser weight ``mu`` (FedDyn's ``alpha``)."""
-  num_clients = store.check_population(name, num_clients)
+  num_clients = positive_int(name, 'num_clients', num_clients)
   def server_init(params):
     return FedDynState(params, tree_map(jnp.zeros_like, params), store.zeros(params, num_clients))
 
@@ -191,7 +192,7 @@ def feddyn(loss_fn: Callable, client_lr: float, mu: float, num_clients: int,
 def adabest(loss_fn: Callable, client_lr: float, mu: float, beta: float, num_clients: int,
             name: str = 'adabest') -> FederatedAlgorithm:
   """AdaBest with local-estimate weight ``mu`` and server decay ``beta``."""
-  num_clients = store.check_population(name, num_clients)
+  num_clients = positive_int(name, 'num_clients', num_clients)
   def server_init(params):
     row = AdaBestRow(tree_map(jnp.zeros_like, params), jnp.zeros((), jnp.int32))
     average = tree_map(jnp.array, params)   # theta_bar^0 = theta^0 (h^0 = 0), its own buffer

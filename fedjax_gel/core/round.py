@@ -55,6 +55,7 @@ from jax.sharding import PartitionSpec as P
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.core import federated_data, keys, small_dots, threefry
 from fedjax_gel.core import store as store_lib
+from fedjax_gel.core.checks import positive_int
 from fedjax_gel.core.devices import CLIENT_AXIS
 from fedjax_gel.core.federated_data import FederatedData, gather_rows
 from fedjax_gel.core.sampling import Cohort, check_cohort
@@ -241,9 +242,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     cohort spec and never again from round to round. ``data`` must be on the device
     (``fedjax_gel.to_device``); host data raises ``TypeError``.
   """
-  if (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or
-      chunk_size < 1):
-    raise ValueError(f'build_round: chunk_size must be a positive integer, got {chunk_size!r}')
+  chunk_size = positive_int('build_round', 'chunk_size', chunk_size)
   if fuse_dots is None:
     fuse_dots = jax.default_backend() == 'cpu'
   threefry.register_cpu_lowering()   # the clients' keys and data orders: one kernel per hash

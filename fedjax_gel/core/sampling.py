@@ -9,22 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_gel.core import keys
+from fedjax_gel.core.checks import is_whole, positive_int
 from fedjax_gel.core.shuffle import epoch_steps
 
 WEIGHTINGS = ('samples_seen', 'num_examples', 'uniform')
 SELECTIONS = ('uniform', 'cyclic')
 BUDGET_UNITS = ('steps', 'epochs')
 BUDGET_DRAWS = ('uniform', 'proportional', 'per_client')
-
-
-def _integral(value) -> bool:
-  """Whether ``value`` is a whole number (an int, a NumPy integer or an integral float; not a
-  bool or a string): ``CohortSpec``'s counts, which it would otherwise truncate."""
-  if isinstance(value, (bool, np.bool_, str)):
-    return False
-  if hasattr(value, '__index__'):   # int, NumPy and JAX integers
-    return True
-  return isinstance(value, (float, np.floating)) and float(value).is_integer()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,17 +68,14 @@ class CohortSpec:
 
   def __post_init__(self):
     given = self.budget_range
-    if not isinstance(given, (tuple, list)) or len(given) != 2 or not all(map(_integral, given)):
+    if not isinstance(given, (tuple, list)) or len(given) != 2 or not all(map(is_whole, given)):
       raise ValueError(f'CohortSpec: budget_range must be (a, b) of integers, got {given!r}')
     object.__setattr__(self, 'budget_range', tuple(int(b) for b in given))
     a, b = self.budget_range
     if not 1 <= a <= b:
       raise ValueError(f'CohortSpec: budget_range (a, b) needs 1 <= a <= b, got ({a}, {b})')
     for name in ('cohort_size', 'batch_size', 'groups'):
-      value = getattr(self, name)
-      if not _integral(value) or not int(value) >= 1:
-        raise ValueError(f'CohortSpec: {name} must be a positive integer, got {value!r}')
-      object.__setattr__(self, name, int(value))
+      object.__setattr__(self, name, positive_int('CohortSpec', name, getattr(self, name)))
     if self.weighting not in WEIGHTINGS:
       raise ValueError(f'CohortSpec: unknown weighting {self.weighting!r}; known: '
                        f'{", ".join(WEIGHTINGS)}')

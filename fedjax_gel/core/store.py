@@ -24,6 +24,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from fedjax_gel.core import devices
+from fedjax_gel.core.checks import positive_int
 from fedjax_gel.core.devices import CLIENT_AXIS
 
 tree_map = jax.tree_util.tree_map
@@ -31,7 +32,7 @@ tree_map = jax.tree_util.tree_map
 
 def zeros(row, rows: int):
   """A store of ``rows`` zero rows shaped like ``row`` (a pytree of arrays or shape structs)."""
-  check_population('store', rows, 'rows')
+  rows = positive_int('store', 'rows', rows)
   return tree_map(lambda x: jnp.zeros((rows,) + tuple(x.shape), x.dtype), row)
 
 
@@ -105,13 +106,6 @@ class ByTable:
 
   def __call__(self, ids):
     return jnp.asarray(self.table)[ids]
-
-
-def check_population(where: str, value, what: str = 'num_clients') -> int:
-  """``value`` as a positive int, else a ValueError from ``where`` naming ``what``."""
-  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f'{where}: {what} must be a positive integer, got {value!r}')
-  return int(value)
 
 
 def check_rows(algorithm, clients_store, num_clients: int, mesh=None):

@@ -1,8 +1,7 @@
 """Flax models and a registry by name (``register_model`` adds your own)."""
 from __future__ import annotations
 
-import numpy as np
-
+from fedjax_gel.core.checks import is_whole, positive_int
 from fedjax_gel.models import tasks
 from fedjax_gel.models.base import (Model, cross_entropy_loss, from_linen, from_nnx, masked_mean,
                                     max_entropy_loss, num_params, per_example_loss,
@@ -49,12 +48,12 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
   (token models: ids below ``vocab_size``)."""
   if name not in MODELS:
     raise ValueError(f'unknown model {name!r}; known: {", ".join(sorted(MODELS))}')
-  whole = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1
-  if not whole(num_classes):
-    raise ValueError(f'get_model: num_classes must be a positive integer, got {num_classes!r}')
-  if not (isinstance(input_shape, (tuple, list)) and all(map(whole, input_shape))):
+  num_classes = positive_int('get_model', 'num_classes', num_classes)
+  if not (isinstance(input_shape, (tuple, list)) and
+          all(is_whole(v) and int(v) >= 1 for v in input_shape)):
     raise ValueError(f'get_model: input_shape must be a tuple of positive integers, got '
                      f'{input_shape!r}')
+  input_shape = tuple(int(v) for v in input_shape)
   if name in TOKEN_MODELS:
     return MODELS[name](input_shape, num_classes, vocab_size=vocab_size)
   return MODELS[name](input_shape, num_classes)
