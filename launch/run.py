@@ -40,7 +40,7 @@ def parse(argv):
   try:
     rest = cli.parse(argv, flags.FLAGS)
     if flags.FLAGS.only_check_args:   # absl would exit 0 before any of our checks
-      sys.exit(cli.check_only(flags.FLAGS))
+      sys.exit(cli.check_only(flags.FLAGS, rest))
     return rest
   except ConfigError as e:
     sys.exit(cli.fail(str(e)))

@@ -123,6 +123,19 @@ def mean_row(clients, weights: np.ndarray):
                   clients)
 
 
+def client_weights(where: str, weights, num_clients: int | None = None) -> np.ndarray:
+  """``q_j`` (float64) of an objective over the clients: one finite, non-negative weight per
+  client (``num_clients`` of them, where given) summing to 1; else a ValueError naming
+  ``where``."""
+  q = np.asarray(weights, np.float64)
+  if not (q.ndim == 1 and len(q) and len(q) == (num_clients or len(q)) and
+          np.isfinite(q).all() and (q >= 0).all() and abs(q.sum() - 1) <= 1e-4):
+    raise ValueError(f'{where} must be one finite, non-negative weight per client'
+                     f'{f" ({num_clients})" if num_clients else ""} summing to 1 (got shape '
+                     f'{q.shape}{f", sum {q.sum():g}" if q.ndim == 1 and len(q) else ""})')
+  return q
+
+
 def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
              server_optimizer: Optional[optax.GradientTransformation] = None,
              weights=None, name: str = 'scaffold') -> FederatedAlgorithm:
@@ -131,10 +144,8 @@ def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
   (``[num_clients]``, summing to 1; default ``1/N``) of ``c = sum_j q_j c_j``."""
   server_optimizer = server_optimizer or optax.sgd(1.0)
   num_clients = positive_int(name, 'num_clients', num_clients)
-  q = np.full(num_clients, 1. / num_clients) if weights is None else np.asarray(weights)
-  if q.shape != (num_clients,) or not (np.isfinite(q).all() and (q >= 0).all()):
-    raise ValueError(f'{name}: weights must be one finite, non-negative q_j per client, '
-                     f'[{num_clients}] (got shape {q.shape})')
+  q = (np.full(num_clients, 1. / num_clients) if weights is None else
+       client_weights(f'{name}: weights', weights, num_clients))
 
   def server_init(params):
     return ScaffoldState(params, server_optimizer.init(params), store.zeros(params, num_clients))

@@ -32,7 +32,7 @@ import numpy as np
 import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
-from fedjax_gel.algorithms.drift import mean_row
+from fedjax_gel.algorithms.drift import client_weights, mean_row
 from fedjax_gel.algorithms.fedavg import local_sgd
 from fedjax_gel.core import store
 from fedjax_gel.core.spec import AlgorithmSpec, hparam, int_range
@@ -46,22 +46,9 @@ class FedVARPState(NamedTuple):
   clients: Any      # y_j, one row per client (or cluster)
 
 
-def cluster_weights(memory_weights, clusters) -> np.ndarray:
-  """``q_c = sum_{j in c} q_j``; ``clusters=None`` leaves them per client. ValueError for
-  weights that are not one finite, non-negative ``q_j`` per client summing to 1, or clusters
-  not one row per client."""
-  q = np.asarray(memory_weights, np.float64)
-  if q.ndim != 1 or not len(q) or not (np.isfinite(q).all() and (q >= 0).all()) or abs(
-      q.sum() - 1) > 1e-4:
-    raise ValueError('fedvarp: memory_weights must be one finite, non-negative weight per '
-                     f'client summing to 1 (got shape {q.shape}, sum {q.sum() if q.size else 0})')
-  if clusters is None:
-    return q
-  table = store.ByTable(clusters).table
-  if len(table) != len(q):
-    raise ValueError(f'fedvarp: clusters must give one cluster per client, {len(q)} '
-                     f'(got {len(table)})')
-  return np.bincount(table, weights=q)
+def cluster_weights(q: np.ndarray, clusters: np.ndarray | None) -> np.ndarray:
+  """``q_c = sum_{j in c} q_j``; ``clusters=None`` leaves them per client."""
+  return q if clusters is None else np.bincount(clusters, weights=q)
 
 
 def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
@@ -78,8 +65,14 @@ def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
     name: display name.
   """
   server_optimizer = server_optimizer or optax.sgd(1.0)
-  weights = cluster_weights(memory_weights, clusters).astype(np.float32)
-  row_of = store.by_client if clusters is None else store.ByTable(clusters)
+  q = client_weights(f'{name}: memory_weights', memory_weights)
+  row_of = store.by_client
+  if clusters is not None:
+    row_of = store.ByTable(clusters, f'{name}: clusters')
+    if len(row_of.table) != len(q):
+      raise ValueError(f'{name}: clusters must give one cluster per client, {len(q)} as '
+                       f'memory_weights (got {len(row_of.table)})')
+  weights = cluster_weights(q, None if clusters is None else row_of.table).astype(np.float32)
   base = local_sgd(loss_fn, optax.sgd(client_lr), name=name)
 
   def server_init(params):

@@ -3,17 +3,26 @@ the per-client stores, ``get_model``): a ValueError of one line naming the const
 argument, instead of a count truncated (``int(2.5)``) or an error deep inside JAX."""
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 
 def is_whole(value) -> bool:
-  """Whether ``value`` is a whole number: an int, a NumPy or JAX integer, or an integral float;
-  not a bool or a string."""
-  if isinstance(value, (bool, np.bool_, str)):
+  """Whether ``value`` is one whole number: an int, a NumPy or JAX integer scalar, or an
+  integral float (of any kind); not a bool, a string or an array of several values."""
+  if (isinstance(value, (bool, np.bool_, str, bytes)) or np.ndim(value) != 0 or
+      getattr(value, 'dtype', None) == np.bool_):
     return False
-  if hasattr(value, '__index__'):   # int, NumPy and JAX integers
+  try:
+    operator.index(value)   # int, NumPy and JAX integers
     return True
-  return isinstance(value, (float, np.floating)) and float(value).is_integer()
+  except TypeError:
+    pass
+  try:
+    return float(value).is_integer()
+  except (TypeError, ValueError):
+    return False
 
 
 def positive_int(where: str, name: str, value) -> int:

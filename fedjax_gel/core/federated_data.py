@@ -59,9 +59,8 @@ def from_client_arrays(
                     text=True)
 
 
-# dtype kinds a feature may hold: booleans, integers, floats (not objects or dates); text
-# ('U', 'S') only in host pools that a dataset's task turns into numbers (LEAF's raw text)
-FEATURE_KINDS = 'biuf'
+# text features ('U', 'S') only in host pools that a dataset's task turns into numbers (LEAF's
+# raw text); otherwise numbers of any width (bfloat16 included) or booleans
 TEXT_KINDS = 'US'
 
 
@@ -74,6 +73,7 @@ def check_pool(data: FederatedData, where: str = 'FederatedData',
   one), counts and offsets non-negative, every client's rows within the pool
   (``offsets + counts <= P``); client names none or one per client. Reads shapes and dtypes of
   the features, and the values of ``offsets`` and ``counts`` only."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   if not isinstance(data, FederatedData):
     raise TypeError(f'{where}: a pool must be a FederatedData, got {type(data).__name__}')
   if not isinstance(data.examples, Mapping) or not data.examples:
@@ -81,7 +81,8 @@ def check_pool(data: FederatedData, where: str = 'FederatedData',
   rows = {}
   for name, v in data.examples.items():
     dtype = np.dtype(v.dtype if hasattr(v, 'dtype') else np.asarray(v).dtype)
-    if not np.shape(v) or dtype.kind not in FEATURE_KINDS + (TEXT_KINDS if text else ''):
+    numeric = jnp.issubdtype(dtype, jnp.number) or dtype == np.bool_
+    if not np.shape(v) or not (numeric or text and dtype.kind in TEXT_KINDS):
       raise ValueError(f'{where}: feature {name!r} must be an array of numbers or booleans'
                        f'{" or strings" if text else ""} with a leading axis of examples (got '
                        f'{dtype}, shape {np.shape(v)})')
@@ -102,7 +103,7 @@ def check_pool(data: FederatedData, where: str = 'FederatedData',
     raise ValueError(f'{where}: client {bad} owns rows {offsets[bad]}..{ends[bad] - 1}, outside '
                      f'the pool\'s {pool_rows} rows (counts and offsets must be >= 0, '
                      'offsets + counts <= rows)')
-  if data.client_names and len(data.client_names) != len(counts):
+  if len(data.client_names) and len(data.client_names) != len(counts):
     raise ValueError(f'{where}: {len(data.client_names)} client names for {len(counts)} clients')
   return data
 

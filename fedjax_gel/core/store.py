@@ -92,17 +92,17 @@ def by_client(ids):
 
 class ByTable:
   """``store_row`` of a store with a row per group (ClusterFedVARP's clusters): client ``i``
-  reads and writes row ``table[i]``; the table has one entry per client of the population."""
+  reads and writes row ``table[i]``; the table has one entry per client of the population.
+  ``where`` names the argument in the ValueError for a table that is not one non-negative
+  integer per client."""
 
-  def __init__(self, table):
-    self.table = np.asarray(table)
-    if self.table.ndim != 1 or not len(self.table) or not np.issubdtype(self.table.dtype,
-                                                                         np.integer):
-      raise ValueError(f'store: a row table must be a non-empty list of integers, one per '
-                       f'client (got shape {self.table.shape}, {self.table.dtype})')
-    if self.table.min() < 0:
-      raise ValueError(f'store: rows of the row table must be >= 0 (got {self.table.min()})')
-    self.table = self.table.astype(np.int32)
+  def __init__(self, table, where: str = 'store: the row table'):
+    table = np.asarray(table)
+    if (table.ndim != 1 or not len(table) or not np.issubdtype(table.dtype, np.integer) or
+        table.min() < 0):
+      raise ValueError(f'{where} must give one non-negative integer row per client (got '
+                       f'{table.dtype} {table.shape}{f", min {table.min()}" if table.size else ""})')
+    self.table, self.rows = table.astype(np.int32), int(table.max()) + 1
 
   def __call__(self, ids):
     return jnp.asarray(self.table)[ids]
@@ -118,12 +118,11 @@ def check_rows(algorithm, clients_store, num_clients: int, mesh=None):
   rows, row_of = num_rows(clients_store), algorithm.store_row
   if row_of is by_client and mesh is None and rows != num_clients:
     raise ValueError(f'round_fn: {algorithm.name} keeps a row per client, and its store has '
-                     f'{rows} rows for a population of {num_clients} clients; build it for '
-                     f'{num_clients} clients (e.g. num_clients={num_clients})')
-  if isinstance(row_of, ByTable) and (len(row_of.table) != num_clients or
-                                      row_of.table.max() >= rows):
+                     f'{rows} rows for a population of {num_clients} clients; build it for the '
+                     f"pool's {num_clients} clients")
+  if isinstance(row_of, ByTable) and (len(row_of.table) != num_clients or row_of.rows > rows):
     raise ValueError(f'round_fn: {algorithm.name} maps {len(row_of.table)} clients to rows '
-                     f'0..{row_of.table.max()} of a store of {rows} rows, for a population of '
+                     f'0..{row_of.rows - 1} of a store of {rows} rows, for a population of '
                      f'{num_clients} clients; give one row (cluster) per client')
 
 

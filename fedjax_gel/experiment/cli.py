@@ -336,19 +336,28 @@ def os_error(e: OSError) -> str:
   return f'{where}: {e.strerror or e}'
 
 
+def check_command(values: flags.FlagValues, argv):
+  """The command line's own rules beyond each flag's check: no stray arguments, a named
+  ``--workdir`` where one is given or several processes share it; else a ConfigError."""
+  if len(argv) > 1:
+    raise ConfigError(f'unexpected arguments: {" ".join(argv[1:])}')
+  if values['workdir'].present and not values.workdir:   # e.g. --workdir=$OUT, OUT unset
+    raise ConfigError('--workdir is empty: name a folder, or leave the flag out for the default '
+                      'runs/<algorithms>_<dataset>_<digest>/')
+  if values.num_processes != 1 and not values.workdir:   # a default name is each one's clock
+    raise ConfigError(f'--num_processes={values.num_processes} needs --workdir: every process '
+                      'must name the same work directory')
+
+
 def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   """Runs the parsed flags' experiments; returns the exit status. ``start``: the process'
   ``time.perf_counter()`` before its imports (the ``imports`` phase)."""
   logging.set_verbosity(logging.ERROR)   # keep JAX's and TFDS's notices off stderr
-  if len(argv) > 1:
-    return fail(f'unexpected arguments: {" ".join(argv[1:])}')
+  try:
+    check_command(values, argv)
+  except ConfigError as e:
+    return fail(str(e))
   from fedjax_gel.core.devices import configure_cpu  # pylint: disable=g-import-not-at-top
-  if values['workdir'].present and not values.workdir:   # e.g. --workdir=$OUT, OUT unset
-    return fail('--workdir is empty: name a folder, or leave the flag out for the default '
-                'runs/<algorithms>_<dataset>_<digest>/')
-  if values.num_processes != 1 and not values.workdir:   # a default name is each one's clock
-    return fail(f'--num_processes={values.num_processes} needs --workdir: every process must '
-                'name the same work directory')
   try:   # before JAX starts its backends
     cluster.initialize(values.coordinator_address, values.num_processes, values.process_id,
                        values.heartbeat_timeout)
@@ -398,12 +407,14 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   return 0
 
 
-def check_only(values: flags.FlagValues) -> int:
-  """absl's ``--only_check_args`` ("validate args and exit"): every check of the flags that
-  needs neither the data nor the work directory (``api.checked_configs``); one line
+def check_only(values: flags.FlagValues, argv) -> int:
+  """absl's ``--only_check_args`` ("validate args and exit"): every check of the command line
+  that needs neither the data nor the work directory (``check_command``,
+  ``api.checked_configs``); one line
   and status 2 for the first problem, else a line naming the runs and status 0. Nothing is
   read or written and JAX's backends are not started."""
   try:
+    check_command(values, argv)
     configs = api.checked_configs(*from_flags(values))
   except ConfigError as e:
     return fail(str(e))

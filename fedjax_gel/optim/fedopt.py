@@ -14,7 +14,7 @@ equality case of Algorithm 2's requirement ``v_{-1} >= tau^2``)::
 
 so ``x_{t+1} = x_t + lr m_t^Reddi / (sqrt(v_t) + tau)``. There is no bias correction; ``tau`` is
 Reddi's degree of adaptivity. The arguments are named as in optax: ``b1`` and ``b2`` are Reddi's
-``beta_1`` and ``beta_2``, ``eps`` is his ``tau``. Concrete values outside ``lr > 0``,
+``beta_1`` and ``beta_2``, ``eps`` is his ``tau``. Concrete values outside ``lr >= 0``,
 ``b1`` in ``[0, 1)``, ``b2`` in ``[0, 1]``, ``eps > 0`` and ``initial_accumulator >= 0`` are a
 ValueError. ``learning_rate`` may be a float or an optax
 schedule, evaluated at the number of updates applied so far (0 on the first call).
@@ -54,7 +54,7 @@ def _fedopt(learning_rate: optax.ScalarOrSchedule, b1: float, eps: float,
             second_moment: Callable[[jax.Array, jax.Array], jax.Array]
             ) -> optax.GradientTransformationExtraArgs:
   """Shared body: ``second_moment(v_{t-1}, g) -> v_t`` selects the method."""
-  check_hyperparameter('learning_rate', learning_rate, lambda x: x > 0, 'positive')
+  check_hyperparameter('learning_rate', learning_rate, lambda x: x >= 0, '>= 0')
   check_hyperparameter('b1', b1, lambda b: 0 <= b < 1, 'in [0, 1)')
   check_hyperparameter('eps', eps, lambda e: e > 0, "positive (Reddi et al.'s tau)")
   if initial_accumulator is not None:

@@ -51,6 +51,11 @@ def test_a_well_formed_pool_passes_and_moves_to_the_device():
   empty = pool._replace(examples={'x': np.zeros((0, 2)), 'y': np.zeros(0, np.int32)},
                         offsets=np.zeros(2, np.int32), counts=np.zeros(2, np.int32))
   assert fd.check_pool(empty) is empty                              # clients without examples
+  import ml_dtypes  # pylint: disable=g-import-not-at-top
+  narrow = pool._replace(examples={'x': np.zeros((5, 2), ml_dtypes.bfloat16),
+                                   'm': np.ones(5, bool), 'y': np.zeros(5, np.uint8)},
+                         client_names=np.asarray(['a', 'b']))
+  assert fd.to_device(narrow).examples['x'].dtype == ml_dtypes.bfloat16
 
 
 @pytest.mark.parametrize('change,words', [

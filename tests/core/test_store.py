@@ -79,7 +79,7 @@ def test_store_bytes_and_place_without_mesh():
 @pytest.mark.parametrize('make,words', [
     (lambda loss: algorithms.scaffold(loss, 0.1, 10),
      'scaffold keeps a row per client, and its store has 10 rows for a population of 13 '
-     'clients; build it for 13 clients'),
+     "clients; build it for the pool's 13 clients"),
     (lambda loss: algorithms.feddyn(loss, 0.1, 0.1, 20), 'has 20 rows for a population of 13'),
     (lambda loss: algorithms.fedvarp(loss, 0.1, np.full(4, .25), clusters=[0, 1, 2, 0]),
      'fedvarp maps 4 clients to rows 0..2 of a store of 3 rows, for a population of 13'),
@@ -112,16 +112,21 @@ def test_a_store_for_the_population_runs(data, model):
     (lambda loss: algorithms.feddyn(loss, 0.1, 0.1, 2.5), 'feddyn: num_clients must be a'),
     (lambda loss: algorithms.adabest(loss, 0.1, 0.1, 0.5, -3), 'adabest: num_clients'),
     (lambda loss: algorithms.scaffold(loss, 0.1, 3, weights=[.5, .5]),
-     r'weights must be one finite, non-negative q_j per client, \[3\] \(got shape \(2,\)\)'),
+     r'scaffold: weights must be one finite, non-negative weight per client \(3\) summing to 1 '
+     r'\(got shape \(2,\), sum 1\)'),
+    (lambda loss: algorithms.scaffold(loss, 0.1, 2, weights=[.5, .6]), r'sum 1.1\)'),
     (lambda loss: algorithms.fedvarp(loss, 0.1, np.ones(3)), r'summing to 1 \(got shape \(3,\), '
-     'sum 3.0'),
-    (lambda loss: algorithms.fedvarp(loss, 0.1, []), 'fedvarp: memory_weights must be'),
+     'sum 3'),
+    (lambda loss: algorithms.fedvarp(loss, 0.1, []), r'fedvarp: memory_weights must be .* '
+     r'\(got shape \(0,\)\)'),
     (lambda loss: algorithms.fedvarp(loss, 0.1, [.5, .5], clusters=[0, -1]),
-     'rows of the row table must be >= 0'),
+     'fedvarp: clusters must give one non-negative integer row per client .got int64 .2,., '
+     'min -1.'),
     (lambda loss: algorithms.fedvarp(loss, 0.1, [.5, .5], clusters=[0, 1, 1]),
-     'one cluster per client, 2 .got 3.'),
+     'fedvarp: clusters must give one cluster per client, 2 as memory_weights .got 3.'),
 ], ids=['scaffold_no_clients', 'feddyn_fraction', 'adabest_negative', 'scaffold_weights',
-        'fedvarp_weights_sum', 'fedvarp_no_weights', 'negative_cluster', 'clusters_length'])
+        'scaffold_weights_sum', 'fedvarp_weights_sum', 'fedvarp_no_weights', 'negative_cluster',
+        'clusters_length'])
 def test_stateful_algorithms_refuse_a_population_they_cannot_hold(model, make, words):
   with pytest.raises(ValueError, match=words):
     make(models.cross_entropy_loss(model))

@@ -110,10 +110,15 @@ def test_an_unexpandable_path_is_one_line(tmp_path, monkeypatch, text, words):
 
 @pytest.mark.parametrize('extra, code, line', [
     (['--client_lr=-1'], 2, 'error: --client_lr must be positive (got -1.0)'),
+    (['--workdir='], 2, 'error: --workdir is empty: name a folder, or leave the flag out for the '
+     'default runs/<algorithms>_<dataset>_<digest>/'),
+    (['--num_processes=2'], 2, 'error: --num_processes=2 needs --workdir: every process must '
+     'name the same work directory'),
+    (['stray'], 2, 'error: unexpected arguments: stray'),
     (['--algorithm=fedavg,scaffold', '--seeds=0,1'], 0,
      'the flags are valid: 4 runs (fedavg, scaffold); the data and the work directory were not '
      'checked'),
-], ids=['bad', 'good'])
+], ids=['bad', 'empty_workdir', 'processes_without_workdir', 'stray_argument', 'good'])
 def test_only_check_args_runs_every_check_of_the_flags_and_nothing_else(tmp_path, extra, code,
                                                                         line):
   """absl's ``--only_check_args`` ("validate args and exit") exited 0 before any of the
