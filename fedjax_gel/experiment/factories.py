@@ -18,6 +18,7 @@ from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import devices, evaluation, federated_data, sampling
 from fedjax_gel.core import keys, runs as runs_lib, selection, spec as spec_lib
 from fedjax_gel.data import registry as data_registry
+from fedjax_gel.data.errors import DataError
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import planning
 from fedjax_gel.experiment.config import Config, ConfigError, first_line, validate
@@ -89,8 +90,9 @@ def load_split(c: Config) -> federated_data.FederatedSplit:
 def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
   """A registered dataset's loader (``data.registry``), its result checked: a FederatedSplit of
   two well-formed pools (``federated_data.check_pool``; text, which ``make_model`` refuses with
-  a hint, included) with the same features, ``x`` and ``y`` among them, and a test pool that is
-  not empty. The test pool may hold other clients (held-out clients, as ``--leaf_split=user``)."""
+  a hint, included) with the same features, ``x`` and ``y`` among them (``check_examples``
+  then requires examples on both sides). The test pool may hold other clients (held-out
+  clients, as ``--leaf_split=user``)."""
   split = data_registry.LOADERS[d.dataset](d)
   where = f'--dataset={d.dataset}'
   if not isinstance(split, federated_data.FederatedSplit):
@@ -109,10 +111,20 @@ def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
   if {k: np.shape(v)[1:] for k, v in train.items()} != {k: np.shape(v)[1:] for k, v in test.items()}:
     raise ConfigError(f"{where}: the loader's train and test pools hold features of different "
                       'names or shapes')
-  if not np.asarray(split.test.counts).sum():
-    raise ConfigError(f"{where}: the loader's test pool holds no examples, so there is nothing "
-                      'to evaluate on')
   return split
+
+
+def check_examples(c: Config, split: federated_data.FederatedSplit):
+  """Both pools hold examples, else a DataError naming the data: the rounds would gather from
+  an empty pool, and an empty test pool would report an accuracy of 0 (LEAF files whose users
+  have no samples on one side, a split that leaves no sample for testing)."""
+  where = (f'--data_path={c.data.data_path}' if c.data.data_path else
+           f'--dataset={c.data.dataset}')
+  for part, pool in (('train', split.train), ('test', split.test)):
+    if not int(np.asarray(pool.counts).sum()):
+      raise DataError(f'{where}: its {part} pool holds no examples ({pool.num_clients} clients, '
+                      'none with an example there); nothing to '
+                      f'{"train" if part == "train" else "evaluate"} on')
 
 
 def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
@@ -212,6 +224,7 @@ def prepare(c: Config, grid: bool = False) -> Experiment:
   ``grid``: for a learning-rate grid, which runs on one device (the automatic choice)."""
   validate(c)
   split = load_split(c)
+  check_examples(c, split)
   check_population(c.cohort, split.train.num_clients)
   model = make_model(c, split)
   algorithm = make_algorithm(c, model, split.train.counts)

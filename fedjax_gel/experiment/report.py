@@ -43,11 +43,15 @@ def speedup_ci(base: Sequence[float], rounds: Sequence[float]) -> tuple[float, f
   ``q^2 (n m_R^2 - t^2 S_RR) - 2 q (n m_b m_R - t^2 S_bR) + (n m_b^2 - t^2 S_bb) <= 0``
   (``m``: means, ``S``: sample (co)variances). Returns ``(s, low, high)``; the bounds are NaN
   for one seed and infinite when ``mean(R)`` is not clearly above 0 (the set is unbounded).
+  Where every seed reached the target at round 0 (``mean(R) = 0``, the initial model already
+  meets it) the speedup is undefined: all three are NaN.
   """
   n = len(base)
   if n != len(rounds) or n == 0:
     raise ValueError('speedup_ci needs the same seeds, at least one, on both sides')
   mb, mr = statistics.mean(base), statistics.mean(rounds)
+  if mr == 0:
+    return math.nan, math.nan, math.nan
   s = mb / mr - 1
   if n < 2:
     return s, math.nan, math.nan
@@ -223,7 +227,10 @@ def mean_ci_text(values: Sequence[float], digits: int = 1) -> str:
 
 def speedup_text(s: float, low: float, high: float, common: int, seeds: int) -> str:
   """``+17.1% (+12.0% to +24.0%; 38/40 seeds)``: a speedup, its 95% interval and the paired
-  seeds it is computed over (those both algorithms reached) out of the seeds that ran."""
+  seeds it is computed over (those both algorithms reached) out of the seeds that ran; an
+  undefined speedup (``speedup_ci``'s NaN: the target met at round 0) reads ``-``."""
+  if math.isnan(s):
+    return f'- (target met at round 0; {common}/{seeds} seeds)'
   if math.isnan(low):
     ci = ''
   elif math.isinf(low):

@@ -112,6 +112,13 @@ def test_speedup_ci_edge_cases():
   with pytest.raises(ValueError, match='same seeds'):
     report.speedup_ci([1., 2.], [1.])
   assert report.speedup_text(0.171, 0.12, 0.24, 38, 40) == '+17.1% (+12.0% to +24.0%; 38/40 seeds)'
+  # the initial model already meets the target: round 0 on both sides, a speedup undefined
+  # (a ZeroDivisionError stopped every report before)
+  assert all(map(math.isnan, report.speedup_ci([0., 0.], [0., 0.])))
+  assert all(map(math.isnan, report.speedup_ci([5.], [0.])))
+  assert report.speedup_text(*report.speedup_ci([0.], [0.]), 1, 1) == (
+      '- (target met at round 0; 1/1 seeds)')
+  assert report.speedup_ci([0., 0.], [5., 10.])[0] == -1.
 
 
 def test_paired_table_speedup_only_over_seeds_both_reached():
@@ -133,3 +140,11 @@ def test_paired_table_when_a_run_never_reaches_the_target():
   rows = report.paired_table(runs).splitlines()
   assert rows[2] == '| fedprox | - | 1/1 | 10.0 | - | - | 100 | 10.00 | 20.00 |'
   assert rows[3] == '| fedprox_gel | fedprox | 0/1 | - | - | -35.00 | - | - | - |'
+
+
+def test_paired_table_when_the_initial_models_meet_the_target():
+  """Both reach the target at round 0: the table says so where the speedup would be (the
+  report stopped with a ZeroDivisionError before)."""
+  runs = [run('fedavgcm', 0, [0.9, 0.95]), run('gel', 0, [0.9, 0.97])]
+  row = report.paired_table(runs).splitlines()[3].split(' | ')
+  assert row[2:5] == ['1/1', '0.0', '- (target met at round 0; 1/1 seeds)']
