@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_gel.core import federated_data
+from fedjax_gel.core.checks import is_whole, positive_int
 from fedjax_gel.core.federated_data import FederatedData
 
 
@@ -25,8 +27,15 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
   """Pads the pool (host side, once) so evaluation is ``lax.map`` over fixed-size batches.
 
   ``max_examples`` > 0 and smaller than the pool: a fixed sample of that many of its examples,
-  drawn uniformly without replacement with ``seed`` (kept in pool order).
+  drawn uniformly without replacement with ``seed`` (kept in pool order). A malformed pool
+  (``federated_data.check_pool``), a batch size below 1, a negative ``max_examples`` or ``seed``
+  are a ValueError.
   """
+  federated_data.check_pool(data, 'make_eval_pool')
+  batch_size = positive_int('make_eval_pool', 'batch_size', batch_size)
+  for name, value in (('max_examples', max_examples), ('seed', seed)):
+    if not is_whole(value) or value < 0:
+      raise ValueError(f'make_eval_pool: {name} must be a non-negative integer, got {value!r}')
   examples, total = data.examples, data.num_examples
   if 0 < max_examples < total:
     keep = np.sort(np.random.default_rng(seed).choice(total, max_examples, replace=False))
@@ -56,9 +65,12 @@ def build_evaluate(apply_fn: Callable, task=None) -> Callable:
   classification: ``loss`` and ``accuracy``). For a pool that names its examples' clients, also
   ``client_sum`` and ``client_weight`` (``[num_clients]``: each client's sum of the task's main
   metric, e.g. its correct predictions, and the weight it is out of: examples, or tokens)."""
+  from fedjax_gel.models.tasks import CLASSIFICATION, Task  # pylint: disable=g-import-not-at-top
   if task is None:
-    from fedjax_gel.models.tasks import CLASSIFICATION  # pylint: disable=g-import-not-at-top
     task = CLASSIFICATION
+  if not isinstance(task, Task):
+    raise TypeError(f'build_evaluate: task must be a models.Task (e.g. models.REGRESSION), got '
+                    f'{task!r}')
   terms = {'loss': task.loss, **task.metrics}
 
   @jax.jit

@@ -76,6 +76,9 @@ class CohortSpec:
       raise ValueError(f'CohortSpec: budget_range (a, b) needs 1 <= a <= b, got ({a}, {b})')
     for name in ('cohort_size', 'batch_size', 'groups'):
       object.__setattr__(self, name, positive_int('CohortSpec', name, getattr(self, name)))
+    if not isinstance(self.replace, (bool, np.bool_)):
+      raise ValueError(f'CohortSpec: replace must be True or False, got {self.replace!r}')
+    object.__setattr__(self, 'replace', bool(self.replace))
     if self.weighting not in WEIGHTINGS:
       raise ValueError(f'CohortSpec: unknown weighting {self.weighting!r}; known: '
                        f'{", ".join(WEIGHTINGS)}')
@@ -271,6 +274,15 @@ def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
   """
   if not isinstance(spec, CohortSpec):
     raise TypeError(f'sample_cohort: spec must be a CohortSpec, got {type(spec).__name__}')
+  if isinstance(counts, (list, tuple)):
+    counts = np.asarray(counts)
+  if not hasattr(counts, 'shape') or len(counts.shape) != 1 or not counts.shape[0] or (
+      not jnp.issubdtype(counts.dtype, jnp.integer)):
+    raise ValueError(f'sample_cohort: counts must be the population\'s examples per client, '
+                     f'integers of one axis (got {getattr(counts, "dtype", type(counts).__name__)}'
+                     f' {np.shape(counts)})')
+  if isinstance(counts, np.ndarray) and counts.min() < 0:
+    raise ValueError(f'sample_cohort: counts must be >= 0 (got {counts.min()})')
   population = counts.shape[0]
   check_ids('sample_cohort', client_ids, population)
   if client_budgets is not None:

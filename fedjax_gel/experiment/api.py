@@ -261,6 +261,30 @@ def checkpoint_target(exp: factories.Experiment, num_runs: int):
   return jax.tree.map(lambda s: jax.ShapeDtypeStruct((num_runs,) + s.shape, s.dtype), one)
 
 
+def check_run_arguments(c, sweep, callbacks, out, err):
+  """``run``'s arguments are of the kinds it takes, else a TypeError of one line before anything
+  is written (they failed as AttributeErrors, some after the runs had trained)."""
+  if not isinstance(c, Config):
+    raise TypeError(f'experiment.run: c must be a Config (experiment.make(...) builds one), got '
+                    f'{type(c).__name__}')
+  if not isinstance(sweep, Sweep):
+    raise TypeError(f'experiment.run: sweep must be an experiment.Sweep, got '
+                    f'{type(sweep).__name__}')
+  if not _listed(callbacks):
+    raise TypeError(f'experiment.run: callbacks must be a list of callbacks, got '
+                    f'{type(callbacks).__name__}')
+  hooks = [h for h in vars(callbacks_lib.Callback) if h.startswith('on_')]
+  for cb in callbacks:
+    if not all(callable(getattr(cb, h, None)) for h in hooks):
+      raise TypeError(f'experiment.run: a callback must have the hooks of '
+                      f'experiment.callbacks.Callback ({", ".join(hooks)}; subclass it), got '
+                      f'{type(cb).__name__}')
+  for name, stream in (('out', out), ('err', err)):
+    if stream is not None and not callable(getattr(stream, 'write', None)):
+      raise TypeError(f'experiment.run: {name} must be a text stream (with write), got '
+                      f'{type(stream).__name__}')
+
+
 def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
         overwrite: bool = False, vmap: bool = True, callbacks: Sequence = (), out=None,
         err=None, phases: loop_lib.Phases | None = None) -> list[dict]:
@@ -272,6 +296,7 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   after the library's own. ``out``: where the results' lines go (default stdout); ``err``: the
   progress lines (default stderr). ``phases``: the clock of a caller that timed its imports (``Phases(imports=...)``).
   """
+  check_run_arguments(c, sweep, callbacks, out, err)
   out = out or sys.stdout
   if not cluster.writes():   # another process than 0: the same work, nothing written or printed
     out = err = open(os.devnull, 'w')  # pylint: disable=consider-using-with

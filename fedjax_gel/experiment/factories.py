@@ -93,8 +93,13 @@ def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
   a hint, included) with the same features, ``x`` and ``y`` among them (``check_examples``
   then requires examples on both sides). The test pool may hold other clients (held-out
   clients, as ``--leaf_split=user``)."""
-  split = data_registry.LOADERS[d.dataset](d)
   where = f'--dataset={d.dataset}'
+  try:
+    split = data_registry.LOADERS[d.dataset](d)
+  except (ConfigError, DataError, OSError, KeyboardInterrupt):
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    raise DataError(f'{where}: its loader failed {raised_at(e)}') from None
   if not isinstance(split, federated_data.FederatedSplit):
     raise ConfigError(f'{where}: its loader returned a {type(split).__name__}, not a '
                       'FederatedSplit(train, test)')
@@ -111,7 +116,21 @@ def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
   if {k: np.shape(v)[1:] for k, v in train.items()} != {k: np.shape(v)[1:] for k, v in test.items()}:
     raise ConfigError(f"{where}: the loader's train and test pools hold features of different "
                       'names or shapes')
+  for part, examples in (('train', train), ('test', test)):
+    for name, v in examples.items():
+      if np.issubdtype(np.asarray(v).dtype, np.inexact) and not np.isfinite(v).all():
+        raise DataError(f"{where}: the loader's {part} pool holds a feature {name!r} that is not "
+                        'finite (NaN or infinity)')
   return split
+
+
+def raised_at(e: BaseException) -> str:
+  """``at FILE:LINE: Type: message`` of the innermost frame that raised ``e`` (code of the
+  user's own, a registered loader or model, whose failure is one line, not a traceback)."""
+  import traceback  # pylint: disable=g-import-not-at-top
+  frames = traceback.extract_tb(e.__traceback__)
+  at = f'at {frames[-1].filename}:{frames[-1].lineno}: ' if frames else ''
+  return f'{at}{type(e).__name__}: {first_line(e)}'
 
 
 def check_examples(c: Config, split: federated_data.FederatedSplit):
@@ -158,7 +177,13 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   if tokens:
     vocab = int(max(x.max(initial=0), np.asarray(split.test.examples['x']).max(initial=0))) + 1
   outputs = int(np.prod(y.shape[1:])) if targets else int(y.max(initial=0)) + 1
-  model = models.get_model(name, x.shape[1:], outputs, vocab_size=vocab)
+  try:
+    model = models.get_model(name, x.shape[1:], outputs, vocab_size=vocab)
+  except Exception as e:  # pylint: disable=broad-except
+    if name in models.BUILTIN_MODELS:
+      raise
+    raise ConfigError(f'--model={name}: building it for inputs {x.shape[1:]} and {outputs} '
+                      f'outputs failed {raised_at(e)}') from None
   task = model.task
   if task.main not in task.metrics:
     raise ConfigError(f'--model={name}: its task ({task.name}) names {task.main!r} its main '
@@ -166,6 +191,9 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   if targets and task is models.CLASSIFICATION:
     raise ConfigError(f'--model={name} is a classifier; {where} holds float targets (a '
                       'regression model declares task=models.REGRESSION)')
+  if not targets and task is models.REGRESSION:
+    raise ConfigError(f'--model={name} is a regression model; {where} holds integer labels, '
+                      'not float targets')
   if task.main == 'accuracy' and not 0 < c.run.target <= 1:
     raise ConfigError(f'--target must lie in (0, 1] (got {c.run.target:g}): --model={name} is '
                       'scored by accuracy')

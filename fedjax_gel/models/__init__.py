@@ -55,8 +55,13 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
                      f'{input_shape!r}')
   input_shape = tuple(int(v) for v in input_shape)
   if name in TOKEN_MODELS:
-    return MODELS[name](input_shape, num_classes, vocab_size=vocab_size)
-  return MODELS[name](input_shape, num_classes)
+    model = MODELS[name](input_shape, num_classes, vocab_size=vocab_size)
+  else:
+    model = MODELS[name](input_shape, num_classes)
+  if not isinstance(model, Model):
+    raise TypeError(f'get_model: {name!r} was built as a {type(model).__name__}, not a '
+                    'fedjax_gel Model (models.from_linen or from_nnx wraps a Flax module)')
+  return model
 
 
 __all__ = ['BUILTIN_MODELS', 'CLASSIFICATION', 'CelebACNN', 'MLP', 'NEXT_TOKEN', 'REGRESSION', 'Task', 'task_loss',

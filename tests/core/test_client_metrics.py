@@ -1,7 +1,8 @@
 """Per-client evaluation: each client's correct predictions and examples over the test pool,
-and their spread, against hand counts."""
+and their spread, against hand counts; arguments evaluation would misread are refused."""
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from fedjax_gel.core import evaluation
 from fedjax_gel.core import federated_data as fd
@@ -36,3 +37,21 @@ def test_a_sampled_pool_has_no_client_metrics():
   pool = evaluation.make_eval_pool(data, max_examples=4)
   out = evaluation.build_evaluate(lambda p, x: jnp.concatenate([-x, x], 1))(None, pool)
   assert 'client_sum' not in out and pool.clients is None
+
+
+@pytest.mark.parametrize('call,error,words', [
+    (lambda pool: evaluation.make_eval_pool(None), TypeError,
+     'make_eval_pool: a pool must be a FederatedData, got NoneType'),
+    (lambda pool: evaluation.make_eval_pool(pool, batch_size=0), ValueError,
+     'make_eval_pool: batch_size must be a positive integer, got 0'),   # was taken as 1
+    (lambda pool: evaluation.make_eval_pool(pool, max_examples=2, seed=-1), ValueError,
+     'make_eval_pool: seed must be a non-negative integer, got -1'),
+    (lambda pool: evaluation.make_eval_pool(pool, max_examples=-2), ValueError,
+     'max_examples must be a non-negative integer'),
+    (lambda pool: evaluation.build_evaluate(lambda p, x: x, 'regression'), TypeError,
+     "build_evaluate: task must be a models.Task .e.g. models.REGRESSION., got 'regression'"),
+], ids=['no_pool', 'batch_zero', 'negative_seed', 'negative_sample', 'task_by_name'])
+def test_evaluation_refuses_arguments_it_would_misread(call, error, words):
+  pool = fd.from_client_arrays([{'x': np.zeros((3, 1), np.float32), 'y': np.zeros(3, np.int32)}])
+  with pytest.raises(error, match=words):
+    call(pool)

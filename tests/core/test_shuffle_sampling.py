@@ -289,3 +289,26 @@ def test_a_spec_of_counts_that_are_not_whole_numbers_is_refused(kwargs, match):
   spec = CohortSpec(np.int64(3), (2., jnp.int32(4)), 2.)   # whole numbers of other types
   assert (spec.cohort_size, spec.budget_range, spec.batch_size) == (3, (2, 4), 2)
   assert all(type(v) is int for v in (spec.cohort_size, spec.batch_size, *spec.budget_range))
+
+
+@pytest.mark.parametrize('counts,error,words', [
+    (np.asarray([3, -1, 5]), ValueError, r'counts must be >= 0 \(got -1\)'),
+    (np.asarray([3., 1.]), ValueError, r'integers of one axis \(got float64 \(2,\)\)'),
+    (np.zeros((2, 2), np.int32), ValueError, r'integers of one axis \(got int32 \(2, 2\)\)'),
+    (np.zeros(0, np.int32), ValueError, 'integers of one axis'),
+    (None, ValueError, r'integers of one axis \(got NoneType \(\)\)'),
+], ids=['negative', 'floats', 'two_axes', 'no_clients', 'none'])
+def test_sample_cohort_refuses_counts_that_are_not_a_population(counts, error, words):
+  spec = CohortSpec(4, (1, 3), 2)
+  with pytest.raises(error, match=f'^sample_cohort: .*{words}'):
+    sample_cohort(keys.root_key(0), 0, counts, spec)
+  as_list = sample_cohort(keys.root_key(0), 0, [3, 4, 5], spec)   # a list is taken as an array
+  np.testing.assert_array_equal(
+      as_list.client_ids, sample_cohort(keys.root_key(0), 0, np.asarray([3, 4, 5]), spec).client_ids)
+
+
+def test_cohort_spec_replace_must_be_a_bool():
+  """``replace='no'`` was taken as true (a non-empty string)."""
+  with pytest.raises(ValueError, match="replace must be True or False, got 'no'"):
+    CohortSpec(4, (1, 3), 2, replace='no')
+  assert CohortSpec(4, (1, 3), 2, replace=np.bool_(False)).replace is False

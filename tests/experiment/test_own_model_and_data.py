@@ -9,6 +9,7 @@ import json
 import pathlib
 import re
 
+import jax.numpy as jnp
 import pytest
 
 from fedjax_gel import models
@@ -98,6 +99,53 @@ def test_bad_loaders_are_one_line_errors(returned, words):
     assert words in str(e.value) and '\n' not in str(e.value)
   finally:
     data_registry.LOADERS.pop('broken')
+
+
+def nan_pool():
+  split = pool(3)
+  x = split.examples['x'].copy()
+  x[4, 1] = float('nan')
+  return split._replace(examples={**split.examples, 'x': x})
+
+
+def failing_loader():
+  raise RuntimeError('the bucket is gone\nsecond line')
+
+
+@pytest.mark.parametrize('loader,words', [
+    (lambda d: failing_loader(), r"its loader failed at .*test_own_model_and_data.py:\d+: "
+     'RuntimeError: the bucket is gone$'),
+    (lambda d: federated_data.FederatedSplit(pool(3), nan_pool()),
+     "the loader's test pool holds a feature 'x' that is not finite"),
+], ids=['loader_raises', 'nan_feature'])
+def test_a_loader_that_fails_or_gives_bad_values_is_one_line(loader, words):
+  """A loader's own exception is one line saying where it was raised; NaN features, which the
+  LEAF loaders refuse, are refused here too (the runs trained to NaN before)."""
+  from fedjax_gel.data.errors import DataError  # pylint: disable=g-import-not-at-top
+  data_registry.register_dataset('failing', loader)
+  try:
+    with pytest.raises(DataError, match=f'^--dataset=failing: {words}'):
+      factories.load_split(make(dataset='failing'))
+  finally:
+    data_registry.LOADERS.pop('failing')
+
+
+@pytest.mark.parametrize('build,words', [
+    (lambda shape, classes: None, r"failed at .*: TypeError: get_model: 'probe' was built as a "
+     'NoneType, not a fedjax_gel Model'),
+    (lambda shape, classes: 1 / 0, 'failed at .*: ZeroDivisionError: division by zero'),
+    (lambda shape, classes: models.from_linen('probe', models.LogisticRegression(classes), shape,
+                                              jnp.float32, classes, task=models.REGRESSION),
+     'is a regression model; blobs holds integer labels, not float targets'),
+], ids=['not_a_model', 'build_raises', 'regression_on_labels'])
+def test_a_registered_model_that_cannot_serve_the_data_is_one_line(readme_example, build, words):
+  models.register_model('probe', build)
+  try:
+    c = make(dataset='blobs', model='probe')
+    with pytest.raises(ConfigError, match=f'^--model=probe.*{words}'):
+      factories.make_model(c, factories.load_split(c))
+  finally:
+    models.MODELS.pop('probe')
 
 
 def test_a_loader_may_hold_out_other_clients_for_testing():

@@ -729,3 +729,19 @@ def test_a_sweep_of_the_wrong_shape_is_one_line(kwargs, match):
     api.expand(make(algorithm='fedprox'), api.Sweep(**kwargs))
   assert api.Sweep(seeds=np.arange(2), algorithms=('gel',),
                    hparam_grid=('prox_mu', [0.1])).seeds.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize('kwargs,words', [
+    (dict(c={}), r'c must be a Config \(experiment\.make\(\.\.\.\) builds one\), got dict'),
+    (dict(sweep={'seeds': [1]}), 'sweep must be an experiment.Sweep, got dict'),
+    (dict(callbacks=callbacks.Callback()), 'callbacks must be a list of callbacks, got Callback'),
+    (dict(callbacks=[1]), 'a callback must have the hooks of experiment.callbacks.Callback'),
+    (dict(out='report.txt'), 'out must be a text stream .with write., got str'),
+], ids=['config_dict', 'sweep_dict', 'one_callback', 'callback_int', 'out_path'])
+def test_run_refuses_arguments_of_the_wrong_kind_before_writing(tmp_path, kwargs, words):
+  """They were AttributeErrors, some after config.json and the metrics were written, one after
+  the runs had trained."""
+  args = {'c': make(num_rounds=2), 'workdir': str(tmp_path / 'w'), **kwargs}
+  with pytest.raises(TypeError, match=f'^experiment.run: {words}'):
+    api.run(**args)
+  assert not list(tmp_path.iterdir())
