@@ -20,10 +20,14 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   from fedjax_gel.experiment import compare  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment.config import ConfigError  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment.cli import os_error  # pylint: disable=g-import-not-at-top
   try:
     print(compare.compare(args.directories, args.out))
-  except (ConfigError, OSError) as e:
+  except ConfigError as e:
     print(f'error: {e}', file=sys.stderr)
+    return 2
+  except OSError as e:
+    print(f'error: {os_error(e)}', file=sys.stderr)
     return 2
   return 0
 

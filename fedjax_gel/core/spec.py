@@ -39,9 +39,11 @@ def flag_name(field: dataclasses.Field) -> str:
   return field.metadata.get('flag') or field.name
 
 
-def problems(record) -> list[str]:
-  """Every problem of ``record``'s fields (one line each, naming the flag): a float that is not
-  finite, or a value its field's check refuses."""
+def problems(record, checks: bool = True) -> list[str]:
+  """Every problem of ``record``'s fields (one line each, naming the flag): a value not of its
+  field's type, a float that is not finite, or (``checks``) a value its field's check refuses
+  (``checks=False``: a record read back, whose names of registered datasets or models this
+  process may not know)."""
   found = []
   for field in dataclasses.fields(record):
     if 'help' not in field.metadata:
@@ -55,7 +57,7 @@ def problems(record) -> list[str]:
     elif isinstance(value, float) and abs(value) > FLOAT32_MAX:
       found.append(f'--{name} must lie within float32\'s range, +-3.4e38 (got {value:g}): the '
                    'device computes in float32, where it would be infinite')
-    elif field.metadata.get('check') is not None:
+    elif checks and field.metadata.get('check') is not None:
       try:
         problem = field.metadata['check'](name, value)
       except (TypeError, ValueError):   # e.g. a string where a number belongs (from Python)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 
+from fedjax_gel.core import spec as spec_lib
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import outputs, workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError, first_line
@@ -38,10 +39,16 @@ def find_runs(directory: str) -> list[str]:
   return found
 
 
+# what a report says of a finished run whose files changed: it cannot retrain it
+LEAVE_OUT = 'leave the run out of the report, or train it again (launch/run.py --overwrite)'
+
+
 def load_run(run_dir: str) -> tuple[Config, dict, list[dict], str | None]:
   """``(config, summary, metric records, data digest)`` of a finished run (the digest its
   ``config.json`` records, None before digests); a ConfigError naming the file that cannot be
-  read."""
+  read, that changed since the run finished (``workdir.check_finished``: the checksums the run
+  recorded) or whose settings are not of their fields' types."""
+  workdir_lib.check_finished(run_dir, LEAVE_OUT)
   parts = {}
   for name in ('config.json', 'summary.json', 'metrics.jsonl'):
     path = os.path.join(run_dir, name)
@@ -56,6 +63,10 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict], str | None]:
       raise ConfigError(f'{path}: not valid JSON (damaged?)') from None
   try:
     config = Config.from_json(parts['config.json'])
+    found = [p for r in [*(getattr(config, s) for s in config_lib.SECTIONS),
+                         config.algorithm.hparams] for p in spec_lib.problems(r, checks=False)]
+    if found:
+      raise ConfigError(found[0])
   except (ConfigError, TypeError, ValueError, AttributeError) as e:   # Attribute: not an object
     raise ConfigError(f'{os.path.join(run_dir, "config.json")}: not a fedjax_gel config '
                       f'({first_line(e)})') from None
@@ -118,6 +129,19 @@ def tuned_flag(configs: list[Config]) -> str | None:
   return 'client_lr' if any(len(v) > 1 for v in lrs.values()) else None
 
 
+def check_report_dir(report_dir: str):
+  """``--out`` is a folder of reports (new, or one this command wrote), not a file, a run's
+  folder or a command's work directory, whose ``report.md`` and ``plots/`` are that command's;
+  else a ConfigError."""
+  if os.path.exists(report_dir) and not os.path.isdir(report_dir):
+    raise ConfigError(f'--out={report_dir}: a file, not a folder')
+  owned = [n for n in ('runs.json', 'config.json', 'summary.json', 'grid.json')
+           if os.path.exists(os.path.join(report_dir, n))]
+  if owned:
+    raise ConfigError(f'--out={report_dir}: the folder of a run or of a command ({owned[0]}), '
+                      'whose report.md and plots/ are its own; choose another --out')
+
+
 def compare(directories: list[str], report_dir: str) -> str:
   """Writes ``report_dir/report.md`` and ``plots/`` for every finished run under
   ``directories``; returns a line saying what it did."""
@@ -133,6 +157,7 @@ def compare(directories: list[str], report_dir: str) -> str:
                         f'{summary.get("seed")}): {seen[key]} and {w}; name one of them')
     seen[key] = w
   results = [(summary, records) for _, summary, records, _ in loaded]
+  check_report_dir(report_dir)
   os.makedirs(report_dir, exist_ok=True)
   _, plotted = outputs.write_runs_report(configs, run_dirs, results, tuned_flag(configs),
                                          report_dir)

@@ -219,28 +219,30 @@ def write_summary(workdir: str, summary: dict):
   write_json(os.path.join(workdir, 'summary.json'), summary)
 
 
-def check_finished(workdir: str):
+RETRAIN = 'pass --overwrite to train the run again'
+
+
+def check_finished(workdir: str, remedy: str = RETRAIN):
   """A finished run's ``summary.json`` reads, its fields match their checksum and its outputs
-  theirs; else a ConfigError naming the file. (Summaries of versions before the fields' own
-  checksum have none: their ``outputs_sha256`` must still be a name-to-checksum table.)"""
+  theirs; else a ConfigError naming the file and ending with ``remedy``. (Summaries of versions
+  before the fields' own checksum have none: their ``outputs_sha256`` must still be a
+  name-to-checksum table.)"""
   file = os.path.join(workdir, 'summary.json')
-  saved = read_json_as(file, dict, 'is damaged (unreadable or cut); pass --overwrite to train '
-                       'the run again')
+  saved = read_json_as(file, dict, f'is damaged (unreadable or cut); {remedy}')
   own, outputs = saved.get('summary_sha256'), saved.get('outputs_sha256') or {}
   if own is not None and own != summary_sha256(saved) or not isinstance(outputs, dict):
     raise ConfigError(f'{file} changed since the run finished (its checksum does not match); '
-                      'pass --overwrite to train the run again')
+                      f'{remedy}')
   for name, digest in outputs.items():
     if name not in CHECKSUMMED:   # an edited summary names no file outside these
       raise ConfigError(f'{os.path.join(workdir, "summary.json")} is damaged (it names '
-                        f'{str(name)[:80]!r}); pass --overwrite to train the run again')
+                        f'{str(name)[:80]!r}); {remedy}')
     file = os.path.join(workdir, name)
     if not os.path.isfile(file):
-      raise ConfigError(f'{file} of the finished run is missing; pass --overwrite to train the '
-                        'run again')
+      raise ConfigError(f'{file} of the finished run is missing; {remedy}')
     if files.digest(file) != digest:
       raise ConfigError(f'{file} changed since the run finished (its checksum in summary.json '
-                        'does not match); pass --overwrite to train the run again')
+                        f'does not match); {remedy}')
 
 
 def check_resume(workdir: str, target) -> list[str]:

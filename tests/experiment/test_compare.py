@@ -68,16 +68,28 @@ def test_incomparable_duplicate_and_damaged_runs(made, tmp_path):
     compare.compare([str(root / 'cm'), str(other)], str(tmp_path / 'r1'))
   with pytest.raises(ConfigError, match='the same run twice'):
     compare.compare([str(root / 'cm'), str(root / 'both')], str(tmp_path / 'r2'))
-  records = (other / 'metrics.jsonl').read_text()
-  (other / 'metrics.jsonl').write_text('[1, 2]\n')
-  with pytest.raises(ConfigError, match=r'metrics\.jsonl line 1 is not a record'):
+  # a run's files checked as the command that made it checks them (workdir.check_finished),
+  # with a remedy the report can give: an edited record or summary was reported as it read
+  leave = r'; leave the run out of the report, or train it again \(launch/run\.py --overwrite\)$'
+  records, summary = (other / 'metrics.jsonl').read_text(), (other / 'summary.json').read_text()
+  (other / 'metrics.jsonl').write_text(records.replace('"round": 0', '"round": 1', 1))
+  with pytest.raises(ConfigError, match=r'metrics\.jsonl changed since the run finished .*' + leave):
     compare.compare([str(other)], str(tmp_path / 'r3'))
   (other / 'metrics.jsonl').write_text(records)
-  (other / 'summary.json').write_text('{"status": "finished"}')
-  with pytest.raises(ConfigError, match="summary.json: not the summary of a finished run"):
+  edited = json.loads(summary)
+  edited['final_accuracy'] = 0.99
+  (other / 'summary.json').write_text(json.dumps(edited))
+  with pytest.raises(ConfigError, match=r'summary\.json changed since the run finished .*' + leave):
     compare.compare([str(other)], str(tmp_path / 'r3'))
   (other / 'summary.json').write_text('{"final_acc')
-  with pytest.raises(ConfigError, match=r'summary\.json: not valid JSON'):
+  with pytest.raises(ConfigError, match=r'summary\.json is damaged \(unreadable or cut\)' + leave):
+    compare.compare([str(other)], str(tmp_path / 'r3'))
+  (other / 'summary.json').write_text(summary)
+  config = json.loads((other / 'config.json').read_text())
+  config['algorithm']['client_lr'] = 'abc'
+  (other / 'config.json').write_text(json.dumps(config))
+  with pytest.raises(ConfigError, match=r"config\.json: not a fedjax_gel config \(--client_lr: "
+                     r"'abc' is not of type float\)"):
     compare.compare([str(other)], str(tmp_path / 'r3'))
   empty = tmp_path / 'empty'
   empty.mkdir()
@@ -105,6 +117,20 @@ def test_runs_on_other_data_under_the_same_flags(made, leaf_writer, tmp_path):
   (tmp_path / 'b' / 'config.json').write_text('[1, 2]')
   with pytest.raises(ConfigError, match=r'config\.json: not a fedjax_gel config'):
     compare.compare([str(tmp_path / 'b')], str(tmp_path / 'r'))
+
+
+def test_the_report_never_writes_into_a_run_or_a_command(made, tmp_path, capsys):
+  """``--out`` at a command's work directory replaced its report.md and plots/ with another
+  report; at a file it was a raw ``[Errno 17]``."""
+  _, root = made
+  before = (root / 'both' / 'report.md').read_text()
+  (tmp_path / 'afile').write_text('x')
+  for out, words in ((root / 'both', 'the folder of a run or of a command (runs.json)'),
+                     (root / 'cm' / 'seed0', 'the folder of a run or of a command (config.json)'),
+                     (tmp_path / 'afile', 'a file, not a folder')):
+    assert report_cli.main([str(root / 'cm'), str(root / 'gel'), '--out', str(out)]) == 2
+    assert capsys.readouterr().err.strip().startswith(f'error: --out={out}: {words}')
+  assert (root / 'both' / 'report.md').read_text() == before
 
 
 def test_the_command_lines_help_is_plain_text(capsys):
