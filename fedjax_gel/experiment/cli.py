@@ -119,7 +119,8 @@ def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, api.Swee
 
   Every algorithm of ``--algorithm`` gets its own hyper-parameters from the flags; a
   hyper-parameter flag given on the command line is checked even when no algorithm of the
-  command reads it."""
+  command reads it, and is not refused (``experiment.make`` refuses it): one flag file serves
+  several algorithms (the quickstart's GeL flags with ``--algorithm=fedavg``)."""
   given = {}
   for name in config_fields():
     value = values[name].value
