@@ -197,6 +197,9 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   if task.main == 'accuracy' and not 0 < c.run.target <= 1:
     raise ConfigError(f'--target must lie in (0, 1] (got {c.run.target:g}): --model={name} is '
                       'scored by accuracy')
+  if task is models.REGRESSION and c.run.target < 0:
+    raise ConfigError(f'--target must be >= 0 (got {c.run.target:g}): --model={name} is scored '
+                      'by its mean squared error, which is never negative')
   return model
 
 

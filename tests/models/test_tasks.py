@@ -143,6 +143,12 @@ def test_a_regression_model_runs_from_the_command_line(tmp_path):
       assert cli.main(grid_args) == 2   # a finished grid whose results changed: one line
       assert 'grid.json changed since the run finished' in err.getvalue()
       (tmp_path / 'grid' / 'grid.json').write_text(grid_json)
+      err.seek(0)
+      err.truncate()   # a target no mean squared error reaches: one line, nothing written
+      assert cli.main(common + ['--target=-1', f'--workdir={tmp_path / "never"}']) == 2
+      assert err.getvalue().startswith('error: --target must be >= 0 (got -1): '
+                                       '--model=regression_probe is scored by its mean squared')
+      assert not (tmp_path / 'never').exists()
   finally:
     models.MODELS.pop('regression_probe')
     data_registry.LOADERS.pop('regression_probe')
