@@ -46,11 +46,6 @@ class FedVARPState(NamedTuple):
   clients: Any      # y_j, one row per client (or cluster)
 
 
-def cluster_weights(q: np.ndarray, clusters: np.ndarray | None) -> np.ndarray:
-  """``q_c = sum_{j in c} q_j``; ``clusters=None`` leaves them per client."""
-  return q if clusters is None else np.bincount(clusters, weights=q)
-
-
 def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
             server_optimizer: Optional[optax.GradientTransformation] = None,
             clusters=None, name: str = 'fedvarp') -> FederatedAlgorithm:
@@ -65,14 +60,15 @@ def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
     name: display name.
   """
   server_optimizer = server_optimizer or optax.sgd(1.0)
-  q = client_weights(f'{name}: memory_weights', memory_weights)
+  weights = client_weights(f'{name}: memory_weights', memory_weights)
   row_of = store.by_client
   if clusters is not None:
     row_of = store.ByTable(clusters, f'{name}: clusters')
-    if len(row_of.table) != len(q):
-      raise ValueError(f'{name}: clusters must give one cluster per client, {len(q)} as '
+    if len(row_of.table) != len(weights):
+      raise ValueError(f'{name}: clusters must give one cluster per client, {len(weights)} as '
                        f'memory_weights (got {len(row_of.table)})')
-  weights = cluster_weights(q, None if clusters is None else row_of.table).astype(np.float32)
+    weights = np.bincount(row_of.table, weights=weights)   # q_c = sum_{j in c} q_j
+  weights = weights.astype(np.float32)
   base = local_sgd(loss_fn, optax.sgd(client_lr), name=name)
 
   def server_init(params):

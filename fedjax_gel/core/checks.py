@@ -25,9 +25,15 @@ def is_whole(value) -> bool:
     return False
 
 
-def positive_int(where: str, name: str, value) -> int:
-  """``value`` as an int when it is a whole number of at least 1, else a ValueError naming
-  ``where`` and ``name``."""
-  if not is_whole(value) or not int(value) >= 1:
-    raise ValueError(f'{where}: {name} must be a positive integer, got {value!r}')
+def whole_at_least(where: str, name: str, value, low: int) -> int:
+  """``value`` as an int when it is a whole number of at least ``low``, else a ValueError
+  naming ``where`` and ``name``."""
+  if not is_whole(value) or not int(value) >= low:
+    need = {0: 'a non-negative integer', 1: 'a positive integer'}.get(low, f'an integer >= {low}')
+    raise ValueError(f'{where}: {name} must be {need}, got {value!r}')
   return int(value)
+
+
+def positive_int(where: str, name: str, value) -> int:
+  """``whole_at_least(where, name, value, 1)``."""
+  return whole_at_least(where, name, value, 1)

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_gel.core import federated_data
-from fedjax_gel.core.checks import is_whole, positive_int
+from fedjax_gel.core.checks import positive_int, whole_at_least
 from fedjax_gel.core.federated_data import FederatedData
 
 
@@ -33,9 +33,8 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
   """
   federated_data.check_pool(data, 'make_eval_pool')
   batch_size = positive_int('make_eval_pool', 'batch_size', batch_size)
-  for name, value in (('max_examples', max_examples), ('seed', seed)):
-    if not is_whole(value) or value < 0:
-      raise ValueError(f'make_eval_pool: {name} must be a non-negative integer, got {value!r}')
+  max_examples = whole_at_least('make_eval_pool', 'max_examples', max_examples, 0)
+  seed = whole_at_least('make_eval_pool', 'seed', seed, 0)
   examples, total = data.examples, data.num_examples
   if 0 < max_examples < total:
     keep = np.sort(np.random.default_rng(seed).choice(total, max_examples, replace=False))

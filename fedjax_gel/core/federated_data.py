@@ -68,9 +68,9 @@ def check_pool(data: FederatedData, where: str = 'FederatedData',
                text: bool = False) -> FederatedData:
   """``data`` itself if it is a well-formed pool, else a ValueError (TypeError for a value that
   is not a ``FederatedData``) in one line starting with ``where``: at least one feature, each
-  an array of numbers or booleans (or strings: ``text``) with one row per example (the same leading length ``P``);
-  ``offsets`` and ``counts`` integer arrays of one axis and one entry per client (at least
-  one), counts and offsets non-negative, every client's rows within the pool
+  an array of numbers or booleans (or strings: ``text``) with one row per example (the same
+  leading length ``P``); ``offsets`` and ``counts`` integer arrays of one axis and one entry per
+  client (at least one), counts and offsets non-negative, every client's rows within the pool
   (``offsets + counts <= P``); client names none or one per client. Reads shapes and dtypes of
   the features, and the values of ``offsets`` and ``counts`` only."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top

@@ -149,9 +149,9 @@ def check_cohort(cohort: Cohort, num_clients: int):
 
   Any arrays: ``client_ids``, ``budgets`` and ``weights`` are arrays (NumPy or JAX) of one axis
   and one length (at least one client), ids and budgets of integers, weights of floats. On the
-  host (NumPy) also their values: ids in ``[0, num_clients)`` (the round would take another client's rows), budgets in
-  ``[0, max_budget]`` and all ``b`` where the spec's budgets are equal (the round then reads none
-  of them), weights finite and non-negative. Values on the device or traced are not checked
+  host (NumPy) also their values: ids in ``[0, num_clients)`` (the round would take another
+  client's rows), budgets in ``[0, max_budget]`` and all ``b`` where the spec's budgets are
+  equal (the round then reads none of them), weights finite and non-negative. Values on the device or traced are not checked
   (that would wait on the device; the sampler's are right by construction)."""
   arrays = {'client_ids': cohort.client_ids, 'budgets': cohort.budgets,
             'weights': cohort.weights}

@@ -411,9 +411,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
 def check_only(values: flags.FlagValues, argv) -> int:
   """absl's ``--only_check_args`` ("validate args and exit"): every check of the command line
   that needs neither the data nor the work directory (``check_command``,
-  ``api.checked_configs``); one line
-  and status 2 for the first problem, else a line naming the runs and status 0. Nothing is
-  read or written and JAX's backends are not started."""
+  ``api.checked_configs``); one line and status 2 for the first problem, else a line naming
+  the runs and status 0. Nothing is read or written and JAX's backends are not started."""
   try:
     check_command(values, argv)
     configs = api.checked_configs(*from_flags(values))

@@ -96,7 +96,7 @@ def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
   where = f'--dataset={d.dataset}'
   try:
     split = data_registry.LOADERS[d.dataset](d)
-  except (ConfigError, DataError, OSError, KeyboardInterrupt):
+  except (ConfigError, DataError, OSError):   # already one line
     raise
   except Exception as e:  # pylint: disable=broad-except
     raise DataError(f'{where}: its loader failed {raised_at(e)}') from None
