@@ -475,6 +475,13 @@ def validate(c: Config) -> Config:
        f'--power_d=0 means 2 x --clients_per_round = {cohort.candidates} candidates, more than '
        f'{INT32_MAX}; give --power_d')
   (a, b), size = cohort.budget_range, cohort.clients_per_round
+  hp = c.algorithm.hparams   # GeL's remaining policy guesses max(tau - tau_i, 0) steps
+  need(getattr(hp, 'guess_policy', None) != 'remaining' or not hp.guess_tau or
+       cohort.budget_unit != 'steps' or hp.guess_tau > a,
+       f'--guess_tau={getattr(hp, "guess_tau", 0)} is at most the smallest budget '
+       f'(--budget_range={a},{b}): no client would guess a step and --algorithm={spec.name} '
+       f'would run as its base algorithm; use more than {a} steps, 0 for b + 5 = {b + 5}, or '
+       '--guess_policy=none')
   examples = size * b * cohort.batch_size   # a round's examples, counted (and indexed) in int32
   need(examples <= INT32_MAX,
        f'--budget_range={a},{b} with --clients_per_round={size} and --batch_size='

@@ -38,6 +38,7 @@ BAD = [
     (['--guess_policy=percent', '--guess_percent=1e30'], '--guess_percent'),
     (['--guess_percent=-1'], '--guess_percent'),
     ([f'--guess_tau={BIG}'], '--guess_tau'),
+    (['--guess_tau=4'], 'no client would guess'),   # at most every budget (4,13): no GeL
     ([f'--guess_count={2**31}'], '--guess_count'),
     (['--algorithm=cluster_fedvarp', f'--fedvarp_clusters={BIG}'], '--fedvarp_clusters'),
 ]
