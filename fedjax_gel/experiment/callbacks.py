@@ -334,6 +334,7 @@ def run_summary(loop, i: int) -> dict:
       'phases_s': loop.phases.rounded(),
       'grid': None,   # a grid's summary.json: its own fields (experiment.grid)
       'outputs_sha256': None,   # written with the summary (workdir.write_summary)
+      'settings_sha256': None,   # the same
       'summary_sha256': None,   # the same
   }
 

@@ -4,9 +4,10 @@
 Everything is written whole or not at all and never through a symbolic link
 (``experiment.files``); NaN and infinities (a diverged run) are written as JSON ``null``. A
 finished run's ``summary.json`` holds the checksums of its ``metrics.jsonl``,
-``model.msgpack`` and ``grid.json`` (``outputs_sha256``) and of its own fields
-(``summary_sha256``): a finished run whose outputs or summary changed or were cut since is
-reported in one line, not taken for finished or extended. A checkpoint holds the checksum of
+``model.msgpack`` and ``grid.json`` (``outputs_sha256``), of its ``config.json``'s settings
+(``settings_sha256``) and of its own fields (``summary_sha256``): a finished run whose outputs,
+settings or summary changed or were cut since is reported in one line, not taken for finished
+or extended. A checkpoint holds the checksum of
 ``metrics.jsonl`` as it stood at its round (``checkpoint.check`` compares it).
 """
 from __future__ import annotations
@@ -204,6 +205,21 @@ def outputs_sha256(workdir: str) -> dict:
           if os.path.isfile(os.path.join(workdir, name))}
 
 
+# The fields of config.json that name where its inputs are (their contents have digests,
+# INPUT_FIELDS): rewritten when a run and its data move, so not part of settings_sha256.
+PATH_FIELDS = (('data', 'data_path'), ('data', 'image_dir'), ('data', 'data_dir'),
+               ('cohort', 'client_budgets'))
+
+
+def settings_sha256(config) -> str:
+  """SHA-256 of a ``config.json``'s fields but its ``PATH_FIELDS``, as JSON reads them."""
+  config = json.loads(json.dumps(config))
+  for section, name in PATH_FIELDS:
+    if isinstance(config, dict) and isinstance(config.get(section), dict):
+      config[section].pop(name, None)
+  return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
 def summary_sha256(summary: dict) -> str:
   """SHA-256 of a ``summary.json``'s fields but ``summary_sha256`` itself, as JSON reads them."""
   fields = {k: v for k, v in json.loads(json.dumps(finite(summary))).items()
@@ -213,8 +229,10 @@ def summary_sha256(summary: dict) -> str:
 
 def write_summary(workdir: str, summary: dict):
   """Writes a finished run's ``summary.json`` (last: it marks the run finished) with the
-  checksums of its outputs (``outputs_sha256``) and of its own fields (``summary_sha256``)."""
+  checksums of its outputs (``outputs_sha256``), of its settings (``settings_sha256``) and of
+  its own fields (``summary_sha256``)."""
   summary['outputs_sha256'] = outputs_sha256(workdir)
+  summary['settings_sha256'] = settings_sha256(read_json(os.path.join(workdir, 'config.json')))
   summary['summary_sha256'] = summary_sha256(summary)
   write_json(os.path.join(workdir, 'summary.json'), summary)
 
@@ -224,9 +242,9 @@ RETRAIN = 'pass --overwrite to train the run again'
 
 def check_finished(workdir: str, remedy: str = RETRAIN):
   """A finished run's ``summary.json`` reads, its fields match their checksum and its outputs
-  theirs; else a ConfigError naming the file and ending with ``remedy``. (Summaries of versions
-  before the fields' own checksum have none: their ``outputs_sha256`` must still be a
-  name-to-checksum table.)"""
+  theirs, and its ``config.json`` its settings' (``settings_sha256``); else a ConfigError naming
+  the file and ending with ``remedy``. (Summaries of versions before these checksums have none
+  of them: their ``outputs_sha256`` must still be a name-to-checksum table.)"""
   file = os.path.join(workdir, 'summary.json')
   saved = read_json_as(file, dict, f'is damaged (unreadable or cut); {remedy}')
   own, outputs = saved.get('summary_sha256'), saved.get('outputs_sha256') or {}
@@ -243,6 +261,12 @@ def check_finished(workdir: str, remedy: str = RETRAIN):
     if files.digest(file) != digest:
       raise ConfigError(f'{file} changed since the run finished (its checksum in summary.json '
                         f'does not match); {remedy}')
+  settings = saved.get('settings_sha256')
+  file = os.path.join(workdir, 'config.json')
+  if settings is not None and settings != settings_sha256(
+      read_json_as(file, object, f'is unreadable; {remedy}')):
+    raise ConfigError(f'{file}: its settings changed since the run finished (their checksum in '
+                      f'summary.json does not match); {remedy}')
 
 
 def check_resume(workdir: str, target) -> list[str]:

@@ -10,6 +10,7 @@ import pytest
 
 from fedjax_gel import report as report_cli
 from fedjax_gel.experiment import api, compare
+from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import ConfigError, make
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -86,8 +87,21 @@ def test_incomparable_duplicate_and_damaged_runs(made, tmp_path):
     compare.compare([str(other)], str(tmp_path / 'r3'))
   (other / 'summary.json').write_text(summary)
   config = json.loads((other / 'config.json').read_text())
+  config['algorithm']['client_lr'] *= 2   # a setting edited by hand: the report would show it
+  (other / 'config.json').write_text(json.dumps(config))
+  with pytest.raises(ConfigError, match=r'config\.json: its settings changed since the run '
+                     r'finished .*' + leave):
+    compare.compare([str(other)], str(tmp_path / 'r3'))
   config['algorithm']['client_lr'] = 'abc'
   (other / 'config.json').write_text(json.dumps(config))
+  with pytest.raises(ConfigError, match=r'config\.json: its settings changed since the run '
+                     r'finished .*' + leave):
+    compare.compare([str(other)], str(tmp_path / 'r3'))
+  # a summary of a version that did not checksum the settings: config.json is read by type
+  older = json.loads(summary)
+  del older['settings_sha256']
+  older['summary_sha256'] = workdir_lib.summary_sha256(older)
+  (other / 'summary.json').write_text(json.dumps(older))
   with pytest.raises(ConfigError, match=r"config\.json: not a fedjax_gel config \(--client_lr: "
                      r"'abc' is not of type float\)"):
     compare.compare([str(other)], str(tmp_path / 'r3'))
@@ -115,6 +129,12 @@ def test_runs_on_other_data_under_the_same_flags(made, leaf_writer, tmp_path):
     compare.compare([str(tmp_path / 'a'), str(tmp_path / 'b')], str(tmp_path / 'r'))
   assert not (tmp_path / 'r').exists()
   (tmp_path / 'b' / 'config.json').write_text('[1, 2]')
+  with pytest.raises(ConfigError, match=r'config\.json: its settings changed since the run'):
+    compare.compare([str(tmp_path / 'b')], str(tmp_path / 'r'))
+  summary = json.loads((tmp_path / 'b' / 'summary.json').read_text())
+  del summary['settings_sha256']   # as a version before the settings' checksum wrote it
+  summary['summary_sha256'] = workdir_lib.summary_sha256(summary)
+  (tmp_path / 'b' / 'summary.json').write_text(json.dumps(summary))
   with pytest.raises(ConfigError, match=r'config\.json: not a fedjax_gel config'):
     compare.compare([str(tmp_path / 'b')], str(tmp_path / 'r'))
 

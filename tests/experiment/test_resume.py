@@ -27,6 +27,7 @@ from fedjax_gel.experiment import api, cli
 from fedjax_gel.experiment import callbacks as callbacks_lib
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import loop as loop_lib
+from fedjax_gel.experiment import workdir as workdir_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -452,6 +453,10 @@ def test_a_run_recorded_without_its_datas_digest_goes_on_and_then_records_it(
   config = json.loads((workdir / 'config.json').read_text())
   digest = config.pop('data_sha256')
   (workdir / 'config.json').write_text(json.dumps(config))
+  summary = json.loads((workdir / 'summary.json').read_text())
+  del summary['settings_sha256']   # nor did that version checksum the settings
+  summary['summary_sha256'] = workdir_lib.summary_sha256(summary)
+  (workdir / 'summary.json').write_text(json.dumps(summary))
   if status == 'resumed':
     (workdir / 'summary.json').unlink()
   rounds = 6 if status == 'extended' else 4
@@ -470,14 +475,19 @@ def test_a_run_recorded_without_its_datas_digest_goes_on_and_then_records_it(
 ])
 def test_a_data_digest_edited_into_another_value_is_one_line(on_own_data, tmp_path, value,
                                                              error):
+  """Finished, the edit breaks the checksum of config.json's settings; unfinished (no checksum
+  yet), the digest itself is read."""
   c, _, workdir = copied(on_own_data, tmp_path)
   config = json.loads((workdir / 'config.json').read_text())
   (workdir / 'config.json').write_text(json.dumps({**config, 'data_sha256': value}))
-  before = snapshot(workdir)
-  with pytest.raises(config_lib.ConfigError) as e:
-    api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
-  assert error in str(e.value) and '\n' not in str(e.value), str(e.value)
-  assert snapshot(workdir) == before
+  for what in ('config.json: its settings changed since the run finished', error):
+    before = snapshot(workdir)
+    with pytest.raises(config_lib.ConfigError) as e:
+      api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
+    assert what in str(e.value) and '\n' not in str(e.value), str(e.value)
+    assert snapshot(workdir) == before
+    if (workdir / 'summary.json').exists():
+      (workdir / 'summary.json').unlink()
 
 
 def test_a_run_is_not_continued_with_other_client_budgets(on_own_data, tmp_path):
