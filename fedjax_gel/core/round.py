@@ -104,6 +104,14 @@ def masked(active, new, old):
   return tree_map(pick, new, old)
 
 
+def steps_taken(spec, budgets, real) -> jax.Array:
+  """The local steps ``tau_i`` the clients take: ``b`` for every ``real`` client with equal
+  budgets (whatever a hand-made cohort's array says), else its budget capped at ``b``; 0 for
+  padding and clients without data."""
+  return jnp.where(real, spec.max_budget if spec.equal_budgets else
+                   jnp.minimum(budgets, spec.max_budget), 0)
+
+
 class Clients(NamedTuple):
   """The per-client inputs of the chunks, each ``[num_chunks, chunk_size]``."""
   client_ids: jax.Array
@@ -303,9 +311,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       pool_rows = jax.tree.leaves(data.examples)[0].shape[0]   # bounds every client's n
       rows = offsets[:, None] + data_order(spec, shuffle_keys, n, pool_rows)
       real = cohort.valid & (n > 0)                          # clients without data take no step
-      # equal budgets: b steps for every real client, whatever a hand-made cohort's array says
-      budgets = jnp.where(real, max_budget if spec.equal_budgets else
-                          jnp.minimum(cohort.budgets, max_budget), 0)
+      budgets = steps_taken(spec, cohort.budgets, real)
       extra, extra_grads, extra_examples = None, jnp.int32(0), jnp.int32(0)
       if algorithm.pre_pass != 'none':
         extra, extra_grads, extra_examples = pre_pass_values(bcast, data, n, offsets, rows,
@@ -477,7 +483,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     if algorithm.client_guesses is None:
       guesses = jnp.zeros(cohort.budgets.shape, jnp.float32)
     else:
-      guesses = jnp.asarray(algorithm.client_guesses(cohort.budgets, spec.max_budget), jnp.float32)
+      # of the steps taken: a client without data takes none (GeL's cohort_max reads them all)
+      taken = steps_taken(spec, cohort.budgets, data.counts[cohort.client_ids] > 0)
+      guesses = jnp.asarray(algorithm.client_guesses(taken, spec.max_budget), jnp.float32)
     bcast = algorithm.broadcast(server_state)
     client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
     if mesh is None:

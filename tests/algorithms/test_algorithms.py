@@ -11,8 +11,8 @@ from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 
-from helpers import (TAU_MAX, assert_trees_close, cohort, init_params, minibatches, run,
-                     with_guesses)
+from helpers import (EMPTY_CLIENT, TAU_MAX, assert_trees_close, cohort, init_params, minibatches,
+                     run, with_guesses)
 
 LR, ALPHA = 0.1, 0.9
 tree_map = jax.tree_util.tree_map
@@ -250,6 +250,18 @@ def test_gel_client_optimiser_and_guess_policy_go_together(data, loss, model):
 ])
 def test_guess_policies_by_hand(policy, expect):
   np.testing.assert_array_equal(policy.counts(jnp.array([4, 9, 13, 12]), 13), expect)
+
+
+def test_cohort_max_reads_the_steps_taken_not_the_budgets_of_clients_without_data(data, loss,
+                                                                                   model):
+  """An empty client takes no step: its budget (6) must not raise the cohort's maximum, which
+  is client 1's own 2, so client 1 guesses 2 + 0 - 2 = 0 steps and the round is FedAvgCM's."""
+  x = init_params(model)
+  c = cohort([1, EMPTY_CLIENT], [2, 6], [1., 1.])
+  gel, _ = run(algorithms.gel(loss, LR, ALPHA, guess_policy=GuessPolicy('cohort_max', k=0)),
+               data, c, x, chunk_size=2)
+  cm, _ = run(algorithms.fedavgcm(loss, LR, ALPHA), data, c, x, chunk_size=2)
+  assert_trees_close(gel.params, cm.params, tol=1e-7)
 
 
 def test_guess_counts_do_not_recompile(data, loss, model):
