@@ -99,7 +99,14 @@ def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, fro
 def fedgbo(loss_fn: Callable, opt: GlobalBiasedOptimizer) -> FederatedAlgorithm:
   """FedGBO: frozen global statistics on clients (``opt.client``); ``opt.server`` on the mean
   model change with ``K`` the weighted mean number of local steps (inverse step, tracking,
-  ``x <- x_bar``). Rounds in which no client took a step leave the statistics as they are."""
+  ``x <- x_bar``). Rounds in which no client took a step leave the statistics as they are.
+  The learning rate must be a constant: the inverse step needs the one the clients stepped with,
+  and a schedule would be evaluated at each client's step count there, at the round here."""
+  if callable(opt.learning_rate):
+    raise ValueError('fedgbo: the learning rate must be a constant, not a schedule: the '
+                     "server's inverse step recovers the clients' gradients with the learning "
+                     'rate they stepped with (MFL and Mime take schedules)')
+
   def server_step(opt_state, delta, mean_steps, x):
     return opt.server.update(delta, opt_state, x, num_steps=mean_steps)
 

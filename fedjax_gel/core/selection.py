@@ -5,7 +5,9 @@
 2. their local losses are estimated at the current global model: over all their training
    examples (``'full'``) or over one random minibatch of ``B`` of them (``'minibatch'``, the
    cheap variant);
-3. the ``C`` candidates with the largest losses take part.
+3. the ``C`` candidates with the largest losses take part (a candidate without data only when
+   fewer than ``C`` have any: with ``d`` above the clients that hold data, such clients are
+   drawn too, last).
 
 With ``d = C`` every candidate takes part (no loss is needed); larger ``d`` biases the selection
 towards clients the model fits worst.
@@ -64,4 +66,5 @@ def power_of_d(root, round_idx, params, data: FederatedData, *, per_example_loss
     return cand
   losses = client_losses(per_example_loss, params, data, cand, mode, batch_size,
                          jax.random.fold_in(key, 1))
+  losses = jnp.where(data.counts[cand] > 0, losses, -jnp.inf)   # 'minibatch' read others' rows
   return cand[jnp.argsort(-losses, stable=True)[:cohort_size]]

@@ -65,7 +65,15 @@ def _known_algorithm(name, value):
 
 def _known_weighting(name, value):
   from fedjax_gel.core.sampling import WEIGHTINGS   # pylint: disable=g-import-not-at-top
-  return one_of(*WEIGHTINGS)(name, value)
+  return one_of('default', *WEIGHTINGS)(name, value)
+
+
+def default_weighting(client_selection: str) -> str:
+  """``--aggregation_weights=default``: ``uniform`` for power-of-d, whose candidates are drawn
+  in proportion to their data, so that Cho et al. 2022 average the selected models with equal
+  weights (weighting them by data again would count it twice); else ``samples_seen``, the GeL
+  code's."""
+  return 'uniform' if client_selection == 'power_of_d' else 'samples_seen'
 
 
 def _budget_range(name, value):
@@ -179,8 +187,9 @@ class CohortConfig:
       '--budget_unit, within --budget_range): a list in client order, or an object {client '
       'name: budget} (LEAF user names).')
   aggregation_weights: str = hparam(
-      'samples_seen', 'samples_seen (min(tau_i B, n_i)), num_examples (n_i) or uniform.',
-      _known_weighting)
+      'default', 'samples_seen (min(tau_i B, n_i)), num_examples (n_i) or uniform; default: '
+      'uniform with --client_selection=power_of_d (its candidates are drawn by data size), else '
+      'samples_seen. Recorded as the weighting it stands for.', _known_weighting)
   client_selection: str = hparam(
       'uniform', 'uniform; cyclic (clients in --cyclic_groups groups by id mod K; round t '
       'samples group t mod K); power_of_d (the C highest-loss of --power_d data-weighted '
@@ -191,6 +200,10 @@ class CohortConfig:
   power_loss: str = hparam(
       'full', "power_of_d: the candidates' local loss over all their examples (full) or one "
       'minibatch (minibatch).', one_of('full', 'minibatch'))
+
+  def __post_init__(self):   # the config records the weighting 'default' stands for
+    if self.aggregation_weights == 'default':
+      object.__setattr__(self, 'aggregation_weights', default_weighting(self.client_selection))
 
   @property
   def candidates(self) -> int:
@@ -321,8 +334,14 @@ class Config:
 
   def replace(self, **flags) -> 'Config':
     """The config with some flags changed. With another ``algorithm``, the hyper-parameters
-    the two algorithms share are kept and the new one's others take their defaults."""
+    the two algorithms share are kept and the new one's others take their defaults; with
+    another ``client_selection``, aggregation weights that were its default follow the new
+    one's (``default_weighting``)."""
     now = self.flags()
+    k = self.cohort
+    if ('aggregation_weights' not in flags and
+        k.aggregation_weights == default_weighting(k.client_selection)):
+      now['aggregation_weights'] = 'default'   # follows a new --client_selection
     if flags.get('algorithm', self.algorithm.name) != self.algorithm.name:
       drop = set(section_flags(self.algorithm.hparams or NoHparams())) - set(
           hparam_flags(flags['algorithm']))

@@ -253,6 +253,8 @@ class GlobalBiasedOptimizer(NamedTuple):
     track: ``gbo_track`` (state: the statistics).
     server: ``gbo_server`` (inverse and tracking; updates ``-Delta``).
     adaptive: ``gbo_adaptive`` (statistics tracked every step; MFL's clients).
+    learning_rate: the learning rate they share (a schedule: each evaluates it at its own step
+      count, so FedGBO's inverse step, at the server's, refuses one).
   """
   kind: str
   client: optax.GradientTransformationExtraArgs
@@ -260,13 +262,14 @@ class GlobalBiasedOptimizer(NamedTuple):
   track: optax.GradientTransformationExtraArgs
   server: optax.GradientTransformationExtraArgs
   adaptive: optax.GradientTransformationExtraArgs
+  learning_rate: optax.ScalarOrSchedule = None
 
 
 def _bundle(kind, learning_rate, b1, b2, eps) -> GlobalBiasedOptimizer:
   return GlobalBiasedOptimizer(kind, gbo_client(learning_rate, b1, b2, eps),
                                gbo_inverse(learning_rate, b1, b2, eps), gbo_track(b1, b2),
                                gbo_server(learning_rate, b1, b2, eps),
-                               gbo_adaptive(learning_rate, b1, b2, eps))
+                               gbo_adaptive(learning_rate, b1, b2, eps), learning_rate)
 
 
 def gbo_sgdm(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9) -> GlobalBiasedOptimizer:

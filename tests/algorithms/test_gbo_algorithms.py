@@ -41,6 +41,17 @@ def test_fedgbo_sgdm_with_beta_zero_is_fedavg(data, loss, model):
   assert_trees_close(gbo.params, avg.params)
 
 
+def test_fedgbo_refuses_a_learning_rate_schedule_that_mfl_and_mime_take(loss):
+  """Clients evaluate a schedule at their step count, the inverse step at the round: the
+  recovered gradient was wrong (an exponential decay tracked m at 0.59x the mean gradient)."""
+  schedule = optax.exponential_decay(0.05, 1, 0.5)
+  with pytest.raises(ValueError, match='fedgbo: the learning rate must be a constant'):
+    algorithms.fedgbo(loss, optim.gbo_sgdm(schedule))
+  algorithms.mfl(loss, optim.gbo_adam(schedule))
+  algorithms.mime(loss, optim.gbo_sgdm(schedule))
+  assert algorithms.fedgbo(loss, optim.gbo_sgdm(0.05)).name == 'fedgbo_sgdm'
+
+
 @pytest.mark.parametrize('kind', ['sgdm', 'rmsprop', 'adam'])
 def test_fedgbo_round_tracks_the_mean_client_gradient(data, loss, model, kind):
   """Frozen statistics: y_i from by-hand steps; the new statistics track the step-weighted mean

@@ -69,3 +69,18 @@ def test_d_below_c_is_refused(data, model, example_loss):
   with pytest.raises(ValueError, match='power-of-d needs'):
     power_of_d(keys.root_key(0), 0, init_params(model), data, per_example_loss=example_loss,
                d=2, cohort_size=3)
+
+
+@pytest.mark.parametrize('mode', ['full', 'minibatch'])
+def test_a_candidate_without_data_is_chosen_only_when_too_few_have_data(data, model,
+                                                                        example_loss, mode):
+  """d = the population draws the empty client 12 too; its minibatch read another client's rows
+  and was chosen over clients with data. Now it is last: out of C = 12, in with C = 13."""
+  params = init_params(model)
+  for r in range(4):
+    ids = power_of_d(keys.root_key(r), r, params, data, per_example_loss=example_loss, d=13,
+                     cohort_size=12, mode=mode, batch_size=3)
+    assert sorted(np.asarray(ids).tolist()) == list(range(12))
+  ids = power_of_d(keys.root_key(0), 0, params, data, per_example_loss=example_loss, d=13,
+                   cohort_size=13, mode=mode, batch_size=3)
+  assert sorted(np.asarray(ids).tolist()) == list(range(13))

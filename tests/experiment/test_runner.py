@@ -22,7 +22,7 @@ from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import progress as progress_lib
 from fedjax_gel.experiment import api, callbacks, factories, planning
 from fedjax_gel.experiment import workdir as workdir_lib
-from fedjax_gel.experiment.config import Config, ConfigError, make
+from fedjax_gel.experiment.config import CohortConfig, Config, ConfigError, make
 
 import helpers
 
@@ -433,6 +433,21 @@ def test_guess_settings_reach_the_algorithms_policy():
   for name in ('fedavgcm', 'fedprox', 'fednova'):
     assert factories.make_algorithm(make(algorithm=name), model,
                                     np.arange(1, 26)).client_guesses is None
+
+
+def test_default_aggregation_weights_follow_the_client_selection():
+  """Power-of-d draws its candidates by data size, so its default weights are uniform (Cho et
+  al. 2022's plain mean of the selected models); the others' are samples_seen. A config records
+  the weighting itself, and an explicit one is kept."""
+  assert make().cohort.aggregation_weights == 'samples_seen'
+  powd = make(client_selection='power_of_d')
+  assert powd.cohort.aggregation_weights == 'uniform'
+  assert powd.to_json()['cohort']['aggregation_weights'] == 'uniform'
+  assert make().replace(client_selection='power_of_d') == powd
+  assert powd.replace(client_selection='cyclic').cohort.aggregation_weights == 'samples_seen'
+  kept = make(client_selection='power_of_d', aggregation_weights='num_examples')
+  assert kept.replace(client_selection='uniform').cohort.aggregation_weights == 'num_examples'
+  assert CohortConfig(client_selection='power_of_d').aggregation_weights == 'uniform'
 
 
 def test_cohort_spec_from_the_config():
