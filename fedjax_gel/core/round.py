@@ -14,7 +14,9 @@
   every step, and the weight gradient computed in both fusions); without it the round is
   1.03-1.07x faster at 20 clients and 1.11-1.26x at 200 (``benchmarks/RESULTS.md``).
 * ``server_update`` receives ``sum_i w_i upload_i / sum_i w_i`` (summed in float32, cast back to
-  the upload's dtype), or zeros when the cohort's total weight is 0.
+  the upload's dtype). A round whose total weight is 0 (no client with data and weight took
+  part) leaves the server state as it was (``kept_without_clients``): a server optimiser's
+  momentum or FedDyn's ``h`` would otherwise move the model on no one's update.
 * The cohort is sorted by ``tau_i`` and cut into chunks of ``chunk_size`` clients (static); a scan
   runs over chunks, each chunk loops to its own largest ``tau_i`` (on CPU with budgets that
   differ; else ``b`` steps, a count fixed at compile time: ``static_steps``) and adds
@@ -174,6 +176,17 @@ def device_slots(cohort: Cohort, guesses, src, valid, pad_id) -> Clients:
   return Clients(pick(cohort.client_ids, pad_id), pick(cohort.budgets, 0),
                  pick(cohort.weights, 0.), pick(guesses, 0.),
                  pick(jnp.arange(cohort.budgets.shape[0], dtype=jnp.int32), 0), valid)
+
+
+def kept_without_clients(took_part, new, old):
+  """``new`` server state where ``took_part`` (the round's total weight is positive), else
+  ``old``; a per-client store (``clients``) is taken from ``new`` as it is, written only by
+  real clients and too large to select over every round."""
+  pick = lambda n, o: tree_map(lambda a, b: jnp.where(took_part, a, b), n, o)
+  if getattr(new, 'clients', None) is None:
+    return pick(new, old)
+  return pick(new._replace(clients=None), old._replace(clients=None))._replace(
+      clients=new.clients)
 
 
 def all_finite(tree) -> jax.Array:
@@ -506,7 +519,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     info = RoundInfo(weight_total, num_real)
     diagnostics = ({} if algorithm.diagnostics is None else
                    algorithm.diagnostics(server_state, mean_upload, info))
-    new_state = algorithm.server_update(server_state, mean_upload, info)
+    new_state = kept_without_clients(
+        weight_total > 0, algorithm.server_update(server_state, mean_upload, info), server_state)
     if stateful:
       new_state = new_state._replace(
           clients=write_rows(new_state.clients, written, clients.client_ids))

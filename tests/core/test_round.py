@@ -6,14 +6,15 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_gel import algorithms, models
+from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core import round as round_lib
 from fedjax_gel.core.round import build_round, chunk_layout
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 
-from helpers import B, TAU_MAX, as_runs_compile, cohort, init_params, minibatches, run
+from helpers import (B, EMPTY_CLIENT, TAU_MAX, as_runs_compile, cohort, init_params,
+                     minibatches, run)
 
 
 @pytest.mark.parametrize('momentum', [0.0, 0.9])
@@ -311,3 +312,22 @@ def test_the_round_refuses_an_empty_cohort(data, model):
   with pytest.raises(ValueError, match=r'Cohort: no clients \(client_ids, budgets and weights '
                      r'are empty\)'):
     run(alg, data, empty, init_params(model), chunk_size=2)
+
+
+@pytest.mark.parametrize('name', ['fedavg_server_momentum', 'fedadam', 'feddyn'])
+def test_a_round_without_clients_leaves_the_server_as_it_was(data, loss, model, name):
+  """A cohort whose only client holds no data: the server optimiser's momentum, Adam's moments
+  and FedDyn's h moved the model on no one's update (by 0.06, 0.24 and h / alpha)."""
+  n = int(data.counts.shape[0])
+  alg = {'fedavg_server_momentum': algorithms.fedavg(loss, optax.sgd(0.1),
+                                                     optax.sgd(1.0, momentum=0.9)),
+         'fedadam': algorithms.fedavg(loss, optax.sgd(0.1), optim.fedadam(0.3)),
+         'feddyn': algorithms.feddyn(loss, 0.1, 0.5, n)}[name]
+  rf = build_round(alg, chunk_size=2)
+  state, _ = rf(alg.server_init(init_params(model)), cohort([1, 5], [3, 4]), data,
+                keys.root_key(0), jnp.int32(0))
+  after, metrics = rf(state, cohort([EMPTY_CLIENT, EMPTY_CLIENT], [3, 4]), data,
+                      keys.root_key(0), jnp.int32(1))
+  assert int(metrics.num_clients) == 0
+  for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(after)):
+    np.testing.assert_array_equal(a, b)
