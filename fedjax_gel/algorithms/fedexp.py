@@ -8,6 +8,11 @@ Clients run SGD as in FedAvg and also upload ``||Delta_i||^2``; the server steps
 so ``eta_g >= 1`` always, and grows when the client updates disagree (the extrapolated parallel
 projection method). ``eps = 1e-3`` as in the paper's experiments. Each round reports ``eta_g``
 (``FederatedAlgorithm.diagnostics``; in the experiment's metrics records).
+
+Extrapolated iterates oscillate, so the paper evaluates the mean of the last two,
+``(x^t + x^{t-1}) / 2`` (its code does too); ``average_last_two`` (default) makes that the
+model evaluated and saved (``server_params``; ``x^{-1} = x^0``), while the clients always
+receive ``x^t``.
 """
 from __future__ import annotations
 
@@ -21,7 +26,15 @@ import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.core.spec import AlgorithmSpec, hparam, positive
-from fedjax_gel.algorithms.fedavg import ServerState, local_sgd
+from fedjax_gel.algorithms.fedavg import local_sgd
+
+
+class FedExPState(NamedTuple):
+  """``x^t`` (broadcast), the base's server optimiser state (unused by FedExP's own step) and
+  ``x^{t-1}``."""
+  params: Any
+  opt_state: Any
+  previous: Any
 
 
 class FedExPUpload(NamedTuple):
@@ -38,35 +51,52 @@ def server_step_size(mean_sq_norm, delta, eps: float) -> jax.Array:
   return jnp.maximum(1., mean_sq_norm / (2. * (sq_norm(delta) + eps)))
 
 
-def fedexp(loss_fn: Callable, client_lr: float, eps: float = 1e-3) -> FederatedAlgorithm:
-  """FedExP with client SGD."""
+def fedexp(loss_fn: Callable, client_lr: float, eps: float = 1e-3,
+           average_last_two: bool = True) -> FederatedAlgorithm:
+  """FedExP with client SGD; ``average_last_two``: the model evaluated is
+  ``(x^t + x^{t-1}) / 2`` (else ``x^t``)."""
   base = local_sgd(loss_fn, optax.sgd(client_lr), name='fedexp')
+
+  def server_init(params):
+    return FedExPState(params, base.server_init(params).opt_state, params)
 
   def client_final(state, x, ctx):
     delta = base.client_final(state, x, ctx)
     return FedExPUpload(delta, sq_norm(delta))
 
-  def server_update(state: ServerState, upload: FedExPUpload, info):
+  def server_update(state: FedExPState, upload: FedExPUpload, info):
     del info
     eta = server_step_size(upload.sq_norm, upload.delta, eps)
     params = jax.tree_util.tree_map(lambda x, d: x - (eta * d).astype(x.dtype), state.params,
                                     upload.delta)
-    return ServerState(params, state.opt_state)
+    return FedExPState(params, state.opt_state, state.params)
+
+  def server_params(state: FedExPState):
+    if not average_last_two:
+      return state.params
+    return jax.tree_util.tree_map(lambda x, x0: ((x + x0) / 2).astype(x.dtype), state.params,
+                                  state.previous)
 
   def diagnostics(state, upload: FedExPUpload, info):
     del state, info
     return {'eta_g': server_step_size(upload.sq_norm, upload.delta, eps)}
 
-  return base._replace(client_final=client_final, server_update=server_update,
+  return base._replace(server_init=server_init, client_final=client_final,
+                       server_update=server_update, server_params=server_params,
                        diagnostics=diagnostics)
 
 
 @dataclasses.dataclass(frozen=True)
 class FedExPHparams:
   fedexp_eps: float = hparam(1e-3, 'FedExP eps in its server step size eta_g.', positive)
+  fedexp_average: bool = hparam(
+      True, 'FedExP: evaluate and save the mean of the last two server models, (x^t + x^{t-1}) '
+      "/ 2, as the paper and its code do (its extrapolated iterates oscillate); the clients "
+      'always receive x^t.')
 
 
-FEDEXP = AlgorithmSpec('fedexp', lambda hp, s: fedexp(s.loss, s.client_lr, hp.fedexp_eps),
+FEDEXP = AlgorithmSpec('fedexp', lambda hp, s: fedexp(s.loss, s.client_lr, hp.fedexp_eps,
+                                                      hp.fedexp_average),
                        FedExPHparams, own_server=True,
                        server='`x - eta_g Delta`, `eta_g = max(1, sum_i p_i ||Delta_i||^2 / '
                        '(2(||Delta||^2 + eps)))`',

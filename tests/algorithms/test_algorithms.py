@@ -308,6 +308,14 @@ def test_fedexp_step_is_the_extrapolated_mean_update(model, loss):
   flat_new = np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(state.params)])
   np.testing.assert_allclose(flat_new, flat_x - eta * mean, rtol=1e-4, atol=1e-6)
   np.testing.assert_allclose(metrics.diagnostics['eta_g'], eta, rtol=1e-4)   # reported as well
+  # the model evaluated is the mean of the last two, (x^1 + x^0) / 2; the clients get x^1
+  alg = algorithms.fedexp(loss, LR, eps)
+  flat = lambda t: np.concatenate([np.ravel(a) for a in jax.tree_util.tree_leaves(t)])
+  np.testing.assert_allclose(flat(alg.server_params(state)), (flat_new + flat_x) / 2, rtol=1e-6)
+  np.testing.assert_array_equal(flat(alg.broadcast(state)), flat_new)
+  np.testing.assert_array_equal(flat(alg.server_params(alg.server_init(x))), flat_x)
+  last = algorithms.fedexp(loss, LR, eps, average_last_two=False)
+  np.testing.assert_array_equal(flat(last.server_params(state)), flat_new)
 
 
 def test_fedexp_step_size_is_at_least_one():
