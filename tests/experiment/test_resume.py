@@ -512,3 +512,45 @@ def test_a_run_is_not_continued_with_other_client_budgets(on_own_data, tmp_path)
   assert str(e.value).startswith(f'--client_budgets={budgets}: the run in {workdir} was trained '
                                  'on other client budgets than these'), str(e.value)
   assert snapshot(workdir) == before
+
+
+class Crash(callbacks_lib.Callback):
+  """Ends the command as a kill would (no checkpoint of its own): after the library's
+  callbacks of ``on_start`` (the resume done, the records cut back), or after round ``at``."""
+
+  def __init__(self, at=None):
+    self.at = at
+
+  def on_start(self, loop):
+    if self.at is None:
+      raise RuntimeError('killed')
+
+  def on_round(self, loop, done):
+    if done == self.at:
+      raise RuntimeError('killed')
+
+
+def test_a_group_resumed_from_its_common_checkpoint_and_killed_again_resumes(tiny_leaf_file,
+                                                                            tmp_path):
+  """Two vmapped seeds killed between their saves of round 20 (seed1's never written): the
+  next command resumes both from round 10 and cuts their records back to it. Killed again at
+  once, seed0's checkpoint of round 20 outlived its records and stopped every later command
+  ("metrics.jsonl is shorter than at the checkpoint"); now it goes when the group resumes."""
+  c = config_lib.make(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=30,
+                      eval_every=2, checkpoint_every=10, clients_per_round=3,
+                      budget_range=(1, 3), batch_size=2, algorithm='gel')
+  seeds = api.Sweep(seeds=[0, 1])
+  quiet = dict(out=io.StringIO(), err=io.StringIO())
+  whole, workdir = tmp_path / 'whole', tmp_path / 'killed'
+  api.run(c, str(whole), seeds, **quiet)
+  with pytest.raises(RuntimeError, match='killed'):
+    api.run(c, str(workdir), seeds, callbacks=[Crash(at=25)], **quiet)
+  shutil.rmtree(workdir / 'seed1' / 'checkpoint-20')
+  with pytest.raises(RuntimeError, match='killed'):
+    api.run(c, str(workdir), seeds, callbacks=[Crash()], **quiet)
+  assert checkpoints(workdir / 'seed0') == ['checkpoint-10']
+  api.run(c, str(workdir), seeds, **quiet)
+  for seed in ('seed0', 'seed1'):
+    assert metrics(workdir / seed) == metrics(whole / seed)
+    assert ((workdir / seed / 'model.msgpack').read_bytes() ==
+            (whole / seed / 'model.msgpack').read_bytes())
