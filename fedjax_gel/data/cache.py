@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
 from typing import Callable, Sequence
 
 import numpy as np
@@ -79,8 +80,8 @@ def cached_split(name: str, settings: dict, sources: Sequence,
   try:
     with np.load(path) as arrays:
       return _split(arrays)
-  except (OSError, ValueError, KeyError):   # absent, damaged or of another layout: build it
-    pass
+  except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+    pass   # absent, damaged (empty, cut, a bad checksum) or of another layout: build it
   split = build()
   try:
     os.makedirs(folder, exist_ok=True)

@@ -1,5 +1,6 @@
 """The disk cache of generated datasets: what it reads back is what was built, to the bit."""
 import numpy as np
+import pytest
 
 from fedjax_gel.core import federated_data
 from fedjax_gel.data import cache, leaf, leaf_synthetic
@@ -54,6 +55,34 @@ def test_a_damaged_file_is_built_again_and_off_builds_always(tmp_path):
   assert len(built) == 2
   cache.cached_split('tiny', {}, (cache,), build, '')
   assert len(built) == 3
+
+
+def flip_middle_bytes(data: bytes) -> bytes:
+  """64 bytes of the middle flipped (one byte may fall in a header's padding)."""
+  mid = len(data) // 2
+  return data[:mid] + bytes(b ^ 0xFF for b in data[mid:mid + 64]) + data[mid + 64:]
+
+
+@pytest.mark.parametrize('damage', [
+    lambda data: b'',                        # EOFError
+    lambda data: data[:len(data) // 2],      # BadZipFile: no central directory
+    flip_middle_bytes,                       # BadZipFile: bad CRC-32 of a member
+], ids=['empty', 'cut', 'flipped'])
+def test_a_file_damaged_in_any_way_is_built_again_and_replaced(tmp_path, damage):
+  """Each of these raised past the cache (zipfile.BadZipFile, EOFError), so every later run
+  with the same settings failed until the file was deleted by hand."""
+  built = []
+
+  def build():
+    built.append(1)
+    return tiny_split()
+
+  cache.cached_split('tiny', {}, (cache,), build, str(tmp_path))
+  (path,) = tmp_path.iterdir()
+  path.write_bytes(damage(path.read_bytes()))
+  assert_same(cache.cached_split('tiny', {}, (cache,), build, str(tmp_path)), tiny_split())
+  assert_same(cache.cached_split('tiny', {}, (cache,), build, str(tmp_path)), tiny_split())
+  assert len(built) == 2   # rebuilt once, then read from the rewritten file
 
 
 def test_the_source_code_is_part_of_the_key():
