@@ -140,6 +140,16 @@ def check_report_dir(report_dir: str):
   if owned:
     raise ConfigError(f'--out={report_dir}: the folder of a run or of a command ({owned[0]}), '
                       'whose report.md and plots/ are its own; choose another --out')
+  folder = os.path.dirname(os.path.realpath(report_dir))
+  while True:   # nor inside one: a run's checkpoint, plots/ or tensorboard/ folder
+    has = lambda name, d=folder: os.path.exists(os.path.join(d, name))
+    if has('runs.json') or has('config.json') and has('metrics.jsonl'):
+      raise ConfigError(f'--out={report_dir}: inside {folder}, the folder of a run or of a '
+                        'command, whose files are its own (a report in a checkpoint would '
+                        'damage it); choose another --out')
+    if os.path.dirname(folder) == folder:
+      return
+    folder = os.path.dirname(folder)
 
 
 def compare(directories: list[str], report_dir: str) -> str:

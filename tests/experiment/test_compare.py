@@ -145,12 +145,18 @@ def test_the_report_never_writes_into_a_run_or_a_command(made, tmp_path, capsys)
   _, root = made
   before = (root / 'both' / 'report.md').read_text()
   (tmp_path / 'afile').write_text('x')
+  run = root / 'cm' / 'seed0'
   for out, words in ((root / 'both', 'the folder of a run or of a command (runs.json)'),
-                     (root / 'cm' / 'seed0', 'the folder of a run or of a command (config.json)'),
-                     (tmp_path / 'afile', 'a file, not a folder')):
+                     (run, 'the folder of a run or of a command (config.json)'),
+                     (tmp_path / 'afile', 'a file, not a folder'),
+                     # inside a run: a report in its final checkpoint damaged it (not extendable)
+                     (run / 'checkpoint-6' / 'new', f'inside {run}, the folder of a run'),
+                     (run / 'plots', f'inside {run}, the folder of a run'),
+                     (root / 'both' / 'somewhere' / 'deeper', f'inside {root / "both"}')):
     assert report_cli.main([str(root / 'cm'), str(root / 'gel'), '--out', str(out)]) == 2
     assert capsys.readouterr().err.strip().startswith(f'error: --out={out}: {words}')
   assert (root / 'both' / 'report.md').read_text() == before
+  assert not (run / 'checkpoint-6' / 'new').exists() and not (root / 'both' / 'somewhere').exists()
 
 
 def test_the_command_lines_help_is_plain_text(capsys):
