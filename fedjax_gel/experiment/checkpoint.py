@@ -26,6 +26,7 @@ dropped or added (``layout`` records the shapes and the device count they were w
 """
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import os
@@ -127,7 +128,7 @@ def save(workdir: str, round_idx: int, state, meta: dict):
     _fresh_dir(tmp)
   cluster.sync(f'checkpoint {round_idx}')
   leaves = jax.tree.leaves(state)
-  _orbax('save', os.path.join(tmp, 'state'), lambda ocp: ocp.args.StandardSave(state))
+  _save_state(os.path.join(tmp, 'state'), state, leaves)
   if not cluster.writes():
     return
   layout = {'shapes': [list(a.shape) for a in leaves], 'devices': _devices(leaves)}
@@ -144,6 +145,28 @@ def save(workdir: str, round_idx: int, state, meta: dict):
   for left in leftovers(workdir):   # a kill's
     if left.endswith('.tmp'):
       shutil.rmtree(left, ignore_errors=True)
+
+
+# Room a checkpoint's state needs beyond twice its arrays' bytes: orbax's metadata, manifest and
+# lock files (about 0.1 MB for a small model).
+SAVE_SLACK_BYTES = 1 << 20
+
+
+def _save_state(directory: str, state, leaves):
+  """Orbax's save of ``state`` into ``directory``, on a disk with room for it: a full disk is
+  an ``OSError`` (ENOSPC) naming ``directory``, raised before orbax starts where the room is
+  short (its writer threads would fail with pages of tracebacks), and when orbax fails so."""
+  full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), directory)
+  need = 2 * sum(sum(s.data.nbytes for s in a.addressable_shards)
+                 if hasattr(a, 'addressable_shards') else getattr(a, 'nbytes', 0) for a in leaves)
+  if shutil.disk_usage(os.path.dirname(directory)).free < need + SAVE_SLACK_BYTES:
+    raise full
+  try:
+    _orbax('save', directory, lambda ocp: ocp.args.StandardSave(state))
+  except Exception as e:  # pylint: disable=broad-except  # tensorstore's RESOURCE_EXHAUSTED
+    if 'No space left on device' in str(e) or "os_error_code='28'" in str(e):
+      raise full from None
+    raise
 
 
 def _fsync_dir(directory: str):

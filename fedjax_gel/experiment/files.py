@@ -20,6 +20,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -44,13 +45,25 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 
+@contextlib.contextmanager
+def naming(path: str):
+  """An ``OSError`` raised inside that names no file (a write's, a flush's or a close's: a
+  full disk) is raised again naming ``path``, so that its one line says which file."""
+  try:
+    yield
+  except OSError as e:
+    if e.filename is None and e.errno is not None:
+      raise OSError(e.errno, e.strerror, path) from e
+    raise
+
+
 def write_atomic(path: str, data: bytes):
   """Writes ``path`` whole or not at all (see the module doc)."""
   directory = os.path.dirname(os.path.abspath(path))
   fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=directory)
   try:
     os.fchmod(fd, 0o666 & ~_UMASK)   # as open() would create it (mkstemp: owner only)
-    with os.fdopen(fd, 'wb') as f:
+    with naming(path), os.fdopen(fd, 'wb') as f:
       f.write(data)
       f.flush()
       os.fsync(f.fileno())
@@ -81,18 +94,21 @@ def remove_temporaries(folder: str):
       os.remove(path)
 
 
+@contextlib.contextmanager
 def _open(path: str, flags: int, mode: str, **kwargs):
   fd = os.open(path, flags | os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-  return os.fdopen(fd, mode, **kwargs)
+  with naming(path), os.fdopen(fd, mode, **kwargs) as f:
+    yield f
 
 
 def open_append(path: str, mode: str = 'a', **kwargs):
-  """``open(path, 'a')`` that refuses to follow a link at ``path`` (``OSError`` ELOOP)."""
+  """``with open(path, 'a')`` that refuses to follow a link at ``path`` (``OSError`` ELOOP)
+  and names ``path`` in its write errors (``naming``)."""
   return _open(path, os.O_APPEND, mode, **kwargs)
 
 
 def open_new(path: str, mode: str = 'w', **kwargs):
-  """``open(path, 'w')`` (emptied) that refuses to follow a link at ``path``."""
+  """``with open(path, 'w')`` (emptied), as ``open_append``."""
   return _open(path, os.O_TRUNC, mode, **kwargs)
 
 

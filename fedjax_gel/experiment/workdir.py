@@ -294,7 +294,8 @@ def start(workdir: str, config_json: dict):
       os.remove(folder)
     shutil.rmtree(folder, ignore_errors=True)
   write_json(os.path.join(workdir, 'config.json'), config_json)
-  files.open_new(os.path.join(workdir, 'metrics.jsonl')).close()
+  with files.open_new(os.path.join(workdir, 'metrics.jsonl')):
+    pass
 
 
 def check_extend(workdir: str, rounds: int) -> str:

@@ -11,6 +11,7 @@ import errno
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,11 +20,12 @@ import textwrap
 import threading
 import time
 
+import numpy as np
 import pytest
 from absl import flags as absl_flags
 
 import helpers
-from fedjax_gel.experiment import api, cli, files
+from fedjax_gel.experiment import api, checkpoint, cli, files
 from fedjax_gel.experiment import loop as loop_lib
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import ConfigError
@@ -256,7 +258,8 @@ def test_a_link_planted_while_the_run_writes_is_never_followed(tmp_path):
   path = tmp_path / 'metrics.jsonl'
   os.symlink(outside / 'secret', path)
   with pytest.raises(OSError) as e:
-    files.open_append(str(path))
+    with files.open_append(str(path)):
+      pass
   assert e.value.errno == errno.ELOOP
   files.write_atomic(str(path), b'new')   # replaces the link itself
   assert (outside / 'secret').read_text() == 'keep' and path.read_bytes() == b'new'
@@ -285,6 +288,45 @@ def test_a_full_disk_is_one_line_and_the_same_command_resumes(finished, tmp_path
   proc = run(workdir, '--checkpoint_every=1')
   assert proc.returncode == 0, proc.stderr
   assert model_bytes(workdir) == finished[1]
+
+
+@pytest.mark.skipif(not os.path.exists('/dev/full'), reason='no /dev/full')
+def test_a_write_that_fails_on_a_full_device_names_the_file():
+  """A full disk fails a write at its flush or close, with an OSError that names no file: the
+  one line said 'a file: no space left' (the report, the plots, runs.json)."""
+  with pytest.raises(OSError) as e:
+    with files.open_append('/dev/full') as f:
+      f.write('x')
+  assert e.value.errno == errno.ENOSPC and e.value.filename == '/dev/full'
+  assert cli.os_error(e.value).startswith('/dev/full: no space left on the device')
+
+
+def test_a_full_disk_under_a_checkpoint_is_an_oserror_naming_it(tmp_path, monkeypatch):
+  """Orbax's writer threads failed on a full disk with pages of tracebacks and exit status 1:
+  too little room is refused before orbax starts, and orbax's own failure is converted."""
+  state = {'w': np.zeros((4, 3), np.float32)}
+  saved = []
+  monkeypatch.setattr(checkpoint, '_orbax', lambda *args: saved.append(args))
+  usage = shutil.disk_usage(tmp_path)
+  monkeypatch.setattr(checkpoint.shutil, 'disk_usage',
+                      lambda path: usage._replace(free=checkpoint.SAVE_SLACK_BYTES + 95))
+  with pytest.raises(OSError) as e:   # 2 x 48 bytes of arrays do not fit beside the slack
+    checkpoint._save_state(str(tmp_path / 'state'), state, [state['w']])
+  assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / 'state')
+  assert not saved
+  monkeypatch.setattr(checkpoint.shutil, 'disk_usage', lambda path: usage)
+
+  def exhausted(*args):
+    raise ValueError('RESOURCE_EXHAUSTED: Error writing local file "x/manifest.ocdbt": Failed to '
+                     "write 166 bytes to file 20: No space left on device [os_error_code='28']")
+  monkeypatch.setattr(checkpoint, '_orbax', exhausted)
+  with pytest.raises(OSError) as e:
+    checkpoint._save_state(str(tmp_path / 'state'), state, [state['w']])
+  assert e.value.errno == errno.ENOSPC and e.value.filename == str(tmp_path / 'state')
+  monkeypatch.setattr(checkpoint, '_orbax', lambda *args: (_ for _ in ()).throw(
+      ValueError('another failure')))
+  with pytest.raises(ValueError, match='another failure'):   # the others pass as they are
+    checkpoint._save_state(str(tmp_path / 'state'), state, [state['w']])
 
 
 def test_a_refused_write_names_the_file_not_its_temporary(tmp_path, monkeypatch):
