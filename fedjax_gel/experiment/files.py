@@ -165,11 +165,14 @@ def check_writable(workdir: str):
   """A ConfigError when the process could not write a run into ``workdir``: files cannot be
   made in it, or its ``metrics.jsonl`` cannot be appended to (for the runs it will train or
   resume; a finished run's folder may be read-only)."""
+  def why(path):
+    read_only = os.statvfs(path).f_flag & os.ST_RDONLY
+    return 'it is on a read-only file system' if read_only else 'permission denied'
   if os.path.isdir(workdir) and not os.access(workdir, os.W_OK | os.X_OK):
-    raise ConfigError(f'{workdir}: files cannot be made in it (permission denied)')
+    raise ConfigError(f'{workdir}: files cannot be made in it ({why(workdir)})')
   metrics = os.path.join(workdir, 'metrics.jsonl')
   if os.path.isfile(metrics) and not os.access(metrics, os.W_OK):
-    raise ConfigError(f'{metrics} cannot be written (permission denied)')
+    raise ConfigError(f'{metrics} cannot be written ({why(metrics)})')
 
 
 def lock(workdir: str):

@@ -117,8 +117,8 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     kind = 'a learning-rate grid' if extra is None else 'a run that is not a learning-rate grid'
     raise ConfigError(f'--workdir={workdir} already holds {kind}; choose another directory or '
                       'pass --overwrite')
-  if differ:
-    k = differ[0]
+  if differ:   # a raised --num_rounds alone extends: name what else differs
+    k = next((d for d in differ if d != 'num_rounds'), differ[0])
     raise ConfigError(f'--workdir={workdir} already holds a run of another configuration '
                       f'(--{k}={before.get(k)} there, {now.get(k)} now); choose another '
                       'directory or pass --overwrite')

@@ -346,6 +346,17 @@ def crlf(path):
   path.write_bytes(path.read_bytes().replace(b'\n', b'\r\n'))
 
 
+def test_a_raised_num_rounds_with_another_change_names_the_other_flag(finished):
+  """More rounds alone extend the run; with another flag changed too the line named
+  --num_rounds, which is the change that is allowed."""
+  c, workdir = finished
+  before = snapshot(workdir)
+  with pytest.raises(config_lib.ConfigError, match=r'--eval_every=2 there, 3 now'):
+    api.run(c.replace(num_rounds=6, eval_every=3), str(workdir), out=io.StringIO(),
+            err=io.StringIO())
+  assert snapshot(workdir) == before
+
+
 def edit_summary(**fields):
   def edit(path):
     path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
