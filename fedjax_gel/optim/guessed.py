@@ -37,6 +37,7 @@ Lemma 1 (GeL, eq. 6): with momentum and zero proxy, the accumulated client updat
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import numbers
 from typing import Any, NamedTuple
@@ -275,16 +276,20 @@ def _is_masked(x) -> bool:
 
 def check_last_in_chains(opt_state) -> None:
   """Raises ``ValueError`` when a GeL state is followed by another transformation in an
-  ``optax.chain`` (whose state is a plain tuple): the guessed steps are the GeL transformation's
-  own updates, which a later transformation of the chain (e.g. ``optax.scale(-lr)`` after
-  ``guessing(optax.scale_by_adam())``) would change but never sees, so the guesses would have
-  the wrong scale or sign. Chains inside ``guessing``'s inner optimiser are its own."""
+  ``optax.chain`` (whose state is a plain tuple) or an ``optax.named_chain`` (an
+  ``OrderedDict``; ``partition``'s groups are a plain dict, side by side): the guessed steps are
+  the GeL transformation's own updates, which a later transformation of the chain (e.g.
+  ``optax.scale(-lr)`` after ``guessing(optax.scale_by_adam())``) would change but never sees,
+  so the guesses would have the wrong scale or sign. Chains inside ``guessing``'s inner
+  optimiser are its own."""
   if is_guess_state(opt_state):
     return
-  if type(opt_state) is tuple:   # pylint: disable=unidiomatic-typecheck
-    holders = [i for i, x in enumerate(opt_state) if has_guess_state(x)]
-    if holders and holders[-1] < len(opt_state) - 1:
-      later = ', '.join(type(x).__name__ for x in opt_state[holders[-1] + 1:])
+  chained = (tuple(opt_state.values()) if type(opt_state) is collections.OrderedDict else
+             opt_state if type(opt_state) is tuple else None)   # pylint: disable=unidiomatic-typecheck
+  if chained is not None:
+    holders = [i for i, x in enumerate(chained) if has_guess_state(x)]
+    if holders and holders[-1] < len(chained) - 1:
+      later = ', '.join(type(x).__name__ for x in chained[holders[-1] + 1:])
       raise ValueError(
           'guess: a GeL transformation (gel_sgdm or guessing) must be the last of its '
           f'optax.chain, whose later transformations ({later}) would change its updates but '

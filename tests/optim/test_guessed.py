@@ -184,6 +184,17 @@ def test_a_transformation_after_the_gel_one_in_a_chain_is_refused():
   _, ref_state = run_steps(gel_sgdm(LR, ALPHA), params,
                            [optax.clip_by_global_norm(1.).update(g, None)[0] for g in grads])
   close(guess(state, params, 3.)[0], guess(ref_state, params, 3.)[0])
+  # the same in a named_chain (its state an OrderedDict): its guess had the wrong sign, 6.7x
+  named = optax.named_chain(('gel', guessing(optax.scale_by_adam())), ('lr', optax.scale(-LR)))
+  _, state = run_steps(named, params, grads)
+  with pytest.raises(ValueError, match=r'must be the last of its optax\.chain'):
+    guess(state, params, 2.)
+  # partition's groups are side by side, not a chain: a GeL group beside another is fine
+  split = optax.partition({'gel': gel_sgdm(LR, ALPHA), 'plain': optax.sgd(LR)},
+                          jax.tree_util.tree_map_with_path(
+                              lambda path, _: 'gel' if path[0].key == 'w' else 'plain', params))
+  _, state = run_steps(split, params, grads)
+  guess(state, params, 2.)
 
 
 @pytest.mark.parametrize('proxy', ['zero', 'last_gradient'])
