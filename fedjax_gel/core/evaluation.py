@@ -26,8 +26,9 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
                    seed: int = 0) -> EvalPool:
   """Pads the pool (host side, once) so evaluation is ``lax.map`` over fixed-size batches.
 
-  ``max_examples`` > 0 and smaller than the pool: a fixed sample of that many of its examples,
-  drawn uniformly without replacement with ``seed`` (kept in pool order). A malformed pool
+  The clients' rows, in client order (rows no client owns, a split pool's padding, are left
+  out). ``max_examples`` > 0 and smaller than that: a fixed sample of that many of them, drawn
+  uniformly without replacement with ``seed`` (kept in order). A malformed pool
   (``federated_data.check_pool``), a batch size below 1, a negative ``max_examples`` or ``seed``
   are a ValueError.
   """
@@ -35,7 +36,13 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
   batch_size = positive_int('make_eval_pool', 'batch_size', batch_size)
   max_examples = whole_at_least('make_eval_pool', 'max_examples', max_examples, 0)
   seed = whole_at_least('make_eval_pool', 'seed', seed, 0)
-  examples, total = data.examples, data.num_examples
+  offsets, counts = np.asarray(data.offsets, np.int64), np.asarray(data.counts, np.int64)
+  total = int(counts.sum())   # the clients' rows, in client order (a split pool has padding)
+  owned = (np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) +
+           np.repeat(offsets, counts))
+  examples = data.examples
+  if total != data.num_examples or np.any(owned != np.arange(total)):
+    examples = {k: np.asarray(v)[owned] for k, v in examples.items()}
   if 0 < max_examples < total:
     keep = np.sort(np.random.default_rng(seed).choice(total, max_examples, replace=False))
     examples, total = {k: np.asarray(v)[keep] for k, v in examples.items()}, max_examples
@@ -49,13 +56,12 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
     return jax.device_put(a.reshape((num_batches, batch) + a.shape[1:]))
 
   mask = np.arange(num_batches * batch) < total
-  clients = counts = None
-  if total == data.num_examples:   # the whole pool: per-client metrics
-    counts = np.asarray(data.counts, np.int32)
+  clients = client_counts = None
+  if total == int(counts.sum()):   # every client's rows: per-client metrics
     clients = shape(np.repeat(np.arange(len(counts), dtype=np.int32), counts))
-    counts = jax.device_put(counts)
+    client_counts = jax.device_put(counts.astype(np.int32))
   return EvalPool({k: shape(v) for k, v in examples.items()},
-                  jax.device_put(mask.reshape(num_batches, batch)), clients, counts)
+                  jax.device_put(mask.reshape(num_batches, batch)), clients, client_counts)
 
 
 def build_evaluate(apply_fn: Callable, task=None) -> Callable:

@@ -71,7 +71,8 @@ def check_pool(data: FederatedData, where: str = 'FederatedData',
   an array of numbers or booleans (or strings: ``text``) with one row per example (the same
   leading length ``P``); ``offsets`` and ``counts`` integer arrays of one axis and one entry per
   client (at least one), counts and offsets non-negative, every client's rows within the pool
-  (``offsets + counts <= P``); client names none or one per client. Reads shapes and dtypes of
+  (``offsets + counts <= P``) and after the previous client's (``offsets[i] + counts[i] <=
+  offsets[i + 1]``); client names none or one per client. Reads shapes and dtypes of
   the features, and the values of ``offsets`` and ``counts`` only."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   if not isinstance(data, FederatedData):
@@ -103,6 +104,12 @@ def check_pool(data: FederatedData, where: str = 'FederatedData',
     raise ValueError(f'{where}: client {bad} owns rows {offsets[bad]}..{ends[bad] - 1}, outside '
                      f'the pool\'s {pool_rows} rows (counts and offsets must be >= 0, '
                      'offsets + counts <= rows)')
+  overlap = np.flatnonzero(ends[:-1] > offsets[1:])
+  if len(overlap):   # power-of-d's full losses and the evaluation read rows in client order
+    i = int(overlap[0])
+    raise ValueError(f'{where}: client {i + 1}\'s rows start at {offsets[i + 1]}, before client '
+                     f'{i}\'s end at {ends[i]}: clients\' rows must follow one another in client '
+                     'order (offsets non-decreasing, not overlapping)')
   if len(data.client_names) and len(data.client_names) != len(counts):
     raise ValueError(f'{where}: {len(data.client_names)} client names for {len(counts)} clients')
   return data

@@ -31,6 +31,29 @@ def test_client_sum_and_spread_by_hand():
   assert abs(spread['p10'] - 2 / 15) < 1e-12   # 10th percentile of {0, 2/3, 1}, by hand
 
 
+def test_rows_no_client_owns_are_left_out_and_out_of_order_clients_refused():
+  """A pool with padding rows (as a split pool has) failed with a reshape error; one whose
+  clients' rows were not in client order was accepted and its per-client metrics went to the
+  wrong clients."""
+  x = np.array([[1.], [1.], [9.], [-1.], [-1.], [9.]], np.float32)
+  y = np.array([1, 1, 0, 0, 0, 0], np.int32)   # rows 2 and 5 are no client's
+  apply = lambda params, x: jnp.concatenate([-x, x], axis=1)   # predicts 1 when x > 0
+  padded = fd.FederatedData({'x': x, 'y': y}, np.array([0, 3], np.int32),
+                            np.array([2, 2], np.int32))
+  out = evaluation.build_evaluate(apply)(None, evaluation.make_eval_pool(padded, batch_size=3))
+  np.testing.assert_array_equal(out['client_sum'], [2, 2])
+  np.testing.assert_array_equal(out['client_weight'], [2, 2])
+  assert float(out['accuracy']) == 1. and int(out['count']) == 4
+  swapped = fd.FederatedData({'x': x, 'y': y}, np.array([3, 0], np.int32),
+                             np.array([2, 2], np.int32))
+  with pytest.raises(ValueError, match=r"make_eval_pool: client 1's rows start at 0, before "
+                     r"client 0's end at 5: clients' rows must follow one another in client"):
+    evaluation.make_eval_pool(swapped)
+  with pytest.raises(ValueError, match=r"client 1's rows start at 1, before client 0's end"):
+    fd.to_device(fd.FederatedData({'x': x, 'y': y}, np.array([0, 1], np.int32),
+                                  np.array([2, 2], np.int32)))   # overlapping rows
+
+
 def test_a_sampled_pool_has_no_client_metrics():
   data = fd.from_client_arrays([{'x': np.ones((5, 1), np.float32),
                                  'y': np.ones((5,), np.int32)}] * 3)
