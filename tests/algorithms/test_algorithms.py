@@ -215,6 +215,9 @@ def test_fednova_client_without_steps_is_inert(data, loss, model):
 def test_guess_proxies_that_would_mislead_are_refused(loss):
   with pytest.raises(ValueError, match='zero-proxy guesses without momentum do nothing'):
     algorithms.fedavg_gel(loss, LR, proxy='zero')
+  for zero in (0.0, np.float32(0.), jnp.float32(0.)):   # NumPy and JAX zeros ran as FedAvg
+    with pytest.raises(ValueError, match='zero-proxy guesses without momentum do nothing'):
+      algorithms.gel(loss, LR, momentum=zero)
   with pytest.raises(ValueError, match='infinitely many guesses need the zero proxy'):
     algorithms.gel(loss, LR, ALPHA, proxy='last_gradient', guess_policy=GuessPolicy('inf'))
 
