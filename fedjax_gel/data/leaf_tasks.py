@@ -73,16 +73,21 @@ def load_shakespeare(path: PathLike, vocabulary: str = 'leaf', train_fraction: f
     raise ValueError(f'vocabulary must be one of {sorted(VOCABULARIES)}, got {vocabulary!r}')
   chars = VOCABULARIES[vocabulary]
   data = load(path, train_fraction, seed, split, gap, sampling)
+  for pool in data:
+    if pool.examples['x'].dtype.kind != 'U' or pool.examples['y'].dtype.kind != 'U':
+      raise DataError(f'{path}: Shakespeare samples must be strings (x) and characters (y)')
+  # one length over train and test: each pool's array is as wide as its longest string, so a
+  # longer test sequence would be read as another input, and a short one padded silently
+  lengths = np.concatenate([np.char.str_len(pool.examples['x']) for pool in data])
+  if len(lengths) and (lengths.min() != lengths.max() or lengths.min() < 1):
+    raise DataError(f'{path}: Shakespeare samples have {lengths.min()} to {lengths.max()} '
+                    'characters; expected one length of at least 1, in train and test alike')
+  labels = np.concatenate([np.char.str_len(pool.examples['y']) for pool in data])
+  if len(labels) and (labels.min() != 1 or labels.max() != 1):
+    raise DataError(f'{path}: Shakespeare labels must be single characters (got labels of '
+                    f'{labels.min()} to {labels.max()} characters)')
 
   def encode(ex):
-    if ex['x'].dtype.kind != 'U' or ex['y'].dtype.kind != 'U':
-      raise DataError(f'{path}: Shakespeare samples must be strings (x) and characters (y)')
-    lengths = np.char.str_len(ex['x'])
-    if len(lengths) and lengths.min() != lengths.max():
-      raise DataError(f'{path}: Shakespeare samples have {lengths.min()} to {lengths.max()} '
-                      'characters; expected one length')
-    if len(ex['y']) and np.char.str_len(ex['y']).max() != 1:
-      raise DataError(f'{path}: Shakespeare labels must be single characters')
     return {'x': char_ids(ex['x'], chars), 'y': char_ids(ex['y'], chars)[:, 0]}
   return _map_split(data, encode)
 

@@ -138,6 +138,38 @@ def test_train_and_test_features_must_match(tmp_path):
                  str(tmp_path / 'leaf' / 'train' / 'train_0.json'), 'shape (3,)', '(2,)')
 
 
+# --------------------------------------------------------------------------- Shakespeare
+
+
+def shakespeare(lengths, labels=None) -> dict:
+  """One speaker of 10 samples of the given lengths (split 8 train / 2 test by position, no
+  gap), labels one character each unless given."""
+  x = ['a' * n for n in lengths]
+  return {'users': ['s'], 'num_samples': [len(x)],
+          'user_data': {'s': {'x': x, 'y': labels or ['b'] * len(x)}}}
+
+
+SHAKESPEARE_CASES = {   # name: (the file's content; words of the error)
+    # only the test part longer: its array was wider, each test row one character more
+    'test_longer': (shakespeare([4] * 8 + [5] * 2), ['4 to 5 characters', 'train and test']),
+    'empty_samples': (shakespeare([0] * 10), ['0 to 0 characters', 'at least 1']),
+    'empty_label': (shakespeare([4] * 10, ['b'] * 9 + ['']),   # was the out-of-vocabulary class
+                    ['labels must be single characters', '0 to 1 characters']),
+}
+
+
+@pytest.mark.parametrize('name', SHAKESPEARE_CASES)
+def test_bad_shakespeare_file_is_one_line(tmp_path, name):
+  content, words = SHAKESPEARE_CASES[name]
+  path = tmp_path / f'{name}.json'
+  path.write_text(json.dumps(content))
+  workdir = tmp_path / 'w'
+  proc = cli_run('--dataset=shakespeare', f'--data_path={path}', '--model=shakespeare_lstm',
+                 '--split_gap=0', '--train_fraction=0.8', '--clients_per_round=1',
+                 '--num_rounds=1', f'--workdir={workdir}')
+  assert_refused(proc, workdir, f'{path}:', *words)
+
+
 # --------------------------------------------------------------------------- CelebA
 
 
