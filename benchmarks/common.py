@@ -229,7 +229,8 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
   round_fn = round_lib.build_round(
       algorithm, chunk_size=chunk, mesh=mesh,
       compiler_options=launch_compiler_options(params, cohort, budgets, batch))
-  spec = sampling.CohortSpec(cohort, budgets, batch, replace=replace)
+  spec = sampling.CohortSpec(cohort, budgets, batch, replace=replace,
+                             weighting='samples_seen')
 
   def sample(r):
     return sampling.sample_cohort(root, r, data.counts, spec)

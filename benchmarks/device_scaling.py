@@ -47,7 +47,8 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
   alg = algorithms.fedavg(loss, optax.sgd(0.01))
   rows = []
   for cohort in cohorts:
-    spec = sampling.CohortSpec(cohort, (TAU, TAU), BATCH)
+    spec = sampling.CohortSpec(cohort, (TAU, TAU), BATCH,
+                               replace=True, weighting='samples_seen')   # the GeL code's
     samples = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
     runs = {}
     for n in counts:

@@ -57,7 +57,8 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   kinds = {'heterogeneous': (low, high), 'homogeneous_lo': (lo, lo), 'homogeneous_hi': (hi, hi)}
   # Every kind runs in the round compiled for U{low..high}: its cohorts carry that spec (the
   # round reads B and the largest budget from it), their budgets are still the kind's own.
-  spec = sampling.CohortSpec(cohort, (low, high), batch)
+  spec = sampling.CohortSpec(cohort, (low, high), batch,
+                             replace=True, weighting='samples_seen')   # the GeL code's
   cohorts = {k: [dataclasses.replace(
       sampling.sample_cohort(root, r, data.counts, dataclasses.replace(spec, budget_range=b)),
       spec=spec) for r in range(repeats + 1)] for k, b in kinds.items()}

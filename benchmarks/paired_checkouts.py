@@ -64,7 +64,8 @@ def measure(repo: str, workload: str, clients: int, rounds: int,
     return {'min_ms': min(times) * 1e3, 'median_ms': statistics.median(times) * 1e3,
             'compile_s': ran['compile_s'], 'chunk': ran['chunk'], 'devices': ran['devices']}
   state = alg.server_init(params)
-  spec = sampling.CohortSpec(clients, budgets, batch)
+  spec = sampling.CohortSpec(clients, budgets, batch,
+                             replace=True, weighting='samples_seen')   # the GeL code's
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
   chunk = planning.default_chunk_size(clients, params, planning.example_bytes(data), batch,
                                       equal_budgets=spec.equal_budgets)

@@ -59,7 +59,8 @@ def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, roun
   rf = round_lib.build_round(
       alg, chunk_size=chunk, fuse_dots=fuse_dots,
       compiler_options=common.launch_compiler_options(params, clients, (tau, tau), batch))
-  spec = sampling.CohortSpec(clients, (tau, tau), batch)
+  spec = sampling.CohortSpec(clients, (tau, tau), batch,
+                             replace=True, weighting='samples_seen')   # the GeL code's
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
   times = common.time_rounds(compiled, state, cohorts, data, root)

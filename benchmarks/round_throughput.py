@@ -72,7 +72,8 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   rf = round_lib.build_round(
       alg, chunk_size=chunk_size, mesh=mesh, fuse_dots=fuse_dots,
       compiler_options=common.launch_compiler_options(params, cohort, (tau, tau), batch))
-  spec = sampling.CohortSpec(cohort, (tau, tau), batch)
+  spec = sampling.CohortSpec(cohort, (tau, tau), batch,
+                             replace=True, weighting='samples_seen')   # the GeL code's
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
 
   t = time.perf_counter()

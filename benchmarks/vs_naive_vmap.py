@@ -100,7 +100,8 @@ def measure(cohort: int, budget_range: tuple[int, int], batch: int, repeats: int
   from fedjax_gel.core import sampling  # pylint: disable=g-import-not-at-top
 
   alg = algorithms.fedavgcm(loss, LR, MOMENTUM)
-  spec = sampling.CohortSpec(cohort, budget_range, batch, replace=True)
+  spec = sampling.CohortSpec(cohort, budget_range, batch, replace=True,
+                             weighting='samples_seen')
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
   counts = np.asarray(data.counts)
   naive = naive_round(loss, budget_range[1], batch, int(counts.max()), order)

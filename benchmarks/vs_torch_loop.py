@@ -264,7 +264,8 @@ def check(s: Setting, algorithm, params, host, round_fn, weights):
   data = federated_data.to_device(small)
   root = keys.root_key(1)
   cohort = sampling.sample_cohort(root, 0, data.counts,
-                                  sampling.CohortSpec(20, (1, 1), s.batch, replace=False))
+                                  sampling.CohortSpec(20, (1, 1), s.batch, replace=False,
+                                                     weighting='samples_seen'))
   rf = round_lib.build_round(algorithm, chunk_size=20)
   ours = rf(algorithm.server_init(params), cohort, data, root, np.int32(0))[0].params
   ours = weights(jax.device_get(ours))

@@ -99,6 +99,7 @@ FEDEXP = AlgorithmSpec('fedexp', lambda hp, s: fedexp(s.loss, s.client_lr, hp.fe
                                                       hp.fedexp_average),
                        FedExPHparams, own_server=True,
                        server='`x - eta_g Delta`, `eta_g = max(1, sum_i p_i ||Delta_i||^2 / '
-                       '(2(||Delta||^2 + eps)))`',
+                       '(2(||Delta||^2 + eps)))`; the model evaluated and saved '
+                       '`(x^t + x^{t-1}) / 2` with `--fedexp_average`, the clients\' `x^t`',
                        paper='Jhunjhunwala et al. 2023, "FedExP: Speeding Up Federated '
                        'Averaging via Extrapolation"')

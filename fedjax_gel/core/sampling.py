@@ -46,8 +46,10 @@ class CohortSpec:
     budget_range: ``(a, b)``, ``1 <= a <= b``: the units' range; ``max_budget`` (from ``b``)
       sizes the round's data-order buffer and its longest loop.
     batch_size: ``B``, examples per local step (also in the ``samples_seen`` weights).
-    replace: sample clients with replacement (the GeL code does).
-    weighting: aggregation weights, one of ``WEIGHTINGS``.
+    replace: sample clients with replacement (default False: the GeL paper selects its clients
+      "uniformly at random"; the GeL code samples with replacement).
+    weighting: aggregation weights, one of ``WEIGHTINGS`` (default ``num_examples``, the GeL
+      paper's ``p_i = n_i / n``; the GeL code's is ``samples_seen``).
     selection: ``'uniform'`` or ``'cyclic'`` (``groups`` groups; Cho et al. 2023).
     groups: cyclic participation's number of groups ``K``.
     budget_unit: one of ``BUDGET_UNITS``.
@@ -58,8 +60,8 @@ class CohortSpec:
   cohort_size: int
   budget_range: tuple[int, int]
   batch_size: int
-  replace: bool = True
-  weighting: str = 'samples_seen'
+  replace: bool = False
+  weighting: str = 'num_examples'
   selection: str = 'uniform'
   groups: int = 1
   budget_unit: str = 'steps'
@@ -247,8 +249,8 @@ def steps_of(units, n, spec: CohortSpec) -> jax.Array:
 def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) -> jax.Array:
   """Unnormalised aggregation weights.
 
-  ``samples_seen``: ``min(tau_i * B, n_i)``, the examples a client touched (GeL code's default);
-  ``num_examples``: ``n_i`` (FedAvg paper); ``uniform``: 1.
+  ``samples_seen``: ``min(tau_i * B, n_i)``, the examples a client touched (the GeL code's);
+  ``num_examples``: ``n_i`` (FedAvg's and the GeL paper's ``p_i = n_i / n``); ``uniform``: 1.
   """
   if weighting == 'samples_seen':
     w = jnp.minimum(budgets * batch_size, num_examples)
@@ -269,8 +271,9 @@ def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
   per-client extras are the algorithm's, computed in the round). ``client_ids`` given (e.g. by
   ``selection.power_of_d``) replace the sampled clients; ``client_budgets`` (``[num_clients]``
   int, within ``budget_range``) are every client's units under ``budget_draw='per_client'``.
-  Given on the host (NumPy or lists), ids outside the population and budgets outside the range
-  are a ValueError (``client_budgets`` of another length, whatever holds them).
+  Given on the host (NumPy or lists), ids outside the population, budgets outside the range and
+  counts above ``spec.max_examples`` (with budgets that read it) are a ValueError
+  (``client_budgets`` of another length, whatever holds them).
   """
   if not isinstance(spec, CohortSpec):
     raise TypeError(f'sample_cohort: spec must be a CohortSpec, got {type(spec).__name__}')
@@ -283,8 +286,17 @@ def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
                      f' {np.shape(counts)})')
   if isinstance(counts, np.ndarray) and counts.min() < 0:
     raise ValueError(f'sample_cohort: counts must be >= 0 (got {counts.min()})')
+  needs_n = spec.budget_unit == 'epochs' or spec.budget_draw == 'proportional'
+  if needs_n and isinstance(counts, np.ndarray) and counts.max() > spec.max_examples:
+    raise ValueError(f'sample_cohort: CohortSpec.max_examples={spec.max_examples} is below the '
+                     f'largest client\'s {counts.max()} examples, so the budgets '
+                     f'(budget_unit={spec.budget_unit!r}, budget_draw={spec.budget_draw!r}) would '
+                     'be cut short; give max_examples=int(counts.max())')
   population = counts.shape[0]
   check_ids('sample_cohort', client_ids, population)
+  if client_ids is not None and np.shape(client_ids) != (spec.cohort_size,):
+    raise ValueError(f'sample_cohort: client_ids must hold the cohort\'s {spec.cohort_size} '
+                     f'clients, [cohort_size] (got shape {np.shape(client_ids)})')
   if client_budgets is not None:
     if np.shape(client_budgets) != (population,):
       raise ValueError(f'sample_cohort: client_budgets must hold one budget per client, '

@@ -39,6 +39,9 @@ TFF_CHARS = ('dhlptx@DHLPTX $(,048cgkoswCGKOSW[_#\'/37;?bfjnrvzBFJNRVZ"&*.26:\na
              '-159\r')
 VOCABULARIES = {'leaf': LEAF_CHARS, 'tff': TFF_CHARS}
 SHAKESPEARE_GAP = 79                 # sequence length 80 minus 1
+# The classes of the tasks whose labels are fixed (the model has this many outputs, whatever
+# labels a sample of the data holds; a label beyond them is refused).
+CLASSES = {'femnist': 62, 'sent140': 2, 'celeba': 2}
 CELEBA_SIZE = 84
 _WORDS = re.compile(r"[\w']+|[.,!?;]")
 

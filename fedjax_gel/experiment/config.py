@@ -71,9 +71,9 @@ def _known_weighting(name, value):
 def default_weighting(client_selection: str) -> str:
   """``--aggregation_weights=default``: ``uniform`` for power-of-d, whose candidates are drawn
   in proportion to their data, so that Cho et al. 2022 average the selected models with equal
-  weights (weighting them by data again would count it twice); else ``samples_seen``, the GeL
-  code's."""
-  return 'uniform' if client_selection == 'power_of_d' else 'samples_seen'
+  weights (weighting them by data again would count it twice); else ``num_examples``, the GeL
+  paper's ``p_i = n_i / n`` (its code's ``samples_seen`` is a flag away)."""
+  return 'uniform' if client_selection == 'power_of_d' else 'num_examples'
 
 
 def _budget_range(name, value):
@@ -168,7 +168,8 @@ class CohortConfig:
   """Which clients train in a round, on what, and how they are weighted."""
   clients_per_round: int = hparam(20, 'Cohort size C.', int_range(1))
   sample_with_replacement: bool = hparam(
-      True, 'Sample the cohort with replacement (the GeL code does).')
+      False, 'Sample the cohort with replacement (the GeL code does; its paper selects clients '
+      '"uniformly at random", the default).')
   batch_size: int = hparam(5, 'Client minibatch size B.', int_range(1))
   budget_range: tuple = hparam((4, 13), 'a,b: each client\'s local work per round, in '
                                '--budget_unit, drawn by --budget_draw (default: local steps '
@@ -187,9 +188,10 @@ class CohortConfig:
       '--budget_unit, within --budget_range): a list in client order, or an object {client '
       'name: budget} (LEAF user names).')
   aggregation_weights: str = hparam(
-      'default', 'samples_seen (min(tau_i B, n_i)), num_examples (n_i) or uniform; default: '
-      'uniform with --client_selection=power_of_d (its candidates are drawn by data size), else '
-      'samples_seen. Recorded as the weighting it stands for.', _known_weighting)
+      'default', 'samples_seen (min(tau_i B, n_i), the GeL code\'s), num_examples (n_i) or '
+      'uniform; default: uniform with --client_selection=power_of_d (its candidates are drawn by '
+      'data size), else num_examples (the GeL paper\'s p_i = n_i / n). Recorded as the '
+      'weighting it stands for.', _known_weighting)
   client_selection: str = hparam(
       'uniform', 'uniform; cyclic (clients in --cyclic_groups groups by id mod K; round t '
       'samples group t mod K); power_of_d (the C highest-loss of --power_d data-weighted '

@@ -146,9 +146,19 @@ def check_examples(c: Config, split: federated_data.FederatedSplit):
                       f'{"train" if part == "train" else "evaluate"} on')
 
 
+def task_classes(dataset: str) -> int | None:
+  """The classes of ``dataset`` where its task fixes them (LEAF's FEMNIST, Sent140, CelebA and
+  the TFDS image sets), else None (the data's largest label decides)."""
+  from fedjax_gel.data import leaf_tasks, tfds_data  # pylint: disable=g-import-not-at-top
+  if dataset in tfds_data.DATASETS:
+    return tfds_data.DATASETS[dataset].num_classes
+  return leaf_tasks.CLASSES.get(dataset)
+
+
 def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
-  """``--model`` for the data's input shape and outputs: ``max label + 1`` classes for integer
-  labels, the size of one target for float targets (regression); token models get
+  """``--model`` for the data's input shape and outputs: the task's classes where they are fixed
+  (``task_classes``: FEMNIST's 62, ...; a label beyond them is refused), else ``max label + 1``
+  for integer labels, the size of one target for float targets (regression); token models get
   ``vocab_size = max id + 1`` over train and test. Its task's main metric is what the
   experiment tracks (``models.tasks``)."""
   name, where = c.model.name, c.data.data_path or c.data.dataset
@@ -177,6 +187,12 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   if tokens:
     vocab = int(max(x.max(initial=0), np.asarray(split.test.examples['x']).max(initial=0))) + 1
   outputs = int(np.prod(y.shape[1:])) if targets else int(y.max(initial=0)) + 1
+  fixed = task_classes(c.data.dataset)
+  if fixed is not None and not targets:
+    if outputs > fixed:
+      raise ConfigError(f'--dataset={c.data.dataset} has {fixed} classes, 0..{fixed - 1}; {where} '
+                        f'holds label {outputs - 1}')
+    outputs = fixed   # not fewer for a sample of the data that lacks the last classes
   try:
     model = models.get_model(name, x.shape[1:], outputs, vocab_size=vocab)
   except Exception as e:  # pylint: disable=broad-except

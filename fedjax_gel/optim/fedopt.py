@@ -33,6 +33,7 @@ How these differ from the optax optimisers of the same name (optax 0.2.8):
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -54,7 +55,8 @@ def _fedopt(learning_rate: optax.ScalarOrSchedule, b1: float, eps: float,
             second_moment: Callable[[jax.Array, jax.Array], jax.Array]
             ) -> optax.GradientTransformationExtraArgs:
   """Shared body: ``second_moment(v_{t-1}, g) -> v_t`` selects the method."""
-  check_hyperparameter('learning_rate', learning_rate, lambda x: x >= 0, '>= 0')
+  check_hyperparameter('learning_rate', learning_rate, lambda x: 0 <= x < math.inf,
+                       'finite and >= 0')
   check_hyperparameter('b1', b1, lambda b: 0 <= b < 1, 'in [0, 1)')
   check_hyperparameter('eps', eps, lambda e: e > 0, "positive (Reddi et al.'s tau)")
   if initial_accumulator is not None:

@@ -42,6 +42,7 @@ clients held constant in the round).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -78,7 +79,8 @@ class GBOAdaptiveState(NamedTuple):
 
 
 def _check(learning_rate, b1, b2, eps, b2_name='b2'):
-  check_hyperparameter('learning_rate', learning_rate, lambda x: x > 0, 'positive')
+  check_hyperparameter('learning_rate', learning_rate, lambda x: 0 < x < math.inf,
+                       'positive and finite')
   if b1 is not None:
     check_hyperparameter('b1', b1, lambda b: 0 <= b < 1, 'in [0, 1)')
   if b2 is not None:

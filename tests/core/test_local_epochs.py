@@ -19,8 +19,8 @@ LR = 0.3
 
 
 def epoch_spec(cohort_size, epochs, batch, counts, draw='uniform'):
-  return CohortSpec(cohort_size, epochs, batch, budget_unit='epochs', budget_draw=draw,
-                    max_examples=int(np.max(counts)))
+  return CohortSpec(cohort_size, epochs, batch, replace=True, budget_unit='epochs',
+                    budget_draw=draw, max_examples=int(np.max(counts)))
 
 
 def epoch_orders(spec, client_id, slot, n, seed=0, round_idx=2):
@@ -75,19 +75,25 @@ def test_epoch_budgets_are_epochs_times_minibatches_per_epoch(data):
 
 def test_proportional_and_per_client_draws(data):
   counts = np.asarray(data.counts)
-  spec = CohortSpec(30, (2, 10), 3, budget_draw='proportional', max_examples=int(counts.max()))
+  spec = CohortSpec(30, (2, 10), 3, replace=True, budget_draw='proportional',
+                    max_examples=int(counts.max()))
   c = sample_cohort(keys.root_key(1), 0, data.counts, spec)
   n = counts[np.asarray(c.client_ids)]
   np.testing.assert_array_equal(np.asarray(c.budgets),
                                 np.clip(np.round(10 * n / counts.max()), 2, 10))
   fixed = np.arange(len(counts)) % 4 + 1
-  spec = CohortSpec(30, (1, 4), 3, budget_draw='per_client')
+  spec = CohortSpec(30, (1, 4), 3, replace=True, budget_draw='per_client')
   c = sample_cohort(keys.root_key(1), 0, data.counts, spec, client_budgets=fixed)
   np.testing.assert_array_equal(np.asarray(c.budgets), fixed[np.asarray(c.client_ids)])
   with pytest.raises(ValueError, match='client_budgets'):
     sample_cohort(keys.root_key(1), 0, data.counts, spec)
   with pytest.raises(ValueError, match='max_examples'):
     CohortSpec(3, (1, 2), 3, budget_unit='epochs')
+  # below the largest client: its epochs were silently cut to a part of an epoch
+  short = CohortSpec(3, (1, 2), 3, budget_unit='epochs', max_examples=2)
+  with pytest.raises(ValueError, match=r'CohortSpec.max_examples=2 is below the largest '
+                     r'client\'s 30 examples'):
+    sample_cohort(keys.root_key(1), 0, counts, short)
 
 
 @pytest.mark.parametrize('batch,epochs,chunk', [(4, (1, 3), 3), (5, (2, 2), 8)])

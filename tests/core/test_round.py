@@ -168,7 +168,8 @@ def test_chunk_size_does_not_change_the_result(data, model, algorithm):
   alg = (algorithms.fedavg(loss, optax.sgd(0.1)) if algorithm == 'fedavg'
          else algorithms.fedavgcm(loss, 0.05, 0.9))
   params = init_params(model)
-  c = sample_cohort(keys.root_key(1), 4, data.counts, CohortSpec(19, (1, TAU_MAX), B))
+  c = sample_cohort(keys.root_key(1), 4, data.counts, CohortSpec(19, (1, TAU_MAX), B,
+                                                                    replace=True))
   # The chunk's largest budget as its trip count (the CPU's default; static_steps)
   results = [run(alg, data, c, params, chunk_size=cs, static_steps=False)
              for cs in (1, 7, 19, 100)]

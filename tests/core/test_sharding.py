@@ -30,7 +30,7 @@ POOL = textwrap.dedent('''
 
 SCRIPT = POOL.replace('SEED', '0') + textwrap.dedent('''
     alg = algorithms.fedavgcm(loss, 0.05, 0.9)
-    spec = sampling.CohortSpec(21, (1, 7), 4)
+    spec = sampling.CohortSpec(21, (1, 7), 4, replace=True)
     c = sampling.sample_cohort(root, 0, data.counts, spec)
     out = []
     # split by client (owner computes), then the pool whole on every device (dealt by budget)
@@ -81,7 +81,7 @@ SCRIPT = POOL.replace('SEED', '0') + textwrap.dedent('''
 
 
 STATEFUL = POOL.replace('SEED', '1') + textwrap.dedent('''
-    spec = sampling.CohortSpec(21, (1, 7), 4)
+    spec = sampling.CohortSpec(21, (1, 7), 4, replace=True)
     for alg, split in [
         (algorithms.scaffold(loss, 0.05, 30), True),
         (algorithms.fedvarp(loss, 0.05, np.full(30, 1 / 30)), True),
@@ -140,7 +140,7 @@ for sizes in POPULATIONS:
   N=len(sizes)
   for alg in [algorithms.fedavgcm(loss,0.05,0.9), algorithms.scaffold(loss,0.05,N)]:
     for C in (1, 7):
-      spec=sampling.CohortSpec(C,(1,4),2)
+      spec=sampling.CohortSpec(C,(1,4),2,replace=True)
       outs=[]
       for D,chunk in [(1,C),(8,3),(3,2)][:MESHES]:
         mesh=client_mesh(D)

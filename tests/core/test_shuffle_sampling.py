@@ -136,7 +136,7 @@ def test_cohort_depends_on_seed_and_round_only():
 
 def test_budgets_cover_the_whole_range():
   counts = jnp.full((50,), 10, jnp.int32)
-  c = sample_cohort(keys.root_key(0), 0, counts, CohortSpec(2000, (4, 13), 5))
+  c = sample_cohort(keys.root_key(0), 0, counts, CohortSpec(2000, (4, 13), 5, replace=True))
   assert set(np.asarray(c.budgets).tolist()) == set(range(4, 14))
   assert set(np.asarray(c.client_ids).tolist()) == set(range(50))   # with replacement
 
@@ -210,7 +210,7 @@ def test_sample_cohort_with_a_spec_draws_the_documented_streams():
   form drew from), the same for two calls, in range, with ``samples_seen`` weights."""
   counts = jnp.arange(3, 43, dtype=jnp.int32)
   root, r = keys.root_key(6), 2
-  spec = CohortSpec(25, (2, 9), 4)
+  spec = CohortSpec(25, (2, 9), 4, replace=True, weighting='samples_seen')
   a, b = (sample_cohort(root, r, counts, spec) for _ in range(2))
   assert a.spec == spec
   np.testing.assert_array_equal(a.client_ids, b.client_ids)
@@ -224,7 +224,7 @@ def test_sample_cohort_with_a_spec_draws_the_documented_streams():
   np.testing.assert_array_equal(a.weights, np.minimum(4 * budgets, np.asarray(counts)[ids]))
 
 
-SPEC3 = CohortSpec(3, (1, 4), 2)
+SPEC3 = CohortSpec(3, (1, 4), 2, replace=True)
 
 
 @pytest.mark.parametrize('ids,budgets,weights,error,match', [
@@ -270,6 +270,10 @@ def test_sample_cohort_refuses_ids_and_budgets_that_do_not_fit():
     sample_cohort(root, 0, counts, spec, client_budgets=np.asarray([3, 3, 100, 3, 3]))
   with pytest.raises(ValueError, match=r'one budget per client, \[5\] \(got shape \(1,\)\)'):
     sample_cohort(root, 0, counts, spec, client_budgets=jnp.asarray([3]))
+  with pytest.raises(ValueError, match=r"client_ids must hold the cohort's 3 clients, "
+                     r'\[cohort_size\] \(got shape \(2,\)\)'):   # a malformed Cohort before
+    sample_cohort(root, 0, counts, spec, client_ids=jnp.asarray([0, 1]),
+                  client_budgets=np.full(5, 3))
   c = sample_cohort(root, 0, counts, spec, client_budgets=np.asarray([2, 3, 4, 2, 3]))
   np.testing.assert_array_equal(c.budgets, np.asarray([2, 3, 4, 2, 3])[np.asarray(c.client_ids)])
 
@@ -299,7 +303,7 @@ def test_a_spec_of_counts_that_are_not_whole_numbers_is_refused(kwargs, match):
     (None, ValueError, r'integers of one axis \(got NoneType \(\)\)'),
 ], ids=['negative', 'floats', 'two_axes', 'no_clients', 'none'])
 def test_sample_cohort_refuses_counts_that_are_not_a_population(counts, error, words):
-  spec = CohortSpec(4, (1, 3), 2)
+  spec = CohortSpec(4, (1, 3), 2, replace=True)
   with pytest.raises(error, match=f'^sample_cohort: .*{words}'):
     sample_cohort(keys.root_key(0), 0, counts, spec)
   as_list = sample_cohort(keys.root_key(0), 0, [3, 4, 5], spec)   # a list is taken as an array

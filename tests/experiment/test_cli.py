@@ -106,7 +106,7 @@ def paths(tmp_path_factory, tiny_leaf_file):
   return out
 
 
-LEAF = '--dataset=leaf --data_path={data}'
+LEAF = '--dataset=leaf --data_path={data} --clients_per_round=3'   # of its 8 clients
 # (arguments, texts the error line must contain); {name} is filled from ``paths``.
 BAD_INPUT = [
     ('--num_rounds=0', '--num_rounds'),
@@ -278,6 +278,7 @@ def test_more_runs_than_the_open_file_limit_is_one_line_and_leaves_nothing(paths
   proc = subprocess.run(
       [sys.executable, '-c', launch, 'launch/run.py', '--dataset=leaf',
        f'--data_path={paths["data"]}', '--algorithm=fedavg', '--num_rounds=1',
+       '--clients_per_round=3',
        f'--seeds={",".join(map(str, range(300)))}', f'--workdir={workdir}'],
       cwd=REPO, text=True, capture_output=True, check=False)
   assert_one_line_error(proc, f'--workdir={workdir}/seed', 'run folders locked',

@@ -85,7 +85,7 @@ def test_heat_map_and_table(grid_run):
     ({'num_devices': 2}, '--num_devices=2'),
 ])
 def test_unsupported_grids_name_the_flag(tiny_leaf_file, tmp_path, changes, flag):
-  c = make(dataset="leaf", data_path=str(tiny_leaf_file), **changes)
+  c = make(dataset="leaf", data_path=str(tiny_leaf_file), clients_per_round=3, **changes)
   with pytest.raises(ConfigError, match=flag):
     api.run(c, str(tmp_path), api.Sweep(server_lrs=[1., 2.]))
   assert not list(tmp_path.iterdir())   # nothing written

@@ -220,7 +220,7 @@ def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_p
   assert run(cmd).returncode == 0
   (workdir / 'summary.json').unlink()   # unfinished; its checkpoint from another configuration
   exp = factories.prepare(make(**{'dataset': 'leaf', 'data_path': str(tiny_leaf_file),
-                                 'algorithm': 'fedavg', **other}))
+                                 'algorithm': 'fedavg', 'clients_per_round': 3, **other}))
   foreign = exp.algorithm.server_init(exp.model.init(jax.random.key(0)))
   checkpoint.save(str(workdir), 10, foreign,
                   {'metrics_bytes': 0 if other else 10**6,

@@ -437,14 +437,14 @@ def test_guess_settings_reach_the_algorithms_policy():
 
 def test_default_aggregation_weights_follow_the_client_selection():
   """Power-of-d draws its candidates by data size, so its default weights are uniform (Cho et
-  al. 2022's plain mean of the selected models); the others' are samples_seen. A config records
-  the weighting itself, and an explicit one is kept."""
-  assert make().cohort.aggregation_weights == 'samples_seen'
+  al. 2022's plain mean of the selected models); the others' are num_examples (the GeL
+  paper's p_i = n_i / n). A config records the weighting itself, and an explicit one is kept."""
+  assert make().cohort.aggregation_weights == 'num_examples'
   powd = make(client_selection='power_of_d')
   assert powd.cohort.aggregation_weights == 'uniform'
   assert powd.to_json()['cohort']['aggregation_weights'] == 'uniform'
   assert make().replace(client_selection='power_of_d') == powd
-  assert powd.replace(client_selection='cyclic').cohort.aggregation_weights == 'samples_seen'
+  assert powd.replace(client_selection='cyclic').cohort.aggregation_weights == 'num_examples'
   kept = make(client_selection='power_of_d', aggregation_weights='num_examples')
   assert kept.replace(client_selection='uniform').cohort.aggregation_weights == 'num_examples'
   assert CohortConfig(client_selection='power_of_d').aggregation_weights == 'uniform'
@@ -664,7 +664,8 @@ def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
 @pytest.mark.parametrize('chunk_size,asked', [(0, 'the automatic 12'), (12, '--chunk_size=12')])
 def test_memory_guard_shrinks_the_chunk_before_compiling(base_config, monkeypatch, tmp_path,
                                                          chunk_size, asked):
-  c = base_config.replace(clients_per_round=12, chunk_size=chunk_size, num_rounds=2)
+  c = base_config.replace(clients_per_round=12, sample_with_replacement=True,
+                          chunk_size=chunk_size, num_rounds=2)
   roomy = factories.prepare(c)
   assert roomy.chunk_size == 12 and roomy.notes == ()
   limit = helpers.memory_for(roomy, 5)

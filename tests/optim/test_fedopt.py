@@ -200,15 +200,16 @@ def test_jit_and_vmap(make):
 
 
 @pytest.mark.parametrize('make,words', [
-    (lambda: fedadam(-LR), 'learning_rate must be >= 0, got -0.1'),
+    (lambda: fedadam(-LR), 'learning_rate must be finite and >= 0, got -0.1'),
+    (lambda: fedadam(float('inf')), 'learning_rate must be finite and >= 0, got inf'),
     (lambda: fedyogi(LR, b1=1.), r'b1 must be in \[0, 1\), got 1.0'),
     (lambda: fedadam(LR, b2=1.5), r'b2 must be in \[0, 1\], got 1.5'),
     (lambda: fedyogi(LR, b2=-0.1), r'b2 must be in \[0, 1\]'),
     (lambda: fedadagrad(LR, eps=0.), "eps must be positive .Reddi et al.'s tau., got 0.0"),
     (lambda: fedadagrad(LR, initial_accumulator=-1.), 'initial_accumulator must be >= 0'),
-    (lambda: fedadam(jnp.float32(-1.)), 'learning_rate must be >= 0, got -1.0'),
+    (lambda: fedadam(jnp.float32(-1.)), 'learning_rate must be finite and >= 0, got -1.0'),
     (lambda: fedadam(LR, b1=np.float32(2.)), r'b1 must be in \[0, 1\)'),
-], ids=['lr_negative', 'b1_one', 'b2_above_one', 'b2_negative', 'tau_zero',
+], ids=['lr_negative', 'lr_inf', 'b1_one', 'b2_above_one', 'b2_negative', 'tau_zero',
         'negative_accumulator', 'jax_scalar', 'numpy_scalar'])
 def test_hyperparameters_outside_their_range_are_refused(make, words):
   """``tau = 0`` divides ``0 / 0`` where a leaf's ``g`` and ``v_0`` are zero; the others leave

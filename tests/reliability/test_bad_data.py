@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 
+import jax
 import pytest
 
 from fedjax_gel.data import leaf, leaf_tasks
@@ -168,6 +169,35 @@ def test_bad_shakespeare_file_is_one_line(tmp_path, name):
                  '--split_gap=0', '--train_fraction=0.8', '--clients_per_round=1',
                  '--num_rounds=1', f'--workdir={workdir}')
   assert_refused(proc, workdir, f'{path}:', *words)
+
+
+# --------------------------------------------------------------------------- fixed classes
+
+
+def femnist(labels) -> dict:
+  """Two writers of four blank images, with these labels (each writer's four)."""
+  return {'users': ['w1', 'w2'], 'num_samples': [4, 4],
+          'user_data': {u: {'x': [[0.] * 784] * 4, 'y': labels[4 * i:4 * i + 4]}
+                        for i, u in enumerate(['w1', 'w2'])}}
+
+
+def test_femnist_has_its_62_classes_whatever_its_sample_holds(tmp_path):
+  """The model was sized by the largest label in the data: a sample without the last classes
+  got fewer outputs, and a label of 70 grew the model to 71 outputs."""
+  from fedjax_gel.experiment import config as config_lib, factories  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'femnist.json'
+  path.write_text(json.dumps(femnist([0, 1, 2, 3] * 2)))
+  c = config_lib.make(dataset='femnist', data_path=str(path), model='logistic',
+                      train_fraction=0.5)
+  split = factories.load_split(c)
+  params = factories.make_model(c, split).init(jax.random.key(0))
+  assert params['Dense_0']['bias'].shape == (62,)
+  path.write_text(json.dumps(femnist([0, 1, 70, 3] * 2)))
+  workdir = tmp_path / 'w'
+  proc = cli_run('--dataset=femnist', f'--data_path={path}', '--model=logistic',
+                 '--train_fraction=0.5', '--clients_per_round=2', '--num_rounds=1',
+                 f'--workdir={workdir}')
+  assert_refused(proc, workdir, '--dataset=femnist has 62 classes, 0..61', 'holds label 70')
 
 
 # --------------------------------------------------------------------------- CelebA
