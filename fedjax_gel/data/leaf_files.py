@@ -54,12 +54,16 @@ def _features(x: Any, where: str) -> np.ndarray:
       raise DataError(f'{where} has string features of different lengths in x')
     return np.array(x, dtype=str)
   try:
-    arr = np.asarray(x, dtype=np.float64)
+    arr = np.asarray(x)   # not dtype=float64 at once: that would read "0.5" as 0.5
+    if arr.dtype.kind == 'O':   # ragged rows, or integers beyond int64
+      arr = np.asarray(x, dtype=np.float64)
   except OverflowError:
     raise DataError(f'{where} has a feature value too large for a float in x') from None
   except (ValueError, TypeError):
     raise DataError(f'{where} has ragged or non-numeric features in x') from None
-  return _in_float32(arr, where)
+  if arr.dtype.kind not in 'fiu':   # strings among the numbers, or only booleans
+    raise DataError(f'{where} has ragged or non-numeric features in x (got {arr.dtype} values)')
+  return _in_float32(arr.astype(np.float64), where)
 
 
 def _in_float32(arr: np.ndarray, where: str) -> np.ndarray:

@@ -116,8 +116,12 @@ def sentiment_labels(y: np.ndarray, source) -> np.ndarray:
     if not set(np.unique(y)) <= {'0', '1', '4'}:
       raise DataError(f'{source}: Sent140 labels must be 0/1 or "0"/"4" (got {sorted(set(y))[:5]})')
     y = y.astype(np.int64)
-  if not set(np.unique(y).tolist()) <= {0, 1, 4}:
+  found = set(np.unique(y).tolist())
+  if not found <= {0, 1, 4}:
     raise DataError(f'{source}: Sent140 labels must be 0/1 or 0/4 (got {np.unique(y)[:5]})')
+  if {1, 4} <= found:   # two conventions in one file: which is positive is a guess
+    raise DataError(f'{source}: Sent140 labels mix 1 and 4 (0/1 and 0/4 are two conventions; '
+                    'use one)')
   return (y > 0).astype(np.int32)
 
 

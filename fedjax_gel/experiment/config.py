@@ -432,8 +432,10 @@ def make(**flags) -> Config:
                         f'{", ".join(own) or "none"})')
     else:
       raise ConfigError(f'--{flag} is not a flag of fedjax_gel')
-  if 'budget_range' in sections['cohort']:
-    sections['cohort']['budget_range'] = tuple(sections['cohort']['budget_range'])
+  if 'budget_range' in sections['cohort']:   # (a, b), or 'a,b' as on the command line
+    given = sections['cohort']['budget_range']
+    sections['cohort']['budget_range'] = (parse_budget_range(given) if isinstance(given, str)
+                                          else tuple(given))
   sections['algorithm']['hparams'] = registry.get(name).hparams(**hparams)
   return Config(**{k: SECTIONS[k](**v) for k, v in sections.items()})
 

@@ -319,11 +319,21 @@ def load_client_budgets(k: config_lib.CohortConfig, train) -> np.ndarray | None:
   if k.budget_draw != 'per_client':
     return None
   where = f'--client_budgets={k.client_budgets}'
+
+  def unique(pairs):   # a name given twice kept its last budget without a word
+    named = {}
+    for name, value in pairs:
+      if name in named:
+        raise ConfigError(f'{where}: client {name!r} is given twice')
+      named[name] = value
+    return named
   try:
     with open(k.client_budgets, encoding='utf-8') as f:
-      found = json.load(f)
+      found = json.load(f, object_pairs_hook=unique)
   except OSError as e:
     raise ConfigError(f'{where}: cannot read it ({e.strerror})') from None
+  except ConfigError:
+    raise
   except (ValueError, RecursionError) as e:
     raise ConfigError(f'{where}: not valid JSON ({str(e)[:80]})') from None
   names = list(train.client_names)

@@ -129,6 +129,8 @@ def test_sent140_labels(tmp_path):
   np.testing.assert_array_equal(leaf_tasks.sentiment_labels(np.array([0, 1, 1]), 'f'), [0, 1, 1])
   with pytest.raises(errors.DataError, match='0/1 or'):
     leaf_tasks.sentiment_labels(np.array(['2']), 'f')
+  with pytest.raises(errors.DataError, match='mix 1 and 4'):   # both were taken as positive
+    leaf_tasks.sentiment_labels(np.array([0, 1, 4]), 'f')
   split = leaf_tasks.load_sent140(sent140_file(tmp_path, [0, 1, 1, 0, 1, 0, 0, 1]),
                                   train_fraction=0.5)
   assert set(np.unique(split.test.examples['y'])) <= {0, 1}

@@ -58,6 +58,7 @@ def test_per_client_budgets_file(base, tmp_path, form):
     ('[1, 2, 3, 1, 2, 3, 9, 1]', "budget 9 is not an integer within --budget_range=1,3"),
     ('[1, 2, 3, 1, 2, 3, true, 1]', 'budget True is not an integer'),
     ('[1, 2, 3, 1, 2, 3, 1.5, 1]', 'budget 1.5 is not an integer'),
+    ('{"u0": 1, "u0": 3}', "client 'u0' is given twice"),   # the last one was kept
 ])
 def test_bad_budget_files_are_one_line_errors(base, tmp_path, content, words):
   path = tmp_path / 'budgets.json'

@@ -435,6 +435,14 @@ def test_guess_settings_reach_the_algorithms_policy():
                                     np.arange(1, 26)).client_guesses is None
 
 
+def test_a_budget_range_given_as_on_the_command_line_is_read():
+  """make(budget_range='2,4') failed with got ('2', ',', '4')."""
+  assert make(budget_range='2,4').cohort.budget_range == (2, 4) == make(
+      budget_range=[2, 4]).cohort.budget_range
+  with pytest.raises(ConfigError, match='--budget_range must be two integers'):
+    make(budget_range='2-4')
+
+
 def test_default_aggregation_weights_follow_the_client_selection():
   """Power-of-d draws its candidates by data size, so its default weights are uniform (Cho et
   al. 2022's plain mean of the selected models); the others' are num_examples (the GeL

@@ -68,6 +68,9 @@ LEAF_CASES = {   # name: (valid() -> bad content, dict or JSON text; words of th
     'rows_differ_by_user': (user('b', x=[[0., 1., 2.]] * 4),
                             ["user 'b' has features of shape (3,)", "user 'a' has (2,)"]),
     'huge_feature': (user(x=[[10**400, 1.]] * 4), ['too large for a float']),
+    # a number written as a string was read as the number; booleans as 0/1
+    'feature_string': (user(x=[[0., '0.5']] * 4), ["user 'a' has ragged or non-numeric"]),
+    'feature_booleans': (user(x=[[True, False]] * 4), ['non-numeric features', 'bool']),
     'feature_over_float32': (user(x=[[1e300, 1.]] * 4), ["user 'a'", "beyond float32's range"]),
     'huge_digits': (label('1' * 5000), ['not valid JSON', 'digits']),
     'label_over_int32': (label(2**32 + 1), ['label 4294967297', 'from 0 to 2147483647']),
