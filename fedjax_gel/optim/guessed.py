@@ -308,7 +308,9 @@ def guess(opt_state, params, count):
     opt_state: the state of any optimiser holding a ``gel_sgdm`` or ``guessing`` state, at any
       depth (``chain``, ``named_chain``, ``inject_hyperparams``, ``MultiSteps``, ``partition``).
     params: the current params (the guesses start from them).
-    count: the number of guessed steps, a scalar (possibly traced; ``inf`` allowed).
+    count: the number of guessed steps, a scalar (possibly traced; ``inf`` allowed). A concrete
+      one must be a whole number >= 0 or ``inf`` (``gel_sgdm``'s closed form would take a
+      fraction, ``guessing``'s steps would drop it).
 
   Returns:
     ``(updates, opt_state)``: the summed updates of the guessed steps, like ``params`` (zero
@@ -318,10 +320,16 @@ def guess(opt_state, params, count):
   Raises:
     NoGuessStateError: ``opt_state`` holds no GeL state.
     ValueError: a GeL state is followed by another transformation in an ``optax.chain``
-      (``check_last_in_chains``).
+      (``check_last_in_chains``); a concrete ``count`` that is not one whole number >= 0 or
+      ``inf``.
   """
   if params is None:
     raise ValueError('guess: pass the current params (the guessed steps start from them)')
+  if not isinstance(count, jax.core.Tracer):
+    c = np.asarray(count)
+    if c.ndim or c.dtype.kind not in 'iuf' or not c >= 0 or np.isfinite(c) and c != np.floor(c):
+      raise ValueError(f'guess: count must be one whole number of steps >= 0 or inf, got '
+                       f'{count!r}')
   leaves, treedef = jax.tree.flatten(opt_state, is_leaf=is_guess_state)
   found = [i for i, leaf in enumerate(leaves) if is_guess_state(leaf)]
   if not found:

@@ -197,6 +197,19 @@ def test_a_transformation_after_the_gel_one_in_a_chain_is_refused():
   guess(state, params, 2.)
 
 
+@pytest.mark.parametrize('count', [jnp.asarray([1., 2.]), float('nan'), 2.5, -1.])
+def test_a_concrete_count_that_is_no_number_of_steps_is_refused(count):
+  """A vector was broadcast over a leaf, NaN gave NaN (gel_sgdm) or nothing (guessing), 2.5 a
+  fractional closed form (gel_sgdm) or 2 steps (guessing)."""
+  params = tree(0)
+  for opt in (gel_sgdm(LR, ALPHA), guessing(optax.sgd(LR, momentum=ALPHA))):
+    _, state = run_steps(opt, params, [tree(1)])
+    with pytest.raises(ValueError, match='guess: count must be one whole number of steps'):
+      guess(state, params, count)
+    guess(state, params, 2.)   # whole numbers and inf are counts
+    guess(state, params, jnp.inf)
+
+
 @pytest.mark.parametrize('proxy', ['zero', 'last_gradient'])
 def test_a_guessing_state_round_trips_through_flax_serialization(proxy):
   """Saved with ``flax.serialization.to_bytes`` after two steps and restored into a fresh state,
