@@ -107,6 +107,18 @@ def _direction(b1, eps, g, m, v):
   return d if v is None else d / (jnp.sqrt(v) + eps)
 
 
+def _check_stats(name: str, stats, b1, b2):
+  """``stats`` are of this optimiser's kind: ``m`` where ``b1`` is set, ``v`` where ``b2`` is
+  (an Adam client given SGDm's statistics took SGDm steps without a word)."""
+  if not isinstance(stats, GBOStats):
+    raise ValueError(f'{name}: stats must be GBOStats(m, v), got {type(stats).__name__}')
+  if (stats.m is None) != (b1 is None) or (stats.v is None) != (b2 is None):
+    need = ' and '.join(n for n, b in (('m', b1), ('v', b2)) if b is not None)
+    have = ' and '.join(n for n, x in (('m', stats.m), ('v', stats.v)) if x is not None)
+    raise ValueError(f'{name}: statistics of another FedGBO optimiser: this one needs {need}, '
+                     f'got {have or "neither"}')
+
+
 def _lr(learning_rate, count):
   return learning_rate(count) if callable(learning_rate) else learning_rate
 
@@ -129,6 +141,7 @@ def gbo_client(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
     if stats is None:
       raise ValueError('gbo_client: update needs the frozen global statistics: '
                        'update(grads, state, params, stats=GBOStats(m, v))')
+    _check_stats('gbo_client', stats, b1, b2)
     lr = _lr(learning_rate, state.count)
     updates = _zip(lambda g, m, v: (-lr * _direction(b1, eps, g, m, v)).astype(g.dtype), grads,
                    stats=stats)
@@ -177,6 +190,7 @@ def gbo_inverse(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
     del params, extra_args
     if stats is None or num_steps is None:
       raise ValueError('gbo_inverse: update needs stats=GBOStats(m, v) and num_steps=K')
+    _check_stats('gbo_inverse', stats, b1, b2)
     g = inverse_step(delta, stats, _lr(learning_rate, state.count), num_steps, b1, eps)
     return g, GBOCountState(optax.safe_increment(state.count))
 
@@ -255,8 +269,9 @@ class GlobalBiasedOptimizer(NamedTuple):
     track: ``gbo_track`` (state: the statistics).
     server: ``gbo_server`` (inverse and tracking; updates ``-Delta``).
     adaptive: ``gbo_adaptive`` (statistics tracked every step; MFL's clients).
-    learning_rate: the learning rate they share (a schedule: each evaluates it at its own step
-      count, so FedGBO's inverse step, at the server's, refuses one).
+    learning_rate: the learning rate they share. A schedule is evaluated by each at its own
+      step count (the clients' steps, the server's rounds), so ``algorithms.fedgbo``, whose
+      inverse step needs the rate the clients stepped with, refuses one.
   """
   kind: str
   client: optax.GradientTransformationExtraArgs

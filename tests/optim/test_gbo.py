@@ -303,6 +303,18 @@ def test_adam_without_momentum_is_rmsprop():
                 rtol=1e-6, atol=1e-7)
 
 
+def test_statistics_of_another_kind_are_refused():
+  """An Adam client given SGDm's statistics (no v) took SGDm steps without a word."""
+  adam, sgdm = gbo_adam(LR), gbo_sgdm(LR)
+  sgdm_stats = init_stats(X0, 0.9, None)
+  with pytest.raises(ValueError, match='gbo_client: statistics of another FedGBO optimiser: '
+                     'this one needs m and v, got m'):
+    adam.client.update(H1, adam.client.init(X0), X0, stats=sgdm_stats)
+  with pytest.raises(ValueError, match='gbo_inverse: statistics of another'):
+    adam.inverse.update(H1, adam.inverse.init(X0), X0, stats=sgdm_stats, num_steps=2.)
+  sgdm.client.update(H1, sgdm.client.init(X0), X0, stats=sgdm_stats)   # its own kind
+
+
 def test_defaults_and_bad_arguments():
   """Documented defaults (each optimiser by name steps, inverts and tracks as the one built with
   the defaults written out); unknown kinds, foreign or old hyper-parameter names and bad values
