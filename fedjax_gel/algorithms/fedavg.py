@@ -16,7 +16,6 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
@@ -44,10 +43,7 @@ def static_zero(value) -> bool:
   """Whether ``value`` is a known number 0 (Python, NumPy or a concrete JAX scalar: a term it
   weighs can be left out); a traced weight (runs batched over it, ``core.runs``) is never known
   to be 0."""
-  if isinstance(value, jax.core.Tracer) or callable(value):   # traced, or a schedule
-    return False
-  value = np.asarray(value)
-  return value.shape == () and value.dtype.kind in 'iuf' and bool(value == 0)
+  return guessed.concrete_scalar(value) == 0
 
 
 def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,

@@ -43,7 +43,8 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
   examples = data.examples
   if total != data.num_examples or np.any(owned != np.arange(total)):
     examples = {k: np.asarray(v)[owned] for k, v in examples.items()}
-  if 0 < max_examples < total:
+  sampled = 0 < max_examples < total
+  if sampled:
     keep = np.sort(np.random.default_rng(seed).choice(total, max_examples, replace=False))
     examples, total = {k: np.asarray(v)[keep] for k, v in examples.items()}, max_examples
   batch = max(1, min(batch_size, total))
@@ -57,7 +58,7 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
 
   mask = np.arange(num_batches * batch) < total
   clients = client_counts = None
-  if total == int(counts.sum()):   # every client's rows: per-client metrics
+  if not sampled:   # every client's rows: per-client metrics
     clients = shape(np.repeat(np.arange(len(counts), dtype=np.int32), counts))
     client_counts = jax.device_put(counts.astype(np.int32))
   return EvalPool({k: shape(v) for k, v in examples.items()},

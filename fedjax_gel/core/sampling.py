@@ -18,6 +18,12 @@ BUDGET_UNITS = ('steps', 'epochs')
 BUDGET_DRAWS = ('uniform', 'proportional', 'per_client')
 
 
+def reads_sizes(budget_unit: str, budget_draw: str) -> bool:
+  """Whether budgets of this unit and draw read the clients' sizes, and so the population's
+  largest (``CohortSpec.max_examples``): epochs, or budgets proportional to the data."""
+  return budget_unit == 'epochs' or budget_draw == 'proportional'
+
+
 @dataclasses.dataclass(frozen=True)
 class CohortSpec:
   """How a round's cohort is drawn: given once, read by the sampler and by the round.
@@ -91,8 +97,7 @@ class CohortSpec:
       if getattr(self, name) not in known:
         raise ValueError(f'CohortSpec: unknown {name} {getattr(self, name)!r}; known: '
                          f'{", ".join(known)}')
-    needs_n = self.budget_unit == 'epochs' or self.budget_draw == 'proportional'
-    if needs_n and not int(self.max_examples) >= 1:
+    if reads_sizes(self.budget_unit, self.budget_draw) and not int(self.max_examples) >= 1:
       raise ValueError(f'CohortSpec: budget_unit={self.budget_unit!r} with budget_draw='
                        f'{self.budget_draw!r} needs max_examples, the largest client\'s number '
                        f'of examples (got {self.max_examples})')
@@ -286,8 +291,8 @@ def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
                      f' {np.shape(counts)})')
   if isinstance(counts, np.ndarray) and counts.min() < 0:
     raise ValueError(f'sample_cohort: counts must be >= 0 (got {counts.min()})')
-  needs_n = spec.budget_unit == 'epochs' or spec.budget_draw == 'proportional'
-  if needs_n and isinstance(counts, np.ndarray) and counts.max() > spec.max_examples:
+  if (reads_sizes(spec.budget_unit, spec.budget_draw) and isinstance(counts, np.ndarray) and
+      counts.max() > spec.max_examples):
     raise ValueError(f'sample_cohort: CohortSpec.max_examples={spec.max_examples} is below the '
                      f'largest client\'s {counts.max()} examples, so the budgets '
                      f'(budget_unit={spec.budget_unit!r}, budget_draw={spec.budget_draw!r}) would '

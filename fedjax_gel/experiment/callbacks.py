@@ -176,15 +176,13 @@ class Checkpointer(Callback):
   def on_start(self, loop):
     dirs = groups(loop)
     start = resume_round(list(dirs)) if self.resume else 0
-    for w in dirs if self.resume and cluster.writes() else ():
+    for w in dirs if self.resume else ():
       # a directory's checkpoints past the common round (a kill between the directories' saves)
       # would outlive the records cut back to it, and stop the next resume; they go first
-      for r in checkpoint.rounds(w):
-        if r > start:
-          checkpoint.remove(w, r)
-    if not start:   # no checkpoint common to the directories (a kill between their saves)
-      for w in dirs if self.resume else ():
-        checkpoint.cut_metrics(w, 0)   # the run starts again: so do its records
+      checkpoint.remove_after(w, start)
+      if not start:   # none common to the directories: the run starts again, so do its records
+        checkpoint.cut_metrics(w, 0)
+    if not start:
       return
     states = {}
     for w, idx in dirs.items():   # read into the shapes and shardings of the fresh state

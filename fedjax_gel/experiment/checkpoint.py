@@ -72,6 +72,14 @@ def remove(workdir: str, round_idx: int):
   shutil.rmtree(gone)
 
 
+def remove_after(workdir: str, round_idx: int):
+  """Removes the checkpoints of rounds after ``round_idx`` (by the writing process only)."""
+  if cluster.writes():
+    for r in rounds(workdir):
+      if r > round_idx:
+        remove(workdir, r)
+
+
 def leftovers(workdir: str) -> list[str]:
   """What a killed save (``checkpoint-<round>.tmp``), a damaged checkpoint set aside
   (``.damaged``) or an earlier version (one ``checkpoint-<round>.msgpack`` file) left in

@@ -156,6 +156,12 @@ class DataConfig:
       return self.leaf_split
     return 'position' if self.dataset == 'shakespeare' else 'sample'
 
+  @property
+  def flag(self) -> str:
+    """The flag that names the data, for messages: ``--data_path=...`` where it is given, else
+    ``--dataset=...``."""
+    return f'--data_path={self.data_path}' if self.data_path else f'--dataset={self.dataset}'
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -215,14 +221,15 @@ class CohortConfig:
   def spec(self, counts):
     """The ``core.sampling.CohortSpec`` of this section for a training population of
     ``counts`` examples per client (power-of-d hands the sampler its clients)."""
-    from fedjax_gel.core.sampling import CohortSpec   # pylint: disable=g-import-not-at-top
+    from fedjax_gel.core.sampling import (  # pylint: disable=g-import-not-at-top
+        CohortSpec, reads_sizes)
     cyclic = self.client_selection == 'cyclic'
-    by_data = self.budget_unit == 'epochs' or self.budget_draw == 'proportional'
     return CohortSpec(self.clients_per_round, tuple(self.budget_range), self.batch_size,
                       self.sample_with_replacement, self.aggregation_weights,
                       'cyclic' if cyclic else 'uniform', self.cyclic_groups if cyclic else 1,
                       self.budget_unit, self.budget_draw,
-                      int(np.max(counts, initial=0)) if by_data else 0)
+                      int(np.max(counts, initial=0))
+                      if reads_sizes(self.budget_unit, self.budget_draw) else 0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -137,12 +137,10 @@ def check_examples(c: Config, split: federated_data.FederatedSplit):
   """Both pools hold examples, else a DataError naming the data: the rounds would gather from
   an empty pool, and an empty test pool would report an accuracy of 0 (LEAF files whose users
   have no samples on one side, a split that leaves no sample for testing)."""
-  where = (f'--data_path={c.data.data_path}' if c.data.data_path else
-           f'--dataset={c.data.dataset}')
   for part, pool in (('train', split.train), ('test', split.test)):
     if not int(np.asarray(pool.counts).sum()):
-      raise DataError(f'{where}: its {part} pool holds no examples ({pool.num_clients} clients, '
-                      'none with an example there); nothing to '
+      raise DataError(f'{c.data.flag}: its {part} pool holds no examples '
+                      f'({pool.num_clients} clients, none with an example there); nothing to '
                       f'{"train" if part == "train" else "evaluate"} on')
 
 

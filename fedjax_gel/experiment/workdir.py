@@ -154,8 +154,7 @@ def config_json(c: Config, digests: dict, extra: dict | None = None) -> dict:
 def input_flag(c: Config, field: str) -> str:
   """The flag that names the input whose digest is ``field``."""
   if field == DATA_FIELD:
-    d = c.data
-    return f'--data_path={d.data_path}' if d.data_path else f'--dataset={d.dataset}'
+    return c.data.flag
   return f'--client_budgets={c.cohort.client_budgets}'
 
 

@@ -56,15 +56,21 @@ class NoGuessStateError(ValueError):
   """``guess`` found no GeL state in an optimiser state."""
 
 
-def check_hyperparameter(name: str, value, ok, need: str) -> None:
-  """Raises ``ValueError`` when a concrete scalar ``value`` (a number, NumPy or JAX scalar)
-  fails ``ok``; traced values (e.g. under ``inject_hyperparams`` inside ``jit``) and schedules
-  are not checked."""
+def concrete_scalar(value) -> float | None:
+  """``value`` as a float when it is one known number (a Python number, a NumPy or a concrete
+  JAX scalar); None for traced values (e.g. under ``inject_hyperparams`` inside ``jit``),
+  schedules and arrays of several values."""
   concrete = isinstance(value, (numbers.Number, np.ndarray, np.generic)) or (
       isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer))
-  if concrete and np.ndim(value) == 0:
-    if not ok(float(value)):
-      raise ValueError(f'{name} must be {need}, got {value}')
+  return float(value) if concrete and np.ndim(value) == 0 else None
+
+
+def check_hyperparameter(name: str, value, ok, need: str) -> None:
+  """Raises ``ValueError`` when a ``concrete_scalar`` ``value`` fails ``ok``; traced values and
+  schedules are not checked."""
+  known = concrete_scalar(value)
+  if known is not None and not ok(known):
+    raise ValueError(f'{name} must be {need}, got {value}')
 
 
 def _f32(x) -> jax.Array:
