@@ -31,7 +31,7 @@ from fedjax_gel.core.spec import flag_name
 from fedjax_gel.experiment import callbacks as callbacks_lib, cluster, factories, grid as grid_lib
 from fedjax_gel.experiment import files, loop as loop_lib, outputs, planning, sinks
 from fedjax_gel.experiment import workdir as workdir_lib
-from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, validate
+from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, first_line, validate
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -313,10 +313,13 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
         files.lock(workdir)
         locked.append(workdir)
       p = plan(c, workdir, sweep, overwrite, phases)
-    except BaseException:
+    except BaseException as e:
       workdir_lib.remove_if_empty(created)
+      if isinstance(e, Exception):   # several processes: the others stop with its reason
+        cluster.stop_others(first_line(e))
       raise
-    cluster.sync('planned')   # every process has read the work directory before it changes
+    # every process planned the same runs, and read the work directory before it changes
+    cluster.agree(plan_record(p, workdir, vmap))
     if cluster.writes():
       made = []
       try:
@@ -333,6 +336,24 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   finally:
     for w in locked:
       files.unlock(w)
+
+
+def plan_record(p: 'Plan', workdir: str, vmap: bool) -> dict:
+  """What the processes of a run must agree on (``cluster.agree``): the runs' flags but the
+  paths of their inputs (which may differ between hosts; a flag's value is one value where
+  every run has it, else the runs'), the inputs' digests, and what the work directory holds."""
+  paths = {name for _, name in workdir_lib.PATH_FIELDS}
+  runs = [{f'--{k}': v for k, v in x.flags().items() if k not in paths} for x in p.configs]
+  grid = {} if p.grid is None else grid_lib.grid_fields(*p.grid)
+  record = {'--vmap_seeds': vmap, **{f'--{k}': v for k, v in grid.items()}}
+  for k in dict.fromkeys(k for r in runs for k in r):
+    values = [r.get(k) for r in runs]
+    record[k] = values[0] if all(v == values[0] for v in values) else values
+  for field, digest in workdir_lib.input_digests(p.base).items():
+    record[f"the {workdir_lib.INPUT_FIELDS[field]}'s SHA-256"] = digest[:12]
+  record['what the work directory holds'] = [
+      [os.path.relpath(w, workdir), st] for w, st in zip(p.workdirs, p.status)]
+  return record
 
 
 def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,

@@ -315,6 +315,12 @@ def fail(message: str) -> int:
   return 2
 
 
+def fail_together(message: str) -> int:
+  """``fail`` before the runs' first collective, the other processes told (``cluster``)."""
+  cluster.stop_others(message)
+  return fail(message)
+
+
 def interrupted(e: KeyboardInterrupt) -> int:
   """Ctrl-C: one line saying where the runs stand and how to go on; exit status 130."""
   done = getattr(e, 'round', None)   # loop.Interrupted: stopped between rounds
@@ -371,7 +377,7 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     why = ('a file, not a folder' if os.path.isfile(values.compilation_cache) else
            e.strerror or e)
     if values['compilation_cache'].present:
-      return fail(f'--compilation_cache={values.compilation_cache}: cannot use it as the '
+      return fail_together(f'--compilation_cache={values.compilation_cache}: cannot use it as the '
                   f'compilation cache ({why})')
     print(f'note: no compilation cache in {values.compilation_cache} ({why}); every program is '
           'compiled afresh')
@@ -379,7 +385,11 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   phases = api.loop_lib.Phases(imports=time.perf_counter() - start if start else 0.)
   stops = api.loop_lib.STOP_REQUESTS
   try:
-    config, sweep = from_flags(values)
+    try:
+      config, sweep = from_flags(values)
+    except ConfigError as e:
+      cluster.stop_others(str(e))
+      raise
     if stops:   # a stop signal whose KeyboardInterrupt was lost (see loop.STOP_REQUESTS)
       raise KeyboardInterrupt
     api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,

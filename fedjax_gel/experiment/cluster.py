@@ -10,8 +10,21 @@ run resumes (on several hosts it must be a shared file system).
 Process count and id come from ``--num_processes``/``--process_id``/``--coordinator_address``,
 or, with ``--num_processes=0``, from the environment as JAX detects it (SLURM, Open MPI, TPU
 pods, Kubernetes).
+
+Every process plans its runs from its own flags and files, so before the first round they
+compare what they planned (``agree``): a process given another ``--seed`` or ``--num_rounds``,
+other data or another view of the work directory would otherwise train a different program in
+step with the others (a silently wrong result, or a hang in a collective). A process that
+stops before that point tells the others (``stop_others``), which stop with its reason instead
+of waiting for it.
 """
 from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from fedjax_gel.experiment.config import ConfigError
 
 
 def initialize(coordinator_address: str, num_processes: int, process_id: int,
@@ -64,3 +77,44 @@ def sync(name: str) -> None:
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     multihost_utils.sync_global_devices(name)
+
+
+def gather(record) -> list:
+  """Every process's ``record`` (JSON-serialisable), in process order; a barrier. Two
+  collectives: the encodings' lengths, then the encodings padded to the longest."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.process_count() == 1:
+    return [record]
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  data = np.frombuffer(json.dumps(record, sort_keys=True).encode(), np.uint8)
+  lengths = multihost_utils.process_allgather(np.array([data.size], np.int32))[:, 0]
+  padded = np.zeros(int(lengths.max()), np.uint8)
+  padded[:data.size] = data
+  rows = multihost_utils.process_allgather(padded)
+  return [json.loads(row[:n].tobytes()) for row, n in zip(rows, lengths)]
+
+
+def stop_others(reason: str) -> None:
+  """This process stops for ``reason`` before the runs' first collective: with several
+  processes, the others' ``agree`` raise with that reason instead of waiting for this one."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.process_count() > 1:
+    gather({'error': reason})
+
+
+def agree(record: dict) -> None:
+  """Several processes: every process's ``record`` (``{what: value}``, e.g. ``{'--seed': 0}``)
+  equals process 0's, else a ConfigError in every process naming the first entry that differs;
+  a process that stopped (``stop_others``) stops them all with its reason."""
+  records = gather({'record': record})
+  for i, r in enumerate(records):
+    if 'error' in r:
+      raise ConfigError(f'process {i} of the run stopped: {r["error"]}')
+  first = records[0]['record']
+  for i, r in enumerate(records[1:], 1):
+    theirs = r['record']
+    for k in dict.fromkeys([*first, *theirs]):
+      if first.get(k) != theirs.get(k):
+        raise ConfigError(
+            f'{k}: process {i} has {theirs.get(k)!r}, process 0 {first.get(k)!r}; every process '
+            'must run the same command (but --process_id) on the same data and work directory')

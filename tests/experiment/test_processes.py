@@ -2,7 +2,7 @@
 same metrics as one process (to float summation order: rtol 1e-5; 2 processes of 3 devices,
 SCAFFOLD's store split over all 6), only process 0 writes,
 checkpoints resume under another process count, a killed process stops the run and the same
-command resumes it."""
+command resumes it; processes given other flags or data stop together with one line."""
 from __future__ import annotations
 
 import json
@@ -42,14 +42,16 @@ def flags(data, workdir, *more) -> list[str]:
   return [sys.executable, *COMMON, f'--data_path={data}', f'--workdir={workdir}', *more]
 
 
-def together(count: int, devices: int, data, workdir, *more, wait: bool = True):
-  """Starts ``count`` processes of one run with ``devices`` CPU devices each (process 0 last);
-  ``wait``: returns their ``(returncode, stdout, stderr)`` in process order, else the processes."""
+def together(count: int, devices: int, data, workdir, *more, wait: bool = True,
+             own: dict | None = None):
+  """Starts ``count`` processes of one run with ``devices`` CPU devices each (process 0 last),
+  ``own[i]`` more flags of process ``i``'s own; ``wait``: returns their ``(returncode, stdout,
+  stderr)`` in process order, else the processes."""
   port = free_port()
   env = {**os.environ, 'XLA_FLAGS': f"{os.environ.get('XLA_FLAGS', '')} "
          f'--xla_force_host_platform_device_count={devices}'}
   procs = {i: subprocess.Popen(
-      flags(data, workdir, *more, f'--num_processes={count}', f'--process_id={i}',
+      flags(data, workdir, *more, *(own or {}).get(i, ()), f'--num_processes={count}', f'--process_id={i}',
             f'--coordinator_address=127.0.0.1:{port}'), cwd=REPO, env=env, text=True,
       stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in reversed(range(count))}
   if not wait:
@@ -147,3 +149,24 @@ def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path
   assert (resumed / 'metrics.jsonl').read_bytes() != b''
   assert [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(resumed)] == [
       {k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(whole)]
+
+
+@pytest.mark.parametrize('own, line', [
+    # another seed trained silently to another result, another --num_rounds hung
+    ({1: ('--seed=1',)}, "--seed: process 1 has 1, process 0 0; every process must run the same"),
+    # a process refused at its flags stopped the others only after --heartbeat_timeout
+    ({1: ('--num_rounds=0',)}, 'process 1 of the run stopped: --num_rounds must be an integer'),
+])
+def test_processes_given_other_flags_stop_before_training_with_one_line(
+    tmp_path, tiny_leaf_file, own, line):
+  """Every process stops with status 2 and one line (the refused process its own), nothing
+  written in the work directory, well within the heartbeat timeout."""
+  start = time.time()
+  runs = together(2, 1, tiny_leaf_file, tmp_path / 'run', '--num_rounds=4', '--seed=0',
+                  '--heartbeat_timeout=300', own=own)
+  assert time.time() - start < 200   # not the heartbeat's 300 s
+  for i, (code, out, err) in enumerate(runs):
+    lines = ours(err)
+    assert code == 2 and len(lines) == 1 and ours(out) == [], (i, err[-2000:])
+  assert line in ours(runs[0][2])[0]
+  assert not (tmp_path / 'run').exists() or not list((tmp_path / 'run').iterdir())
