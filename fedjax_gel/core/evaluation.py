@@ -74,6 +74,9 @@ def build_evaluate(apply_fn: Callable, task=None) -> Callable:
   from fedjax_gel.models.tasks import CLASSIFICATION, Task  # pylint: disable=g-import-not-at-top
   if task is None:
     task = CLASSIFICATION
+  if not callable(apply_fn):   # e.g. a Model itself, whose apply is the function
+    raise TypeError(f'build_evaluate: apply_fn must be a function (params, x) -> outputs, e.g. '
+                    f'model.apply, got {type(apply_fn).__name__}')
   if not isinstance(task, Task):
     raise TypeError(f'build_evaluate: task must be a models.Task (e.g. models.REGRESSION), got '
                     f'{task!r}')

@@ -567,13 +567,17 @@ class RoundFunction:
 def check_on_device(data, mesh=None) -> bool:
   """Whether the pool is whole on every device of the round's mesh (``to_device(data, mesh,
   replicate=True)``) rather than split by client. Raises ``TypeError`` (one line naming
-  ``to_device``) for a pool still on the host, or on a mesh neither split nor whole."""
+  ``to_device``) for a pool still on the host, or on a mesh neither split nor whole; a
+  ``ValueError`` for a pool without examples."""
   if not isinstance(data, FederatedData):
     raise TypeError(f'round_fn: data must be a FederatedData on the device, got '
                     f'{type(data).__name__}')
   if data.client_names or any(isinstance(a, np.ndarray) for a in jax.tree.leaves(data)):
     raise TypeError('round_fn: the data pool is on the host; pass fedjax_gel.to_device(data) '
                     '(done once, not every round)')
+  if not jax.tree.leaves(data.examples)[0].shape[0]:
+    raise ValueError('round_fn: the data pool holds no examples (every client has 0 rows); a '
+                     'round trains on a pool with some')
   if mesh is None:
     return False
   laid_out = lambda spec: all(a.sharding.is_equivalent_to(jax.sharding.NamedSharding(mesh, spec),

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fedjax_gel import models
 from fedjax_gel.core import evaluation
 from fedjax_gel.core import federated_data as fd
 
@@ -73,7 +74,11 @@ def test_a_sampled_pool_has_no_client_metrics():
      'max_examples must be a non-negative integer'),
     (lambda pool: evaluation.build_evaluate(lambda p, x: x, 'regression'), TypeError,
      "build_evaluate: task must be a models.Task .e.g. models.REGRESSION., got 'regression'"),
-], ids=['no_pool', 'batch_zero', 'negative_seed', 'negative_sample', 'task_by_name'])
+    # a Model itself (whose apply is the function) failed only at the first call
+    (lambda pool: evaluation.build_evaluate(models.get_model('logistic', (1,), 2)), TypeError,
+     'build_evaluate: apply_fn must be a function .params, x. -> outputs, e.g. model.apply, got '
+     'Model'),
+], ids=['no_pool', 'batch_zero', 'negative_seed', 'negative_sample', 'task_by_name', 'model'])
 def test_evaluation_refuses_arguments_it_would_misread(call, error, words):
   pool = fd.from_client_arrays([{'x': np.zeros((3, 1), np.float32), 'y': np.zeros(3, np.int32)}])
   with pytest.raises(error, match=words):

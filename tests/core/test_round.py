@@ -223,6 +223,16 @@ def test_host_pool_raises_type_error_naming_to_device(model):
        jnp.int32(0))
 
 
+def test_pool_without_examples_is_refused_in_one_line(model):
+  """Every client with 0 rows: an IndexError from inside the traced round before."""
+  alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.1, 0.9)
+  empty = fd.to_device(fd.from_client_arrays([{'x': np.zeros((0, 4), np.float32),
+                                               'y': np.zeros(0, np.int32)}] * 2))
+  with pytest.raises(ValueError, match='round_fn: the data pool holds no examples'):
+    build_round(alg, chunk_size=2)(alg.server_init(init_params(model)), cohort([0, 1], [2, 3]),
+                                   empty, keys.root_key(0), jnp.int32(0))
+
+
 def test_round_for_one_spec_gives_the_same_result_twice(data, model):
   alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.1, 0.9)
   rf = build_round(alg, chunk_size=3)
