@@ -69,7 +69,8 @@ tree_map = jax.tree_util.tree_map
 
 class RoundMetrics(NamedTuple):
   """Per-round totals (scalars)."""
-  train_loss: jax.Array        # sum_i w_i mean_k loss_ik / sum_i w_i (minibatch losses)
+  train_loss: jax.Array        # sum_i w_i mean_k loss_ik / sum_i w_i (minibatch losses; NaN
+                               # when no client with weight took a step)
   grad_computations: jax.Array  # sum_i tau_i minibatch gradients, + full pre-passes (ceil(n_i/B))
   examples: jax.Array          # examples through a gradient: sum_i tau_i B, + pre-pass examples
   computed_steps: jax.Array    # client-steps the chunks ran, masked ones included
@@ -525,7 +526,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       new_state = new_state._replace(
           clients=write_rows(new_state.clients, written, clients.client_ids))
     up, down = tree_bytes(uploads), tree_bytes(bcast)
-    metrics = RoundMetrics(loss_wsum / jnp.maximum(loss_w, 1e-30), grads, examples, computed,
+    train_loss = jnp.where(loss_w > 0, loss_wsum / jnp.maximum(loss_w, 1e-30), jnp.nan)
+    metrics = RoundMetrics(train_loss, grads, examples, computed,
                            num_real * up, num_real * down,
                            mean_pairwise_cosine_distance(*spread, num_real), num_real,
                            all_finite(algorithm.server_params(new_state)),

@@ -340,5 +340,6 @@ def test_a_round_without_clients_leaves_the_server_as_it_was(data, loss, model, 
   after, metrics = rf(state, cohort([EMPTY_CLIENT, EMPTY_CLIENT], [3, 4]), data,
                       keys.root_key(0), jnp.int32(1))
   assert int(metrics.num_clients) == 0
+  assert np.isnan(float(metrics.train_loss))   # no minibatch loss to average (was 0.0)
   for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(after)):
     np.testing.assert_array_equal(a, b)
