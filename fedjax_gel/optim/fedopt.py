@@ -58,9 +58,11 @@ def _fedopt(learning_rate: optax.ScalarOrSchedule, b1: float, eps: float,
   check_hyperparameter('learning_rate', learning_rate, lambda x: 0 <= x < math.inf,
                        'finite and >= 0')
   check_hyperparameter('b1', b1, lambda b: 0 <= b < 1, 'in [0, 1)')
-  check_hyperparameter('eps', eps, lambda e: e > 0, "positive (Reddi et al.'s tau)")
+  check_hyperparameter('eps', eps, lambda e: 0 < e < math.inf,
+                       "positive and finite (Reddi et al.'s tau)")
   if initial_accumulator is not None:
-    check_hyperparameter('initial_accumulator', initial_accumulator, lambda v: v >= 0, '>= 0')
+    check_hyperparameter('initial_accumulator', initial_accumulator, lambda v: 0 <= v < math.inf,
+                         '>= 0 and finite')
   v0 = eps ** 2 if initial_accumulator is None else initial_accumulator
 
   def init_fn(params):

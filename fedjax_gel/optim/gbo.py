@@ -85,7 +85,7 @@ def _check(learning_rate, b1, b2, eps, b2_name='b2'):
     check_hyperparameter('b1', b1, lambda b: 0 <= b < 1, 'in [0, 1)')
   if b2 is not None:
     check_hyperparameter(b2_name, b2, lambda b: 0 <= b <= 1, 'in [0, 1]')
-    check_hyperparameter('eps', eps, lambda e: e >= 0, '>= 0')
+    check_hyperparameter('eps', eps, lambda e: 0 <= e < math.inf, '>= 0 and finite')
 
 
 def init_stats(params, b1, b2) -> GBOStats:
@@ -95,11 +95,14 @@ def init_stats(params, b1, b2) -> GBOStats:
 
 
 def _zip(fn, *trees, stats: GBOStats):
-  """``fn(*leaves, m, v)`` leaf by leaf; a missing statistic is ``None``."""
+  """``fn(*leaves, m, v)`` leaf by leaf (leaves as arrays); a missing statistic is ``None``,
+  and a ``None`` leaf of the trees (no parameter there, as optax allows) stays ``None``."""
   none = jax.tree.map(lambda _: None, trees[0])
   m = none if stats.m is None else stats.m
   v = none if stats.v is None else stats.v
-  return jax.tree.map(fn, *trees, m, v, is_leaf=lambda x: x is None)
+  return jax.tree.map(
+      lambda x, *rest: None if x is None else fn(jnp.asarray(x), *rest),
+      *trees, m, v, is_leaf=lambda x: x is None)
 
 
 def _direction(b1, eps, g, m, v):
@@ -191,6 +194,8 @@ def gbo_inverse(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
     if stats is None or num_steps is None:
       raise ValueError('gbo_inverse: update needs stats=GBOStats(m, v) and num_steps=K')
     _check_stats('gbo_inverse', stats, b1, b2)
+    check_hyperparameter('gbo_inverse num_steps', num_steps, lambda k: k > 0, '> 0 (K, the '
+                         'mean number of local steps)')
     g = inverse_step(delta, stats, _lr(learning_rate, state.count), num_steps, b1, eps)
     return g, GBOCountState(optax.safe_increment(state.count))
 
@@ -289,14 +294,24 @@ def _bundle(kind, learning_rate, b1, b2, eps) -> GlobalBiasedOptimizer:
                                gbo_adaptive(learning_rate, b1, b2, eps), learning_rate)
 
 
+def _given(kind: str, **hparams):
+  """A kind's own hyper-parameters are numbers: ``None`` (the lower-level transformations'
+  "not tracked") would silently make it another kind (Adam without ``b2`` runs SGDm)."""
+  for name, value in hparams.items():
+    if value is None:
+      raise TypeError(f'gbo_{kind}: {name} must be a number, got None')
+
+
 def gbo_sgdm(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9) -> GlobalBiasedOptimizer:
   """FedGBO with SGDm: ``y <- y - lr (b1 m + (1 - b1) g)``; tracks ``m``; ``b1`` in [0, 1)."""
+  _given('sgdm', b1=b1)
   return _bundle('sgdm', learning_rate, b1, None, 0.)
 
 
 def gbo_rmsprop(learning_rate: optax.ScalarOrSchedule, decay: float = 0.9, eps: float = 1e-3
                 ) -> GlobalBiasedOptimizer:
   """FedGBO with RMSProp: ``y <- y - lr g / (sqrt(v) + eps)``; tracks ``v`` with ``decay``."""
+  _given('rmsprop', decay=decay, eps=eps)
   _check(learning_rate, None, decay, eps, b2_name='decay')
   return _bundle('rmsprop', learning_rate, None, decay, eps)
 
@@ -305,6 +320,7 @@ def gbo_adam(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float =
              eps: float = 1e-3) -> GlobalBiasedOptimizer:
   """FedGBO with Adam: ``y <- y - lr (b1 m + (1 - b1) g) / (sqrt(v) + eps)``; no bias
   correction; tracks ``m`` with ``b1`` and ``v`` with ``b2``."""
+  _given('adam', b1=b1, b2=b2, eps=eps)
   return _bundle('adam', learning_rate, b1, b2, eps)
 
 

@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import numbers
+import operator
 from typing import Any, NamedTuple
 
 import jax
@@ -56,20 +58,33 @@ class NoGuessStateError(ValueError):
   """``guess`` found no GeL state in an optimiser state."""
 
 
-def concrete_scalar(value) -> float | None:
-  """``value`` as a float when it is one known number (a Python number, a NumPy or a concrete
-  JAX scalar); None for traced values (e.g. under ``inject_hyperparams`` inside ``jit``),
-  schedules and arrays of several values."""
+def concrete_values(value) -> np.ndarray | None:
+  """``value``'s numbers as a NumPy array when they are known (a Python number, a NumPy array
+  or scalar, a concrete JAX array); None for traced values (e.g. under ``inject_hyperparams``
+  inside ``jit``), schedules and anything else."""
   concrete = isinstance(value, (numbers.Number, np.ndarray, np.generic)) or (
       isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer))
-  return float(value) if concrete and np.ndim(value) == 0 else None
+  return np.asarray(value) if concrete else None
+
+
+def concrete_scalar(value) -> float | None:
+  """``value`` as a float when it is one known number (``concrete_values`` of one element, a
+  shape ``()`` or ``(1,)`` array included); None otherwise."""
+  known = concrete_values(value)
+  return float(known.reshape(())) if known is not None and known.size == 1 else None
 
 
 def check_hyperparameter(name: str, value, ok, need: str) -> None:
-  """Raises ``ValueError`` when a ``concrete_scalar`` ``value`` fails ``ok``; traced values and
-  schedules are not checked."""
-  known = concrete_scalar(value)
-  if known is not None and not ok(known):
+  """Raises ``ValueError`` when a known ``value`` (``concrete_values``: every element of an
+  array) fails ``ok``, ``TypeError`` when it is neither a number, an array of numbers, a
+  schedule (callable) nor a traced value (e.g. a string, a list, ``None``, a bool)."""
+  if callable(value) or isinstance(value, jax.core.Tracer):
+    return
+  known = concrete_values(value)
+  if known is None or not (jnp.issubdtype(known.dtype, jnp.floating) or
+                           jnp.issubdtype(known.dtype, jnp.integer)):
+    raise TypeError(f'{name} must be a number, got {value!r}')
+  if not all(ok(float(x)) for x in known.reshape(-1)):
     raise ValueError(f'{name} must be {need}, got {value}')
 
 
@@ -112,7 +127,8 @@ def gel_sgdm(learning_rate: optax.ScalarOrSchedule, momentum: float = 0.9,
   if proxy not in PROXIES:
     raise ValueError(f'unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
   check_hyperparameter('gel_sgdm momentum', momentum, lambda a: 0 <= a < 1, 'in [0, 1)')
-  check_hyperparameter('gel_sgdm learning_rate', learning_rate, lambda x: x >= 0, '>= 0')
+  check_hyperparameter('gel_sgdm learning_rate', learning_rate, lambda x: 0 <= x < math.inf,
+                       '>= 0 and finite')
   keep_last = proxy == 'last_gradient'
 
   def lr_at(count):
@@ -128,7 +144,7 @@ def gel_sgdm(learning_rate: optax.ScalarOrSchedule, momentum: float = 0.9,
     del params, extra_args
     lr = lr_at(state.count)
     v = jax.tree.map(lambda v, g: (momentum * v - lr * g).astype(v.dtype), state.velocity, grads)
-    last = jax.tree.map(lambda l, g: g.astype(l.dtype), state.last_grad, grads) if keep_last \
+    last = jax.tree.map(lambda l, g: jnp.asarray(g, l.dtype), state.last_grad, grads) if keep_last \
         else None
     return v, GeLSGDMState(optax.safe_increment(state.count), v, last, _f32(lr), _f32(momentum))
 
@@ -202,7 +218,11 @@ def guessing(inner: optax.GradientTransformation, proxy: str = 'zero'
       ``'last_gradient'`` (the last computed gradient stands in; the earlier GeL report).
 
   ``update`` is ``inner``'s; ``guess`` runs ``count`` updates of ``inner`` with the proxy,
-  moving a copy of the params along, and returns their sum.
+  moving a copy of the params along, and returns their sum. A learning-rate schedule inside
+  ``inner`` therefore advances with every guessed step, as it would with computed ones
+  (``gel_sgdm``'s closed form keeps the rate of the last computed step). ``count = inf`` runs
+  until the sum no longer changes in its dtype, at most ``MAX_INFINITE_GUESSES`` steps, else NaN
+  (e.g. ``optax.sgd`` with momentum 0.999, whose terms fall below float32's rounding later).
   """
   if proxy not in PROXIES:
     raise ValueError(f'unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
@@ -224,7 +244,7 @@ def guessing(inner: optax.GradientTransformation, proxy: str = 'zero'
           'inner: guessing(optax.inject_hyperparams(optax.adam)(learning_rate=...)), not '
           'inject_hyperparams around guessing)')
     updates, inner_state = inner.update(grads, state.inner_state, params, **extra_args)
-    proxy_grad = (jax.tree.map(lambda l, g: g.astype(l.dtype), state.proxy_grad, grads)
+    proxy_grad = (jax.tree.map(lambda l, g: jnp.asarray(g, l.dtype), state.proxy_grad, grads)
                   if keep_last else state.proxy_grad)
     return updates, GuessState(inner_state, proxy_grad, inner, proxy)
 
@@ -254,13 +274,15 @@ def _guess_generic(state: GuessState, params, count):
   zeros = optax.tree_utils.tree_zeros_like(params)
   _, total, inner_state, _, settled = jax.lax.while_loop(
       cond, body, (jnp.int32(0), zeros, state.inner_state, params, jnp.bool_(False)))
-  total = jax.tree.map(lambda t: jnp.where(infinite & ~settled, jnp.nan, t).astype(t.dtype), total)
+  unknown = (infinite & ~settled) | jnp.isnan(count)   # NaN, as gel_sgdm's closed form gives
+  total = jax.tree.map(lambda t: jnp.where(unknown, jnp.nan, t).astype(t.dtype), total)
   return total, dataclasses.replace(state, inner_state=inner_state)
 
 
 def all_equal(a, b) -> jax.Array:
-  return jnp.all(jnp.stack([jnp.all(x == y) for x, y in zip(jax.tree.leaves(a),
-                                                            jax.tree.leaves(b))]))
+  """Whether two trees of one structure hold equal arrays (True for trees without leaves)."""
+  return jnp.all(jnp.stack([jnp.bool_(True)] + [jnp.all(x == y) for x, y in zip(
+      jax.tree.leaves(a), jax.tree.leaves(b))]))
 
 
 _GUESSES = {GeLSGDMState: _guess_sgdm, GuessState: _guess_generic}
@@ -294,6 +316,12 @@ def check_last_in_chains(opt_state) -> None:
              opt_state if type(opt_state) is tuple else None)   # pylint: disable=unidiomatic-typecheck
   if chained is not None:
     holders = [i for i, x in enumerate(chained) if has_guess_state(x)]
+    if len(holders) > 1:   # the later one changes the earlier one's updates, as any other would
+      raise ValueError(
+          f'guess: an optax.chain holds {len(holders)} GeL transformations (gel_sgdm or '
+          'guessing) one after the other; the later one would change the earlier one\'s updates '
+          'but not its guessed steps: keep one, the whole optimiser inside it (e.g. '
+          'guessing(optax.chain(...)))')
     if holders and holders[-1] < len(chained) - 1:
       later = ', '.join(type(x).__name__ for x in chained[holders[-1] + 1:])
       raise ValueError(
@@ -362,8 +390,16 @@ def momentum_coefficients(tau: int, tau_prime, alpha: float) -> jax.Array:
 
   With ``alpha = 0`` (plain SGD) every coefficient is 1.
   """
+  check_hyperparameter('momentum_coefficients alpha', alpha, lambda a: 0 <= a < 1, 'in [0, 1)')
+  try:   # a static count (it sizes the result), e.g. a Python or NumPy integer
+    steps = None if isinstance(tau, bool) else operator.index(tau)
+  except TypeError:
+    steps = None
+  if steps is None or steps < 0:
+    raise ValueError(f'momentum_coefficients: tau must be a whole number >= 0, got {tau!r}')
+  tau = steps
   k = jnp.arange(tau, dtype=jnp.float32)
-  if alpha == 0:
+  if isinstance(alpha, (int, float)) and alpha == 0:   # a traced alpha takes the formula
     return jnp.ones_like(k)
   return (1. - jnp.power(alpha, jnp.asarray(tau_prime, jnp.float32) + tau - k)) / (1. - alpha)
 
@@ -374,6 +410,9 @@ def momentum_coefficients_l1(tau, tau_prime, alpha: float) -> jax.Array:
   ``tau``, ``tau'`` and ``alpha`` may be traced arrays (``tau``, ``tau'``: one per client);
   ``tau' = inf`` gives ``tau / (1 - alpha)``; ``alpha = 0`` gives ``tau``.
   """
+  check_hyperparameter('momentum_coefficients_l1 alpha', alpha, lambda a: 0 <= a < 1,
+                       'in [0, 1)')
+  check_hyperparameter('momentum_coefficients_l1 tau', tau, lambda t: t >= 0, '>= 0')
   tau = jnp.asarray(tau, jnp.float32)
   if isinstance(alpha, (int, float)) and alpha == 0:   # a traced alpha takes the formula
     return tau

@@ -205,7 +205,7 @@ def test_jit_and_vmap(make):
     (lambda: fedyogi(LR, b1=1.), r'b1 must be in \[0, 1\), got 1.0'),
     (lambda: fedadam(LR, b2=1.5), r'b2 must be in \[0, 1\], got 1.5'),
     (lambda: fedyogi(LR, b2=-0.1), r'b2 must be in \[0, 1\]'),
-    (lambda: fedadagrad(LR, eps=0.), "eps must be positive .Reddi et al.'s tau., got 0.0"),
+    (lambda: fedadagrad(LR, eps=0.), "eps must be positive and finite .Reddi et al.'s tau., got 0.0"),
     (lambda: fedadagrad(LR, initial_accumulator=-1.), 'initial_accumulator must be >= 0'),
     (lambda: fedadam(jnp.float32(-1.)), 'learning_rate must be finite and >= 0, got -1.0'),
     (lambda: fedadam(LR, b1=np.float32(2.)), r'b1 must be in \[0, 1\)'),

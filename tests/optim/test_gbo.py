@@ -353,3 +353,43 @@ def test_defaults_and_bad_arguments():
     gbo_rmsprop(0.1, eps=-1.)
   with pytest.raises(ValueError):
     gbo_rmsprop(0.)
+
+
+def test_none_leaves_pass_through_as_in_optax():
+  """A ``None`` leaf (no parameter there) crashed every FedGBO transformation but tracking."""
+  with_none = {**X0, 'frozen': None}
+  grads = {**H1, 'frozen': None}
+  for kind in KINDS:
+    opt = gbo(kind, LR, **KIND_HPARAMS[kind])
+    stats = _warm_stats(opt)
+    stats_of = lambda t, s=stats: GBOStats(*(x if x is None or t is X0 else {**x, 'frozen': None}
+                                             for x in s))
+    for name, run in (
+        ('client', lambda t, g: opt.client.update(g, opt.client.init(t), t, stats=stats_of(t))),
+        ('adaptive', lambda t, g: opt.adaptive.update(g, opt.adaptive.init(t), t)),
+        ('server', lambda t, g: opt.server.update(g, opt.server.init(t), t, num_steps=2.))):
+      got, want = run(with_none, grads)[0], run(X0, H1)[0]
+      assert got['frozen'] is None, (kind, name)
+      _assert_close({k: got[k] for k in X0}, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('make, error, words', [
+    (lambda: gbo_adam(LR, b2=None), TypeError, 'gbo_adam: b2 must be a number, got None'),
+    (lambda: gbo_rmsprop(LR, decay=None), TypeError, 'gbo_rmsprop: decay must be a number'),
+    (lambda: gbo_sgdm(LR, b1=None), TypeError, 'gbo_sgdm: b1 must be a number'),
+    (lambda: gbo_adam(LR, eps=float('inf')), ValueError, 'eps must be >= 0 and finite'),
+    (lambda: gbo_sgdm(LR, b1=np.array([1.])), ValueError, r'b1 must be in \[0, 1\)'),
+], ids=['adam_without_b2', 'rmsprop_without_decay', 'sgdm_without_b1', 'eps_inf', 'b1_array'])
+def test_a_kind_without_its_hyper_parameters_is_refused(make, error, words):
+  """``None`` made Adam run SGDm and RMSProp plain SGD under their own names; an infinite
+  ``eps`` never moved; a one-element array of 1 was not checked (an infinite inverse step)."""
+  with pytest.raises(error, match=words):
+    make()
+
+
+@pytest.mark.parametrize('num_steps', [0, -2, float('nan'), np.array([0.])])
+def test_the_inverse_step_refuses_a_known_step_count_that_is_not_positive(num_steps):
+  """``K = 0`` gave inf, ``K = -2`` the opposite sign, NaN NaN; a traced K is the caller's."""
+  opt = gbo_sgdm(LR)
+  with pytest.raises(ValueError, match=r'gbo_inverse num_steps must be > 0'):
+    opt.inverse.update(H1, opt.inverse.init(X0), X0, stats=_warm_stats(opt), num_steps=num_steps)

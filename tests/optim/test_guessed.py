@@ -231,3 +231,68 @@ def test_a_guessing_state_round_trips_through_flax_serialization(proxy):
     same(guessed_updates, guess(state, params, 3.)[0])
     updates, s = opt.update(grad(params), s, params)
     same(updates, opt.update(grad(params), state, params)[0])
+
+
+def test_two_gel_transformations_in_one_chain_are_refused():
+  """``chain(guessing(scale_by_adam()), gel_sgdm(...))`` passed the check (only the last GeL
+  state's place was read) and guessed uphill, 33x too far: the later one changes the earlier
+  one's updates as any other transformation would."""
+  params, grads = tree(0), [tree(1)]
+  for chain in (optax.chain(guessing(optax.scale_by_adam()), gel_sgdm(LR, ALPHA)),
+                optax.chain(gel_sgdm(LR, ALPHA), gel_sgdm(LR, ALPHA))):
+    _, state = run_steps(chain, params, grads)
+    with pytest.raises(ValueError, match='an optax.chain holds 2 GeL transformations'):
+      guess(state, params, 2)
+
+
+@pytest.mark.parametrize('make', [lambda: gel_sgdm(LR, ALPHA),
+                                  lambda: guessing(optax.sgd(LR, momentum=ALPHA))],
+                         ids=['gel_sgdm', 'guessing'])
+def test_params_without_leaves_guess_nothing(make):
+  """``{}`` (``guessing``'s check of a settled sum stacked no arrays: a ValueError)."""
+  opt = make()
+  _, state = opt.update({}, opt.init({}), {})
+  for count in (0, 1, jnp.inf):
+    assert guess(state, {}, count)[0] == {}
+
+
+def test_a_traced_nan_count_gives_nan_in_both_implementations():
+  """``gel_sgdm``'s closed form gave NaN, ``guessing``'s loop zeros (no step taken)."""
+  for opt in (gel_sgdm(LR, ALPHA), guessing(optax.sgd(LR, momentum=ALPHA))):
+    y, state = run_steps(opt, tree(1), [tree(2)])
+    u, _ = jax.jit(guess)(state, y, jnp.float32(jnp.nan))
+    assert all(np.isnan(leaf).all() for leaf in jax.tree_util.tree_leaves(u))
+
+
+@pytest.mark.parametrize('lr, momentum, error, words', [
+    (0.1, np.array([1.5]), ValueError, 'gel_sgdm momentum must be in'),   # diverged
+    (np.array([-0.1]), 0.9, ValueError, 'gel_sgdm learning_rate must be >= 0 and finite'),
+    (float('inf'), 0.9, ValueError, 'gel_sgdm learning_rate must be >= 0 and finite'),
+    (True, 0.9, TypeError, 'gel_sgdm learning_rate must be a number, got True'),
+    ('0.1', 0.9, TypeError, "gel_sgdm learning_rate must be a number, got '0.1'"),
+    (0.1, None, TypeError, 'gel_sgdm momentum must be a number, got None'),
+], ids=['momentum_array', 'lr_array', 'lr_inf', 'lr_bool', 'lr_str', 'momentum_none'])
+def test_hyper_parameters_of_one_element_arrays_and_other_kinds_are_checked(lr, momentum, error,
+                                                                            words):
+  """Only 0-d values were checked: one-element arrays passed (a momentum of 1.5 diverged,
+  a negative rate ascended), and a string failed deep in optax."""
+  with pytest.raises(error, match=words):
+    gel_sgdm(lr, momentum)
+
+
+@pytest.mark.parametrize('call', [
+    lambda: momentum_coefficients(3, 0, 1.0),          # NaN coefficients
+    lambda: momentum_coefficients(-1, 0, 0.9),         # an empty array
+    lambda: momentum_coefficients(2.5, 0, 0.9),
+    lambda: momentum_coefficients_l1(3, 0, 1.0),
+    lambda: momentum_coefficients_l1(-1, 0, 0.9),      # a negative norm
+], ids=['alpha_one', 'tau_negative', 'tau_fraction', 'l1_alpha_one', 'l1_tau_negative'])
+def test_lemma1_coefficients_refuse_what_has_no_meaning(call):
+  with pytest.raises(ValueError, match='momentum_coefficients'):
+    call()
+
+
+def test_lemma1_coefficients_take_a_traced_alpha():
+  """``if alpha == 0`` on a traced alpha raised a TracerBoolConversionError."""
+  got = jax.jit(lambda a: momentum_coefficients(4, 2, a))(jnp.float32(ALPHA))
+  np.testing.assert_allclose(got, momentum_coefficients(4, 2, ALPHA), rtol=1e-6)
