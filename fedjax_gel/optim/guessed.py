@@ -226,6 +226,9 @@ def guessing(inner: optax.GradientTransformation, proxy: str = 'zero'
   """
   if proxy not in PROXIES:
     raise ValueError(f'unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
+  if not (callable(getattr(inner, 'init', None)) and callable(getattr(inner, 'update', None))):
+    raise TypeError(f'guessing: inner must be an optax transformation, e.g. optax.adam(1e-3) '
+                    f'(built, not the factory), got {getattr(inner, "__name__", inner)!r}')
   inner = optax.with_extra_args_support(inner)
   keep_last = proxy == 'last_gradient'
 

@@ -296,3 +296,10 @@ def test_lemma1_coefficients_take_a_traced_alpha():
   """``if alpha == 0`` on a traced alpha raised a TracerBoolConversionError."""
   got = jax.jit(lambda a: momentum_coefficients(4, 2, a))(jnp.float32(ALPHA))
   np.testing.assert_allclose(got, momentum_coefficients(4, 2, ALPHA), rtol=1e-6)
+
+
+@pytest.mark.parametrize('inner', [None, optax.sgd], ids=['none', 'factory'])
+def test_guessing_refuses_what_is_no_transformation(inner):
+  """An AttributeError (``... has no attribute 'init'``) before."""
+  with pytest.raises(TypeError, match='guessing: inner must be an optax transformation'):
+    guessing(inner)
