@@ -16,8 +16,9 @@ def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
   Sets XLA's CPU backend up first as ``launch/run.py`` does (``devices.configure_cpu``: every
   core a device, small loops one kernel; no effect on GPU or TPU), so it must run before JAX
   starts; ``cpu_devices`` presents that many instead of one per
-  core. ``population`` > 1,000 tiles the clients' ranges over the same pool (client ``j`` reads
-  LEAF client ``j mod 1000``; nothing is copied).
+  core. ``population`` > 1,000 repeats the clients: client ``j`` holds a copy of LEAF client
+  ``j mod 1000``'s rows (the pool grows with the population, as a real one would: about 23 MB
+  per 1,000 clients; clients' rows must follow one another, ``federated_data.check_pool``).
   """
   from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
   devices.configure_cpu(cpu_devices)
@@ -31,9 +32,13 @@ def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
   train = split.train
   if population:
     reps = -(-population // train.num_clients)
+    rows = len(next(iter(train.examples.values())))
+    shift = np.repeat(np.arange(reps) * rows, train.num_clients)[:population]
     tile = lambda a: np.tile(np.asarray(a), reps)[:population]
-    train = train._replace(offsets=tile(train.offsets), counts=tile(train.counts),
-                           client_names=tuple(str(i) for i in range(population)))
+    train = train._replace(
+        examples={k: np.concatenate([np.asarray(v)] * reps) for k, v in train.examples.items()},
+        offsets=tile(train.offsets) + shift, counts=tile(train.counts),
+        client_names=tuple(str(i) for i in range(population)))
   model = models.get_model('logistic', (60,), 5)
   root = keys.root_key(0)
   return (split, federated_data.to_device(train), model, models.cross_entropy_loss(model), root,
@@ -211,8 +216,8 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
   ``tau_i ~ U{a..b}`` for ``tau = (a, b)``) in a long run: the devices, chunk and compile
   options of the library's planner (``experiment.planning``), state and pool placed on the
   devices once, compiled and run once (warm-up). Returns ``compiled, state, pool, sample``
-  (round -> cohort), ``devices``, ``chunk`` (clients per chunk as the round runs them) and
-  ``compile_s``."""
+  (round -> cohort), ``devices``, ``chunk`` (clients per chunk as the round runs them: on
+  several devices each device's, ``round.routed_chunk``) and ``compile_s``."""
   import time  # pylint: disable=g-import-not-at-top
 
   import jax  # pylint: disable=g-import-not-at-top
@@ -241,8 +246,10 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
   compiled = round_fn.lower(state, sample(0), pool, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t
   jax.block_until_ready(compiled(state, sample(0), pool, root, np.int32(0)))
+  per_device = (round_lib.chunk_layout(cohort, chunk)[0] if mesh is None else
+                round_lib.routed_chunk(cohort, chunk, num_used))
   return dict(compiled=compiled, state=state, pool=pool, sample=sample, devices=num_used,
-              chunk=round_lib.chunk_layout(cohort, chunk, num_used)[0], compile_s=compile_s)
+              chunk=per_device, compile_s=compile_s)
 
 
 def in_fresh_process(script: str, cohort: int, args: list[str]) -> dict:
@@ -252,7 +259,9 @@ def in_fresh_process(script: str, cohort: int, args: list[str]) -> dict:
   proc = subprocess.run([sys.executable, script, '--single', str(cohort), *args],
                         capture_output=True, text=True, check=False)
   if proc.returncode:
-    sys.exit(f'error: the {cohort}-client measurement failed:\n{proc.stderr[-3000:]}')
+    lines = proc.stderr.strip().splitlines()
+    why = f' {lines[0]}' if len(lines) == 1 else f'\n{proc.stderr[-3000:]}'   # its own one line
+    sys.exit(f'error: the {cohort}-client measurement failed:{why}')
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -271,6 +280,20 @@ def host() -> str:
   except ImportError:
     memory = ''
   return f'{platform.machine()}, {os.cpu_count()} cores{memory}'
+
+
+def json_flag(parser, path: str | None) -> str | None:
+  """``--json``'s path, its folder made before anything is measured; else exit 2 with one line
+  (a missing folder failed after every measurement, losing them)."""
+  if path:
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+      os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+      parser.exit(2, f'error: --json={path}: cannot make its folder ({e.strerror or e})\n')
+    if os.path.isdir(path) or not os.access(folder, os.W_OK):
+      parser.exit(2, f'error: --json={path}: not a file this user can write\n')
+  return path
 
 
 def report(rows: list[dict], table: str, json_path: str | None):

@@ -98,17 +98,20 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--devices', default='1,2,4,8', help='device counts to compare (first: base)')
   p.add_argument('--cohorts', default='2000,10000')
   p.add_argument('--repeats', type=int, default=10)
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--plot', help='also plot the speedup against the device count (PNG)')
   a = p.parse_args(argv)
+  a.json = common.json_flag(p, a.json)
   counts = common.int_list(p, 'devices', a.devices)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   if min(counts + cohorts + [a.repeats]) <= 0:
     p.exit(2, 'error: --devices, --cohorts and --repeats must be positive\n')
+  if len(set(counts)) < len(counts) or len(set(cohorts)) < len(cohorts):
+    p.exit(2, 'error: --devices and --cohorts must not repeat a value\n')
   rows = measure(cohorts, counts, a.repeats)
   common.report(rows, table(rows), a.json)
   common.plot(a.plot, 'Client axis over devices (LEAF Synthetic, FedAvg)', 'devices',

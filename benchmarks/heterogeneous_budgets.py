@@ -15,8 +15,14 @@ compiled round per chunk size (the budgets are data, not constants):
 range's largest ``b`` on an accelerator, where a data-dependent loop may read its condition back
 on the host once per step), ``true`` ``b`` for every chunk, ``false`` each chunk's own largest.
 
-Usage: ``python benchmarks/heterogeneous_budgets.py [--cohort 2000] [--chunk_sizes 0,500,250] [--plot PNG]``
-(``0``: the engine's default chunk size).
+Devices: the planner's, as ``launch/run.py`` (on CPU one per core from 1,000 clients), or
+``--num_devices``. On several devices each device cuts its share of the cohort into chunks of
+at most 1/16 of that share (``core.round.routed_chunk``), so a requested chunk size above it runs
+as that; the table shows the chunk each device runs and its number of chunks for a mean share.
+``--num_devices 1`` sweeps the chunk sizes as asked.
+
+Usage: ``python benchmarks/heterogeneous_budgets.py [--cohort 2000] [--chunk_sizes 0,500,250]
+[--num_devices 1] [--plot PNG]`` (``0``: the engine's default chunk size).
 """
 from __future__ import annotations
 
@@ -34,7 +40,7 @@ import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: int,
-            batch: int, static_steps: bool | None = None) -> list[dict]:
+            batch: int, static_steps: bool | None = None, num_devices: int = 0) -> list[dict]:
   _, data, _, loss, root, params = common.synthetic_workload()
   import jax
   import numpy as np
@@ -48,7 +54,10 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   state = alg.server_init(params)
   plan = lambda chunk_size: planning.devices_and_chunk(alg, params, data, cohort, batch,
                                                        low == high, chunk_size=chunk_size)
-  mesh = plan(0)[0]   # the planner's devices, as launch/run.py's
+  try:   # the planner's devices, as launch/run.py's, or --num_devices
+    mesh = plan(0)[0] if not num_devices else devices.client_mesh(num_devices)
+  except ValueError as e:
+    sys.exit(f'error: --num_devices={num_devices}: {e}')
   state = devices.replicate(state, mesh)   # as launch/run.py places them
   data = federated_data.to_device(data, mesh)
   num_used = 1 if mesh is None else mesh.size
@@ -62,6 +71,10 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   cohorts = {k: [dataclasses.replace(
       sampling.sample_cohort(root, r, data.counts, dataclasses.replace(spec, budget_range=b)),
       spec=spec) for r in range(repeats + 1)] for k, b in kinds.items()}
+  def per_device(chunk):   # the clients a device vmaps at once, as the round cuts them
+    return (round_lib.chunk_layout(cohort, chunk)[0] if mesh is None else
+            round_lib.routed_chunk(cohort, chunk, num_used))
+
   rows = []
   for chunk_size in chunk_sizes:
     chunk = plan(chunk_size)[1]
@@ -87,8 +100,8 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
     rows.append({
         'cohort': cohort, 'devices': num_used, 'budgets': f'{low}..{high}',
         'static_steps': {None: 'auto', True: 'true', False: 'false'}[static_steps],
-        'chunk_size': round_lib.chunk_layout(cohort, chunk, num_used)[0],
-        'chunks': round_lib.chunk_layout(cohort, chunk, num_used)[1],
+        'chunk_size': per_device(chunk), 'chunks': -(-(-(-cohort // num_used)) //
+                                                     per_device(chunk)),
         'compile_s': compile_s, 'heterogeneous_s': med['heterogeneous'],
         'homogeneous_lo_s': med['homogeneous_lo'], 'homogeneous_hi_s': med['homogeneous_hi'],
         'ratio': med['heterogeneous'] / homogeneous, 'useful_fraction': useful / computed,
@@ -99,7 +112,7 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
 
 def table(rows: list[dict], low: int, high: int) -> str:
   lo, hi = math.floor((low + high) / 2), math.ceil((low + high) / 2)
-  out = [f'| clients | devices | chunk | chunks | static steps | compile s | '
+  out = [f'| clients | devices | chunk a device | chunks a device | static steps | compile s | '
          f'U{{{low}..{high}}} ms | tau={lo} ms | tau={hi} ms | ratio to homogeneous | '
          'useful steps |',
          '|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|']
@@ -113,7 +126,7 @@ def table(rows: list[dict], low: int, high: int) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--cohort', type=int, default=2000)
   p.add_argument('--chunk_sizes', default='0,500,250,125')
   p.add_argument('--budget_range', default='1,50')
@@ -122,20 +135,26 @@ def main(argv=None):
   p.add_argument('--static_steps', default='auto', choices=('auto', 'true', 'false'),
                  help="the local-step loop's trip count: the engine's default, the largest "
                       "budget for every chunk, or each chunk's own largest")
+  p.add_argument('--num_devices', type=int, default=0,
+                 help="devices the cohort is split over; 0: the planner's, as launch/run.py")
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--plot', help='also plot the ratio and the useful fraction against the '
                                 'number of chunks (PNG)')
   a = p.parse_args(argv)
+  a.json = common.json_flag(p, a.json)
   chunk_sizes = common.int_list(p, 'chunk_sizes', a.chunk_sizes)
   budgets = common.int_list(p, 'budget_range', a.budget_range)
   if len(budgets) != 2:
     p.exit(2, f'error: --budget_range must be two integers a,b (got {a.budget_range!r})\n')
   low, high = budgets
+  if a.num_devices < 0:
+    p.exit(2, f'error: --num_devices must be >= 0 (0: the planner\'s), got {a.num_devices}\n')
   if min(chunk_sizes) < 0 or not 1 <= low <= high or min(a.cohort, a.repeats, a.batch_size) < 1:
     p.exit(2, 'error: --cohort, --repeats, --batch_size must be positive, --chunk_sizes >= 0 and '
               '--budget_range a,b with 1 <= a <= b\n')
   static = {'auto': None, 'true': True, 'false': False}[a.static_steps]
-  rows = measure(a.cohort, chunk_sizes, a.repeats, low, high, a.batch_size, static)
+  rows = measure(a.cohort, chunk_sizes, a.repeats, low, high, a.batch_size, static,
+                 a.num_devices)
   common.report(rows, table(rows, low, high), a.json)
   by_chunks = sorted(rows, key=lambda r: r['chunks'])
   xs = [r['chunks'] for r in by_chunks]

@@ -125,13 +125,19 @@ def run(round_fn, params, run_key, lr, rounds, x_test, y_test):
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--rounds', type=int, default=300)
   parser.add_argument('--seeds', default='0,1,2,3,4', help='comma-separated seeds')
   parser.add_argument('--lrs', default='0.01,0.005', help='comma-separated client lrs')
   args = parser.parse_args(argv)
-  seeds = [int(s) for s in args.seeds.split(',')]
-  lrs = [float(s) for s in args.lrs.split(',')]
+  try:
+    seeds = [int(s) for s in args.seeds.split(',')]
+    lrs = [float(s) for s in args.lrs.split(',')]
+  except ValueError:
+    parser.exit(2, f'error: --seeds must be comma-separated integers and --lrs numbers (got '
+                   f'{args.seeds!r} and {args.lrs!r})\n')
+  if args.rounds < 1 or min(seeds) < 0 or not all(0 < lr < float('inf') for lr in lrs):
+    parser.exit(2, 'error: --rounds must be positive, --seeds >= 0 and --lrs positive\n')
 
   t0 = time.perf_counter()
   split = leaf_synthetic.load()

@@ -12,8 +12,10 @@ random clients of their shapes (``common.round_workload``), with ``tau_i ~ U{a..
 compile options, as ``launch/run.py`` sets them, on one device (or, with ``--launch_devices``,
 on the devices ``launch/run.py``'s planner picks, every core presented as one:
 ``common.launch_round``), for ``--clients``; compiles it, runs ``--rounds`` rounds of fresh
-cohorts and prints the fastest and the median round and the compile time; the two checkouts'
-processes alternate ``--pairs`` times. The fastest round is the figure least moved by other load.
+cohorts (drawn with replacement, as the GeL code draws them) and prints, over the processes of
+each checkout, the mean of their fastest rounds, of their median rounds and of their compile
+times; the two checkouts' processes alternate ``--pairs`` times. The fastest round is the
+figure least moved by other load.
 
 A change can help one layout and not the other: GeL's FEMNIST CNN round with a faster local
 step was 1.12x faster on one device and 0.89x on the planner's two (``benchmarks/RESULTS.md``),
@@ -57,8 +59,7 @@ def measure(repo: str, workload: str, clients: int, rounds: int,
         'checkout_common', os.path.join(repo, 'benchmarks', 'common.py'))
     checkout = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(checkout)
-    replace = clients > data.counts.shape[0]   # a cohort larger than the population
-    ran = checkout.launch_round(alg, params, data, root, clients, budgets, batch, replace)
+    ran = checkout.launch_round(alg, params, data, root, clients, budgets, batch, True)
     cohorts = [ran['sample'](r) for r in range(rounds + 1)]
     times = common.time_rounds(ran['compiled'], ran['state'], cohorts, ran['pool'], root)
     return {'min_ms': min(times) * 1e3, 'median_ms': statistics.median(times) * 1e3,
@@ -82,7 +83,7 @@ def measure(repo: str, workload: str, clients: int, rounds: int,
 
 def main(argv=None):
   import common  # pylint: disable=g-import-not-at-top   # this script's folder
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--before', required=True, help='repository root of the earlier checkout')
   p.add_argument('--after', required=True, help='repository root of the later checkout')
   p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS))
@@ -104,24 +105,30 @@ def main(argv=None):
     print(json.dumps(measure(a.single[0], a.workload, int(a.single[1]), int(a.single[2]),
                              budgets, a.launch_devices)))
     return
+  clients_list = common.int_list(p, 'clients', a.clients)
+  if min(clients_list + [a.pairs, a.rounds]) < 1:
+    p.exit(2, 'error: --clients, --pairs and --rounds must be positive\n')
   for repo in (a.before, a.after):
     if not os.path.isdir(os.path.join(repo, 'fedjax_gel')):
       p.exit(2, f'error: {repo}: not a fedjax_gel checkout (no fedjax_gel/ folder)\n')
-  print('| clients | budgets | devices | chunk | checkout | fastest round ms | median round ms '
-        '| compile s |')
+  print('| clients | budgets | devices | chunk | checkout | fastest round ms (mean over '
+        'processes) | median round ms (mean) | compile s (mean) |')
   print('|---:|---|---:|---:|---|---:|---:|---:|')
-  for clients in (int(c) for c in a.clients.split(',')):
+  for clients in clients_list:
     runs = {'before': [], 'after': []}
     for _ in range(a.pairs):
       for name, repo in (('before', a.before), ('after', a.after)):
-        out = subprocess.run([sys.executable, os.path.abspath(__file__), '--before', a.before,
-                              '--after', a.after, '--workload', a.workload,
-                              '--budget_range', a.budget_range,
-                              '--single', os.path.abspath(repo),
-                              str(clients), str(a.rounds)] +
-                             (['--launch_devices'] if a.launch_devices else []),
-                             check=True, capture_output=True, text=True).stdout
-        runs[name].append(json.loads(out.strip().splitlines()[-1]))
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), '--before', a.before,
+                               '--after', a.after, '--workload', a.workload,
+                               '--budget_range', a.budget_range,
+                               '--single', os.path.abspath(repo),
+                               str(clients), str(a.rounds)] +
+                              (['--launch_devices'] if a.launch_devices else []),
+                              check=False, capture_output=True, text=True)
+        if proc.returncode:
+          sys.exit(f'error: the {name} checkout\'s {clients}-client process failed:\n'
+                   f'{proc.stderr[-3000:]}')
+        runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
     for name, rows in runs.items():
       mean = lambda k, rows=rows: statistics.mean(r[k] for r in rows)
       kind = f'tau = {budgets[0]}' if budgets[0] == budgets[1] else 'U{%d..%d}' % budgets

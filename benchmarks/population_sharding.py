@@ -7,9 +7,11 @@ Three measurements, each a set of real processes of JAX's multi-controller runti
   with its own copy of its rows, laid out by owner) and of SCAFFOLD's per-client store that each process and each device holds, for
   1 process x 1 device, 1 x 2, 2 x 1 and 4 x 1.
 * ``throughput``: FedAvg rounds (``tau = 5``, ``B = 10``) of ``--cohorts`` clients as 2 processes
-  x 1 device and as 1 process x 2 devices, alternately, the ratio of their median round times.
-* ``padding``: the fraction of computed client slots that held a real client when ``--cohorts``
-  clients are routed to 4 devices (the engine's own ``grad_computations / computed_steps`` with
+  x 1 device and as 1 process x 2 devices, alternately ``--repeats`` times; each process times
+  the median of its ``--rounds`` rounds and the table shows the least of the repeats' medians
+  and their ratio.
+* ``padding``: the fraction of computed client slots that held a real client when
+  ``--padding_cohort`` clients of LEAF Synthetic's 1,000 are routed to 4 devices (the engine's own ``grad_computations / computed_steps`` with
   equal budgets), and the slowest device's: real clients over 4 x its slots.
 
     python benchmarks/population_sharding.py --what=memory,throughput,padding
@@ -113,7 +115,7 @@ def launch(processes: int, devices: int, **kw) -> list[dict]:
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--what', default='memory,throughput,padding')
   parser.add_argument('--population', type=int, default=10_000)
   parser.add_argument('--cohorts', default='2000,10000')
@@ -132,8 +134,15 @@ def main():
     return worker(args)
   from benchmarks import common  # pylint: disable=g-import-not-at-top
   what = args.what.split(',')
-  print(f'host: {common.host()}; population {args.population:,} (LEAF Synthetic\'s 1,000 '
-        'clients repeated, each client with its own rows)\n')
+  unknown = sorted(set(what) - {'memory', 'throughput', 'padding'})
+  if unknown:
+    parser.exit(2, f'error: --what: unknown {", ".join(unknown)} (memory, throughput, padding)\n')
+  cohorts = common.int_list(parser, 'cohorts', args.cohorts)
+  if min(cohorts + [args.population, args.padding_cohort, args.rounds, args.repeats]) < 1:
+    parser.exit(2, 'error: --cohorts, --population, --padding_cohort, --rounds and --repeats '
+                   'must be positive\n')
+  print(f'host: {common.host()}; memory and throughput: population {args.population:,} '
+        '(LEAF Synthetic\'s 1,000 clients repeated, each client with its own rows)\n')
   if 'memory' in what:
     print('| processes x devices | pool bytes per process | per device | whole pool (padded) | '
           'SCAFFOLD store bytes per process | per device |\n|---|---|---|---|---|---|')
@@ -146,7 +155,7 @@ def main():
   if 'throughput' in what:
     print('| cohort | 2 processes x 1 device (s/round) | 1 process x 2 devices | ratio |\n'
           '|---|---|---|---|')
-    for cohort in common.int_list(parser, 'cohorts', args.cohorts):
+    for cohort in cohorts:
       times = {(2, 1): [], (1, 2): []}
       for _ in range(args.repeats):   # alternately, so both see the same load
         for p, d in times:

@@ -19,7 +19,8 @@ the events are the kernels the device's streams ran (``kernel_events``), named a
 them (a kernel's ``writes`` is left empty where the name is not an HLO instruction's).
 
 Usage: ``python benchmarks/profile_round.py [--workload synthetic|cnn|lstm] [--clients 200]
-[--fuse_dots true|false] [--xla_layers] [--top 12]``
+[--fuse_dots auto|true|false] [--xla_layers] [--top 12]`` (``--fuse_dots auto``: the
+library's choice, fused small products on CPU only, as ``launch/run.py`` runs the round)
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ import re  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-imp
 WRAPPERS = ('ThunkExecutor', 'while', 'PjitFunction', 'block_until_ready')
 
 
-def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool, rounds: int):
+def profile(workload: str, clients: int, fuse_dots: bool | None, xla_layers: bool,
+            rounds: int):
   """``(median round ms, [(kernel, us per round, calls per round)], chunk, compiled HLO text)``,
   slowest first."""
   tau, batch = common.ROUND_WORKLOADS[workload]
@@ -96,8 +98,8 @@ def kernel_events(trace):
 
 def output_shape(hlo: str, kernel: str) -> str:
   """The shape the instruction named ``kernel`` writes, from the compiled HLO ('' if absent)."""
-  match = re.search(r'\n\s*%?' + re.escape(kernel) + r' = (\S+) ', hlo)
-  return match.group(1).split('{')[0] if match else ''
+  match = re.search(r'\n\s*%?' + re.escape(kernel) + r' = (\([^)]*\)|\S+) ', hlo)
+  return re.sub(r'\{[^}]*\}', '', match.group(1)) if match else ''   # layouts left out
 
 
 def short(kernel: str, width: int = 100) -> str:
@@ -107,12 +109,13 @@ def short(kernel: str, width: int = 100) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS))
   p.add_argument('--clients', type=int, default=0,
                  help='clients per round (default: 200 for synthetic, 20 for cnn and lstm)')
-  p.add_argument('--fuse_dots', default='true', choices=('true', 'false'),
-                 help="the round's fused small products (core.small_dots) on or off")
+  p.add_argument('--fuse_dots', default='auto', choices=('auto', 'true', 'false'),
+                 help="the round's fused small products (core.small_dots); auto: the "
+                      "library's choice (on CPU only)")
   p.add_argument('--xla_layers', action='store_true',
                  help="cnn: XLA's own convolution and max pool instead of models.layers; "
                       "lstm: Flax's LSTM cell instead of models.layers.lstm")
@@ -127,8 +130,8 @@ def main(argv=None):
     p.exit(2, 'error: --clients, --rounds and --top must be positive\n')
   if a.xla_layers and not model:
     p.exit(2, 'error: --xla_layers: only with --workload cnn or lstm\n')
-  round_ms, ranked, chunk, hlo = profile(a.workload, clients, a.fuse_dots == 'true',
-                                         a.xla_layers, rounds)
+  fuse = {'auto': None, 'true': True, 'false': False}[a.fuse_dots]
+  round_ms, ranked, chunk, hlo = profile(a.workload, clients, fuse, a.xla_layers, rounds)
   summed = sum(us for _, us, _ in ranked)
   layers = ', xla_layers' if a.xla_layers else ''
   print(f'{a.workload}, {clients} clients (chunk {chunk}), fuse_dots={a.fuse_dots}{layers}: '

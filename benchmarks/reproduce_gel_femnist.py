@@ -81,8 +81,9 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', 'gel_femnist'))
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', 'gel_femnist'),
+                 help=reproduction.OUT_HELP)
   p.add_argument('--overwrite', action='store_true', help='run every command again from round 0')
   a = p.parse_args(argv)
   # the records (a few KB per run) are kept: they are what the tables come from

@@ -62,8 +62,9 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', 'gel_shakespeare'))
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', 'gel_shakespeare'),
+                 help=reproduction.OUT_HELP)
   p.add_argument('--overwrite', action='store_true', help='run every command again from round 0')
   a = p.parse_args(argv)
   reproduction.reproduce(a.out, RUNS, summary_text, a.overwrite, keep_records=True)

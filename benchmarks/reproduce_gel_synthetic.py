@@ -118,8 +118,9 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', 'gel_synthetic'))
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', 'gel_synthetic'),
+                 help=reproduction.OUT_HELP)
   p.add_argument('--seeds', default=','.join(map(str, range(SEEDS))))
   a = p.parse_args(argv)
   reproduction.reproduce(a.out, runs(a.seeds), summary_text, overwrite=True)

@@ -40,6 +40,11 @@ class Run(NamedTuple):
   flags: list[str]
 
 
+# --out's help: the commands run from the repository root and are recorded as typed there
+OUT_HELP = ('folder of the runs and their README.md; a relative path is taken from the '
+            'repository root, where the commands it records run')
+
+
 def reproduce(out: str, runs: list[Run], summary_text, overwrite: bool,
               keep_records: bool = False) -> None:
   """A reproduction script's whole job: ``run_all``, then ``out/README.md`` from
@@ -59,9 +64,12 @@ def run_all(out: str, runs: list[Run], overwrite: bool,
   ``overwrite`` a command whose ``report.md`` exists (written once all its runs finished) is
   skipped and an interrupted one resumes. Returns the commands as a user would type them and
   the minutes they took; exits with a failed run's status."""
-  os.makedirs(os.path.join(REPO, out), exist_ok=True)
-  with open(os.path.join(REPO, out, '.gitignore'), 'w') as f:
-    f.write(gitignore)
+  try:
+    os.makedirs(os.path.join(REPO, out), exist_ok=True)
+    with open(os.path.join(REPO, out, '.gitignore'), 'w') as f:
+      f.write(gitignore)
+  except OSError as e:
+    sys.exit(f'error: --out={out}: cannot write there ({e.strerror or e})')
   commands = []
   start = time.perf_counter()
   for run in runs:

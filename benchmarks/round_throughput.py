@@ -62,7 +62,11 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
          'fedvarp': lambda: algorithms.fedvarp(loss, 0.01, np.full(population, 1 / population)),
          }[algorithm]()
   state = alg.server_init(params)
-  mesh = devices.client_mesh(num_devices or devices.auto_num_devices(cohort, jax.device_count()))
+  try:
+    mesh = devices.client_mesh(num_devices or devices.auto_num_devices(cohort,
+                                                                       jax.device_count()))
+  except ValueError as e:
+    sys.exit(f'--num_devices={num_devices}: {e}')
   state = store.place_state(state, alg, mesh)   # as launch/run.py places them
   pool = federated_data.to_device(data, mesh)
   num_used = 1 if mesh is None else mesh.size
@@ -140,7 +144,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--cohorts', default='20,200,2000,10000')
   p.add_argument('--tau', type=int, default=13)
   p.add_argument('--batch_size', type=int, default=5)
@@ -151,7 +155,7 @@ def main(argv=None):
   p.add_argument('--algorithm', default='fedavg',
                  help=f'the algorithm of the measured rounds: {", ".join(ALGORITHMS)}')
   p.add_argument('--population', type=int, default=0,
-                 help='clients to sample from (tiled over the 1,000 LEAF Synthetic clients); '
+                 help='clients to sample from (copies of the 1,000 LEAF Synthetic clients); '
                       '0: the 1,000 themselves')
   p.add_argument('--fuse_dots', default='auto', choices=('auto', 'true', 'false'),
                  help="the round's fused small products (core.small_dots); auto: on CPU")
@@ -160,11 +164,14 @@ def main(argv=None):
                                 'against the cohort size (PNG)')
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
+  a.json = common.json_flag(p, a.json)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   if a.algorithm not in ALGORITHMS:
     p.exit(2, f'error: --algorithm must be one of {", ".join(ALGORITHMS)} (got {a.algorithm!r})\n')
-  if min(cohorts + [a.tau, a.batch_size, a.repeats]) <= 0 or min(a.chunk_size, a.population) < 0:
+  if min(cohorts + [a.tau, a.batch_size, a.repeats]) <= 0:
     p.exit(2, 'error: --cohorts, --tau, --batch_size and --repeats must be positive\n')
+  if min(a.chunk_size, a.population, a.num_devices) < 0:
+    p.exit(2, 'error: --chunk_size, --population and --num_devices must be >= 0 (0: automatic)\n')
   if a.single:
     fuse = {'auto': None, 'true': True, 'false': False}[a.fuse_dots]
     print(json.dumps(measure(a.single, a.tau, a.batch_size, a.repeats, a.chunk_size,

@@ -40,10 +40,13 @@ def timed_run(cache: str, workdir: str) -> dict:
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--repeats', type=int, default=3, help='runs with the filled cache')
   parser.add_argument('--json', help='write the rows here')
   args = parser.parse_args()
+  args.json = common.json_flag(parser, args.json)
+  if args.repeats < 0:
+    parser.exit(2, f'error: --repeats must be >= 0 (got {args.repeats})\n')
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
     cache = os.path.join(tmp, 'cache')

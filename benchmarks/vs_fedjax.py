@@ -12,7 +12,8 @@ Flax model and loss on both sides:
   the patches convolution on CPU and GPU, XLA's own on TPU (``models.layers``), on both
   sides.
 
-Reported per cohort size: compile time of each side's first round, round time
+Reported per cohort size: fedjax_gel's compile time and FedJAX's first round (which holds the
+compilation of FedJAX's jitted step only at the first cohort size: later sizes reuse it), round time
 (median of ``--repeats`` rounds after a warm-up round, timed alternately, ``block_until_ready``),
 examples/s, and ``speedup = FedJAX round time / fedjax_gel round time``.
 
@@ -160,7 +161,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--workload', choices=sorted(TITLES), default='synthetic',
                  help='LEAF Synthetic logistic regression or GeL\'s FEMNIST CNN')
   p.add_argument('--cohorts', default='20,200,1000')
@@ -168,6 +169,7 @@ def main(argv=None):
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--plot', help='also plot both sides\' examples/s against the cohort (PNG)')
   a = p.parse_args(argv)
+  a.json = common.json_flag(p, a.json)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   if min(cohorts + [a.repeats]) <= 0:
     p.exit(2, 'error: --cohorts and --repeats must be positive\n')

@@ -18,8 +18,9 @@ partial Fisher-Yates shuffles, budget-sorted chunks, weighted aggregation and ev
 
 Same workload on both sides: LEAF Synthetic's training pool on the device, the logistic model,
 FedAvgCM (client SGD lr 0.01 with momentum 0.9, server SGD(1)), the same cohorts (clients and
-budgets ``tau_i ~ U{a..b}``, ``--budget_range``) and batch; each side's examples through a
-gradient are checked equal. Times are medians of ``--repeats`` rounds timed alternately, after
+budgets ``tau_i ~ U{a..b}``, ``--budget_range``) and batch; the engine's examples through a
+gradient (``RoundMetrics.examples``) are checked, every round, against ``sum_i min(tau_i, b) B``
+over the clients with data, which the naive round's step masks put through by construction. Times are medians of ``--repeats`` rounds timed alternately, after
 a warm-up; compile times apart. Both rounds take the round index as a NumPy ``int32``, as
 ``launch/run.py``'s loop passes it (a ``jnp.int32(r)`` built per call would add about 0.1 ms of
 host dispatch to each timed round). Each cohort size runs in its own process.
@@ -160,7 +161,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--cohorts', default='20,200,1000,2000,10000')
   p.add_argument('--budget_range', default='13,13', help='a,b: tau_i ~ U{a..b}')
   p.add_argument('--batch_size', type=int, default=5)
@@ -170,6 +171,7 @@ def main(argv=None):
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
+  a.json = common.json_flag(p, a.json)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   budgets = common.int_list(p, 'budget_range', a.budget_range)
   if len(budgets) != 2 or not 1 <= budgets[0] <= budgets[1]:

@@ -391,7 +391,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--model', choices=sorted(SETTINGS), default='cnn',
                  help="GeL's FEMNIST CNN or the Shakespeare LSTM, each in its own setting")
   p.add_argument('--cohorts', default='20,100')
@@ -406,6 +406,7 @@ def main(argv=None):
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)   # one cohort, a JSON row
   p.add_argument('--plot', help="also plot both sides' examples/s against the cohort (PNG)")
   a = p.parse_args(argv)
+  a.json = common.json_flag(p, a.json)
   if a.single:
     print(json.dumps(measure(a.model, [a.single], a.repeats, a.xla_layers)[0]))
     return

@@ -61,3 +61,38 @@ def test_profile_round_reads_gpu_stream_kernels_and_cpu_thunks():
   gpu = plane('/device:GPU:0', line('XLA Modules', 'jit_round_fn'), line('XLA Ops', 'fusion.2'),
               line('Stream #13(Compute)', 'loop_add_fusion', 'gemm_fusion_dot'))
   assert names(types.SimpleNamespace(planes=[host, gpu])) == ['loop_add_fusion', 'gemm_fusion_dot']
+
+
+def test_a_population_above_leafs_holds_a_copy_of_each_clients_rows():
+  """Client ``j`` of a larger population reads LEAF client ``j mod 1000``'s rows from a copy
+  of its own: the tiled ranges overlapped, which pools no longer take (``check_pool``), and
+  ``--population`` above 1,000 failed."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  split, data, *_ = common.synthetic_workload(population=2_500)
+  base = split.train
+  counts, offsets = np.asarray(data.counts), np.asarray(data.offsets)
+  assert len(counts) == 2_500 and (counts == np.tile(np.asarray(base.counts), 3)[:2_500]).all()
+  assert (offsets[1:] >= offsets[:-1] + counts[:-1]).all()   # no client reads another's rows
+  x, x0 = np.asarray(data.examples['x']), np.asarray(base.examples['x'])
+  for j in (0, 999, 1_000, 2_499):
+    o, n, o0 = offsets[j], counts[j], int(base.offsets[j % 1_000])
+    np.testing.assert_array_equal(x[o:o + n], x0[o0:o0 + n])
+
+
+def test_json_flag_makes_its_folder_before_the_measurements_or_exits_in_one_line(tmp_path):
+  import argparse  # pylint: disable=g-import-not-at-top
+  import pytest  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'new' / 'rows.json'
+  assert common.json_flag(argparse.ArgumentParser(), str(path)) == str(path)
+  assert path.parent.is_dir() and not path.exists()
+  (tmp_path / 'file').write_text('')
+  with pytest.raises(SystemExit) as e:
+    common.json_flag(argparse.ArgumentParser(), str(tmp_path / 'file' / 'rows.json'))
+  assert e.value.code == 2
+
+
+def test_profile_round_names_the_shape_of_a_kernel_that_writes_a_tuple():
+  import profile_round  # pylint: disable=g-import-not-at-top
+  hlo = '\n  %call.6 = (s32[], f32[20,60]{1,0}) call(%p), to_apply=%body\n  %sort.8 = s32[20,65]{1,0} sort('
+  assert profile_round.output_shape(hlo, 'call.6') == '(s32[], f32[20,60])'
+  assert profile_round.output_shape(hlo, 'sort.8') == 's32[20,65]'

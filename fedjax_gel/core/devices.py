@@ -116,6 +116,8 @@ def client_mesh(num_devices: int = 0):
   """
   import jax  # pylint: disable=g-import-not-at-top
   devices = jax.devices()
+  if num_devices < 0:   # devices[:-1] would have been one device fewer than all
+    raise ValueError(f'client_mesh: num_devices must be >= 0 (0: all), got {num_devices}')
   num_devices = num_devices or len(devices)
   if num_devices > len(devices):
     raise ValueError(f'{num_devices} devices asked for, {len(devices)} present')
