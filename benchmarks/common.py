@@ -246,10 +246,17 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
   compiled = round_fn.lower(state, sample(0), pool, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t
   jax.block_until_ready(compiled(state, sample(0), pool, root, np.int32(0)))
-  per_device = (round_lib.chunk_layout(cohort, chunk)[0] if mesh is None else
-                round_lib.routed_chunk(cohort, chunk, num_used))
   return dict(compiled=compiled, state=state, pool=pool, sample=sample, devices=num_used,
-              chunk=per_device, compile_s=compile_s)
+              chunk=device_chunk(cohort, chunk, mesh), compile_s=compile_s)
+
+
+def device_chunk(cohort: int, chunk_size: int, mesh) -> int:
+  """The clients one device vmaps at once in a round built with ``chunk_size`` on ``mesh``
+  (None: one device): each device's cut of its share on several (``round.routed_chunk``)."""
+  from fedjax_gel.core import round as round_lib  # pylint: disable=g-import-not-at-top
+  if mesh is None:
+    return round_lib.chunk_layout(cohort, chunk_size)[0]
+  return round_lib.routed_chunk(cohort, chunk_size, mesh.size)
 
 
 def in_fresh_process(script: str, cohort: int, args: list[str]) -> dict:

@@ -62,7 +62,7 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
       compile_s = time.perf_counter() - t
       out = jax.block_until_ready(compiled(state, samples[0], pool, root, np.int32(0))[0])
       runs[n] = dict(compiled=compiled, state=state, pool=pool, compile_s=compile_s,
-                     chunk=round_lib.chunk_layout(cohort, chunk, n)[0], out=out, times=[])
+                     chunk=common.device_chunk(cohort, chunk, mesh), out=out, times=[])
     for r in range(1, repeats + 1):   # alternately, so every device count sees the same load
       for n in counts:
         run = runs[n]

@@ -71,10 +71,6 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   cohorts = {k: [dataclasses.replace(
       sampling.sample_cohort(root, r, data.counts, dataclasses.replace(spec, budget_range=b)),
       spec=spec) for r in range(repeats + 1)] for k, b in kinds.items()}
-  def per_device(chunk):   # the clients a device vmaps at once, as the round cuts them
-    return (round_lib.chunk_layout(cohort, chunk)[0] if mesh is None else
-            round_lib.routed_chunk(cohort, chunk, num_used))
-
   rows = []
   for chunk_size in chunk_sizes:
     chunk = plan(chunk_size)[1]
@@ -100,8 +96,8 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
     rows.append({
         'cohort': cohort, 'devices': num_used, 'budgets': f'{low}..{high}',
         'static_steps': {None: 'auto', True: 'true', False: 'false'}[static_steps],
-        'chunk_size': per_device(chunk), 'chunks': -(-(-(-cohort // num_used)) //
-                                                     per_device(chunk)),
+        'chunk_size': common.device_chunk(cohort, chunk, mesh),
+        'chunks': -(-(-(-cohort // num_used)) // common.device_chunk(cohort, chunk, mesh)),
         'compile_s': compile_s, 'heterogeneous_s': med['heterogeneous'],
         'homogeneous_lo_s': med['homogeneous_lo'], 'homogeneous_hi_s': med['homogeneous_hi'],
         'ratio': med['heterogeneous'] / homogeneous, 'useful_fraction': useful / computed,
