@@ -307,31 +307,32 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   try:
     # One writer: the work directory is locked before anything in it is read, so that the plan
     # cannot go stale; a command refused (or whose input is bad) leaves nothing it created.
-    created = workdir_lib.make_workdir(workdir)
+    created, made = workdir_lib.make_workdir(workdir), []
     try:
       if cluster.writes():
         files.lock(workdir)
         locked.append(workdir)
-      p = plan(c, workdir, sweep, overwrite, phases)
-    except BaseException as e:
-      workdir_lib.remove_if_empty(created)
-      if isinstance(e, Exception):   # several processes: the others stop with its reason
-        cluster.stop_others(first_line(e))
-      raise
-    # every process planned the same runs, and read the work directory before it changes
-    cluster.agree(plan_record(p, workdir, vmap))
-    if cluster.writes():
-      made = []
       try:
+        p = plan(c, workdir, sweep, overwrite, phases)
+      except Exception as e:   # several processes: the others stop with its reason
+        cluster.stop_others(first_line(e))
+        raise
+      # every process planned the same runs, and read the work directory before it changes
+      cluster.agree(plan_record(p, workdir, vmap))
+      if cluster.writes():
         for w in sorted(set(p.workdirs) - {workdir}):   # a command on a run of this one is refused
           made += workdir_lib.make_workdir(w)
           files.lock(w)
           locked.append(w)
-      except BaseException:   # refused (e.g. too many open files): nothing it created is left
-        workdir_lib.remove_if_empty(sorted(made, key=lambda f: f.count(os.sep)))
-        workdir_lib.remove_if_empty(created)
-        raise
-      files.name_holder(workdir)
+        files.name_holder(workdir)
+      agree_on_workdir(workdir)
+    except BaseException:   # refused (e.g. too many open files): nothing it created is left
+      for w in locked:
+        files.unlock(w)
+      locked.clear()
+      workdir_lib.remove_if_empty(sorted(made, key=lambda f: f.count(os.sep)))
+      workdir_lib.remove_if_empty(created)
+      raise
     return run_plan(p, workdir, vmap, callbacks, out, err, phases)
   finally:
     for w in locked:
@@ -345,7 +346,9 @@ def plan_record(p: 'Plan', workdir: str, vmap: bool) -> dict:
   paths = {name for _, name in workdir_lib.PATH_FIELDS}
   runs = [{f'--{k}': v for k, v in x.flags().items() if k not in paths} for x in p.configs]
   grid = {} if p.grid is None else grid_lib.grid_fields(*p.grid)
-  record = {'--vmap_seeds': vmap, **{f'--{k}': v for k, v in grid.items()}}
+  record = {'--vmap_seeds': vmap, **{f'--{k}': v for k, v in grid.items()},
+            'devices of the process (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count'
+            '=N)': jax.local_device_count()}
   for k in dict.fromkeys(k for r in runs for k in r):
     values = [r.get(k) for r in runs]
     record[k] = values[0] if all(v == values[0] for v in values) else values
@@ -354,6 +357,17 @@ def plan_record(p: 'Plan', workdir: str, vmap: bool) -> dict:
   record['what the work directory holds'] = [
       [os.path.relpath(w, workdir), st] for w, st in zip(p.workdirs, p.status)]
   return record
+
+
+def agree_on_workdir(workdir: str) -> None:
+  """Several processes: each sees, in its own ``workdir``, the lock file process 0 wrote there
+  (``files.name_holder``), so that they share one work directory (on several hosts a shared
+  file system: fresh folders of the same name on each host agree on everything else, and the
+  first checkpoint failed); else a ConfigError in every process."""
+  if jax.process_count() > 1:
+    cluster.gather(None)   # process 0 has written it
+    cluster.agree({'whose lock file the work directory holds (one folder for every process, '
+                   'a shared file system)': files.holder(workdir)})
 
 
 def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,

@@ -318,7 +318,9 @@ def fail(message: str) -> int:
 def fail_together(message: str) -> int:
   """``fail`` before the runs' first collective, the other processes told (``cluster``)."""
   cluster.stop_others(message)
-  return fail(message)
+  code = fail(message)
+  cluster.leave()
+  return code
 
 
 def interrupted(e: KeyboardInterrupt) -> int:
@@ -395,7 +397,9 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,
             phases=phases)
   except (ConfigError, DataError) as e:
-    return fail(str(e))
+    code = fail(str(e))
+    cluster.leave()   # a refusal every process shares: they leave the runtime together
+    return code
   except KeyboardInterrupt as e:
     return interrupted(e)
   except OSError as e:   # the disk, permissions, a link planted mid-run: one line

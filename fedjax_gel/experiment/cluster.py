@@ -20,9 +20,8 @@ of waiting for it.
 """
 from __future__ import annotations
 
+import itertools
 import json
-
-import numpy as np
 
 from fedjax_gel.experiment.config import ConfigError
 
@@ -79,19 +78,28 @@ def sync(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
+# How long a process waits at ``gather`` for the others (they may still be loading data); a
+# dead one is noticed sooner, through its missed heartbeats.
+GATHER_TIMEOUT_MS = 24 * 3600 * 1000
+_gathers = itertools.count()   # every process gathers in the same order: the same numbers
+
+
 def gather(record) -> list:
-  """Every process's ``record`` (JSON-serialisable), in process order; a barrier. Two
-  collectives: the encodings' lengths, then the encodings padded to the longest."""
+  """Every process's ``record`` (JSON-serialisable), in process order; a barrier. Through the
+  coordination service's key-value store (JAX's distributed client), not a collective of the
+  devices, so that processes with different device counts still meet (and are told so)."""
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_count() == 1:
     return [record]
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  data = np.frombuffer(json.dumps(record, sort_keys=True).encode(), np.uint8)
-  lengths = multihost_utils.process_allgather(np.array([data.size], np.int32))[:, 0]
-  padded = np.zeros(int(lengths.max()), np.uint8)
-  padded[:data.size] = data
-  rows = multihost_utils.process_allgather(padded)
-  return [json.loads(row[:n].tobytes()) for row, n in zip(rows, lengths)]
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top
+  client = distributed.global_state.client
+  key = f'fedjax_gel/gather/{next(_gathers)}'
+  client.key_value_set(f'{key}/{jax.process_index()}', json.dumps(record, sort_keys=True))
+  return [json.loads(client.blocking_key_value_get(f'{key}/{i}', GATHER_TIMEOUT_MS))
+          for i in range(jax.process_count())]
+
+
+_refused = []   # a refusal every process shares (stop_others, agree): they leave together
 
 
 def stop_others(reason: str) -> None:
@@ -100,6 +108,16 @@ def stop_others(reason: str) -> None:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_count() > 1:
     gather({'error': reason})
+    _refused.append(reason)
+
+
+def leave() -> None:
+  """After a refusal every process shares, leaves JAX's distributed runtime with the others
+  (``jax.distributed.shutdown``: process 0's coordination service stays up until every process
+  has left; a process still running when it went was killed by the runtime, status 134)."""
+  if _refused:
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.distributed.shutdown()
 
 
 def agree(record: dict) -> None:
@@ -107,14 +125,17 @@ def agree(record: dict) -> None:
   equals process 0's, else a ConfigError in every process naming the first entry that differs;
   a process that stopped (``stop_others``) stops them all with its reason."""
   records = gather({'record': record})
-  for i, r in enumerate(records):
-    if 'error' in r:
-      raise ConfigError(f'process {i} of the run stopped: {r["error"]}')
-  first = records[0]['record']
-  for i, r in enumerate(records[1:], 1):
+  problem = next((f'process {i} of the run stopped: {r["error"]}'
+                  for i, r in enumerate(records) if 'error' in r), None)
+  first = records[0]['record'] if problem is None else {}
+  for i, r in enumerate(records[1:] if problem is None else (), 1):
     theirs = r['record']
-    for k in dict.fromkeys([*first, *theirs]):
-      if first.get(k) != theirs.get(k):
-        raise ConfigError(
-            f'{k}: process {i} has {theirs.get(k)!r}, process 0 {first.get(k)!r}; every process '
-            'must run the same command (but --process_id) on the same data and work directory')
+    k = next((k for k in dict.fromkeys([*first, *theirs]) if first.get(k) != theirs.get(k)), None)
+    if k is not None:
+      problem = (f'{k}: process {i} has {theirs.get(k)!r}, process 0 {first.get(k)!r}; every '
+                 'process must run the same command (but --process_id) on the same data and '
+                 'work directory')
+      break
+  if problem is not None:
+    _refused.append(problem)
+    raise ConfigError(problem)

@@ -232,6 +232,16 @@ def name_holder(workdir: str):
   write_atomic(os.path.join(workdir, LOCK), json.dumps(holder).encode())
 
 
+def holder(workdir: str) -> str | None:
+  """``host:pid`` of the holder ``WORKDIR/.lock`` names (``name_holder``); None without one."""
+  try:
+    with open(os.path.join(workdir, LOCK)) as f:
+      h = json.load(f)
+    return f'{h["host"]}:{h["pid"]}'
+  except (OSError, ValueError, KeyError, TypeError, RecursionError):
+    return None
+
+
 def unlock(workdir: str):
   """Releases ``workdir``'s lock and removes ``.lock`` (a process exiting releases the lock
   too; a killed one leaves ``.lock`` behind, which names a dead holder and is replaced)."""

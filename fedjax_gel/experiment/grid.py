@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import os
 
+import jax
 import numpy as np
 
 from fedjax_gel.experiment import callbacks, plots, report, workdir as workdir_lib
@@ -48,6 +49,9 @@ def check_grid(c: Config, exp=None):
     raise ConfigError(
         '--server_lr_grid: --client_selection=power_of_d ranks clients by each model\'s loss, '
         'which a learning-rate grid does not support')
+  if exp is not None and exp.mesh is not None and jax.process_count() > 1:
+    raise ConfigError('--server_lr_grid: a grid runs in one process on one device; run it '
+                      'without --num_processes')
   if exp is not None and exp.mesh is not None:
     raise ConfigError(
         f'--server_lr_grid: a grid runs on one device (got --num_devices={c.run.num_devices} or an '

@@ -42,17 +42,20 @@ def flags(data, workdir, *more) -> list[str]:
   return [sys.executable, *COMMON, f'--data_path={data}', f'--workdir={workdir}', *more]
 
 
-def together(count: int, devices: int, data, workdir, *more, wait: bool = True,
+def together(count: int, devices, data, workdir, *more, wait: bool = True,
              own: dict | None = None):
-  """Starts ``count`` processes of one run with ``devices`` CPU devices each (process 0 last),
-  ``own[i]`` more flags of process ``i``'s own; ``wait``: returns their ``(returncode, stdout,
-  stderr)`` in process order, else the processes."""
+  """Starts ``count`` processes of one run with ``devices`` CPU devices each (or
+  ``devices[i]`` for process ``i``; process 0 last), ``own[i]`` more flags of process ``i``'s
+  own; ``wait``: returns their ``(returncode, stdout, stderr)`` in process order, else the
+  processes."""
   port = free_port()
-  env = {**os.environ, 'XLA_FLAGS': f"{os.environ.get('XLA_FLAGS', '')} "
-         f'--xla_force_host_platform_device_count={devices}'}
+  each = devices if isinstance(devices, (list, tuple)) else [devices] * count
+  env = lambda i: {**os.environ, 'XLA_FLAGS': f"{os.environ.get('XLA_FLAGS', '')} "
+                   f'--xla_force_host_platform_device_count={each[i]}'}
   procs = {i: subprocess.Popen(
-      flags(data, workdir, *more, *(own or {}).get(i, ()), f'--num_processes={count}', f'--process_id={i}',
-            f'--coordinator_address=127.0.0.1:{port}'), cwd=REPO, env=env, text=True,
+      flags(data, workdir, *more, *(own or {}).get(i, ()), f'--num_processes={count}',
+            f'--process_id={i}', f'--coordinator_address=127.0.0.1:{port}'), cwd=REPO,
+      env=env(i), text=True,
       stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in reversed(range(count))}
   if not wait:
     return [procs[i] for i in range(count)]
@@ -151,22 +154,32 @@ def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path
       {k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(whole)]
 
 
-@pytest.mark.parametrize('own, line', [
+@pytest.mark.parametrize('own, devices, line', [
     # another seed trained silently to another result, another --num_rounds hung
-    ({1: ('--seed=1',)}, "--seed: process 1 has 1, process 0 0; every process must run the same"),
+    ({1: ('--seed=1',)}, 1,
+     "--seed: process 1 has 1, process 0 0; every process must run the same"),
     # a process refused at its flags stopped the others only after --heartbeat_timeout
-    ({1: ('--num_rounds=0',)}, 'process 1 of the run stopped: --num_rounds must be an integer'),
-])
+    ({1: ('--num_rounds=0',)}, 1, 'process 1 of the run stopped: --num_rounds must be an integer'),
+    # hosts without a shared file system: two fresh folders agreed, the first checkpoint failed
+    ({1: ('--workdir={tmp}/elsewhere',)}, 1,
+     "whose lock file the work directory holds (one folder for every process, a shared file "
+     "system): process 1 has None, process 0 '"),
+    # hosts with other core counts: a 45-line traceback from the processes' first gather
+    ({}, (2, 1), 'devices of the process (on CPU: XLA_FLAGS=--xla_force_host_platform_device_'
+     'count=N): process 1 has 1, process 0 2'),
+], ids=['seed', 'refused', 'workdir', 'devices'])
 def test_processes_given_other_flags_stop_before_training_with_one_line(
-    tmp_path, tiny_leaf_file, own, line):
+    tmp_path, tiny_leaf_file, own, devices, line):
   """Every process stops with status 2 and one line (the refused process its own), nothing
-  written in the work directory, well within the heartbeat timeout."""
+  left in any work directory (a nested one's parents included), well within the heartbeat
+  timeout."""
+  own = {i: tuple(f.format(tmp=tmp_path) for f in fs) for i, fs in own.items()}
   start = time.time()
-  runs = together(2, 1, tiny_leaf_file, tmp_path / 'run', '--num_rounds=4', '--seed=0',
-                  '--heartbeat_timeout=300', own=own)
+  runs = together(2, devices, tiny_leaf_file, tmp_path / 'run' / 'nested', '--num_rounds=4',
+                  '--seed=0', '--heartbeat_timeout=300', own=own)
   assert time.time() - start < 200   # not the heartbeat's 300 s
   for i, (code, out, err) in enumerate(runs):
     lines = ours(err)
     assert code == 2 and len(lines) == 1 and ours(out) == [], (i, err[-2000:])
   assert line in ours(runs[0][2])[0]
-  assert not (tmp_path / 'run').exists() or not list((tmp_path / 'run').iterdir())
+  assert sorted(p.name for p in tmp_path.iterdir()) == []
