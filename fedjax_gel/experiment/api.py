@@ -318,7 +318,7 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
         cluster.stop_others(first_line(e))
         raise
       # every process planned the same runs, and read the work directory before it changes
-      cluster.agree(plan_record(p, workdir, vmap))
+      cluster.agree(plan_record(p, workdir, vmap, overwrite))
       if cluster.writes():
         for w in sorted(set(p.workdirs) - {workdir}):   # a command on a run of this one is refused
           made += workdir_lib.make_workdir(w)
@@ -339,14 +339,15 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
       files.unlock(w)
 
 
-def plan_record(p: 'Plan', workdir: str, vmap: bool) -> dict:
+def plan_record(p: 'Plan', workdir: str, vmap: bool, overwrite: bool = False) -> dict:
   """What the processes of a run must agree on (``cluster.agree``): the runs' flags but the
   paths of their inputs (which may differ between hosts; a flag's value is one value where
   every run has it, else the runs'), the inputs' digests, and what the work directory holds."""
   paths = {name for _, name in workdir_lib.PATH_FIELDS}
   runs = [{f'--{k}': v for k, v in x.flags().items() if k not in paths} for x in p.configs]
   grid = {} if p.grid is None else grid_lib.grid_fields(*p.grid)
-  record = {'--vmap_seeds': vmap, **{f'--{k}': v for k, v in grid.items()},
+  record = {'--vmap_seeds': vmap, '--overwrite': overwrite,
+            **{f'--{k}': v for k, v in grid.items()},
             'devices of the process (on CPU: XLA_FLAGS=--xla_force_host_platform_device_count'
             '=N)': jax.local_device_count()}
   for k in dict.fromkeys(k for r in runs for k in r):
