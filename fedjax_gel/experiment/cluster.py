@@ -91,6 +91,8 @@ def gather(record) -> list:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_count() == 1:
     return [record]
+  # JAX's own client of the coordination service, as jax.experimental.multihost_utils and
+  # orbax reach it (JAX exports no public handle)
   from jax._src import distributed  # pylint: disable=g-import-not-at-top
   client = distributed.global_state.client
   key = f'fedjax_gel/gather/{next(_gathers)}'
