@@ -90,8 +90,14 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict], str | None]:
 
 
 def comparable_flags(c: Config) -> dict:
-  """What runs must share to be compared: the data section, the model, the target."""
-  return {**config_lib.section_flags(c.data), 'model': c.model.name, 'target': c.run.target}
+  """What runs must share to be compared, as the runs of one command do: the data section, the
+  model, the cohort section (clients, budgets, batch, selection, weights), the rounds, the
+  evaluations and the target (runs of 20 and 40 clients a round, or evaluated every round and
+  every fifth, gave a paired speedup)."""
+  return {**config_lib.section_flags(c.data), 'model': c.model.name,
+          **config_lib.section_flags(c.cohort), 'num_rounds': c.run.num_rounds,
+          'eval_every': c.run.eval_every, 'train_eval_examples': c.run.train_eval_examples,
+          'target': c.run.target}
 
 
 def check_comparable(configs: list[Config], run_dirs: list[str], digests: list):
@@ -103,8 +109,8 @@ def check_comparable(configs: list[Config], run_dirs: list[str], digests: list):
     for flag, value in comparable_flags(c).items():
       if value != first[flag]:
         raise ConfigError(f'the runs differ in --{flag}: {first[flag]!r} in {run_dirs[0]}, '
-                          f'{value!r} in {w}; a report compares runs of the same data, model '
-                          'and target')
+                          f'{value!r} in {w}; a report compares runs of the same data, model, '
+                          'cohort, rounds, evaluations and target')
   recorded = [(w, d) for w, d in zip(run_dirs, digests) if d is not None]
   for w, d in recorded[1:]:
     if d != recorded[0][1]:

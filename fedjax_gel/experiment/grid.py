@@ -141,14 +141,15 @@ def write_grid(loop, idx, workdir: str, client_lrs, server_lrs) -> dict:
 
 def grid_table(result: dict) -> str:
   """The grid's final main test metric (accuracy in %) as Markdown: client lr rows, server lr
-  columns; ``x`` marks a diverged cell and ``*`` the best."""
+  columns; ``x`` marks a diverged cell and ``*`` the cell ``best_cell`` selects (by the best
+  value over the evaluations, not the final one shown: the star was on the best final value,
+  another cell than the selected one)."""
   m = Metric.of(result)
   by = {(cell['client_lr'], cell['server_lr']): cell for cell in result['cells']}
-  top = m.best(cell[f'final_{m.name}'] for cell in result['cells']
-               if cell[f'final_{m.name}'] is not None)
+  chosen = best_cell(result['cells'], m)
   lines = [f'{result["algorithm"]}, seed {result["seed"]}: final {m.label}{m.unit} after '
            f'{result["rounds"]} rounds (rows: log10 client lr, columns: log10 server lr; x: '
-           'diverged, *: best)', '',
+           f'diverged, *: the selected cell, by {report.SELECTION_RULE})', '',
            '| | ' + ' | '.join(f'{round(math.log10(s), 2):g}' for s in result['server_lrs']) + ' |',
            '|---:|' + '---:|' * len(result['server_lrs'])]
   for lr in result['client_lrs']:
@@ -156,6 +157,6 @@ def grid_table(result: dict) -> str:
     for s in result['server_lrs']:
       cell = by[(float(np.float32(lr)), float(np.float32(s)))]
       value = cell[f'final_{m.name}']
-      row.append('x' if cell['diverged'] else f'{m.short(value)}{"*" if value == top else ""}')
+      row.append('x' if cell['diverged'] else f'{m.short(value)}{"*" if cell is chosen else ""}')
     lines.append(f'| {round(math.log10(lr), 2):g} | ' + ' | '.join(row) + ' |')
   return '\n'.join(lines)

@@ -198,7 +198,8 @@ def cost_table(runs: Sequence[tuple[dict, Sequence[dict]]], baseline: str = 'fed
 # evaluations (the highest accuracy, the lowest mse), averaged over seeds; a diverged run is
 # never picked.
 SELECTION_RULE = ('the best value of the main test metric over the evaluations (the highest '
-                  'accuracy, the lowest mse; mean over seeds)')
+                  'accuracy, the lowest mse; mean over seeds; on a tie, the first value given; '
+                  'diverged runs never chosen)')
 
 
 def best_values(results: Sequence[tuple[dict, Sequence[dict]]], key: str = 'client_lr') -> dict:
@@ -299,8 +300,9 @@ def kept_runs(results: Sequence[tuple[dict, Sequence[dict]]], tuned: str | None)
   each algorithm's best value."""
   if tuned is None:
     return list(results)
-  best = best_values(results, tuned)
-  return [(s, r) for s, r in results if best.get(s['algorithm'], s.get(tuned)) == s.get(tuned)]
+  best = best_values(results, tuned)   # an algorithm whose every run diverged has none
+  return [(s, r) for s, r in results
+          if s['algorithm'] in best and best[s['algorithm']] == s.get(tuned)]
 
 
 def report_text(results: Sequence[tuple[dict, Sequence[dict]]], tuned: str | None) -> str:
@@ -311,8 +313,11 @@ def report_text(results: Sequence[tuple[dict, Sequence[dict]]], tuned: str | Non
   if tuned is not None:
     best = {name: v for name, v in best_values(results, tuned).items() if v is not None}
     what = 'Client learning rate' if tuned == 'client_lr' else f'--{tuned}'
+    lost = [n for n in dict.fromkeys(s['algorithm'] for s, _ in results)
+            if n not in best_values(results, tuned)]   # every value diverged: not in the tables
     out.append(f'{what} per algorithm ({SELECTION_RULE}): ' +
-               ', '.join(f'{name} {v:g}' for name, v in best.items()))
+               ', '.join([f'{name} {v:g}' for name, v in best.items()] +
+                         [f'{name}: every value diverged (left out below)' for name in lost]))
   results = kept_runs(results, tuned)
   out.append(rounds_table([s for s, _ in results]))
   out.append(paired_table(results))

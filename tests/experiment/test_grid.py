@@ -76,7 +76,13 @@ def test_heat_map_and_table(grid_run):
   table = grid.grid_table(result).splitlines()
   assert table[2] == '| | -0.3 | 0 |'
   assert table[-1] == "| 38 | x | x |"
-  assert sum(row.count('*') for row in table[4:]) >= 1
+  # one star, on the cell the run selects (by the best value over the evaluations; it was on
+  # the best final value, another cell)
+  chosen = grid.best_cell(result['cells'])
+  assert sum(row.count('*') for row in table[4:]) == 1
+  row = table[4 + [float(np.float32(x)) for x in result['client_lrs']].index(chosen['client_lr'])]
+  column = [float(np.float32(x)) for x in result['server_lrs']].index(chosen['server_lr'])
+  assert row.split('|')[2 + column].strip().endswith('*')
 
 
 @pytest.mark.parametrize('changes,flag', [

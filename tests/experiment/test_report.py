@@ -148,3 +148,24 @@ def test_paired_table_when_the_initial_models_meet_the_target():
   runs = [run('fedavgcm', 0, [0.9, 0.95]), run('gel', 0, [0.9, 0.97])]
   row = report.paired_table(runs).splitlines()[3].split(' | ')
   assert row[2:5] == ['1/1', '0.0', '- (target met at round 0; 1/1 seeds)']
+
+
+def test_an_algorithm_whose_every_learning_rate_diverged_is_named_and_left_out():
+  """Its runs of every learning rate were merged into one row (four rates averaged, the
+  diverged runs shown as ordinary ones)."""
+  records = [record(0, 0.3, 0, 0), record(50, 0.86, 100, 500)]
+  runs = [({**summary('fedavg', s, 50, 0.9 - lr, 0.8), 'client_lr': lr}, records)
+          for s in (0, 1) for lr in (0.1, 0.3)]
+  runs += [({**summary('fedavgcm', s, None, 0.3, 0.3), 'client_lr': lr, 'status': 'diverged'},
+            records[:1]) for s in (0, 1) for lr in (0.1, 0.3)]
+  assert [(s['algorithm'], s['client_lr']) for s, _ in report.kept_runs(runs, 'client_lr')] == [
+      ('fedavg', 0.1), ('fedavg', 0.1)]
+  text = report.report_text(runs, 'client_lr')
+  assert 'fedavg 0.1, fedavgcm: every value diverged (left out below)' in text.splitlines()[0]
+  assert '| fedavgcm |' not in text
+
+
+def test_a_tie_of_learning_rates_goes_to_the_first_given():
+  runs = [({**summary('fedavg', 0, 50, 0.9, 0.8), 'client_lr': lr}, []) for lr in (0.3, 0.1)]
+  assert report.best_values(runs) == {'fedavg': 0.3}
+  assert 'on a tie, the first value given' in report.SELECTION_RULE
