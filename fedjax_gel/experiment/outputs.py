@@ -100,8 +100,10 @@ def write_report(p, workdir: str, summaries: list[dict], out):
     final, best = summary[f'final_{m.name}'], summary[f'best_{m.name}']
     flag = p.levels[3]
     value = f', {flag} {x.flags()[flag]:g}' if flag in factories.tunable_flags(x) else ''
+    diverged = (f' (diverged after round {summary["diverged_round"]}: its last finite '
+                'evaluation)' if summary.get('status') == 'diverged' else '')
     print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}, client lr '
-          f'{x.algorithm.client_lr:g}{value}: final {m.label} {fmt(final)}, best '
+          f'{x.algorithm.client_lr:g}{value}: final {m.label} {fmt(final)}{diverged}, best '
           f'{fmt(best)}, rounds to {m.format(x.run.target)}: '
           f'{target if target is not None else "not reached"}', file=out)
   tuned = 'client_lr' if p.levels[2] else p.levels[3]

@@ -769,3 +769,14 @@ def test_run_refuses_arguments_of_the_wrong_kind_before_writing(tmp_path, kwargs
   with pytest.raises(TypeError, match=f'^experiment.run: {words}'):
     api.run(**args)
   assert not list(tmp_path.iterdir())
+
+
+def test_a_diverged_run_says_so_in_its_line(base_config, tmp_path):
+  """Its line read as a finished run's (the 'final' value is its last finite evaluation)."""
+  out = io.StringIO()
+  api.run(base_config.replace(client_lr=3e38, num_rounds=3, eval_every=1), str(tmp_path / 'd'),
+          out=out, err=io.StringIO())
+  summary = json.loads((tmp_path / 'd' / 'summary.json').read_text())
+  assert summary['status'] == 'diverged'
+  assert (f'(diverged after round {summary["diverged_round"]}: its last finite evaluation)'
+          in out.getvalue().splitlines()[0])
