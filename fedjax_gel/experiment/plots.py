@@ -150,37 +150,51 @@ def grid_heatmap(values: np.ndarray, diverged: np.ndarray, client_lrs: Sequence[
   return path
 
 
+def lr_grid_values(results: Sequence[tuple[dict, Sequence[dict]]]):
+  """``lr_heatmap``'s cells: ``(algorithms, client lrs, [A, L] mean best value over the runs
+  that did not diverge (NaN: none), [A][L] whether every run there diverged)``."""
+  m = Metric.of(results[0][0])
+  best: dict = {}
+  for summary, _ in results:   # a diverged run counts for nothing, as in the selection rule
+    by_lr = best.setdefault(summary['algorithm'], {}).setdefault(summary['client_lr'], [])
+    if summary.get('status') != 'diverged':
+      by_lr.append(summary[f'best_{m.name}'])
+  names = list(best)
+  lrs = sorted({lr for by_lr in best.values() for lr in by_lr})
+  acc = np.array([[np.mean(best[n][lr]) if best[n].get(lr) else np.nan for lr in lrs]
+                  for n in names])
+  return names, lrs, acc, [[lr in best[n] and not best[n][lr] for lr in lrs] for n in names]
+
+
 def lr_heatmap(results: Sequence[tuple[dict, Sequence[dict]]], path: str) -> str | None:
   """Each algorithm's (rows) mean best value of the main test metric over seeds at each client
-  learning rate (columns) of a grid, the values written in and the colour scale from the data.
+  learning rate (columns) of a grid, the values written in and the colour scale from the data;
+  diverged runs left out, as the selection rule leaves them (``x``: every run diverged).
   Returns the path (None without matplotlib or runs)."""
   plt = _pyplot()
   if plt is None or not results:
     return None
   m = Metric.of(results[0][0])
-  best: dict = {}
-  for summary, _ in results:
-    best.setdefault(summary['algorithm'], {}).setdefault(summary['client_lr'], []).append(
-        summary[f'best_{m.name}'])
-  names = list(best)
-  lrs = sorted({lr for by_lr in best.values() for lr in by_lr})
-  acc = np.array([[np.mean(best[n][lr]) if lr in best[n] else np.nan for lr in lrs]
-                  for n in names])
+  names, lrs, acc, diverged = lr_grid_values(results)
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig, ax = plt.subplots(figsize=(2.6 + 0.8 * len(lrs), 1.2 + 0.4 * len(names)))
   shown = np.ma.masked_invalid(acc)
   im = ax.imshow(shown, cmap=plt.get_cmap('viridis').with_extremes(bad='lightgrey'),
                  aspect='auto')
-  middle = np.nanmin(acc) + 0.5 * (np.nanmax(acc) - np.nanmin(acc))
+  finite = acc[np.isfinite(acc)]
+  middle = finite.min() + 0.5 * (finite.max() - finite.min()) if finite.size else 0.
   for i in range(len(names)):
     for j in range(len(lrs)):
       if not np.isnan(acc[i, j]):
         ax.text(j, i, m.short(acc[i, j]), ha='center', va='center', fontsize=8,
                 color='black' if acc[i, j] > middle else 'white')
+      elif diverged[i][j]:
+        ax.text(j, i, 'x', ha='center', va='center', fontsize=8)
   ax.set_xticks(range(len(lrs)), [f'{lr:g}' for lr in lrs])
   ax.set_yticks(range(len(names)), names)
-  ax.set(xlabel='client learning rate', title=f'best {m.label}{m.unit} per learning rate')
-  fig.colorbar(im, ax=ax)
+  ax.set(xlabel='client learning rate',
+         title=f'best {m.label} per learning rate (x: every run diverged)')
+  fig.colorbar(im, ax=ax, label=f'best {m.label}' + (' (cells: %)' if m.unit else ''))
   fig.tight_layout()
   save(fig, path)
   plt.close(fig)

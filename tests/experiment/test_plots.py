@@ -44,3 +44,17 @@ def test_a_loss_written_as_null_is_a_gap_not_an_error(tmp_path):
   loss = plots.curves([(summary, records)])['fedavg'][5]
   np.testing.assert_allclose(loss, [1.8, np.nan, 0.8])
   assert len(plots.metric_plots([(summary, records)], str(tmp_path))) == 4
+
+
+def test_the_lr_heat_map_leaves_diverged_runs_out_as_the_selection_does(tmp_path):
+  """Diverged runs were shown as ordinary values (their last finite evaluation)."""
+  diverged = lambda r: ({**r[0], 'status': 'diverged'}, r[1])
+  results = [run('a', 0, 0.1, [0.1, 0.5], [0, 2]), diverged(run('a', 1, 0.1, [0.1, 0.9], [0, 2])),
+             diverged(run('a', 0, 0.3, [0.2, 0.2], [0, 2]))]
+  names, lrs, acc, every = plots.lr_grid_values(results)
+  assert names == ['a'] and lrs == [0.1, 0.3]
+  np.testing.assert_allclose(acc[0, 0], 0.5)   # seed 1's 0.9 was its diverged run's
+  assert np.isnan(acc[0, 1])
+  assert every == [[False, True]]
+  if importlib.util.find_spec('matplotlib') is not None:
+    assert plots.lr_heatmap(results, str(tmp_path / 'lr.png')) == str(tmp_path / 'lr.png')
