@@ -283,8 +283,9 @@ def paired_table(results: Sequence[tuple[dict, Sequence[dict]]]) -> str:
                               len(common), len(runs)))
     else:
       row.append('-')
-    beyond = [beyond_target(runs[seed][1], hit['round'], target, m)
-              for seed, hit in base_hits.items() if hit is not None and seed in runs]
+    beyond = [beyond_target(runs[seed][1], hit['round'], target, m)   # not at round 0: both
+              for seed, hit in base_hits.items()                       # the same initial model
+              if hit is not None and hit['round'] > 0 and seed in runs]
     beyond = [b for b in beyond if b is not None]
     row.append(mean_ci_text(beyond, 2) if base != name and beyond else '-')
     for key, scale, digits in (('grad_computations', 1, 0), ('bytes_up', mib, 2),

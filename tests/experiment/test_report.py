@@ -148,6 +148,7 @@ def test_paired_table_when_the_initial_models_meet_the_target():
   runs = [run('fedavgcm', 0, [0.9, 0.95]), run('gel', 0, [0.9, 0.97])]
   row = report.paired_table(runs).splitlines()[3].split(' | ')
   assert row[2:5] == ['1/1', '0.0', '- (target met at round 0; 1/1 seeds)']
+  assert row[5] == '-'   # the accuracy beyond target at round 0: the same initial model's
 
 
 def test_an_algorithm_whose_every_learning_rate_diverged_is_named_and_left_out():
