@@ -647,7 +647,8 @@ def test_a_grid_over_a_hyper_parameter_from_the_command_line(tmp_path, tiny_leaf
     assert [r['prox_mu'] for r in records] == [float(mu)] * 2
     assert f'fedprox on leaf, seed 0, client lr 0.01, prox_mu {mu}:' in proc.stdout
   rule = ('the best value of the main test metric over the evaluations (the highest accuracy, '
-          'the lowest mse; mean over seeds)')
+          'the lowest mse; mean over seeds; on a tie, the first value given; diverged runs never '
+          'chosen)')
   assert f'--prox_mu per algorithm ({rule}): fedprox ' in (workdir / 'report.md').read_text()
 
 
