@@ -112,7 +112,9 @@ def write_report(p, workdir: str, summaries: list[dict], out):
                          workdir_lib.run_names(workdir, p.workdirs))
   if len(results) > 1:
     print(text, file=out)
-  if not plotted:
+  if not plotted and plots.available():
+    print('note: plots/ not written: every run diverged', file=out)
+  elif not plotted:
     print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')",
           file=out)
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, metrics.csv, '

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import math
+import importlib.util
 import os
 from typing import Sequence
 
@@ -28,6 +29,11 @@ import numpy as np
 from fedjax_gel.experiment import files
 from fedjax_gel.experiment.report import mean_ci
 from fedjax_gel.models.tasks import Metric
+
+
+def available() -> bool:
+  """Whether matplotlib is installed (plots can be written)."""
+  return importlib.util.find_spec('matplotlib') is not None
 
 
 def _pyplot():

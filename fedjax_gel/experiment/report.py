@@ -320,6 +320,8 @@ def report_text(results: Sequence[tuple[dict, Sequence[dict]]], tuned: str | Non
                ', '.join([f'{name} {v:g}' for name, v in best.items()] +
                          [f'{name}: every value diverged (left out below)' for name in lost]))
   results = kept_runs(results, tuned)
+  if not results:   # every value of every algorithm diverged
+    return '\n\n'.join(out + ['No table: every run diverged.'])
   out.append(rounds_table([s for s, _ in results]))
   out.append(paired_table(results))
   clients = client_table([s for s, _ in results])

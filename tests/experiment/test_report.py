@@ -170,3 +170,13 @@ def test_a_tie_of_learning_rates_goes_to_the_first_given():
   runs = [({**summary('fedavg', 0, 50, 0.9, 0.8), 'client_lr': lr}, []) for lr in (0.3, 0.1)]
   assert report.best_values(runs) == {'fedavg': 0.3}
   assert 'on a tie, the first value given' in report.SELECTION_RULE
+
+
+def test_a_report_of_runs_that_all_diverged_says_so():
+  """An IndexError in the paired table when every value of every algorithm diverged."""
+  records = [record(0, 0.3, 0, 0)]
+  runs = [({**summary('fedavgcm', 0, None, 0.3, 0.3), 'client_lr': lr, 'status': 'diverged'},
+           records) for lr in (0.1, 0.3)]
+  text = report.report_text(runs, 'client_lr')
+  assert text.splitlines()[-1] == 'No table: every run diverged.'
+  assert 'fedavgcm: every value diverged (left out below)' in text
