@@ -307,24 +307,29 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   try:
     # One writer: the work directory is locked before anything in it is read, so that the plan
     # cannot go stale; a command refused (or whose input is bad) leaves nothing it created.
-    created, made = workdir_lib.make_workdir(workdir), []
+    created, made = [], []
     try:
-      if cluster.writes():
-        files.lock(workdir)
-        locked.append(workdir)
-      try:
+      try:   # several processes: a refusal of one (process 0's lock included) stops the others
+        created = workdir_lib.make_workdir(workdir)
+        if cluster.writes():
+          files.lock(workdir)
+          locked.append(workdir)
         p = plan(c, workdir, sweep, overwrite, phases)
-      except Exception as e:   # several processes: the others stop with its reason
+      except Exception as e:
         cluster.stop_others(first_line(e))
         raise
       # every process planned the same runs, and read the work directory before it changes
       cluster.agree(plan_record(p, workdir, vmap, overwrite))
-      if cluster.writes():
-        for w in sorted(set(p.workdirs) - {workdir}):   # a command on a run of this one is refused
-          made += workdir_lib.make_workdir(w)
-          files.lock(w)
-          locked.append(w)
-        files.name_holder(workdir)
+      try:
+        if cluster.writes():
+          for w in sorted(set(p.workdirs) - {workdir}):   # a command on a run of this one is refused
+            made += workdir_lib.make_workdir(w)
+            files.lock(w)
+            locked.append(w)
+          files.name_holder(workdir)
+      except Exception as e:
+        cluster.stop_others(first_line(e))
+        raise
       agree_on_workdir(workdir)
     except BaseException:   # refused (e.g. too many open files): nothing it created is left
       for w in locked:
@@ -366,7 +371,7 @@ def agree_on_workdir(workdir: str) -> None:
   file system: fresh folders of the same name on each host agree on everything else, and the
   first checkpoint failed); else a ConfigError in every process."""
   if jax.process_count() > 1:
-    cluster.gather(None)   # process 0 has written it
+    cluster.agree({})   # process 0 has written it, or stopped and says why
     cluster.agree({'whose lock file the work directory holds (one folder for every process, '
                    'a shared file system)': files.holder(workdir)})
 

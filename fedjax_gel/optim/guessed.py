@@ -305,6 +305,18 @@ def _is_masked(x) -> bool:
   return isinstance(x, optax.MaskedNode)
 
 
+def _acts_on(opt_state) -> set:
+  """The parameters (paths) the GeL states in ``opt_state`` act on: all but those an
+  ``optax.masked`` leaves out (``MaskedNode`` in the state's parameter-shaped tree)."""
+  paths = set()
+  for state in jax.tree.leaves(opt_state, is_leaf=is_guess_state):
+    if is_guess_state(state):
+      mirror = state.velocity if isinstance(state, GeLSGDMState) else state.proxy_grad
+      flat, _ = jax.tree_util.tree_flatten_with_path(mirror, is_leaf=_is_masked)
+      paths |= {jax.tree_util.keystr(path) for path, leaf in flat if not _is_masked(leaf)}
+  return paths
+
+
 def check_last_in_chains(opt_state) -> None:
   """Raises ``ValueError`` when a GeL state is followed by another transformation in an
   ``optax.chain`` (whose state is a plain tuple) or an ``optax.named_chain`` (an
@@ -319,7 +331,9 @@ def check_last_in_chains(opt_state) -> None:
              opt_state if type(opt_state) is tuple else None)   # pylint: disable=unidiomatic-typecheck
   if chained is not None:
     holders = [i for i, x in enumerate(chained) if has_guess_state(x)]
-    if len(holders) > 1:   # the later one changes the earlier one's updates, as any other would
+    acts = [_acts_on(chained[i]) for i in holders]   # optax.masked groups side by side are fine
+    if any(a & b for j, a in enumerate(acts) for b in acts[j + 1:]):
+      # the later one changes the earlier one's updates, as any other transformation would
       raise ValueError(
           f'guess: an optax.chain holds {len(holders)} GeL transformations (gel_sgdm or '
           'guessing) one after the other; the later one would change the earlier one\'s updates '

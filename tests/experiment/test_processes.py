@@ -183,3 +183,22 @@ def test_processes_given_other_flags_stop_before_training_with_one_line(
     assert code == 2 and len(lines) == 1 and ours(out) == [], (i, err[-2000:])
   assert line in ours(runs[0][2])[0]
   assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_work_directory_in_use_stops_every_process_with_one_line(tmp_path, tiny_leaf_file):
+  """Process 0 alone takes the lock: refused, it left the others waiting for its record (the
+  runtime then killed them, status 134)."""
+  import fcntl  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  fd = os.open(workdir, os.O_RDONLY)
+  fcntl.flock(fd, fcntl.LOCK_EX)   # another command holds it
+  try:
+    runs = together(2, 1, tiny_leaf_file, workdir, '--num_rounds=4', '--heartbeat_timeout=300')
+  finally:
+    os.close(fd)
+  for i, (code, out, err) in enumerate(runs):
+    lines = ours(err)
+    assert code == 2 and len(lines) == 1 and ours(out) == [], (i, err[-2000:])
+    assert 'is in use by' in lines[0]
+  assert ours(runs[1][2])[0].startswith('error: process 0 of the run stopped: ')

@@ -303,3 +303,22 @@ def test_guessing_refuses_what_is_no_transformation(inner):
   """An AttributeError (``... has no attribute 'init'``) before."""
   with pytest.raises(TypeError, match='guessing: inner must be an optax transformation'):
     guessing(inner)
+
+
+def test_masked_gel_transformations_side_by_side_in_a_chain_guess_as_a_partition():
+  """Two GeL states on disjoint ``optax.masked`` parameters change none of each other's
+  updates: accepted (the check of two GeL states in a chain refused them), the guesses those
+  of ``optax.partition``."""
+  params, grads = tree(0), [tree(1), tree(2)]
+  on_w = {'w': True, 'b': False}
+  masked = optax.chain(optax.masked(gel_sgdm(LR, ALPHA), on_w),
+                       optax.masked(gel_sgdm(2 * LR, 0.5), {'w': False, 'b': True}))
+  split = optax.partition({'w': gel_sgdm(LR, ALPHA), 'b': gel_sgdm(2 * LR, 0.5)},
+                          {'w': 'w', 'b': 'b'})
+  _, state = run_steps(masked, params, grads)
+  _, ref = run_steps(split, params, grads)
+  close(guess(state, params, 3)[0], guess(ref, params, 3)[0])
+  overlapping = optax.chain(optax.masked(gel_sgdm(LR, ALPHA), on_w), gel_sgdm(LR, ALPHA))
+  _, state = run_steps(overlapping, params, grads)
+  with pytest.raises(ValueError, match='an optax.chain holds 2 GeL transformations'):
+    guess(state, params, 3)
