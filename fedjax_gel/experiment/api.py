@@ -31,7 +31,7 @@ from fedjax_gel.core.spec import flag_name
 from fedjax_gel.experiment import callbacks as callbacks_lib, cluster, factories, grid as grid_lib
 from fedjax_gel.experiment import files, loop as loop_lib, outputs, planning, sinks
 from fedjax_gel.experiment import workdir as workdir_lib
-from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, first_line, validate
+from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, validate
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -309,27 +309,21 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
     # cannot go stale; a command refused (or whose input is bad) leaves nothing it created.
     created, made = [], []
     try:
-      try:   # several processes: a refusal of one (process 0's lock included) stops the others
+      with cluster.telling_others():   # a refusal of one (process 0's lock too) stops all
         created = workdir_lib.make_workdir(workdir)
         if cluster.writes():
           files.lock(workdir)
           locked.append(workdir)
         p = plan(c, workdir, sweep, overwrite, phases)
-      except Exception as e:
-        cluster.stop_others(first_line(e))
-        raise
       # every process planned the same runs, and read the work directory before it changes
       cluster.agree(plan_record(p, workdir, vmap, overwrite))
-      try:
+      with cluster.telling_others():
         if cluster.writes():
           for w in sorted(set(p.workdirs) - {workdir}):   # a command on a run of this one is refused
             made += workdir_lib.make_workdir(w)
             files.lock(w)
             locked.append(w)
           files.name_holder(workdir)
-      except Exception as e:
-        cluster.stop_others(first_line(e))
-        raise
       agree_on_workdir(workdir)
     except BaseException:   # refused (e.g. too many open files): nothing it created is left
       for w in locked:
@@ -372,8 +366,9 @@ def agree_on_workdir(workdir: str) -> None:
   first checkpoint failed); else a ConfigError in every process."""
   if jax.process_count() > 1:
     cluster.agree({})   # process 0 has written it, or stopped and says why
+    h = files.holder(workdir)
     cluster.agree({'whose lock file the work directory holds (one folder for every process, '
-                   'a shared file system)': files.holder(workdir)})
+                   'a shared file system)': h and f'{h["host"]}:{h["pid"]}'})
 
 
 def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,

@@ -387,11 +387,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   phases = api.loop_lib.Phases(imports=time.perf_counter() - start if start else 0.)
   stops = api.loop_lib.STOP_REQUESTS
   try:
-    try:
+    with cluster.telling_others():
       config, sweep = from_flags(values)
-    except ConfigError as e:
-      cluster.stop_others(str(e))
-      raise
     if stops:   # a stop signal whose KeyboardInterrupt was lost (see loop.STOP_REQUESTS)
       raise KeyboardInterrupt
     api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,

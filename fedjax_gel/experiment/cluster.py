@@ -20,10 +20,11 @@ of waiting for it.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 
-from fedjax_gel.experiment.config import ConfigError
+from fedjax_gel.experiment.config import ConfigError, first_line
 
 
 def initialize(coordinator_address: str, num_processes: int, process_id: int,
@@ -113,6 +114,17 @@ def stop_others(reason: str) -> None:
     _refused.append(reason)
 
 
+@contextlib.contextmanager
+def telling_others():
+  """An error raised inside stops the other processes too, with its first line
+  (``stop_others``); for the steps before the runs' first collective."""
+  try:
+    yield
+  except Exception as e:
+    stop_others(first_line(e))
+    raise
+
+
 def leave() -> None:
   """After a refusal every process shares, leaves JAX's distributed runtime with the others
   (``jax.distributed.shutdown``: process 0's coordination service stays up until every process
@@ -129,15 +141,19 @@ def agree(record: dict) -> None:
   records = gather({'record': record})
   problem = next((f'process {i} of the run stopped: {r["error"]}'
                   for i, r in enumerate(records) if 'error' in r), None)
-  first = records[0]['record'] if problem is None else {}
-  for i, r in enumerate(records[1:] if problem is None else (), 1):
-    theirs = r['record']
-    k = next((k for k in dict.fromkeys([*first, *theirs]) if first.get(k) != theirs.get(k)), None)
-    if k is not None:
-      problem = (f'{k}: process {i} has {theirs.get(k)!r}, process 0 {first.get(k)!r}; every '
-                 'process must run the same command (but --process_id) on the same data and '
-                 'work directory')
-      break
+  problem = problem or difference([r['record'] for r in records])
   if problem is not None:
     _refused.append(problem)
     raise ConfigError(problem)
+
+
+def difference(records: list[dict]) -> str | None:
+  """The first entry in which a process's record differs from process 0's, as one line."""
+  first = records[0]
+  for i, theirs in enumerate(records[1:], 1):
+    for k in dict.fromkeys([*first, *theirs]):
+      if first.get(k) != theirs.get(k):
+        return (f'{k}: process {i} has {theirs.get(k)!r}, process 0 {first.get(k)!r}; every '
+                'process must run the same command (but --process_id) on the same data and '
+                'work directory')
+  return None

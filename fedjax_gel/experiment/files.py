@@ -195,12 +195,9 @@ def lock(workdir: str):
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
     os.close(fd)
-    try:
-      with open(os.path.join(workdir, LOCK)) as f:
-        h = json.load(f)
-      who = f'process {h["pid"]} on {h["host"]} (since {h["since"]}: {h["command"]})'
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-      who = 'another process'
+    h = holder(workdir)
+    who = (f'process {h["pid"]} on {h["host"]} (since {h["since"]}: {h["command"]})' if h else
+           'another process')
     raise ConfigError(f'--workdir={workdir} is in use by {who}; wait for it to finish or stop '
                       'it, or choose another --workdir') from None
   except OSError as e:   # a file system without flock (some network ones): say so, not "in use"
@@ -232,14 +229,16 @@ def name_holder(workdir: str):
   write_atomic(os.path.join(workdir, LOCK), json.dumps(holder).encode())
 
 
-def holder(workdir: str) -> str | None:
-  """``host:pid`` of the holder ``WORKDIR/.lock`` names (``name_holder``); None without one."""
+def holder(workdir: str) -> dict | None:
+  """Who holds ``workdir``'s lock as ``WORKDIR/.lock`` names it (``name_holder``'s pid, host,
+  since, command); None without a readable one."""
   try:
     with open(os.path.join(workdir, LOCK)) as f:
       h = json.load(f)
-    return f'{h["host"]}:{h["pid"]}'
-  except (OSError, ValueError, KeyError, TypeError, RecursionError):
+  except (OSError, ValueError, RecursionError):
     return None
+  fields = ('pid', 'host', 'since', 'command')
+  return h if isinstance(h, dict) and all(k in h for k in fields) else None
 
 
 def unlock(workdir: str):
