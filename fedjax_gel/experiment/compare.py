@@ -4,7 +4,9 @@ Every folder under the given directories that holds a finished run (``config.jso
 ``summary.json``, which a run writes last) is read. The runs must be comparable: the same data
 (every ``DataConfig`` setting), model and target (of the model's main metric); the settings in which they differ
 (algorithms, seeds, learning rates, budgets, ...) are listed in the report's settings table;
-runs whose ``config.json`` record the digest of their data (``data_sha256``) must share it. A
+input files are compared by content, not by path: runs whose ``config.json`` record the digest
+of an input (``workdir.INPUT_FIELDS``: the data, the clients' budgets) must share it, wherever
+the file was read from. A
 run that is there twice (the same algorithm, seed, client learning rate and grid value) is
 refused, as are grids (``grid.json``; their ``report.md`` is their own). The report is the one a
 single command over the same runs writes: ``report.md`` (title, settings, the tables) and
@@ -43,9 +45,9 @@ def find_runs(directory: str) -> list[str]:
 LEAVE_OUT = 'leave the run out of the report, or train it again (launch/run.py --overwrite)'
 
 
-def load_run(run_dir: str) -> tuple[Config, dict, list[dict], str | None]:
-  """``(config, summary, metric records, data digest)`` of a finished run (the digest its
-  ``config.json`` records, None before digests); a ConfigError naming the file that cannot be
+def load_run(run_dir: str) -> tuple[Config, dict, list[dict], dict]:
+  """``(config, summary, metric records, input digests)`` of a finished run (``{field: digest}``
+  of the ``workdir.INPUT_FIELDS`` its ``config.json`` records); a ConfigError naming the file that cannot be
   read, that changed since the run finished (``workdir.check_finished``: the checksums the run
   recorded) or whose settings are not of their fields' types."""
   workdir_lib.check_finished(run_dir, LEAVE_OUT)
@@ -86,24 +88,29 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict], str | None]:
   if bad or not records:
     raise ConfigError(f'{os.path.join(run_dir, "metrics.jsonl")}: '
                       f'{"no records" if not records else "a record without " + str(fields)}')
-  return config, summary, records, parts['config.json'].get(workdir_lib.DATA_FIELD)
+  digests = {f: parts['config.json'][f] for f in workdir_lib.INPUT_FIELDS
+             if f in parts['config.json']}
+  return config, summary, records, digests
 
 
 def comparable_flags(c: Config) -> dict:
   """What runs must share to be compared, as the runs of one command do: the data section, the
   model, the cohort section (clients, budgets, batch, selection, weights), the rounds, the
   evaluations and the target (runs of 20 and 40 clients a round, or evaluated every round and
-  every fifth, gave a paired speedup)."""
-  return {**config_lib.section_flags(c.data), 'model': c.model.name,
-          **config_lib.section_flags(c.cohort), 'num_rounds': c.run.num_rounds,
-          'eval_every': c.run.eval_every, 'train_eval_examples': c.run.train_eval_examples,
-          'target': c.run.target}
+  every fifth, gave a paired speedup); input paths (``workdir.PATH_FIELDS``) but by their
+  digests (``check_comparable``)."""
+  paths = {name for _, name in workdir_lib.PATH_FIELDS}
+  flags = {**config_lib.section_flags(c.data), 'model': c.model.name,
+           **config_lib.section_flags(c.cohort), 'num_rounds': c.run.num_rounds,
+           'eval_every': c.run.eval_every, 'train_eval_examples': c.run.train_eval_examples,
+           'target': c.run.target}
+  return {k: v for k, v in flags.items() if k not in paths}
 
 
-def check_comparable(configs: list[Config], run_dirs: list[str], digests: list):
+def check_comparable(configs: list[Config], run_dirs: list[str], digests: list[dict]):
   """A ConfigError naming the first setting two runs do not share, with both values; then
-  one for runs whose data differ under the same flags (the ``digests`` their ``config.json``
-  records, ``load_run``'s; None for a run of an earlier version)."""
+  one for runs whose inputs differ (the ``digests`` their ``config.json`` records,
+  ``load_run``'s; a run of an earlier version may record none)."""
   first = comparable_flags(configs[0])
   for c, w in zip(configs[1:], run_dirs[1:]):
     for flag, value in comparable_flags(c).items():
@@ -111,13 +118,13 @@ def check_comparable(configs: list[Config], run_dirs: list[str], digests: list):
         raise ConfigError(f'the runs differ in --{flag}: {first[flag]!r} in {run_dirs[0]}, '
                           f'{value!r} in {w}; a report compares runs of the same data, model, '
                           'cohort, rounds, evaluations and target')
-  recorded = [(w, d) for w, d in zip(run_dirs, digests) if d is not None]
-  for w, d in recorded[1:]:
-    if d != recorded[0][1]:
-      raise ConfigError(f'the runs were trained on different data under the same flags '
-                        f'({workdir_lib.DATA_FIELD} {str(recorded[0][1])[:12]!r} in '
-                        f'{recorded[0][0]}, {str(d)[:12]!r} in {w}); a report compares runs '
-                        'of the same data, model and target')
+  for field, what in workdir_lib.INPUT_FIELDS.items():
+    recorded = [(w, d[field]) for w, d in zip(run_dirs, digests) if field in d]
+    for w, d in recorded[1:]:
+      if d != recorded[0][1]:
+        raise ConfigError(f'the runs were trained on different {what} ({field} '
+                          f'{str(recorded[0][1])[:12]!r} in {recorded[0][0]}, {str(d)[:12]!r} '
+                          f'in {w}); a report compares runs of the same data, model and target')
 
 
 def run_key(summary: dict) -> tuple:

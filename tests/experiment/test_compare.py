@@ -128,8 +128,8 @@ def test_runs_on_other_data_under_the_same_flags(made, leaf_writer, tmp_path):
   api.run(c, str(tmp_path / 'a'), out=io.StringIO(), err=io.StringIO())
   leaf_writer(data, seed=1)
   api.run(c.replace(seed=1), str(tmp_path / 'b'), out=io.StringIO(), err=io.StringIO())
-  with pytest.raises(ConfigError, match=r'the runs were trained on different data under the '
-                     r"same flags \(data_sha256 '\w{12}' in .*a, '\w{12}' in .*b\)"):
+  with pytest.raises(ConfigError, match=r'the runs were trained on different data '
+                     r"\(data_sha256 '\w{12}' in .*a, '\w{12}' in .*b\)"):
     compare.compare([str(tmp_path / 'a'), str(tmp_path / 'b')], str(tmp_path / 'r'))
   assert not (tmp_path / 'r').exists()
   (tmp_path / 'b' / 'config.json').write_text('[1, 2]')
@@ -175,3 +175,24 @@ def test_the_command_lines_help_is_plain_text(capsys):
   assert launcher.returncode == 1, launcher.stderr   # absl's exit status for --help
   assert launcher.stdout.startswith('Runs federated experiments: python launch/run.py '
                                     '--flagfile=') and '``' not in launcher.stdout
+
+
+def test_budget_files_are_compared_by_content(made, tmp_path):
+  """Runs whose --client_budgets files hold the same budgets under other paths are compared
+  (a moved file is the same input); the same path rewritten with other budgets is refused."""
+  base, _ = made
+  c = base.replace(budget_draw='per_client', num_rounds=2)
+  budgets = [1, 2, 3] * 3
+  quiet = dict(out=io.StringIO(), err=io.StringIO())
+  for name, seed in (('a', 0), ('b', 1)):
+    path = tmp_path / f'budgets_{name}.json'
+    path.write_text(json.dumps(budgets[:8]))
+    api.run(c.replace(client_budgets=str(path), seed=seed), str(tmp_path / name), **quiet)
+  assert compare.compare([str(tmp_path / 'a'), str(tmp_path / 'b')],
+                         str(tmp_path / 'r1')).startswith('report:')
+  (tmp_path / 'budgets_a.json').write_text(json.dumps(budgets[1:9]))
+  api.run(c.replace(client_budgets=str(tmp_path / 'budgets_a.json'), seed=2),
+          str(tmp_path / 'c'), **quiet)
+  with pytest.raises(ConfigError, match=r"the runs were trained on different client budgets "
+                     r"\(client_budgets_sha256 '\w{12}' in .*a, '\w{12}' in .*c\)"):
+    compare.compare([str(tmp_path / 'a'), str(tmp_path / 'c')], str(tmp_path / 'r2'))
