@@ -280,6 +280,24 @@ def int_list(parser, flag: str, text: str) -> list[int]:
     parser.exit(2, f'error: --{flag} must be comma-separated integers (got {text!r})\n')
 
 
+def at_least(parser, low: int, **flags):
+  """Exit 2 with one line naming the first of ``flags`` (``flag=value``, a number or a list of
+  them) whose value is below ``low``."""
+  for flag, value in flags.items():
+    for v in value if isinstance(value, list) else [value]:
+      if v < low:
+        parser.exit(2, f'error: --{flag} must be {"positive" if low == 1 else f">= {low}"} '
+                       f'(got {v})\n')
+
+
+def budget_range(parser, text: str) -> tuple[int, int]:
+  """``'a,b'`` with ``1 <= a <= b``, or exit 2 with one line naming ``--budget_range``."""
+  budgets = int_list(parser, 'budget_range', text)
+  if len(budgets) != 2 or not 1 <= budgets[0] <= budgets[1]:
+    parser.exit(2, f'error: --budget_range must be a,b with 1 <= a <= b (got {text!r})\n')
+  return budgets[0], budgets[1]
+
+
 def host() -> str:
   try:
     import psutil  # pylint: disable=g-import-not-at-top

@@ -108,8 +108,7 @@ def main(argv=None):
   a.json = common.json_flag(p, a.json)
   counts = common.int_list(p, 'devices', a.devices)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
-  if min(counts + cohorts + [a.repeats]) <= 0:
-    p.exit(2, 'error: --devices, --cohorts and --repeats must be positive\n')
+  common.at_least(p, 1, devices=counts, cohorts=cohorts, repeats=a.repeats)
   if len(set(counts)) < len(counts) or len(set(cohorts)) < len(cohorts):
     p.exit(2, 'error: --devices and --cohorts must not repeat a value\n')
   rows = measure(cohorts, counts, a.repeats)

@@ -139,15 +139,9 @@ def main(argv=None):
   a = p.parse_args(argv)
   a.json = common.json_flag(p, a.json)
   chunk_sizes = common.int_list(p, 'chunk_sizes', a.chunk_sizes)
-  budgets = common.int_list(p, 'budget_range', a.budget_range)
-  if len(budgets) != 2:
-    p.exit(2, f'error: --budget_range must be two integers a,b (got {a.budget_range!r})\n')
-  low, high = budgets
-  if a.num_devices < 0:
-    p.exit(2, f'error: --num_devices must be >= 0 (0: the planner\'s), got {a.num_devices}\n')
-  if min(chunk_sizes) < 0 or not 1 <= low <= high or min(a.cohort, a.repeats, a.batch_size) < 1:
-    p.exit(2, 'error: --cohort, --repeats, --batch_size must be positive, --chunk_sizes >= 0 and '
-              '--budget_range a,b with 1 <= a <= b\n')
+  low, high = common.budget_range(p, a.budget_range)
+  common.at_least(p, 1, cohort=a.cohort, repeats=a.repeats, batch_size=a.batch_size)
+  common.at_least(p, 0, chunk_sizes=chunk_sizes, num_devices=a.num_devices)
   static = {'auto': None, 'true': True, 'false': False}[a.static_steps]
   rows = measure(a.cohort, chunk_sizes, a.repeats, low, high, a.batch_size, static,
                  a.num_devices)

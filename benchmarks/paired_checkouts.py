@@ -98,16 +98,13 @@ def main(argv=None):
   a = p.parse_args(argv)
   tau = common.ROUND_WORKLOADS[a.workload][0]
   a.budget_range = a.budget_range or f'{tau},{tau}'
-  budgets = tuple(common.int_list(p, 'budget_range', a.budget_range))
-  if len(budgets) != 2 or not 1 <= budgets[0] <= budgets[1]:
-    p.exit(2, f'error: --budget_range must be a,b with 1 <= a <= b (got {a.budget_range!r})\n')
+  budgets = common.budget_range(p, a.budget_range)
   if a.single:
     print(json.dumps(measure(a.single[0], a.workload, int(a.single[1]), int(a.single[2]),
                              budgets, a.launch_devices)))
     return
   clients_list = common.int_list(p, 'clients', a.clients)
-  if min(clients_list + [a.pairs, a.rounds]) < 1:
-    p.exit(2, 'error: --clients, --pairs and --rounds must be positive\n')
+  common.at_least(p, 1, clients=clients_list, pairs=a.pairs, rounds=a.rounds)
   for repo in (a.before, a.after):
     if not os.path.isdir(os.path.join(repo, 'fedjax_gel')):
       p.exit(2, f'error: {repo}: not a fedjax_gel checkout (no fedjax_gel/ folder)\n')

@@ -138,9 +138,8 @@ def main():
   if unknown:
     parser.exit(2, f'error: --what: unknown {", ".join(unknown)} (memory, throughput, padding)\n')
   cohorts = common.int_list(parser, 'cohorts', args.cohorts)
-  if min(cohorts + [args.population, args.padding_cohort, args.rounds, args.repeats]) < 1:
-    parser.exit(2, 'error: --cohorts, --population, --padding_cohort, --rounds and --repeats '
-                   'must be positive\n')
+  common.at_least(parser, 1, cohorts=cohorts, population=args.population,
+                  padding_cohort=args.padding_cohort, rounds=args.rounds, repeats=args.repeats)
   print(f'host: {common.host()}; memory and throughput: population {args.population:,} '
         '(LEAF Synthetic\'s 1,000 clients repeated, each client with its own rows)\n')
   if 'memory' in what:

@@ -126,8 +126,7 @@ def main(argv=None):
   model = a.workload != 'synthetic'
   clients = a.clients or (20 if model else 200)
   rounds = a.rounds or (3 if model else 20)
-  if min(clients, rounds, a.top) <= 0:
-    p.exit(2, 'error: --clients, --rounds and --top must be positive\n')
+  common.at_least(p, 1, clients=clients, rounds=rounds, top=a.top)
   if a.xla_layers and not model:
     p.exit(2, 'error: --xla_layers: only with --workload cnn or lstm\n')
   fuse = {'auto': None, 'true': True, 'false': False}[a.fuse_dots]

@@ -168,10 +168,9 @@ def main(argv=None):
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   if a.algorithm not in ALGORITHMS:
     p.exit(2, f'error: --algorithm must be one of {", ".join(ALGORITHMS)} (got {a.algorithm!r})\n')
-  if min(cohorts + [a.tau, a.batch_size, a.repeats]) <= 0:
-    p.exit(2, 'error: --cohorts, --tau, --batch_size and --repeats must be positive\n')
-  if min(a.chunk_size, a.population, a.num_devices) < 0:
-    p.exit(2, 'error: --chunk_size, --population and --num_devices must be >= 0 (0: automatic)\n')
+  common.at_least(p, 1, cohorts=cohorts, tau=a.tau, batch_size=a.batch_size, repeats=a.repeats)
+  common.at_least(p, 0, chunk_size=a.chunk_size, population=a.population,
+                  num_devices=a.num_devices)
   if a.single:
     fuse = {'auto': None, 'true': True, 'false': False}[a.fuse_dots]
     print(json.dumps(measure(a.single, a.tau, a.batch_size, a.repeats, a.chunk_size,

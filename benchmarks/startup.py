@@ -45,8 +45,7 @@ def main():
   parser.add_argument('--json', help='write the rows here')
   args = parser.parse_args()
   args.json = common.json_flag(parser, args.json)
-  if args.repeats < 0:
-    parser.exit(2, f'error: --repeats must be >= 0 (got {args.repeats})\n')
+  common.at_least(parser, 0, repeats=args.repeats)
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
     cache = os.path.join(tmp, 'cache')

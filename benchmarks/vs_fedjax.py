@@ -171,8 +171,7 @@ def main(argv=None):
   a = p.parse_args(argv)
   a.json = common.json_flag(p, a.json)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
-  if min(cohorts + [a.repeats]) <= 0:
-    p.exit(2, 'error: --cohorts and --repeats must be positive\n')
+  common.at_least(p, 1, cohorts=cohorts, repeats=a.repeats)
   rows = measure(a.workload, cohorts, a.repeats)
   common.report(rows, table(rows), a.json)
   xs = [r['cohort'] for r in rows]

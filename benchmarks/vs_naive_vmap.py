@@ -173,11 +173,8 @@ def main(argv=None):
   a = p.parse_args(argv)
   a.json = common.json_flag(p, a.json)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
-  budgets = common.int_list(p, 'budget_range', a.budget_range)
-  if len(budgets) != 2 or not 1 <= budgets[0] <= budgets[1]:
-    p.exit(2, f'error: --budget_range must be a,b with 1 <= a <= b (got {a.budget_range!r})\n')
-  if min(cohorts + [a.batch_size, a.repeats]) <= 0:
-    p.exit(2, 'error: --cohorts, --batch_size and --repeats must be positive\n')
+  budgets = common.budget_range(p, a.budget_range)
+  common.at_least(p, 1, cohorts=cohorts, batch_size=a.batch_size, repeats=a.repeats)
   if a.single:
     print(json.dumps(measure(a.single, tuple(budgets), a.batch_size, a.repeats, a.naive_order)))
     return

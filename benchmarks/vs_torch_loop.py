@@ -411,8 +411,7 @@ def main(argv=None):
     print(json.dumps(measure(a.model, [a.single], a.repeats, a.xla_layers)[0]))
     return
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
-  if min(cohorts + [a.repeats, a.processes]) <= 0:
-    p.exit(2, 'error: --cohorts, --repeats and --processes must be positive\n')
+  common.at_least(p, 1, cohorts=cohorts, repeats=a.repeats, processes=a.processes)
   if max(cohorts) > CLIENTS:
     p.exit(2, f'error: --cohorts: at most {CLIENTS} clients (sampled without replacement)\n')
   if a.processes == 1:

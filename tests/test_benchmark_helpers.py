@@ -4,6 +4,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), 'benchmarks'))
 
@@ -81,7 +82,6 @@ def test_a_population_above_leafs_holds_a_copy_of_each_clients_rows():
 
 def test_json_flag_makes_its_folder_before_the_measurements_or_exits_in_one_line(tmp_path):
   import argparse  # pylint: disable=g-import-not-at-top
-  import pytest  # pylint: disable=g-import-not-at-top
   path = tmp_path / 'new' / 'rows.json'
   assert common.json_flag(argparse.ArgumentParser(), str(path)) == str(path)
   assert path.parent.is_dir() and not path.exists()
@@ -96,3 +96,20 @@ def test_profile_round_names_the_shape_of_a_kernel_that_writes_a_tuple():
   hlo = '\n  %call.6 = (s32[], f32[20,60]{1,0}) call(%p), to_apply=%body\n  %sort.8 = s32[20,65]{1,0} sort('
   assert profile_round.output_shape(hlo, 'call.6') == '(s32[], f32[20,60])'
   assert profile_round.output_shape(hlo, 'sort.8') == 's32[20,65]'
+
+
+def test_flag_checks_name_the_first_bad_flag_and_its_value(capsys):
+  import argparse  # pylint: disable=g-import-not-at-top
+  p = argparse.ArgumentParser()
+  common.at_least(p, 1, cohorts=[20, 200], repeats=3)   # nothing to say
+  assert common.budget_range(p, '4,13') == (4, 13)
+  for call, line in [
+      (lambda: common.at_least(p, 1, cohorts=[20, 0], repeats=0), '--cohorts must be positive (got 0)'),
+      (lambda: common.at_least(p, 0, chunk_size=-2), '--chunk_size must be >= 0 (got -2)'),
+      (lambda: common.budget_range(p, '13,4'), "--budget_range must be a,b with 1 <= a <= b (got '13,4')"),
+      (lambda: common.budget_range(p, '0,4'), "--budget_range must be a,b with 1 <= a <= b (got '0,4')"),
+      (lambda: common.budget_range(p, '4'), "--budget_range must be a,b with 1 <= a <= b (got '4')"),
+      (lambda: common.budget_range(p, '4,x'), "--budget_range must be comma-separated integers (got '4,x')")]:
+    with pytest.raises(SystemExit) as e:
+      call()
+    assert e.value.code == 2 and capsys.readouterr().err == f'error: {line}\n'

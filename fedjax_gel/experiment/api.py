@@ -200,6 +200,7 @@ class Plan:
   grid: tuple | None    # (client lrs, server lrs)
   base: factories.Experiment
   notes: list
+  digests: dict         # workdir_lib.input_digests of the runs' inputs (one data, one budgets)
 
 
 def checked_configs(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
@@ -249,7 +250,8 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
     if st in ('resume', 'extend'):
       notes += workdir_lib.check_resume(w, checkpoint_target(exp, 1 if grid is None else
                                                              len(grid[0]) * len(grid[1])))
-  return Plan(configs, workdirs, status, levels, grid, base, list(dict.fromkeys(notes)))
+  return Plan(configs, workdirs, status, levels, grid, base, list(dict.fromkeys(notes)),
+              digests)
 
 
 def checkpoint_target(exp: factories.Experiment, num_runs: int):
@@ -352,7 +354,7 @@ def plan_record(p: 'Plan', workdir: str, vmap: bool, overwrite: bool = False) ->
   for k in dict.fromkeys(k for r in runs for k in r):
     values = [r.get(k) for r in runs]
     record[k] = values[0] if all(v == values[0] for v in values) else values
-  for field, digest in workdir_lib.input_digests(p.base).items():
+  for field, digest in p.digests.items():
     record[f"the {workdir_lib.INPUT_FIELDS[field]}'s SHA-256"] = digest[:12]
   record['what the work directory holds'] = [
       [os.path.relpath(w, workdir), st] for w, st in zip(p.workdirs, p.status)]
@@ -378,10 +380,9 @@ def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
     for w in dict.fromkeys([workdir] + p.workdirs):   # a grid's heat map is in its run's plots/
       files.remove_temporaries(w)
       files.remove_temporaries(os.path.join(w, 'plots'))
-  digests = workdir_lib.input_digests(p.base)
   extra = None if p.grid is None else grid_lib.grid_fields(*p.grid)
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
-    record = workdir_lib.config_json(x, digests, extra)
+    record = workdir_lib.config_json(x, p.digests, extra)
     if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
       workdir_lib.extend(w, record)
       p.status[i] = 'resume'
