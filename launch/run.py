@@ -15,12 +15,19 @@ import time
 START = time.perf_counter()
 
 
-def _stop(signum, frame):   # SIGTERM while starting: as Ctrl-C (cli.guarded takes over later)
+STOPS = []   # stop signals while starting (cli.guarded takes over later)
+
+
+def _stop(signum, frame):
+  """Ctrl-C or SIGTERM while starting: recorded, and the command stops once its imports are
+  done. (Raised inside them, a KeyboardInterrupt broke NumPy's or jaxlib's extension mid-import,
+  a crash with status 139, or was dropped in a JAX callback and the run went on.)"""
   del signum, frame
-  raise KeyboardInterrupt
+  STOPS.append(True)
 
 
-signal.signal(signal.SIGTERM, _stop)
+for _signal in (signal.SIGINT, signal.SIGTERM):
+  signal.signal(_signal, _stop)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 STARTING = 'interrupted while starting, before anything was written: run the same command again'
@@ -31,7 +38,9 @@ try:
   from fedjax_gel.experiment.config import ConfigError  # pylint: disable=g-import-not-at-top
 
   cli.define_flags(flags.FLAGS)
-except KeyboardInterrupt:
+except KeyboardInterrupt:   # a signal's handler of another library's
+  STOPS.append(True)
+if STOPS:
   print(STARTING, file=sys.stderr)
   sys.exit(130)
 
@@ -41,6 +50,8 @@ def parse(argv):
     rest = cli.parse(argv, flags.FLAGS)
     if flags.FLAGS.only_check_args:   # absl would exit 0 before any of our checks
       sys.exit(cli.check_only(flags.FLAGS, rest))
+    if STOPS:
+      raise KeyboardInterrupt
     return rest
   except ConfigError as e:
     sys.exit(cli.fail(str(e)))
@@ -50,6 +61,7 @@ def parse(argv):
 
 
 def main(argv):
+  cli.api.loop_lib.STOP_REQUESTS.extend(STOPS)   # one dropped since: the command stops
   code = cli.guarded(cli.execute, flags.FLAGS, argv, START)
   # Every output is written and closed by now: exit without the interpreter's teardown of
   # JAX's runtime, which takes about half a second (benchmarks/RESULTS.md, start-up).

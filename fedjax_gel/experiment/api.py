@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from typing import Sequence
 
 import jax
@@ -304,6 +305,7 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
     out = err = open(os.devnull, 'w')  # pylint: disable=consider-using-with
   phases = phases or loop_lib.Phases()
   loop_lib.STOP_REQUESTS.clear()   # stop signals count from this command on
+  loop_lib.FORWARDED.clear()
   workdir = workdir or default_workdir(expand(c, sweep), sweep)
   locked = []
   try:
@@ -361,14 +363,23 @@ def plan_record(p: 'Plan', workdir: str, vmap: bool, overwrite: bool = False) ->
   return record
 
 
+# Seconds a process waits to see the lock file process 0 wrote: a shared file system may show
+# another host's new file late (NFS caches a folder's entries and a file's absence a few seconds).
+LOCK_VISIBLE_S = 10.
+
+
 def agree_on_workdir(workdir: str) -> None:
   """Several processes: each sees, in its own ``workdir``, the lock file process 0 wrote there
   (``files.name_holder``), so that they share one work directory (on several hosts a shared
   file system: fresh folders of the same name on each host agree on everything else, and the
-  first checkpoint failed); else a ConfigError in every process."""
+  first checkpoint failed); else a ConfigError in every process. A process that does not see
+  one yet looks again for up to ``LOCK_VISIBLE_S``."""
   if jax.process_count() > 1:
     cluster.agree({})   # process 0 has written it, or stopped and says why
-    h = files.holder(workdir)
+    h, deadline = files.holder(workdir), time.monotonic() + LOCK_VISIBLE_S
+    while h is None and time.monotonic() < deadline:
+      time.sleep(0.25)
+      h = files.holder(workdir)
     cluster.agree({'whose lock file the work directory holds (one folder for every process, '
                    'a shared file system)': h and f'{h["host"]}:{h["pid"]}'})
 

@@ -250,6 +250,8 @@ def read_meta(workdir: str, round_idx: int, target) -> dict:
   try:
     data = _read(os.path.join(file, 'meta.msgpack'))
     _verify(file, data)
+    if data['round'] != round_idx:   # a copy or a rename: resumed, it would skip rounds
+      raise ValueError(f'it holds the state of round {data["round"]}')
   except Exception as e:  # pylint: disable=broad-except  # any damage reads as one line
     raise _error(file, e) from None
   try:

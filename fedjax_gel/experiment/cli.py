@@ -372,6 +372,7 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
                        values.heartbeat_timeout)
   except ValueError as e:
     return fail(str(e))
+  api.loop_lib.share_stops()   # several processes: a stop signal stops them all, at one round
   configure_cpu()   # before JAX starts: each CPU core a device of the mesh, small loops fused
   try:
     compilation_cache.enable(values.compilation_cache)
@@ -389,8 +390,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   try:
     with cluster.telling_others():
       config, sweep = from_flags(values)
-    if stops:   # a stop signal whose KeyboardInterrupt was lost (see loop.STOP_REQUESTS)
-      raise KeyboardInterrupt
+      if stops:   # a stop while starting (launch/run.py), or one whose KeyboardInterrupt was lost
+        raise KeyboardInterrupt
     api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,
             phases=phases)
   except (ConfigError, DataError) as e:
@@ -398,7 +399,9 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     cluster.leave()   # a refusal every process shares: they leave the runtime together
     return code
   except KeyboardInterrupt as e:
-    return interrupted(e)
+    code = interrupted(e)
+    cluster.leave()   # a stop every process shares (told, or agreed after a round): leave together
+    return code
   except OSError as e:   # the disk, permissions, a link planted mid-run: one line
     return fail(os_error(e))
   except Exception as e:  # pylint: disable=broad-except
@@ -411,7 +414,9 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
           'resume from the last checkpoint', file=sys.stderr)
     return 1
   if stops:   # asked to stop in a run's last round, or while writing the report
-    return interrupted(KeyboardInterrupt())
+    code = interrupted(KeyboardInterrupt())
+    cluster.leave()
+    return code
   cluster.sync('finished')   # process 0, the coordinator, ends last
   if cluster.writes():
     total = f', total {time.perf_counter() - start:.1f} s' if start else ''

@@ -117,16 +117,50 @@ def stop_others(reason: str) -> None:
 @contextlib.contextmanager
 def telling_others():
   """An error raised inside stops the other processes too, with its first line
-  (``stop_others``); for the steps before the runs' first collective."""
+  (``stop_others``), and so does Ctrl-C or a stop signal; for the steps before the runs' first
+  collective."""
   try:
     yield
+  except KeyboardInterrupt:
+    stop_others(INTERRUPTED)
+    raise
   except Exception as e:
     stop_others(first_line(e))
     raise
 
 
+INTERRUPTED = 'interrupted (Ctrl-C or a stop signal)'
+
+
+def agrees_on_stops() -> bool:
+  """Whether the processes stop together on a stop signal (``stop_agreed``): several
+  processes with JAX's preemption service (``jax_enable_preemption_service``, on by default)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top
+  return (jax.process_count() > 1 and
+          distributed.global_state.preemption_sync_manager is not None)
+
+
+_rounds = itertools.count(1)   # the rounds stepped by this process (every process: the same)
+
+
+def stop_agreed() -> bool:
+  """Called after every round: whether every process stops after this one. With several
+  processes JAX's preemption service holds SIGTERM (the loop sends it Ctrl-C too): a signal to
+  any process starts its protocol, which picks the next round every process reaches (the
+  largest round any has dispatched, plus one) and makes this true there in all of them, so
+  that they write the same checkpoint and stop together. False with one process."""
+  if not agrees_on_stops():
+    return False
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  if multihost_utils.reached_preemption_sync_point(next(_rounds)):
+    _refused.append(INTERRUPTED)   # every process stops: they leave the runtime together
+    return True
+  return False
+
+
 def leave() -> None:
-  """After a refusal every process shares, leaves JAX's distributed runtime with the others
+  """After a refusal or a stop every process shares, leaves JAX's distributed runtime with the others
   (``jax.distributed.shutdown``: process 0's coordination service stays up until every process
   has left; a process still running when it went was killed by the runtime, status 134)."""
   if _refused:

@@ -246,8 +246,10 @@ def unlock(workdir: str):
   too; a killed one leaves ``.lock`` behind, which names a dead holder and is replaced)."""
   fd = _held.pop(os.path.realpath(workdir), None)
   if fd is not None:
-    if os.path.isfile(os.path.join(workdir, LOCK)):
+    try:   # a folder turned read-only: the error under way (a failed write) is the one to tell
       os.remove(os.path.join(workdir, LOCK))
+    except OSError:   # the lock goes with the descriptor; a stale .lock is replaced
+      pass
     os.close(fd)
 
 

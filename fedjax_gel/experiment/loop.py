@@ -17,12 +17,18 @@ each run's totals and tells the callbacks what happened:
 * ``on_end(loop)``: after the last round, or when every run has diverged.
 
 Round metrics stay on the device until a callback needs them (``Loop.sync``), so the loop does
-not wait on the device between rounds.
+not wait on the device between rounds, but with several processes: XLA's CPU client runs a
+process's programs on a thread pool as soon as their inputs are ready, so a round and the
+program after it (the next cohort's draw, an evaluation, a barrier) could run at once, their
+collectives in one order in one process and in the other in another; gloo then pairs the wrong
+all-reduces and every process hangs (1 run in 4 of 400 rounds, two processes). There each round
+is waited for (``Loop.step``), so that one program is in flight at a time.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import signal
 import time
 from typing import Sequence
@@ -32,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_gel.core import devices, keys, runs as runs_lib, store as store_lib
+from fedjax_gel.experiment import cluster
 from fedjax_gel.experiment.config import Config
 
 # (total, RoundMetrics field) summed over a run's rounds.
@@ -190,6 +197,8 @@ class Loop:
     cohort = self.cohort0 if r == self.start else self.sample(r)
     self.state, metrics = self.round_fn(self.state, self.hparams, cohort, self.exp.train,
                                         self.roots, np.int32(r))
+    if jax.process_count() > 1:   # one program in flight at a time (see the module's doc)
+      jax.block_until_ready(self.state)
     self.pending.append((r + 1, metrics))
     self.done, self.cohort, self.metrics = r + 1, cohort, metrics
 
@@ -220,19 +229,47 @@ def stop_signal(signum, frame):
   raise KeyboardInterrupt
 
 
+FORWARDED: list = []   # several processes: the Ctrl-C sent on as SIGTERM (forward_stop)
+
+
+def forward_stop(signum, frame):
+  """Several processes' Ctrl-C handler: sent on as SIGTERM to JAX's preemption service, which
+  stops every process after one and the same round (``cluster.stop_agreed``); a process that
+  stopped on its own would leave the others in that round's collectives. A second one
+  interrupts this process at once."""
+  if FORWARDED:
+    stop_signal(signum, frame)
+  FORWARDED.append(True)
+  os.kill(os.getpid(), signal.SIGTERM)
+
+
+def share_stops():
+  """Once several processes joined (``cluster.agrees_on_stops``): Ctrl-C goes to
+  ``forward_stop``, SIGTERM stays with JAX's preemption service. Outside the main thread:
+  no-op."""
+  if cluster.agrees_on_stops():
+    try:
+      signal.signal(signal.SIGINT, forward_stop)
+    except ValueError:
+      pass
+
+
 @contextlib.contextmanager
 def deferred_interrupt():
   """Within it, a first Ctrl-C (SIGINT) or SIGTERM is only recorded in ``STOP_REQUESTS``, the
   flag it returns, so that the loop can stop between rounds (with a checkpoint); a second one
   interrupts at once. A stop asked for earlier (one lost while compiling) is the first. Outside
-  the main thread: no-op."""
+  the main thread: no-op. Several processes: ``share_stops``' handlers, the stop recorded in
+  every process after the same round (``cluster.stop_agreed``)."""
   def handler(signum, frame):
     if STOP_REQUESTS:
       stop_signal(signum, frame)
     STOP_REQUESTS.append(True)
 
+  handlers = ({signal.SIGINT: forward_stop} if cluster.agrees_on_stops() else
+              dict.fromkeys(STOP_SIGNALS, handler))
   try:
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    previous = {s: signal.signal(s, h) for s, h in handlers.items()}
   except ValueError:   # not the main thread: signals stay as they are
     yield STOP_REQUESTS
     return
@@ -260,6 +297,8 @@ def train(loop: Loop, callbacks: Sequence) -> Loop:
         with loop.phases.time('train'):
           loop.step(r)
         loop.emit('on_round', r + 1)
+        if cluster.stop_agreed():   # several processes: a stop signal to any, this round
+          interrupted.append(True)
         if interrupted and r + 1 < loop.num_rounds:
           loop.emit('on_interrupt', r + 1)
           raise Interrupted(r + 1)

@@ -202,3 +202,53 @@ def test_a_work_directory_in_use_stops_every_process_with_one_line(tmp_path, tin
     assert code == 2 and len(lines) == 1 and ours(out) == [], (i, err[-2000:])
     assert 'is in use by' in lines[0]
   assert ours(runs[1][2])[0].startswith('error: process 0 of the run stopped: ')
+
+
+def test_a_lock_file_seen_late_is_waited_for(monkeypatch, tmp_path):
+  """A shared file system may show process 0's new ``.lock`` to another host a few seconds
+  late (NFS): the process looks again before it compares; one that never sees it gives None."""
+  from fedjax_gel.experiment import api, cluster  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import files as files_lib  # pylint: disable=g-import-not-at-top
+  told, seen = [], iter([None, None, {'host': 'h', 'pid': 7}])
+  monkeypatch.setattr(api.jax, 'process_count', lambda: 2)
+  monkeypatch.setattr(cluster, 'agree', told.append)
+  monkeypatch.setattr(files_lib, 'holder', lambda w: next(seen))
+  api.agree_on_workdir(str(tmp_path))
+  assert told[0] == {} and list(told[1].values()) == ['h:7']
+  monkeypatch.setattr(files_lib, 'holder', lambda w: None)
+  monkeypatch.setattr(api, 'LOCK_VISIBLE_S', 0.3)
+  start = time.monotonic()
+  api.agree_on_workdir(str(tmp_path))
+  assert list(told[3].values()) == [None] and time.monotonic() - start >= 0.3
+
+
+@pytest.mark.parametrize('sig, target', [(signal.SIGTERM, 1), (signal.SIGINT, 0)],
+                         ids=['sigterm-to-1', 'sigint-to-0'])
+def test_a_stop_signal_to_one_process_stops_every_process_after_the_same_round(
+    tmp_path, tiny_leaf_file, sig, target):
+  """SIGTERM to any process (JAX's preemption service holds it; it was swallowed and the run
+  went on to its end) or Ctrl-C (sent on to that service): every process stops after the same
+  round with its checkpoint and status 130; the same command then finishes the run, its
+  metrics those of an uninterrupted run to the bit."""
+  more = ('--num_rounds=300', '--eval_every=50', '--checkpoint_every=0',
+          '--heartbeat_timeout=30')
+  whole, stopped = tmp_path / 'whole', tmp_path / 'stopped'
+  for code, _, err in together(2, 1, tiny_leaf_file, whole, *more):
+    assert code == 0, err[-2000:]
+  procs = together(2, 1, tiny_leaf_file, stopped, *more, wait=False)
+  deadline = time.time() + 200
+  while not (stopped / 'metrics.jsonl').exists() and procs[0].poll() is None:
+    assert time.time() < deadline
+    time.sleep(0.02)
+  os.kill(procs[target].pid, sig)
+  outs = [p.communicate(timeout=200) for p in procs]
+  lasts = [ours(err)[-1] for _, err in outs]
+  assert [p.returncode for p in procs] == [130, 130], lasts
+  assert lasts[0] == lasts[1] and lasts[0].startswith('interrupted after round '), lasts
+  done = int(lasts[0].split()[3].rstrip(','))
+  assert done < 300 and (stopped / f'checkpoint-{done}').is_dir()
+  for code, _, err in together(2, 1, tiny_leaf_file, stopped, *more):
+    assert code == 0, err[-2000:]
+  assert [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(stopped)] == [
+      {k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(whole)]
+  assert (stopped / 'model.msgpack').read_bytes() == (whole / 'model.msgpack').read_bytes()

@@ -565,3 +565,19 @@ def test_a_group_resumed_from_its_common_checkpoint_and_killed_again_resumes(tin
     assert metrics(workdir / seed) == metrics(whole / seed)
     assert ((workdir / seed / 'model.msgpack').read_bytes() ==
             (whole / seed / 'model.msgpack').read_bytes())
+
+
+def test_a_stop_signal_while_starting_is_never_lost(tiny_leaf_file, tmp_path):
+  """A signal at any moment of the start-up (imports, flags, data, compilation) ends the command
+  with 130 and one line. Raised inside the imports, it crashed NumPy's or jaxlib's extension
+  (status 139) or was dropped in a JAX callback, and the run trained to its end (status 0)."""
+  sigs = (signal.SIGTERM, signal.SIGINT)
+  for i, delay in enumerate((0.15, 0.25, 0.4, 0.6, 0.9, 1.3)):
+    workdir = tmp_path / f'w{i}'
+    proc = subprocess.Popen(command(tiny_leaf_file, workdir), cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(delay)
+    proc.send_signal(sigs[i % 2])
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and 'Traceback' not in err, (delay, err[-2000:])
+    assert err.strip().splitlines()[-1].startswith('interrupted'), (delay, err[-2000:])

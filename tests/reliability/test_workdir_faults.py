@@ -187,6 +187,22 @@ def test_a_flipped_bit_in_a_checkpoint_is_caught(finished, tmp_path):
   assert snapshot(other) == before
 
 
+def test_a_checkpoint_under_another_rounds_name_is_not_resumed(finished, tmp_path):
+  """A checkpoint folder copied or renamed to a later round's name held round 1's state under
+  round 3's: resumed, rounds 2 and 3 were skipped without a word. Now one line, nothing changed;
+  without it the run resumes from its true last checkpoint."""
+  workdir = tmp_path / 'run'
+  unfinished(workdir, crash_round=2)
+  shutil.copytree(workdir / 'checkpoint-1', workdir / 'checkpoint-3')
+  before = snapshot(workdir)
+  helpers.assert_one_line_error(run(workdir, '--checkpoint_every=1'), 'checkpoint-3',
+                                'it holds the state of round 1')
+  assert snapshot(workdir) == before
+  shutil.rmtree(workdir / 'checkpoint-3')
+  assert run(workdir, '--checkpoint_every=1').returncode == 0
+  assert model_bytes(workdir) == finished[1]
+
+
 @pytest.mark.parametrize('damage, words', [
     ('append', ('metrics.jsonl', 'changed since the run finished')),
     ('remove', ('metrics.jsonl', 'missing')),
@@ -489,3 +505,22 @@ def test_a_keyboard_interrupt_python_cannot_raise_is_recorded_not_printed():
   code, err = guarded(work)
   assert code == 0
   assert 'KeyboardInterrupt' not in err and 'ValueError: shown' in err
+
+def test_a_lock_file_that_cannot_be_removed_does_not_hide_the_error_under_way(
+    tmp_path, monkeypatch):
+  """A work directory turned read-only mid-run: the failed write is the error to tell, not the
+  ``.lock`` that ``unlock`` could not remove; the lock itself is released."""
+  files.lock(str(tmp_path))
+  files.name_holder(str(tmp_path))
+
+  def refuse(path):
+    raise PermissionError(errno.EPERM, 'Operation not permitted', path)
+  monkeypatch.setattr(files.os, 'remove', refuse)
+  with pytest.raises(OSError, match='report.md'):
+    try:
+      raise OSError(errno.EROFS, 'Read-only file system', str(tmp_path / 'report.md'))
+    finally:
+      files.unlock(str(tmp_path))
+  monkeypatch.undo()
+  files.lock(str(tmp_path))   # released: taken again at once
+  files.unlock(str(tmp_path))
