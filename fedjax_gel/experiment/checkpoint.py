@@ -34,6 +34,7 @@ import re
 import shutil
 
 import jax
+from absl import logging as absl_logging
 from flax import serialization
 
 from fedjax_gel.experiment import cluster, files
@@ -91,8 +92,12 @@ def leftovers(workdir: str) -> list[str]:
 
 def _orbax(method: str, directory: str, args_of):
   """``Checkpointer.save`` or ``.restore`` of orbax's synchronous checkpointer on
-  ``directory`` with ``args_of(orbax.checkpoint)``; closed after use."""
+  ``directory`` with ``args_of(orbax.checkpoint)``; closed after use. Orbax's own log is
+  quiet meanwhile: its writer threads log each failure (a disk that fills up during the save)
+  with a traceback, pages of them, where the error it raises is told in one line."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top  # 0.2 s: when needed
+  verbosity = absl_logging.get_verbosity()
+  absl_logging.set_verbosity(absl_logging.FATAL)
   checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
   try:
     if method == 'save':
@@ -100,6 +105,7 @@ def _orbax(method: str, directory: str, args_of):
     return checkpointer.restore(directory, args=args_of(ocp))
   finally:
     checkpointer.close()
+    absl_logging.set_verbosity(verbosity)
 
 
 def _devices(leaves) -> int:

@@ -12,6 +12,7 @@ apart by their tags (e.g. ``client_lr, server_lr``), and one TensorBoard folder 
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import os
@@ -78,6 +79,17 @@ def cell(value):
   return value
 
 
+@contextlib.contextmanager
+def naming(folder: str):
+  """An OSError that names no file (tensorboardX's on a full disk) names ``folder``."""
+  try:
+    yield
+  except OSError as e:
+    if e.filename is not None:
+      raise
+    raise OSError(e.errno, e.strerror or str(e), folder) from e
+
+
 class TensorBoardWriter(callbacks.Callback):
   """TensorBoard event files: ``WORKDIR/tensorboard/`` for a run, ``.../tensorboard/<tags>/``
   for each run sharing a work directory; every numeric field of a record is a scalar at its
@@ -89,25 +101,28 @@ class TensorBoardWriter(callbacks.Callback):
 
   def on_start(self, loop):
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-    self.writers = {}
+    self.writers, self.logdirs = {}, {}
     for i, run in enumerate(loop.runs):
       name = ','.join(f'{k}={v:g}' for k, v in run.tags.items())
-      logdir = os.path.join(run.workdir, 'tensorboard', name)
+      self.logdirs[i] = logdir = os.path.join(run.workdir, 'tensorboard', name)
       shutil.rmtree(logdir, ignore_errors=True)
-      self.writers[i] = SummaryWriter(logdir)
+      with naming(logdir):
+        self.writers[i] = SummaryWriter(logdir)
       for record in run.records:
         self.add(loop, i, record)
     self.flush()
 
   def add(self, loop, i: int, record: dict):
-    for k, v in record.items():
-      if (k not in self.SKIP and k not in loop.runs[i].tags and isinstance(v, (int, float)) and
-          not isinstance(v, bool)):
-        self.writers[i].add_scalar(k, v, record['round'])
+    with naming(self.logdirs[i]):
+      for k, v in record.items():
+        if (k not in self.SKIP and k not in loop.runs[i].tags and isinstance(v, (int, float))
+            and not isinstance(v, bool)):
+          self.writers[i].add_scalar(k, v, record['round'])
 
   def flush(self):
-    for w in self.writers.values():
-      w.flush()
+    for i, w in self.writers.items():
+      with naming(self.logdirs[i]):
+        w.flush()
     self.flushed = time.monotonic()
 
   FLUSH_S = 5.   # events reach the disk at most this many seconds late (and at the end)
@@ -121,8 +136,9 @@ class TensorBoardWriter(callbacks.Callback):
 
   def close(self, loop, *args):
     del args
-    for w in self.writers.values():
-      w.close()
+    for i, w in self.writers.items():
+      with naming(self.logdirs[i]):
+        w.close()
 
   on_interrupt = close
   on_end = close

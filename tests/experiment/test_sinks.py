@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from fedjax_gel.experiment import api, factories
+from fedjax_gel.experiment import api, factories, sinks
 from fedjax_gel.experiment.config import make
 
 
@@ -95,3 +95,20 @@ def test_a_resumed_runs_events_are_rewritten_from_its_records(tiny_leaf_file, tm
   expected = [('test_accuracy', r['round'], pytest.approx(r['test_accuracy'], rel=1e-6))
               for r in records(tmp_path)]
   assert scalars == expected and [s for _, s, _ in scalars] == [0, 1, 2, 3, 4]
+
+
+def test_a_failed_tensorboard_write_names_its_folder(tmp_path):
+  """tensorboardX's OSError on a full disk names no file: the one line said 'a file: no space
+  left'; it names the run's TensorBoard folder, and errors naming their file pass as they are."""
+  import errno  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import cli  # pylint: disable=g-import-not-at-top
+  folder = str(tmp_path / 'tensorboard')
+  with pytest.raises(OSError) as e:
+    with sinks.naming(folder):
+      raise OSError(errno.ENOSPC, 'No space left on device')
+  assert e.value.filename == folder and e.value.errno == errno.ENOSPC
+  assert cli.os_error(e.value).startswith(f'{folder}: no space left on the device')
+  with pytest.raises(OSError) as e:
+    with sinks.naming(folder):
+      raise OSError(errno.EACCES, 'Permission denied', '/elsewhere/file')
+  assert e.value.filename == '/elsewhere/file'

@@ -306,6 +306,21 @@ def test_a_full_disk_is_one_line_and_the_same_command_resumes(finished, tmp_path
   assert model_bytes(workdir) == finished[1]
 
 
+def test_orbax_is_quiet_while_it_writes_and_its_failure_is_raised(tmp_path):
+  """A disk that fills up during a save: orbax's writer threads logged pages of tracebacks
+  before the one line. Its log is quiet within ``_orbax`` (the error itself still raised) and as
+  it was after."""
+  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+  before, seen = absl_logging.get_verbosity(), []
+
+  def args_of(ocp):
+    seen.append(absl_logging.get_verbosity())
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / 'state'))
+  with pytest.raises(OSError, match='No space left'):
+    checkpoint._orbax('save', str(tmp_path / 'state'), args_of)
+  assert seen == [absl_logging.FATAL] and absl_logging.get_verbosity() == before
+
+
 @pytest.mark.skipif(not os.path.exists('/dev/full'), reason='no /dev/full')
 def test_a_write_that_fails_on_a_full_device_names_the_file():
   """A full disk fails a write at its flush or close, with an OSError that names no file: the
