@@ -128,9 +128,18 @@ def _read(name: str, split: str, data_dir) -> tuple[np.ndarray, np.ndarray, np.n
   """``(uint8 images [n, H, W, C], int32 labels [n], int32 superclasses [n] or None)``."""
   spec = _spec(name)
   fields = ['image', 'label'] + ([spec.coarse_key] if spec.coarse_key else [])
-  ex = read_source(data_source(spec.tfds_name, split, data_dir), fields)
-  images, labels = ex['image'], ex['label']
   where = f'{name} ({spec.tfds_name}, split {split!r}, data_dir={_data_dir_root(data_dir)})'
+  try:
+    ex = read_source(data_source(spec.tfds_name, split, data_dir), fields)
+  except (DataError, MemoryError):
+    raise
+  except Exception as e:  # pylint: disable=broad-except  # damaged: protobuf's, ArrayRecord's, ...
+    message = str(e).strip().splitlines()
+    raise DataError(f'{where} cannot be read ({message[0] if message else type(e).__name__}); '
+                    f'a preparation that was stopped or a damaged file leaves this: remove '
+                    f'{os.path.join(_data_dir_root(data_dir), spec.tfds_name)} and prepare it '
+                    f'again with: {prepare_command(spec.tfds_name, data_dir)}') from None
+  images, labels = ex['image'], ex['label']
   if not len(labels):
     raise DataError(f'{where} holds no examples')
   if images.shape[1:] != spec.shape or images.dtype != np.uint8:

@@ -153,6 +153,25 @@ def task_classes(dataset: str) -> int | None:
   return leaf_tasks.CLASSES.get(dataset)
 
 
+# Classes (max label + 1) beyond this many and this many times the distinct labels are taken
+# for a stray label (one label 1,000,000 among 10 classes built a model of 1,000,001 outputs).
+SPARSE_CLASSES, SPARSE_RATIO = 10_000, 100
+
+
+def check_classes(name: str, where: str, y: np.ndarray, classes: int):
+  """A classifier's labels ``y`` (classes ``max label + 1``) name at least two classes and not
+  far more classes than labels they hold (``SPARSE_*``), else a ConfigError: one class scores
+  accuracy 1 by construction."""
+  if classes == 1:
+    raise ConfigError(f'--model={name}: {where} holds only label 0, one class; a classifier '
+                      'needs at least two (its accuracy would be 1 by construction)')
+  distinct = len(np.unique(y))
+  if classes > SPARSE_CLASSES and classes > SPARSE_RATIO * distinct:
+    raise ConfigError(f'--model={name}: {where} holds {distinct} distinct labels up to '
+                      f'{classes - 1}, a model of {classes} classes; number the labels '
+                      f'0..{distinct - 1}')
+
+
 def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   """``--model`` for the data's input shape and outputs: the task's classes where they are fixed
   (``task_classes``: FEMNIST's 62, ...; a label beyond them is refused), else ``max label + 1``
@@ -172,7 +191,7 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
                       f'{"token ids" if tokens else "numeric features"}; use {need}')
   y = np.concatenate([np.asarray(split.train.examples['y']), np.asarray(split.test.examples['y'])])
   targets = np.issubdtype(y.dtype, np.floating)
-  top = spec_lib.INT32_MAX
+  top = spec_lib.INT32_MAX - 1   # the classes, max label + 1, are an int32 too
   if not targets and (not np.issubdtype(y.dtype, np.integer) or y.min(initial=0) < 0 or
                       y.max(initial=0) > top):
     got = ('string labels' if y.dtype.kind == 'U' else
@@ -191,6 +210,8 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
       raise ConfigError(f'--dataset={c.data.dataset} has {fixed} classes, 0..{fixed - 1}; {where} '
                         f'holds label {outputs - 1}')
     outputs = fixed   # not fewer for a sample of the data that lacks the last classes
+  elif not targets:
+    check_classes(name, where, y, outputs)
   try:
     model = models.get_model(name, x.shape[1:], outputs, vocab_size=vocab)
   except Exception as e:  # pylint: disable=broad-except

@@ -140,6 +140,20 @@ def test_not_prepared_is_one_line_with_the_command(name, tfds_name, tmp_path):
   assert list(tmp_path.iterdir()) == []  # nothing downloaded or written
 
 
+def test_a_damaged_preparation_is_one_line_with_the_command(tmp_path):
+  """A damaged folder (here a ``dataset_info.json`` cut short) raised protobuf's ParseError
+  with a traceback."""
+  info = tmp_path / 'mnist' / '3.0.1' / 'dataset_info.json'
+  info.parent.mkdir(parents=True)
+  info.write_text('{bad')
+  with pytest.raises(DataError) as e:
+    tfds_data.load('mnist', data_dir=tmp_path)
+  msg = str(e.value)
+  assert '\n' not in msg and msg.startswith(f"mnist (mnist, split 'train', data_dir={tmp_path}) "
+                                            'cannot be read (')
+  assert f'remove {tmp_path / "mnist"} and prepare it again with: ' in msg
+
+
 def png(image):
   from PIL import Image  # pylint: disable=g-import-not-at-top
   buffer = io.BytesIO()

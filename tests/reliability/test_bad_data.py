@@ -130,6 +130,24 @@ def test_bad_leaf_file_is_one_line(tmp_path, name):
   assert_refused(proc, workdir, f'{path}:', *words)
 
 
+@pytest.mark.parametrize('labels, words', [
+    # max label + 1 classes overflowed int32: a traceback from the memory planner
+    ('[0, 2147483647, 0, 1]', ['needs labels 0, 1, ... up to 2147483646', 'label 2147483647']),
+    # a one-class classifier: accuracy 1 and "rounds to target: 0" without a word
+    ('[0, 0, 0, 0]', ['holds only label 0, one class']),
+    # one stray label built a model of 1,000,001 outputs (minutes a round)
+    ('[0, 1000000, 0, 1]', ['holds 3 distinct labels up to 1000000', 'number the labels 0..2']),
+])
+def test_labels_that_make_no_classifier_are_one_line(tmp_path, labels, words):
+  data = valid()
+  text = json.dumps(data).replace('"y": [0, 1, 0, 1]', f'"y": {labels}',
+                                  2 if labels == '[0, 0, 0, 0]' else 1)
+  path = tmp_path / 'labels.json'
+  path.write_text(text)
+  proc, workdir = run(tmp_path, path, '--clients_per_round=2')
+  assert_refused(proc, workdir, '--model=logistic', *words)
+
+
 def test_train_and_test_features_must_match(tmp_path):
   for part, width in (('train', 2), ('test', 3)):
     (tmp_path / 'leaf' / part).mkdir(parents=True)
