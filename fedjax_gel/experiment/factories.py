@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Callable, NamedTuple
 
 import jax
@@ -346,6 +347,9 @@ def load_client_budgets(k: config_lib.CohortConfig, train) -> np.ndarray | None:
         raise ConfigError(f'{where}: client {name!r} is given twice')
       named[name] = value
     return named
+  if os.path.exists(k.client_budgets) and not os.path.isfile(k.client_budgets):
+    what = 'a directory' if os.path.isdir(k.client_budgets) else 'a pipe or device'
+    raise ConfigError(f'{where}: not a regular file ({what}; a pipe was waited on forever)')
   try:
     with open(k.client_budgets, encoding='utf-8') as f:
       found = json.load(f, object_pairs_hook=unique)

@@ -2,6 +2,7 @@
 budget files (names, order, bad files), as the CLI's flags and from Python."""
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -59,10 +60,16 @@ def test_per_client_budgets_file(base, tmp_path, form):
     ('[1, 2, 3, 1, 2, 3, true, 1]', 'budget True is not an integer'),
     ('[1, 2, 3, 1, 2, 3, 1.5, 1]', 'budget 1.5 is not an integer'),
     ('{"u0": 1, "u0": 3}', "client 'u0' is given twice"),   # the last one was kept
+    ('fifo', 'not a regular file (a pipe or device'),
+    ('folder', 'not a regular file (a directory'),
 ])
 def test_bad_budget_files_are_one_line_errors(base, tmp_path, content, words):
   path = tmp_path / 'budgets.json'
-  if content is not None:
+  if content == 'fifo':   # a named pipe: open() waited for a writer forever
+    os.mkfifo(path)
+  elif content == 'folder':
+    path.mkdir()
+  elif content is not None:
     path.write_text(content)
   with pytest.raises(ConfigError, match='--client_budgets=') as e:
     factories.prepare(base.replace(budget_draw='per_client', client_budgets=str(path)))
