@@ -57,7 +57,7 @@ import numpy as np
 import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
-from fedjax_gel.algorithms.fedavg import static_zero
+from fedjax_gel.algorithms.fedavg import AT_LEAST_ZERO, POSITIVE, UNIT, check, static_zero
 from fedjax_gel.core import store
 from fedjax_gel.core.checks import positive_int
 from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, within
@@ -142,6 +142,7 @@ def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
   """SCAFFOLD with option II control variates; ``server_optimizer`` (default ``optax.sgd(1.0)``)
   steps on ``Delta`` (its learning rate is SCAFFOLD's global ``eta_g``); ``weights``: ``q_j``
   (``[num_clients]``, summing to 1; default ``1/N``) of ``c = sum_j q_j c_j``."""
+  check(name, 'client_lr', client_lr, POSITIVE)
   server_optimizer = server_optimizer or optax.sgd(1.0)
   num_clients = positive_int(name, 'num_clients', num_clients)
   q = (np.full(num_clients, 1. / num_clients) if weights is None else
@@ -178,6 +179,8 @@ def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
 def feddyn(loss_fn: Callable, client_lr: float, mu: float, num_clients: int,
            name: str = 'feddyn') -> FederatedAlgorithm:
   """FedDyn with dynamic-regulariser weight ``mu`` (FedDyn's ``alpha``)."""
+  check(name, 'client_lr', client_lr, POSITIVE)
+  check(name, 'mu', mu, AT_LEAST_ZERO)
   num_clients = positive_int(name, 'num_clients', num_clients)
   def server_init(params):
     return FedDynState(params, tree_map(jnp.zeros_like, params), store.zeros(params, num_clients))
@@ -203,6 +206,9 @@ def feddyn(loss_fn: Callable, client_lr: float, mu: float, num_clients: int,
 def adabest(loss_fn: Callable, client_lr: float, mu: float, beta: float, num_clients: int,
             name: str = 'adabest') -> FederatedAlgorithm:
   """AdaBest with local-estimate weight ``mu`` and server decay ``beta``."""
+  check(name, 'client_lr', client_lr, POSITIVE)
+  check(name, 'mu', mu, AT_LEAST_ZERO)
+  check(name, 'beta', beta, UNIT)
   num_clients = positive_int(name, 'num_clients', num_clients)
   def server_init(params):
     row = AdaBestRow(tree_map(jnp.zeros_like, params), jnp.zeros((), jnp.int32))

@@ -12,6 +12,7 @@ averaging (FedNova).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -37,6 +38,21 @@ class NormalizedUpload(NamedTuple):
   """FedNova's upload: ``Delta_i / ||a_i||_1`` and ``||a_i||_1``."""
   delta: Any
   norm: jax.Array
+
+
+# Rules of ``check`` for the builders' numeric arguments, as the command line's ranges.
+POSITIVE = (lambda x: 0 < x < math.inf, 'positive and finite')
+AT_LEAST_ZERO = (lambda x: 0 <= x < math.inf, '>= 0 and finite')
+UNIT = (lambda x: 0 <= x <= 1, 'in [0, 1]')
+MOMENTUM = (lambda m: 0 <= m < 1, 'in [0, 1)')
+
+
+def check(where: str, name: str, value, rule) -> None:
+  """A known ``value`` outside ``rule`` (``POSITIVE``, ...) is a ValueError, a non-number a
+  TypeError, each naming ``where`` and ``name``; schedules and traced values pass
+  (``guessed.check_hyperparameter``): a learning rate of -1 or NaN, or a string, failed deep
+  inside optax or trained a non-finite model."""
+  guessed.check_hyperparameter(f'{where}: {name}', value, *rule)
 
 
 def static_zero(value) -> bool:
@@ -139,7 +155,8 @@ def fedavgcm(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
              server_optimizer: optax.GradientTransformation | None = None) -> FederatedAlgorithm:
   """FedAvg with client momentum (GeL's FedAvgCM baseline): client ``optax.sgd(lr, momentum)``;
   a concrete momentum outside ``[0, 1)`` is a ValueError, as for GeL's ``gel_sgdm``."""
-  guessed.check_hyperparameter('momentum', momentum, lambda m: 0 <= m < 1, 'in [0, 1)')
+  check('fedavgcm', 'client_lr', client_lr, POSITIVE)
+  check('fedavgcm', 'momentum', momentum, MOMENTUM)
   return fedavg(loss_fn, optax.sgd(client_lr, momentum=momentum), server_optimizer, 'fedavgcm')
 
 

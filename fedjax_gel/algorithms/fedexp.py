@@ -26,7 +26,7 @@ import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.core.spec import AlgorithmSpec, hparam, positive
-from fedjax_gel.algorithms.fedavg import local_sgd
+from fedjax_gel.algorithms.fedavg import POSITIVE, check, local_sgd
 
 
 class FedExPState(NamedTuple):
@@ -55,6 +55,8 @@ def fedexp(loss_fn: Callable, client_lr: float, eps: float = 1e-3,
            average_last_two: bool = True) -> FederatedAlgorithm:
   """FedExP with client SGD; ``average_last_two``: the model evaluated is
   ``(x^t + x^{t-1}) / 2`` (else ``x^t``)."""
+  check('fedexp', 'client_lr', client_lr, POSITIVE)
+  check('fedexp', 'eps', eps, POSITIVE)
   base = local_sgd(loss_fn, optax.sgd(client_lr), name='fedexp')
 
   def server_init(params):

@@ -12,13 +12,15 @@ import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam
-from fedjax_gel.algorithms.fedavg import local_sgd
+from fedjax_gel.algorithms.fedavg import AT_LEAST_ZERO, POSITIVE, check, local_sgd
 from fedjax_gel.models.base import Model, max_entropy_loss
 
 
 def fedmax(model: Model, client_lr: float, beta: float = 1.0,
            server_optimizer: optax.GradientTransformation | None = None) -> FederatedAlgorithm:
   """FedMAX with client SGD and entropy weight ``beta``."""
+  check('fedmax', 'client_lr', client_lr, POSITIVE)
+  check('fedmax', 'beta', beta, AT_LEAST_ZERO)
   return local_sgd(max_entropy_loss(model, beta), optax.sgd(client_lr), server_optimizer,
                    name='fedmax')
 

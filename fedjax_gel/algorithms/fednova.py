@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm
-from fedjax_gel.algorithms.fedavg import local_sgd, static_zero
+from fedjax_gel.algorithms.fedavg import MOMENTUM, POSITIVE, check, local_sgd, static_zero
 from fedjax_gel.algorithms.gel import GelHparams, GuessPolicy, check_guesses, checked_policy
 from fedjax_gel.core.spec import AlgorithmSpec
 from fedjax_gel.optim.guessed import gel_sgdm, momentum_coefficients_l1
@@ -23,6 +23,8 @@ from fedjax_gel.optim.guessed import gel_sgdm, momentum_coefficients_l1
 def fednova(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
             server_optimizer: optax.GradientTransformation | None = None) -> FederatedAlgorithm:
   """FedNova with client SGD(M)."""
+  check('fednova', 'client_lr', client_lr, POSITIVE)
+  check('fednova', 'momentum', momentum, MOMENTUM)
   def normalizer(ctx: ClientContext):
     return momentum_coefficients_l1(ctx.budget, jnp.zeros_like(ctx.guesses), momentum)
 
@@ -37,6 +39,7 @@ def fednova_gel(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
   """FedNova + GeL: SGDM with zero-proxy guesses (eq. 5), normalised by Lemma 1's
   ``||a_i||_1``; ``guess_policy`` defaults to GeL's ``tau' = b + 5 - tau_i``. The client
   learning rate is a constant (the normaliser assumes one)."""
+  check('fednova_gel', 'client_lr', client_lr, POSITIVE)
   policy = checked_policy('fednova_gel', guess_policy, 'zero', momentum)
 
   def normalizer(ctx: ClientContext):

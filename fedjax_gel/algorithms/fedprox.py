@@ -14,7 +14,8 @@ from typing import Callable
 import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
-from fedjax_gel.algorithms.fedavg import local_sgd, static_zero
+from fedjax_gel.algorithms.fedavg import (AT_LEAST_ZERO, MOMENTUM, POSITIVE, check, local_sgd,
+                                          static_zero)
 from fedjax_gel.algorithms.gel import GelHparams, GuessPolicy, check_guesses, checked_policy
 from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam
 from fedjax_gel.optim.guessed import gel_sgdm
@@ -24,6 +25,9 @@ def fedprox(loss_fn: Callable, client_lr: optax.ScalarOrSchedule, mu: float = 0.
             momentum: float = 0.9, server_optimizer: optax.GradientTransformation | None = None
             ) -> FederatedAlgorithm:
   """FedProx with client SGD(M)."""
+  check('fedprox', 'client_lr', client_lr, POSITIVE)
+  check('fedprox', 'mu', mu, AT_LEAST_ZERO)
+  check('fedprox', 'momentum', momentum, MOMENTUM)
   sgd = optax.sgd(client_lr, momentum=None if static_zero(momentum) else momentum)
   return local_sgd(loss_fn, sgd, server_optimizer,
                    prox_mu=mu, name='fedprox')
@@ -36,6 +40,8 @@ def fedprox_gel(loss_fn: Callable, client_lr: optax.ScalarOrSchedule, mu: float 
   """FedProx + GeL: proximal SGDM with zero-proxy guesses (the last-gradient proxy would carry
   the proximal term into the guesses); ``guess_policy`` defaults to GeL's ``tau' = b + 5 -
   tau_i``."""
+  check('fedprox_gel', 'client_lr', client_lr, POSITIVE)
+  check('fedprox_gel', 'mu', mu, AT_LEAST_ZERO)
   policy = checked_policy('fedprox_gel', guess_policy, 'zero', momentum)
   return local_sgd(loss_fn, gel_sgdm(client_lr, momentum), server_optimizer, prox_mu=mu,
                    client_guesses=policy.counts, name='fedprox_gel')

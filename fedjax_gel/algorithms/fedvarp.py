@@ -33,7 +33,7 @@ import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.algorithms.drift import client_weights, mean_row
-from fedjax_gel.algorithms.fedavg import local_sgd
+from fedjax_gel.algorithms.fedavg import POSITIVE, check, local_sgd
 from fedjax_gel.core import store
 from fedjax_gel.core.spec import AlgorithmSpec, hparam, int_range
 
@@ -59,6 +59,7 @@ def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
     clusters: ``[N]`` int cluster of each client (ClusterFedVARP), or None (one memory each).
     name: display name.
   """
+  check(name, 'client_lr', client_lr, POSITIVE)
   server_optimizer = server_optimizer or optax.sgd(1.0)
   weights = client_weights(f'{name}: memory_weights', memory_weights)
   row_of = store.by_client

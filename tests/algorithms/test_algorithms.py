@@ -332,3 +332,42 @@ def test_fedexp_step_size_is_at_least_one():
 def test_fedavgcm_refuses_a_momentum_outside_zero_to_one(loss, momentum):
   with pytest.raises(ValueError, match=r'momentum must be in \[0, 1\)'):
     algorithms.fedavgcm(loss, LR, momentum)
+
+
+@pytest.mark.parametrize('build, error, words', [
+    # a string failed deep inside optax, NaN trained a non-finite model, -1 climbed the loss:
+    # the command line refused them all, the Python builders did not
+    (lambda loss, model: algorithms.fedavgcm(loss, '0.1'), TypeError,
+     "fedavgcm: client_lr must be a number, got '0.1'"),
+    (lambda loss, model: algorithms.fedavgcm(loss, float('nan')), ValueError,
+     'fedavgcm: client_lr must be positive and finite, got nan'),
+    (lambda loss, model: algorithms.fedavgcm(loss, -1.), ValueError, 'client_lr must be positive'),
+    (lambda loss, model: algorithms.fedprox(loss, LR, mu=-5.), ValueError,
+     'fedprox: mu must be >= 0 and finite, got -5.0'),
+    (lambda loss, model: algorithms.fedprox_gel(loss, 0.), ValueError,
+     'fedprox_gel: client_lr must be positive'),
+    (lambda loss, model: algorithms.fednova(loss, LR, momentum=1.), ValueError,
+     r'fednova: momentum must be in \[0, 1\)'),
+    (lambda loss, model: algorithms.fednova_gel(loss, np.inf), ValueError,
+     'fednova_gel: client_lr must be positive'),
+    (lambda loss, model: algorithms.fedmax(model, LR, beta=-1.), ValueError,
+     'fedmax: beta must be >= 0'),
+    (lambda loss, model: algorithms.fedexp(loss, LR, eps=0.), ValueError,
+     'fedexp: eps must be positive'),
+    (lambda loss, model: algorithms.fedvarp(loss, 'x', [.5, .5]), TypeError,
+     'fedvarp: client_lr must be a number'),
+    (lambda loss, model: algorithms.scaffold(loss, -0.1, 4), ValueError,
+     'scaffold: client_lr must be positive'),
+    (lambda loss, model: algorithms.feddyn(loss, LR, -1., 4), ValueError,
+     'feddyn: mu must be >= 0'),
+    (lambda loss, model: algorithms.adabest(loss, LR, 0.1, 1.5, 4), ValueError,
+     r'adabest: beta must be in \[0, 1\], got 1.5'),
+])
+def test_builders_refuse_a_bad_rate_or_weight_naming_it(loss, model, build, error, words):
+  with pytest.raises(error, match=words):
+    build(loss, model)
+
+
+def test_builders_take_schedules_and_traced_rates(loss):
+  algorithms.fedavgcm(loss, optax.constant_schedule(LR))
+  jax.jit(lambda lr: algorithms.fedprox(loss, lr, mu=0.).name and lr)(jnp.float32(LR))
