@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import jax
 
+from fedjax_gel.core.checks import is_whole
+
 # Purposes: fixed small integers, part of the reproducibility contract; never renumber.
 INIT = 0      # initial model (round-independent)
 COHORT = 1    # which clients take part
@@ -15,7 +17,15 @@ BUDGET = 2    # local step budgets tau_i
 CLIENT = 3    # per-client randomness (data shuffle, algorithm draws)
 
 
+SEED_MAX = 2**32 - 1   # a key holds 32 bits of the seed: 2**32 and 0 gave the same key
+
+
 def root_key(seed: int) -> jax.Array:
+  """The run's key of ``seed``, an integer in ``[0, SEED_MAX]`` (else a ValueError: seeds
+  beyond it, or negative ones, collided with others without a word); a traced seed as it is."""
+  if not isinstance(seed, jax.core.Tracer) and not (
+      is_whole(seed) and 0 <= int(seed) <= SEED_MAX):
+    raise ValueError(f'root_key: seed must be an integer in [0, {SEED_MAX}], got {seed!r}')
   return jax.random.key(seed)
 
 

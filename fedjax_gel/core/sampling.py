@@ -10,6 +10,7 @@ import numpy as np
 
 from fedjax_gel.core import keys
 from fedjax_gel.core.checks import is_whole, positive_int
+from fedjax_gel.core.spec import INT32_MAX
 from fedjax_gel.core.shuffle import epoch_steps
 
 WEIGHTINGS = ('samples_seen', 'num_examples', 'uniform')
@@ -101,6 +102,13 @@ class CohortSpec:
       raise ValueError(f'CohortSpec: budget_unit={self.budget_unit!r} with budget_draw='
                        f'{self.budget_draw!r} needs max_examples, the largest client\'s number '
                        f'of examples (got {self.max_examples})')
+    # the round counts, draws and indexes its examples in int32: an OverflowError deep in JAX,
+    # or a crash of the runtime (a cohort of 2**40)
+    examples = self.cohort_size * self.max_budget * self.batch_size
+    if examples > INT32_MAX:
+      raise ValueError(f'CohortSpec: a round of cohort_size x max_budget x batch_size = '
+                       f'{self.cohort_size} x {self.max_budget} x {self.batch_size} = {examples} '
+                       f'examples exceeds the int32 limit {INT32_MAX}')
 
   @property
   def steps_per_epoch(self) -> int:

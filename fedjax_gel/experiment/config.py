@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from fedjax_gel.core.keys import SEED_MAX
 from fedjax_gel.core.spec import (INT32_MAX, AlgorithmSpec, NoHparams, at_least, flag_name,
                                   hparam, int_range, one_of, positive, problems, within)
 from fedjax_gel.data import registry as data_registry
@@ -44,8 +45,7 @@ def first_line(e: BaseException) -> str:
 
 
 # Seeds: jax.random.key keeps a seed's low 32 bits (others alias one of these), NumPy's
-# RandomState takes no other.
-SEED_MAX = 2**32 - 1
+# RandomState takes no other (``keys.SEED_MAX``).
 seed_range = int_range(0, SEED_MAX, ' (a 32-bit PRNG seed)')
 
 

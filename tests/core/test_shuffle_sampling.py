@@ -182,6 +182,10 @@ def test_cyclic_group_too_small_without_replacement():
     (dict(budget_range=(0, 3)), '1 <= a <= b'),
     (dict(batch_size=0), 'batch_size'),
     (dict(weighting='bogus'), 'unknown weighting'),
+    # beyond int32 a round failed deep in JAX, or its runtime crashed (a cohort of 2**40)
+    (dict(batch_size=2**40), r'4 x 3 x 1099511627776 = \d+ examples exceeds the int32 limit'),
+    (dict(budget_range=(2**33, 2**33 + 1)), 'exceeds the int32 limit'),
+    (dict(cohort_size=2**40, replace=True), 'exceeds the int32 limit'),
 ])
 def test_cohort_spec_rejects_bad_fields(kwargs, match):
   fields = dict(cohort_size=4, budget_range=(1, 3), batch_size=2) | kwargs
@@ -316,3 +320,12 @@ def test_cohort_spec_replace_must_be_a_bool():
   with pytest.raises(ValueError, match="replace must be True or False, got 'no'"):
     CohortSpec(4, (1, 3), 2, replace='no')
   assert CohortSpec(4, (1, 3), 2, replace=np.bool_(False)).replace is False
+
+
+@pytest.mark.parametrize('seed', [2**32, 2**40, -1, 1.5, 'a', True])
+def test_root_key_refuses_seeds_that_would_collide(seed):
+  """``root_key(2**32)`` was ``root_key(0)``'s key, and -1 was taken: two seeds, one run."""
+  with pytest.raises(ValueError, match=r'root_key: seed must be an integer in \[0, 4294967295\]'):
+    keys.root_key(seed)
+  assert not np.array_equal(jax.random.key_data(keys.root_key(2**32 - 1)),
+                            jax.random.key_data(keys.root_key(0)))
