@@ -44,16 +44,37 @@ class FederatedData(NamedTuple):
 def from_client_arrays(
     clients: Sequence[Examples], client_names: Sequence[str] | None = None
 ) -> FederatedData:
-  """Builds a pool from one dict of equally keyed numpy arrays per client (host side)."""
+  """Builds a pool from one dict of equally keyed numpy arrays per client (host side): every
+  client the same features, each with one row per example, rows of one shape across clients,
+  float features finite; else a ValueError naming the client and the feature."""
+  where = 'from_client_arrays'
   if not clients:
     raise ValueError('a federated dataset needs at least one client')
+  for i, c in enumerate(clients):
+    if not isinstance(c, Mapping) or not c:
+      raise ValueError(f'{where}: client {i} must be a dict of feature arrays, got '
+                       f'{type(c).__name__}')
   keys = sorted(clients[0])
-  counts = np.array([len(c[keys[0]]) for c in clients], dtype=np.int32)
-  for c, n in zip(clients, counts):
-    if sorted(c) != keys or any(len(c[k]) != n for k in keys):
-      raise ValueError('every client needs the same fields, each with one row per example')
+  arrays = [{k: np.asarray(v) for k, v in c.items()} for c in clients]
+  for i, c in enumerate(arrays):
+    if sorted(c) != keys:
+      raise ValueError(f'{where}: every client needs the same features; client {i} has '
+                       f'{sorted(c)}, client 0 {keys}')
+    for k, a in c.items():
+      first = arrays[0][k]
+      if a.ndim == 0 or first.ndim == 0 or a.shape[1:] != first.shape[1:]:
+        raise ValueError(f'{where}: client {i}\'s {k!r} has shape {a.shape}, client 0\'s '
+                         f'{first.shape}: each feature needs one row per example, rows of one '
+                         'shape')
+      if len(a) != len(c[keys[0]]):
+        raise ValueError(f'{where}: client {i} has {len(c[keys[0]])} rows of {keys[0]!r} but '
+                         f'{len(a)} of {k!r}; every feature needs one row per example')
+      if a.dtype.kind in 'fc' and not np.isfinite(a).all():
+        raise ValueError(f'{where}: client {i}\'s {k!r} holds values that are not finite (NaN '
+                         'or infinite)')
+  counts = np.array([len(c[keys[0]]) for c in arrays], dtype=np.int32)
   offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
-  examples = {k: np.concatenate([np.asarray(c[k]) for c in clients]) for k in keys}
+  examples = {k: np.concatenate([c[k] for c in arrays]) for k in keys}
   names = tuple(client_names) if client_names is not None else tuple(str(i) for i in range(len(clients)))
   return check_pool(FederatedData(examples, offsets, counts, names), 'from_client_arrays',
                     text=True)

@@ -94,3 +94,21 @@ def test_host_pools_may_hold_text_until_a_task_turns_it_into_numbers():
     fd.from_client_arrays([{'x': np.asarray([object(), object()]), 'y': np.zeros(2)}])
   with pytest.raises(ValueError, match="to_device: feature 'x'"):
     fd.to_device(text)
+
+
+@pytest.mark.parametrize('clients, words', [
+    ([np.zeros((3, 3))], "client 0 must be a dict of feature arrays, got ndarray"),
+    ([{'x': np.float32(1.), 'y': np.zeros(1)}], "client 0's 'x' has shape ()"),
+    ([{'x': np.zeros((2, 3)), 'y': np.zeros(2)}, {'x': np.zeros((2, 4)), 'y': np.zeros(2)}],
+     "client 1's 'x' has shape (2, 4), client 0's (2, 3)"),
+    ([{'x': np.zeros((2, 3)), 'y': np.zeros(3)}], "client 0 has 2 rows of 'x' but 3 of 'y'"),
+    ([{'x': np.zeros((2, 3))}, {'z': np.zeros((2, 3))}], "client 1 has ['z'], client 0 ['x']"),
+    ([{'x': np.zeros((2, 3))}, {'x': np.array([[0., np.nan, 0.]] * 2)}],
+     "client 1's 'x' holds values that are not finite"),
+])
+def test_client_arrays_that_make_no_pool_name_the_client(clients, words):
+  """numpy's own messages ('truth value of an array is ambiguous', a concatenate's shapes) did
+  not say which client, and NaN features trained a non-finite model without a word."""
+  with pytest.raises(ValueError) as e:
+    fd.from_client_arrays(clients)
+  assert str(e.value).startswith('from_client_arrays: ') and words in str(e.value)
