@@ -32,7 +32,8 @@ from fedjax_gel.core.spec import flag_name
 from fedjax_gel.experiment import callbacks as callbacks_lib, cluster, factories, grid as grid_lib
 from fedjax_gel.experiment import files, loop as loop_lib, outputs, planning, sinks
 from fedjax_gel.experiment import workdir as workdir_lib
-from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, validate
+from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment.config import Config, ConfigError, validate
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -87,31 +88,42 @@ def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
   if len({f'{v:g}' for v in sweep.client_lrs}) != len(sweep.client_lrs):
     raise ConfigError(f'--client_lr_grid: values too close to tell apart in directory names '
                       f'(got {",".join(map(str, sweep.client_lrs))})')
-  variants = server_variants([x for a in (sweep.algorithms or [c.algorithm])
+  variants = read_variants([x for a in (sweep.algorithms or [c.algorithm])
                               for x in algorithm_variants(c, a, sweep)])
   check_hparam_grid(sweep, variants)
   return [validate(y) for s in seeds for x in variants for lr in lrs
           for y in hparam_variants(x.replace(seed=s, client_lr=lr), sweep)]
 
 
-def server_variants(configs: list[Config]) -> list[Config]:
-  """The server optimiser's flags (``--server_*``) go to the algorithms that apply one; those
-  with a server step of their own (``AlgorithmSpec.own_server``: FedDyn, AdaBest, FedExP, the
-  FedGBO family) run with the flags' defaults, which their ``config.json`` then records. A
-  flag set away from its default that no algorithm of the command reads is a ConfigError naming
-  it (it would change nothing)."""
-  if all(not x.spec.own_server for x in configs):
-    return configs
-  default = ServerConfig()
-  if any(not x.spec.own_server for x in configs):
-    return [dataclasses.replace(x, server=default) if x.spec.own_server else x for x in configs]
-  for field in dataclasses.fields(ServerConfig):
-    value = getattr(configs[0].server, field.name)
-    if value != getattr(default, field.name):
-      names = ','.join(dict.fromkeys(x.algorithm.name for x in configs))
-      raise ConfigError(f'--{flag_name(field)}={value}: --algorithm={names} sets its own server '
-                        'step and applies no server optimiser; drop the flag')
-  return configs
+def read_variants(configs: list[Config]) -> list[Config]:
+  """Each run's settings that it does not read (``config.unread_flags``: another dataset's,
+  another server optimiser's, the server's with an algorithm whose server step is its own, ...)
+  at their defaults, which its ``config.json`` then records; a setting away from its default
+  that no run of the command reads is a ConfigError naming it (it would change nothing, and the
+  run's records listed it as if it had). One flag file serves several algorithms and datasets:
+  a setting read by one run of the command is kept for that run."""
+  unread = [config_lib.unread_flags(x) for x in configs]
+  fields = config_lib.section_flag_names()
+  first = configs[0]
+  for flag, why in unread[0].items():
+    section, field = fields[flag]
+    value, default = getattr(getattr(first, section), field.name), field.default
+    if value != default and all(flag in u for u in unread):
+      if all(u[flag] == config_lib.OWN_SERVER.format(f'--algorithm={x.algorithm.name}')
+             for x, u in zip(configs, unread)):   # one line for the algorithms together
+        names = ','.join(dict.fromkeys(x.algorithm.name for x in configs))
+        why = config_lib.OWN_SERVER.format(f'--algorithm={names}')
+      raise ConfigError(f'--{flag}={value}: {why}; drop the flag')
+  out = []
+  for x, u in zip(configs, unread):
+    changes = {}
+    for flag in u:
+      section, field = fields[flag]
+      if getattr(getattr(x, section), field.name) != field.default:
+        changes.setdefault(section, {})[field.name] = field.default
+    out.append(dataclasses.replace(x, **{
+        sec: dataclasses.replace(getattr(x, sec), **vals) for sec, vals in changes.items()}))
+  return out
 
 
 def hparam_variants(c: Config, sweep: Sweep) -> list[Config]:

@@ -457,6 +457,68 @@ def parse_budget_range(text: str) -> tuple[int, int]:
   return a, b
 
 
+# The data settings each kind of dataset reads (a registered loader reads them all).
+_SYNTHETIC = ('leaf_synthetic', 'fedprox_synthetic')
+_DATA_READERS = {
+    'char_vocabulary': ('shakespeare',), 'split_gap': ('shakespeare', 'leaf'),
+    'sent140_features': ('sent140',), 'vocab_size': ('sent140',), 'seq_len': ('sent140',),
+    'fedprox_alpha': ('fedprox_synthetic',), 'fedprox_beta': ('fedprox_synthetic',),
+    'fedprox_iid': ('fedprox_synthetic',), 'leaf_split': LEAF_DATASETS,
+    'num_clients': TFDS_DATASETS, 'partition': TFDS_DATASETS,
+    'dirichlet_alpha': TFDS_DATASETS, 'pachinko_beta': TFDS_DATASETS, 'data_dir': TFDS_DATASETS,
+    'train_fraction': LEAF_DATASETS + _SYNTHETIC, 'image_dir': ('celeba',),
+}
+# The server settings each server optimiser reads.
+_SERVER_READERS = {
+    'server_momentum': ('momentum',),
+    'server_beta1': ('fedadam', 'fedyogi', 'fedadagrad', 'adam', 'yogi'),
+    'server_beta2': ('fedadam', 'fedyogi', 'adam', 'yogi'),
+    'server_tau': ('fedadam', 'fedyogi', 'fedadagrad', 'adam', 'yogi', 'adagrad'),
+}
+
+
+OWN_SERVER = '{} sets its own server step and applies no server optimiser'
+
+
+def unread_flags(c: Config) -> dict[str, str]:
+  """``{flag: why}`` of the settings ``c``'s run does not read, so that their value changes
+  nothing: data settings of other datasets, the selection rules' of other rules, the client
+  momentum of algorithms whose clients take plain steps, server settings of other server
+  optimisers (all of them with an algorithm whose server step is its own). ``api.expand``
+  records them at their defaults and refuses one set away from its default that no run of the
+  command reads; a work directory's runs are compared without them (``workdir.run_status``)."""
+  d, k, spec = c.data, c.cohort, c.spec
+  out = {}
+  if d.dataset not in data_registry.LOADERS:
+    for flag, readers in _DATA_READERS.items():
+      if d.dataset not in readers:
+        out[flag] = f'--dataset={d.dataset} does not read it'
+  if d.leaf_sample == 'none':
+    out['leaf_fraction'] = out['leaf_iid_users'] = 'read only with --leaf_sample'
+  elif d.leaf_sample != 'iid':
+    out['leaf_iid_users'] = f'read only with --leaf_sample=iid (got {d.leaf_sample})'
+  if d.partition != 'pachinko':
+    out.setdefault('pachinko_beta', f'read only with --partition=pachinko (got {d.partition})')
+  if k.client_selection != 'cyclic':
+    out['cyclic_groups'] = (f'read only with --client_selection=cyclic (got '
+                            f'{k.client_selection})')
+  if k.client_selection != 'power_of_d':
+    out['power_d'] = out['power_loss'] = (f'read only with --client_selection=power_of_d (got '
+                                          f'{k.client_selection})')
+  if not spec.momentum:
+    out['client_momentum'] = (f'--algorithm={spec.name} does not read it (its clients take '
+                              'steps without momentum)')
+  server = [flag_name(f) for f in dataclasses.fields(ServerConfig)]
+  if spec.own_server:
+    out.update(dict.fromkeys(server, OWN_SERVER.format(f'--algorithm={spec.name}')))
+  else:
+    opt = spec.server_optimizer or c.server.optimizer
+    for flag, readers in _SERVER_READERS.items():
+      if opt not in readers:
+        out[flag] = f'--server_optimizer={opt} does not read it'
+  return out
+
+
 def validate(c: Config) -> Config:
   """Checks every field (its own check, from its metadata) and the rules across fields; raises
   ConfigError with one line naming the flag and the problem."""

@@ -12,7 +12,6 @@ or extended. A checkpoint holds the checksum of
 """
 from __future__ import annotations
 
-import dataclasses
 import errno
 import hashlib
 import json
@@ -23,9 +22,9 @@ from typing import Optional
 
 import numpy as np
 
-from fedjax_gel.core import spec as spec_lib
 from fedjax_gel.experiment import checkpoint, cluster, files, report
-from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, json_extras
+from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment.config import Config, ConfigError, json_extras
 from fedjax_gel.models import tasks
 
 
@@ -108,7 +107,8 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     raise unreadable from None
   now = json.loads(json.dumps({**c.flags(), **(extra or {})}))
   before = json.loads(json.dumps(before))
-  ignore = ('checkpoint_every', 'tensorboard', *INPUT_FIELDS) + unread(c)   # check_inputs'
+  # check_inputs' fields; the settings the run does not read (an earlier version recorded them)
+  ignore = ('checkpoint_every', 'tensorboard', *INPUT_FIELDS, *config_lib.unread_flags(c))
   differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
   if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
       now['num_rounds'] > before['num_rounds']):
@@ -183,15 +183,6 @@ def record_inputs(workdir: str, config: dict):
   file = os.path.join(workdir, 'config.json')
   if cluster.writes() and any(k in config and k not in read_json(file) for k in INPUT_FIELDS):
     write_json(file, config)
-
-
-def unread(c: Config) -> tuple[str, ...]:
-  """The flags ``c``'s run does not read, which an earlier version recorded as given: the
-  server optimiser's with an algorithm whose server step is its own, ``--image_dir`` but with
-  CelebA (``run_status`` does not compare them)."""
-  server = tuple(spec_lib.flag_name(f) for f in dataclasses.fields(ServerConfig))
-  return (server if c.spec.own_server else ()) + (
-      () if c.data.dataset == 'celeba' else ('image_dir',))
 
 
 # A finished run's outputs whose checksums its summary.json holds.

@@ -780,3 +780,19 @@ def test_a_diverged_run_says_so_in_its_line(base_config, tmp_path):
   assert summary['status'] == 'diverged'
   assert (f'(diverged after round {summary["diverged_round"]}: its last finite evaluation)'
           in out.getvalue().splitlines()[0])
+
+
+def test_a_setting_is_kept_for_the_runs_that_read_it_and_recorded_at_its_default_elsewhere():
+  """One flag file serves several algorithms: --client_momentum=0.5 with FedAvg and FedAvgCM
+  is FedAvgCM's (FedAvg's clients take no momentum: its config records the default, as it
+  records the server's defaults for an algorithm with a server step of its own)."""
+  runs = api.expand(make(client_momentum=0.5, server_optimizer='momentum', server_momentum=0.3),
+                    api.Sweep(algorithms=['fedavg', 'fedavgcm', 'feddyn']))
+  by_name = {x.algorithm.name: x for x in runs}
+  assert by_name['fedavgcm'].algorithm.client_momentum == 0.5
+  assert by_name['fedavg'].algorithm.client_momentum == 0.9   # the default
+  assert by_name['fedavg'].server.momentum == by_name['fedavgcm'].server.momentum == 0.3
+  assert by_name['feddyn'].server.momentum == 0. and by_name['feddyn'].server.optimizer == 'sgd'
+  with pytest.raises(ConfigError, match=r'--server_beta1=0.5: --server_optimizer=momentum does '
+                     r'not read it; drop the flag'):
+    api.expand(make(server_optimizer='momentum', server_beta1=0.5))
