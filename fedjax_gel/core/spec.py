@@ -57,6 +57,9 @@ def problems(record, checks: bool = True) -> list[str]:
     elif isinstance(value, float) and abs(value) > FLOAT32_MAX:
       found.append(f'--{name} must lie within float32\'s range, +-3.4e38 (got {value:g}): the '
                    'device computes in float32, where it would be infinite')
+    elif isinstance(value, float) and value != 0 and np.float32(value) == 0:
+      found.append(f'--{name} is 0 in float32, which the device computes in (got {value:g}): '
+                   'the smallest float32 is about 1.4e-45')
     elif checks and field.metadata.get('check') is not None:
       try:
         problem = field.metadata['check'](name, value)

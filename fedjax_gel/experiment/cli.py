@@ -279,7 +279,10 @@ def parse_files(argv, values: flags.FlagValues):
   except flags.Error as e:
     text = (str(e).splitlines() or ['bad flags'])[0]
     text = text.removeprefix('ERROR:: ').removeprefix('ERROR: ')
-    origin = [f'--flagfile={p} line {n}: ' for p, n, line in lines if f'flag {line}:' in text]
+    unknown = re.search(r"Unknown command line flag '([^']+)'", text)
+    origin = [f'--flagfile={p} line {n}: ' for p, n, line in lines
+              if (line.lstrip('-').split('=')[0] == unknown.group(1) if unknown else
+                  f'flag {line}:' in text)]
     origin = origin[0] if len(origin) == 1 else ''   # the same text twice: no guess
     raise ConfigError(shorter(origin + text, 300)) from None
   except ValueError as e:   # absl's logging flags check their values themselves

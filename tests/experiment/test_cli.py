@@ -125,6 +125,7 @@ BAD_INPUT = [
     ('--num_rounds=abc', '--num_rounds'),
     ('--client_lr=inf', '--client_lr must be a finite number'),
     ('--client_lr=1e39', '--client_lr', "float32's range"),
+    ('--client_lr=1e-320', '--client_lr is 0 in float32'),   # passed as positive; nothing trained
     (f'{LEAF} --model=femnist_cnn', '--model=femnist_cnn does not take the examples of {data}',
      'expected images'),
     ('--workdir=', '--workdir is empty'),
@@ -689,3 +690,15 @@ def test_a_config_json_that_is_no_configuration_is_one_line(tmp_path, text):
   proc = run('--num_rounds=2', f'--workdir={tmp_path}')
   assert_one_line_error(proc, 'config.json', '--overwrite')
   assert (tmp_path / 'config.json').read_text() == text
+
+
+def test_an_unknown_flag_in_a_flag_file_names_the_file_and_line(tmp_path):
+  """absl's 'Unknown command line flag' did not say where it came from, every other flag-file
+  error did."""
+  path = tmp_path / 'x.flags'
+  path.write_text('--dataset=leaf_synthetic\n# a comment\n--nonsense_flag=3\n')
+  with pytest.raises(config_lib.ConfigError,
+                     match=f"--flagfile={path} line 3: Unknown command line flag 'nonsense_flag'"):
+    parsed(f'--flagfile={path}')
+  with pytest.raises(config_lib.ConfigError, match="^Unknown command line flag 'nonsense'"):
+    parsed('--nonsense=1')   # on the command line: nothing to add
