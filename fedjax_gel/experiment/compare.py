@@ -146,6 +146,8 @@ def check_report_dir(report_dir: str):
   """``--out`` is a folder of reports (new, or one this command wrote), not a file, a run's
   folder or a command's work directory, whose ``report.md`` and ``plots/`` are that command's;
   else a ConfigError."""
+  if not report_dir.strip():
+    raise ConfigError('--out is empty: name the folder for report.md and plots/')
   if os.path.exists(report_dir) and not os.path.isdir(report_dir):
     raise ConfigError(f'--out={report_dir}: a file, not a folder')
   owned = [n for n in ('runs.json', 'config.json', 'summary.json', 'grid.json')
@@ -181,7 +183,10 @@ def compare(directories: list[str], report_dir: str) -> str:
     seen[key] = w
   results = [(summary, records) for _, summary, records, _ in loaded]
   check_report_dir(report_dir)
-  os.makedirs(report_dir, exist_ok=True)
+  try:
+    os.makedirs(report_dir, exist_ok=True)
+  except OSError as e:
+    raise ConfigError(f'--out={report_dir}: cannot make it ({e.strerror or e})') from None
   _, plotted = outputs.write_runs_report(configs, run_dirs, results, tuned_flag(configs),
                                          report_dir)
   return (f'report: {os.path.join(report_dir, "report.md")} ({len(run_dirs)} runs from '

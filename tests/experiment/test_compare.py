@@ -58,6 +58,13 @@ def test_the_command_line(made, capsys):
   assert (root / 'cli' / 'report.md').exists()
   assert report_cli.main([str(root / 'nowhere')]) == 2
   assert capsys.readouterr().err.strip() == f'error: {root / "nowhere"}: no such directory'
+  assert report_cli.main([str(root / 'cm'), '--out', '']) == 2   # said 'error: : No such file'
+  assert capsys.readouterr().err.strip() == ('error: --out is empty: name the folder for '
+                                             'report.md and plots/')
+  (root / 'file').write_text('')
+  assert report_cli.main([str(root / 'cm'), '--out', str(root / 'file' / 'r')]) == 2
+  assert capsys.readouterr().err.strip().startswith(f'error: --out={root / "file" / "r"}: cannot '
+                                                    'make it (')
 
 
 def test_incomparable_duplicate_and_damaged_runs(made, tmp_path):
