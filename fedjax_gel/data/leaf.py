@@ -124,5 +124,8 @@ def load(
   train, test = split_by_sample(data, train_fraction, seed, split == 'position', gap)
   if not train['users']:
     rule = f'position split (gap {gap})' if split == 'position' else 'split'
-    raise DataError(f'{path}: no user has both train and test samples after the {rule}')
+    hint = (f'; it drops {gap} samples (--split_gap) between each user\'s train and test '
+            'parts, which left none to test on: try --split_gap=0' if split == 'position' and gap
+            else '')
+    raise DataError(f'{path}: no user has both train and test samples after the {rule}{hint}')
   return to_federated(train, test)

@@ -414,3 +414,16 @@ def test_train_test_directories_with_a_user_on_one_side_are_refused(tmp_path, mi
       f'{tmp_path / "train"} and {tmp_path / "test"}: 4 of 12 users are on one side only (e.g. '
       f"{users[8]!r}, in {tmp_path / other} only); LEAF's split writes every user to both, so a "
       'file is missing or from another split')
+
+
+def test_a_position_split_that_leaves_no_test_sample_says_which_flag(tmp_path):
+  """Short users under LEAF's Shakespeare gap: the error now names --split_gap."""
+  data = {'users': ['a', 'b'], 'num_samples': [10, 10],
+          'user_data': {u: {'x': [[float(i)] for i in range(10)], 'y': list(range(10))}
+                        for u in 'ab'}}
+  path = tmp_path / 'short.json'
+  path.write_text(json.dumps(data))
+  with pytest.raises(errors.DataError, match=r'after the position split \(gap 79\); it drops 79 '
+                     r'samples \(--split_gap\) .* try --split_gap=0'):
+    leaf.load(path, split='position', gap=79)
+  assert leaf.load(path, split='position', gap=0).train.num_clients == 2
