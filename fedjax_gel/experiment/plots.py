@@ -103,7 +103,10 @@ def metric_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
       x, mean, half = c[x_key], c[y_key], c[y_key + 1]
       ax.plot(x, mean, label=name)
       if half.any():
-        ax.fill_between(x, mean - half, mean + half, alpha=0.2)
+        low, high = mean - half, mean + half
+        if y_key == 1 and m.name == 'accuracy':   # few seeds' t intervals left [0, 1]
+          low, high = np.clip(low, 0, 1), np.clip(high, 0, 1)
+        ax.fill_between(x, low, high, alpha=0.2)
     if target is not None and ylabel == m.label:
       ax.axhline(target, color='gray', linestyle=':', linewidth=1,
                  label=f'target {m.format(target)}')

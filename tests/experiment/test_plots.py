@@ -58,3 +58,19 @@ def test_the_lr_heat_map_leaves_diverged_runs_out_as_the_selection_does(tmp_path
   assert every == [[False, True]]
   if importlib.util.find_spec('matplotlib') is not None:
     assert plots.lr_heatmap(results, str(tmp_path / 'lr.png')) == str(tmp_path / 'lr.png')
+
+
+@pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
+def test_accuracy_bands_stay_within_zero_and_one(tmp_path, monkeypatch):
+  """Two seeds' 95% t interval (12.7 standard errors) reached below 0 and above 1 accuracy."""
+  import matplotlib.axes  # pylint: disable=g-import-not-at-top
+  drawn = []
+  real = matplotlib.axes.Axes.fill_between
+  monkeypatch.setattr(matplotlib.axes.Axes, 'fill_between',
+                      lambda self, x, low, high, **kw: drawn.append((low, high))
+                      or real(self, x, low, high, **kw))
+  plots.metric_plots([run('a', 0, 0.1, [0.02, 0.98], [0, 2]), run('a', 1, 0.1, [0.1, 0.9], [0, 2])],
+                     str(tmp_path))
+  accuracy = drawn[:3]   # against rounds, gradients, upload; then the training loss
+  assert len(drawn) == 4 and all(l.min() >= 0 and h.max() <= 1 for l, h in accuracy)
+  assert any(l.min() == 0 and h.max() == 1 for l, h in accuracy)   # clipped, not shrunk
