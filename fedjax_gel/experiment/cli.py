@@ -375,8 +375,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
                        values.heartbeat_timeout)
   except ValueError as e:
     return fail(str(e))
-  api.loop_lib.share_stops()   # several processes: a stop signal stops them all, at one round
   configure_cpu()   # before JAX starts: each CPU core a device of the mesh, small loops fused
+  api.loop_lib.share_stops()   # several processes: a stop signal stops them all, at one round
   try:
     compilation_cache.enable(values.compilation_cache)
   except OSError as e:

@@ -135,8 +135,12 @@ INTERRUPTED = 'interrupted (Ctrl-C or a stop signal)'
 def agrees_on_stops() -> bool:
   """Whether the processes stop together on a stop signal (``stop_agreed``): several
   processes with JAX's preemption service (``jax_enable_preemption_service``, on by default)."""
-  import jax  # pylint: disable=g-import-not-at-top
   from jax._src import distributed  # pylint: disable=g-import-not-at-top
+  # not jax.process_count() first: it starts JAX's backends, which one process must not do
+  # before ``devices.configure_cpu``
+  if distributed.global_state.client is None:
+    return False
+  import jax  # pylint: disable=g-import-not-at-top
   return (jax.process_count() > 1 and
           distributed.global_state.preemption_sync_manager is not None)
 

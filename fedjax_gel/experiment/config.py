@@ -505,7 +505,8 @@ def unread_flags(c: Config) -> dict[str, str]:
   if k.client_selection != 'power_of_d':
     out['power_d'] = out['power_loss'] = (f'read only with --client_selection=power_of_d (got '
                                           f'{k.client_selection})')
-  if not spec.momentum:
+  builtin = getattr(spec.build, '__module__', '').startswith('fedjax_gel.')
+  if builtin and not spec.momentum:   # a user's algorithm may read it without saying so
     out['client_momentum'] = (f'--algorithm={spec.name} does not read it (its clients take '
                               'steps without momentum)')
   server = [flag_name(f) for f in dataclasses.fields(ServerConfig)]

@@ -20,6 +20,7 @@ from absl import flags
 
 import helpers
 from fedjax_gel.algorithms import registry
+from fedjax_gel.core import devices
 from fedjax_gel.experiment import api, cli
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import report
@@ -702,3 +703,20 @@ def test_an_unknown_flag_in_a_flag_file_names_the_file_and_line(tmp_path):
     parsed(f'--flagfile={path}')
   with pytest.raises(config_lib.ConfigError, match="^Unknown command line flag 'nonsense'"):
     parsed('--nonsense=1')   # on the command line: nothing to add
+
+
+def test_the_command_presents_the_cores_as_devices(tiny_leaf_file, tmp_path):
+  """In a fresh process without XLA_FLAGS: the command configures JAX's CPU backend before it
+  starts (a check of the processes' stop signals had started it first: every run trained on
+  one device, without the small-loop option)."""
+  script = (f"import os, jax\nfrom fedjax_gel.experiment import cli\n"
+            f"code = cli.main(['run.py', '--dataset=leaf', '--data_path={tiny_leaf_file}', "
+            f"'--num_rounds=1', '--clients_per_round=3', '--batch_size=2', '--budget_range=1,3', "
+            f"'--workdir={tmp_path / 'w'}'])\n"
+            "print(code, jax.device_count(), os.environ.get('XLA_FLAGS'))\n")
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  out = subprocess.run([sys.executable, '-c', script], cwd=REPO, env=env, text=True,
+                       capture_output=True, check=False)
+  code, count, xla_flags = out.stdout.strip().splitlines()[-1].split(' ', 2)
+  assert code == '0', out.stderr[-2000:]
+  assert int(count) == (os.cpu_count() or 1) and devices.SMALL_LOOP_FLAG in xla_flags
