@@ -16,14 +16,18 @@ START = time.perf_counter()
 
 
 STOPS = []   # stop signals while starting (cli.guarded takes over later)
+IMPORTED = []
 
 
 def _stop(signum, frame):
-  """Ctrl-C or SIGTERM while starting: recorded, and the command stops once its imports are
-  done. (Raised inside them, a KeyboardInterrupt broke NumPy's or jaxlib's extension mid-import,
-  a crash with status 139, or was dropped in a JAX callback and the run went on.)"""
+  """Ctrl-C or SIGTERM while starting: during the imports recorded, and the command stops once
+  they are done (raised inside them, a KeyboardInterrupt broke NumPy's or jaxlib's extension
+  mid-import, a crash with status 139, or was dropped in a JAX callback and the run went on);
+  after them, or a second one, at once (e.g. a flag file that is a pipe nobody writes)."""
   del signum, frame
   STOPS.append(True)
+  if IMPORTED or len(STOPS) > 1:
+    raise KeyboardInterrupt
 
 
 for _signal in (signal.SIGINT, signal.SIGTERM):
@@ -43,6 +47,7 @@ except KeyboardInterrupt:   # a signal's handler of another library's
 if STOPS:
   print(STARTING, file=sys.stderr)
   sys.exit(130)
+IMPORTED.append(True)
 
 
 def parse(argv):

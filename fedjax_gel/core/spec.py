@@ -57,9 +57,9 @@ def problems(record, checks: bool = True) -> list[str]:
     elif isinstance(value, float) and abs(value) > FLOAT32_MAX:
       found.append(f'--{name} must lie within float32\'s range, +-3.4e38 (got {value:g}): the '
                    'device computes in float32, where it would be infinite')
-    elif isinstance(value, float) and value != 0 and np.float32(value) == 0:
+    elif isinstance(value, float) and 0 < abs(value) < np.finfo(np.float32).tiny:
       found.append(f'--{name} is 0 in float32, which the device computes in (got {value:g}): '
-                   'the smallest float32 is about 1.4e-45')
+                   "below float32's smallest normal number, about 1.2e-38, XLA flushes it to 0")
     elif checks and field.metadata.get('check') is not None:
       try:
         problem = field.metadata['check'](name, value)

@@ -131,7 +131,7 @@ def _read(name: str, split: str, data_dir) -> tuple[np.ndarray, np.ndarray, np.n
   where = f'{name} ({spec.tfds_name}, split {split!r}, data_dir={_data_dir_root(data_dir)})'
   try:
     ex = read_source(data_source(spec.tfds_name, split, data_dir), fields)
-  except (DataError, MemoryError):
+  except (DataError, MemoryError, OSError):   # OSError: one line naming its file, from the CLI
     raise
   except Exception as e:  # pylint: disable=broad-except  # damaged: protobuf's, ArrayRecord's, ...
     message = str(e).strip().splitlines()

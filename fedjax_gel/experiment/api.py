@@ -88,8 +88,8 @@ def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
   if len({f'{v:g}' for v in sweep.client_lrs}) != len(sweep.client_lrs):
     raise ConfigError(f'--client_lr_grid: values too close to tell apart in directory names '
                       f'(got {",".join(map(str, sweep.client_lrs))})')
-  variants = read_variants([x for a in (sweep.algorithms or [c.algorithm])
-                              for x in algorithm_variants(c, a, sweep)])
+  variants = read_variants([validate(x) for a in (sweep.algorithms or [c.algorithm])   # a
+                            for x in algorithm_variants(c, a, sweep)])   # typo's error first
   check_hparam_grid(sweep, variants)
   return [validate(y) for s in seeds for x in variants for lr in lrs
           for y in hparam_variants(x.replace(seed=s, client_lr=lr), sweep)]

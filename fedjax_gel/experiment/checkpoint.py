@@ -98,13 +98,15 @@ def _orbax(method: str, directory: str, args_of):
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top  # 0.2 s: when needed
   verbosity = absl_logging.get_verbosity()
   absl_logging.set_verbosity(absl_logging.FATAL)
-  checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
+  checkpointer = None
   try:
+    checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
     if method == 'save':
       return checkpointer.save(directory, args=args_of(ocp), force=True)
     return checkpointer.restore(directory, args=args_of(ocp))
   finally:
-    checkpointer.close()
+    if checkpointer is not None:
+      checkpointer.close()
     absl_logging.set_verbosity(verbosity)
 
 

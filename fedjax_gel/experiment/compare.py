@@ -97,14 +97,15 @@ def comparable_flags(c: Config) -> dict:
   """What runs must share to be compared, as the runs of one command do: the data section, the
   model, the cohort section (clients, budgets, batch, selection, weights), the rounds, the
   evaluations and the target (runs of 20 and 40 clients a round, or evaluated every round and
-  every fifth, gave a paired speedup); input paths (``workdir.PATH_FIELDS``) but by their
+  every fifth, gave a paired speedup); not the settings the runs do not read
+  (``config.unread_flags``), nor input paths (``workdir.PATH_FIELDS``), compared by their
   digests (``check_comparable``)."""
-  paths = {name for _, name in workdir_lib.PATH_FIELDS}
+  skip = {name for _, name in workdir_lib.PATH_FIELDS} | set(config_lib.unread_flags(c))
   flags = {**config_lib.section_flags(c.data), 'model': c.model.name,
            **config_lib.section_flags(c.cohort), 'num_rounds': c.run.num_rounds,
            'eval_every': c.run.eval_every, 'train_eval_examples': c.run.train_eval_examples,
            'target': c.run.target}
-  return {k: v for k, v in flags.items() if k not in paths}
+  return {k: v for k, v in flags.items() if k not in skip}
 
 
 def check_comparable(configs: list[Config], run_dirs: list[str], digests: list[dict]):
@@ -114,11 +115,18 @@ def check_comparable(configs: list[Config], run_dirs: list[str], digests: list[d
   first = comparable_flags(configs[0])
   for c, w in zip(configs[1:], run_dirs[1:]):
     for flag, value in comparable_flags(c).items():
-      if value != first[flag]:
-        raise ConfigError(f'the runs differ in --{flag}: {first[flag]!r} in {run_dirs[0]}, '
+      if value != first.get(flag):
+        raise ConfigError(f'the runs differ in --{flag}: {first.get(flag)!r} in {run_dirs[0]}, '
                           f'{value!r} in {w}; a report compares runs of the same data, model, '
                           'cohort, rounds, evaluations and target')
   for field, what in workdir_lib.INPUT_FIELDS.items():
+    if any(field not in d for d in digests):   # a run of an earlier version: by path, then
+      named = [workdir_lib.input_flag(c, field) for c in configs]
+      other = next((i for i, n in enumerate(named) if n != named[0]), None)
+      if other is not None:
+        raise ConfigError(f'the runs differ in {named[0]} ({run_dirs[0]}) and {named[other]} '
+                          f'({run_dirs[other]}), and a run of an earlier version records no '
+                          f'digest of its {what}')
     recorded = [(w, d[field]) for w, d in zip(run_dirs, digests) if field in d]
     for w, d in recorded[1:]:
       if d != recorded[0][1]:

@@ -156,7 +156,7 @@ def task_classes(dataset: str) -> int | None:
 
 # Classes (max label + 1) beyond this many and this many times the distinct labels are taken
 # for a stray label (one label 1,000,000 among 10 classes built a model of 1,000,001 outputs).
-SPARSE_CLASSES, SPARSE_RATIO = 10_000, 100
+SPARSE_CLASSES, SPARSE_RATIO = 100_000, 1_000
 
 
 def check_classes(name: str, where: str, y: np.ndarray, classes: int):
@@ -305,7 +305,11 @@ def prepare(c: Config, grid: bool = False) -> Experiment:
     raise ConfigError(f'--model={c.model.name} does not take the examples of '
                       f'{c.data.data_path or c.data.dataset} (shape '
                       f'{np.shape(split.train.examples["x"])[1:]}): {first_line(e)}') from None
-  spec = k.spec(split.train.counts)
+  try:   # in epochs a budget's steps depend on the largest client: known once data is loaded
+    spec = k.spec(split.train.counts)
+  except ValueError as e:
+    raise ConfigError(f'--clients_per_round, --budget_range, --budget_unit and --batch_size: '
+                      f'{first_line(e).removeprefix("CohortSpec: ")}') from None
   memory_bytes = planning.memory_limit(r.device_memory_gb)
   mesh, chunk = planning.devices_and_chunk(algorithm, params, split.train, k.clients_per_round,
                                            k.batch_size, spec.equal_budgets,

@@ -202,13 +202,16 @@ BAD_INPUT = [
     ('--flagfile=/dev/zero', '--flagfile=/dev/zero', 'larger than a flag file can be'),
     ('--flagfile={dir}', 'a directory, not a flag file'),
     (f'{LEAF} --process_id=5', '--process_id=5', 'must be 0 with --num_processes=1'),
-    (f'{LEAF} --image_dir={{dir}}', '--dataset=leaf does not read it; drop the flag'),
+    (f'{LEAF} --image_dir={{dir}}', '--image_dir is only read with --dataset=celeba'),
     # settings no run reads: they changed nothing, and config.json and report.md listed them
     (f'{LEAF} --algorithm=fedavg --client_momentum=0.5', '--client_momentum=0.5: '
      '--algorithm=fedavg does not read it (its clients take steps without momentum)'),
     (f'{LEAF} --fedprox_iid=true', '--fedprox_iid=True: --dataset=leaf does not read it'),
     (f'{LEAF} --power_d=5', '--power_d=5: read only with --client_selection=power_of_d'),
     (f'{LEAF} --server_momentum=0.5', '--server_momentum=0.5: --server_optimizer=sgd does not'),
+    # epochs: the steps depend on the largest client (a traceback once the data was loaded)
+    (f'{LEAF} --budget_unit=epochs --budget_range=1,100000000 --batch_size=1',
+     '--budget_unit and --batch_size: a round of', 'exceeds the int32 limit'),
     ('--dataset=leaf --data_path=/dev/zero', '/dev/zero', 'not a regular file'),
     (f'{LEAF} --compilation_cache={{data}}', '--compilation_cache', 'a file, not a folder'),
 ]

@@ -203,3 +203,20 @@ def test_budget_files_are_compared_by_content(made, tmp_path):
   with pytest.raises(ConfigError, match=r"the runs were trained on different client budgets "
                      r"\(client_budgets_sha256 '\w{12}' in .*a, '\w{12}' in .*c\)"):
     compare.compare([str(tmp_path / 'a'), str(tmp_path / 'c')], str(tmp_path / 'r2'))
+
+
+def test_runs_compare_without_the_settings_they_do_not_read_and_by_path_without_digests():
+  """A setting neither run reads (--split_gap with LEAF Synthetic, recorded by an earlier
+  version) does not keep them apart; a run of an earlier version, which records no digest of
+  its data, is compared by its data path (other data was accepted)."""
+  a = make(dataset='leaf_synthetic')
+  b = a.replace(split_gap=5)
+  compare.check_comparable([a, b], ['ra', 'rb'], [{'data_sha256': 'x'}, {'data_sha256': 'x'}])
+  x = make(dataset='leaf', data_path='one.json')
+  y = x.replace(data_path='two.json')
+  compare.check_comparable([x, y], ['rx', 'ry'], [{'data_sha256': 'd'}, {'data_sha256': 'd'}])
+  with pytest.raises(ConfigError, match=r'the runs differ in --data_path=one.json \(rx\) and '
+                     r'--data_path=two.json \(ry\), and a run of an earlier version records no '
+                     r'digest of its data'):
+    compare.check_comparable([x, y], ['rx', 'ry'], [{'data_sha256': 'd'}, {}])
+  compare.check_comparable([x, x], ['rx', 'ry'], [{'data_sha256': 'd'}, {}])

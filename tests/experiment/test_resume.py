@@ -581,3 +581,16 @@ def test_a_stop_signal_while_starting_is_never_lost(tiny_leaf_file, tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and 'Traceback' not in err, (delay, err[-2000:])
     assert err.strip().splitlines()[-1].startswith('interrupted'), (delay, err[-2000:])
+
+
+def test_a_start_up_blocked_on_a_pipe_stops_at_a_signal(tmp_path):
+  """A flag file that is a pipe nobody writes: once the imports are done a signal stops the
+  command at once (recorded only, it waited for the pipe forever)."""
+  pipe = tmp_path / 'pipe.flags'
+  os.mkfifo(pipe)
+  proc = subprocess.Popen([sys.executable, 'launch/run.py', f'--flagfile={pipe}'], cwd=REPO,
+                          text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  time.sleep(3)   # the imports take about a second
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=60)
+  assert proc.returncode == 130 and err.strip().startswith('interrupted while starting'), err

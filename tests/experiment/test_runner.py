@@ -796,3 +796,17 @@ def test_a_setting_is_kept_for_the_runs_that_read_it_and_recorded_at_its_default
   with pytest.raises(ConfigError, match=r'--server_beta1=0.5: --server_optimizer=momentum does '
                      r'not read it; drop the flag'):
     api.expand(make(server_optimizer='momentum', server_beta1=0.5))
+
+
+def test_a_registered_algorithm_keeps_the_client_momentum():
+  """Its spec may read --client_momentum without declaring ``momentum=True`` (which only
+  built-in specs are taken at their word for): 0.5 stays 0.5, not the default."""
+  from fedjax_gel.algorithms import fedavgcm  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core.spec import AlgorithmSpec  # pylint: disable=g-import-not-at-top
+  registry.register(AlgorithmSpec(
+      'mine_cm', lambda hp, s: fedavgcm(s.loss, s.client_lr, s.client_momentum, s.server)))
+  try:
+    (run,) = api.expand(make(algorithm='mine_cm', client_momentum=0.5))
+    assert run.algorithm.client_momentum == 0.5
+  finally:
+    registry.unregister('mine_cm')
