@@ -505,7 +505,7 @@ def unread_flags(c: Config) -> dict[str, str]:
   if k.client_selection != 'power_of_d':
     out['power_d'] = out['power_loss'] = (f'read only with --client_selection=power_of_d (got '
                                           f'{k.client_selection})')
-  builtin = getattr(spec.build, '__module__', '').startswith('fedjax_gel.')
+  builtin = (getattr(spec.build, '__module__', None) or '').startswith('fedjax_gel.')
   if builtin and not spec.momentum:   # a user's algorithm may read it without saying so
     out['client_momentum'] = (f'--algorithm={spec.name} does not read it (its clients take '
                               'steps without momentum)')
