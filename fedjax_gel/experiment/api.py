@@ -33,7 +33,7 @@ from fedjax_gel.experiment import callbacks as callbacks_lib, cluster, factories
 from fedjax_gel.experiment import files, loop as loop_lib, outputs, planning, sinks
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment import config as config_lib
-from fedjax_gel.experiment.config import Config, ConfigError, validate
+from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, validate
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -96,34 +96,27 @@ def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
 
 
 def read_variants(configs: list[Config]) -> list[Config]:
-  """Each run's settings that it does not read (``config.unread_flags``: another dataset's,
-  another server optimiser's, the server's with an algorithm whose server step is its own, ...)
-  at their defaults, which its ``config.json`` then records; a setting away from its default
-  that no run of the command reads is a ConfigError naming it (it would change nothing, and the
-  run's records listed it as if it had). One flag file serves several algorithms and datasets:
-  a setting read by one run of the command is kept for that run."""
+  """A setting away from its default that no run of the command reads (``config.unread_flags``:
+  another dataset's, another server optimiser's, ...) is a ConfigError naming it: it would
+  change nothing, and the runs' records listed it as if it had. One flag file serves several
+  algorithms and datasets, so a setting one run reads is kept, and recorded as given by the
+  others (``--client_momentum=0`` for FedProx beside FedAvg); the server optimiser's flags go to
+  the algorithms that apply one, those with a server step of their own (FedDyn, AdaBest, FedExP,
+  the FedGBO family) run with the flags' defaults, which their ``config.json`` records."""
   unread = [config_lib.unread_flags(x) for x in configs]
   fields = config_lib.section_flag_names()
   first = configs[0]
   for flag, why in unread[0].items():
     section, field = fields[flag]
-    value, default = getattr(getattr(first, section), field.name), field.default
-    if value != default and all(flag in u for u in unread):
+    value = getattr(getattr(first, section), field.name)
+    if value != field.default and all(flag in u for u in unread):
       if all(u[flag] == config_lib.OWN_SERVER.format(f'--algorithm={x.algorithm.name}')
              for x, u in zip(configs, unread)):   # one line for the algorithms together
         names = ','.join(dict.fromkeys(x.algorithm.name for x in configs))
         why = config_lib.OWN_SERVER.format(f'--algorithm={names}')
       raise ConfigError(f'--{flag}={value}: {why}; drop the flag')
-  out = []
-  for x, u in zip(configs, unread):
-    changes = {}
-    for flag in u:
-      section, field = fields[flag]
-      if getattr(getattr(x, section), field.name) != field.default:
-        changes.setdefault(section, {})[field.name] = field.default
-    out.append(dataclasses.replace(x, **{
-        sec: dataclasses.replace(getattr(x, sec), **vals) for sec, vals in changes.items()}))
-  return out
+  default = ServerConfig()
+  return [dataclasses.replace(x, server=default) if x.spec.own_server else x for x in configs]
 
 
 def hparam_variants(c: Config, sweep: Sweep) -> list[Config]:

@@ -485,8 +485,8 @@ def unread_flags(c: Config) -> dict[str, str]:
   nothing: data settings of other datasets, the selection rules' of other rules, the client
   momentum of algorithms whose clients take plain steps, server settings of other server
   optimisers (all of them with an algorithm whose server step is its own). ``api.expand``
-  records them at their defaults and refuses one set away from its default that no run of the
-  command reads; a work directory's runs are compared without them (``workdir.run_status``)."""
+  refuses one set away from its default that no run of the command reads (``read_variants``);
+  a work directory's runs and a report's are compared without them."""
   d, k, spec = c.data, c.cohort, c.spec
   out = {}
   if d.dataset not in data_registry.LOADERS:

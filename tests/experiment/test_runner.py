@@ -782,20 +782,22 @@ def test_a_diverged_run_says_so_in_its_line(base_config, tmp_path):
           in out.getvalue().splitlines()[0])
 
 
-def test_a_setting_is_kept_for_the_runs_that_read_it_and_recorded_at_its_default_elsewhere():
+def test_a_setting_one_run_reads_is_kept_and_one_none_reads_is_refused():
   """One flag file serves several algorithms: --client_momentum=0.5 with FedAvg and FedAvgCM
-  is FedAvgCM's (FedAvg's clients take no momentum: its config records the default, as it
-  records the server's defaults for an algorithm with a server step of its own)."""
+  is FedAvgCM's (FedAvg records it as given, as before, so that the command's default work
+  directory is the one an earlier version chose); the server's flags go to the algorithms
+  that apply a server optimiser, FedDyn records their defaults."""
   runs = api.expand(make(client_momentum=0.5, server_optimizer='momentum', server_momentum=0.3),
                     api.Sweep(algorithms=['fedavg', 'fedavgcm', 'feddyn']))
   by_name = {x.algorithm.name: x for x in runs}
   assert by_name['fedavgcm'].algorithm.client_momentum == 0.5
-  assert by_name['fedavg'].algorithm.client_momentum == 0.9   # the default
   assert by_name['fedavg'].server.momentum == by_name['fedavgcm'].server.momentum == 0.3
   assert by_name['feddyn'].server.momentum == 0. and by_name['feddyn'].server.optimizer == 'sgd'
   with pytest.raises(ConfigError, match=r'--server_beta1=0.5: --server_optimizer=momentum does '
                      r'not read it; drop the flag'):
     api.expand(make(server_optimizer='momentum', server_beta1=0.5))
+  with pytest.raises(ConfigError, match=r'--client_momentum=0.5: --algorithm=fedavg does not'):
+    api.expand(make(algorithm='fedavg', client_momentum=0.5))
 
 
 def test_a_registered_algorithm_keeps_the_client_momentum():
