@@ -93,11 +93,12 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
           computed += int(m.computed_steps)
     med = {k: statistics.median(v) for k, v in times.items()}
     homogeneous = (med['homogeneous_lo'] + med['homogeneous_hi']) / 2
+    per_device = common.device_chunk(cohort, chunk, mesh)
     rows.append({
         'cohort': cohort, 'devices': num_used, 'budgets': f'{low}..{high}',
         'static_steps': {None: 'auto', True: 'true', False: 'false'}[static_steps],
-        'chunk_size': common.device_chunk(cohort, chunk, mesh),
-        'chunks': -(-(-(-cohort // num_used)) // common.device_chunk(cohort, chunk, mesh)),
+        'chunk_size': per_device,
+        'chunks': -(-(-(-cohort // num_used)) // per_device),   # for a mean share
         'compile_s': compile_s, 'heterogeneous_s': med['heterogeneous'],
         'homogeneous_lo_s': med['homogeneous_lo'], 'homogeneous_hi_s': med['homogeneous_hi'],
         'ratio': med['heterogeneous'] / homogeneous, 'useful_fraction': useful / computed,

@@ -318,12 +318,17 @@ def fail(message: str) -> int:
   return 2
 
 
+def leaving(code: int) -> int:
+  """``code``, once a refusal or a stop every process shares has left JAX's runtime with the
+  others (``cluster.leave``)."""
+  cluster.leave()
+  return code
+
+
 def fail_together(message: str) -> int:
   """``fail`` before the runs' first collective, the other processes told (``cluster``)."""
   cluster.stop_others(message)
-  code = fail(message)
-  cluster.leave()
-  return code
+  return leaving(fail(message))
 
 
 def interrupted(e: KeyboardInterrupt) -> int:
@@ -397,14 +402,10 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
         raise KeyboardInterrupt
     api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,
             phases=phases)
-  except (ConfigError, DataError) as e:
-    code = fail(str(e))
-    cluster.leave()   # a refusal every process shares: they leave the runtime together
-    return code
-  except KeyboardInterrupt as e:
-    code = interrupted(e)
-    cluster.leave()   # a stop every process shares (told, or agreed after a round): leave together
-    return code
+  except (ConfigError, DataError) as e:   # a refusal every process shares
+    return leaving(fail(str(e)))
+  except KeyboardInterrupt as e:   # a stop every process shares (told, or agreed after a round)
+    return leaving(interrupted(e))
   except OSError as e:   # the disk, permissions, a link planted mid-run: one line
     return fail(os_error(e))
   except Exception as e:  # pylint: disable=broad-except
@@ -417,9 +418,7 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
           'resume from the last checkpoint', file=sys.stderr)
     return 1
   if stops:   # asked to stop in a run's last round, or while writing the report
-    code = interrupted(KeyboardInterrupt())
-    cluster.leave()
-    return code
+    return leaving(interrupted(KeyboardInterrupt()))
   cluster.sync('finished')   # process 0, the coordinator, ends last
   if cluster.writes():
     total = f', total {time.perf_counter() - start:.1f} s' if start else ''

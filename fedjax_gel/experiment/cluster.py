@@ -153,9 +153,7 @@ def stop_agreed() -> bool:
   processes JAX's preemption service holds SIGTERM (the loop sends it Ctrl-C too): a signal to
   any process starts its protocol, which picks the next round every process reaches (the
   largest round any has dispatched, plus one) and makes this true there in all of them, so
-  that they write the same checkpoint and stop together. False with one process."""
-  if not agrees_on_stops():
-    return False
+  that they write the same checkpoint and stop together. Only where ``agrees_on_stops``."""
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
   if multihost_utils.reached_preemption_sync_point(next(_rounds)):
     _refused.append(INTERRUPTED)   # every process stops: they leave the runtime together

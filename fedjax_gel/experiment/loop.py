@@ -118,6 +118,7 @@ class Loop:
     self.newly_diverged = []
     self.callbacks = []
     self.t0 = time.perf_counter()
+    self.several = jax.process_count() > 1   # one program in flight at a time (``step``)
 
   def placed(self, state):
     """``state`` as the round keeps it on the experiment's mesh (``core.store.place_state``):
@@ -197,7 +198,7 @@ class Loop:
     cohort = self.cohort0 if r == self.start else self.sample(r)
     self.state, metrics = self.round_fn(self.state, self.hparams, cohort, self.exp.train,
                                         self.roots, np.int32(r))
-    if jax.process_count() > 1:   # one program in flight at a time (see the module's doc)
+    if self.several:   # one program in flight at a time (see the module's doc)
       jax.block_until_ready(self.state)
     self.pending.append((r + 1, metrics))
     self.done, self.cohort, self.metrics = r + 1, cohort, metrics
@@ -292,12 +293,13 @@ def train(loop: Loop, callbacks: Sequence) -> Loop:
     if loop.round_fn is None:
       loop.compile()
     loop.emit('on_compiled')
+    agreeing = cluster.agrees_on_stops()   # several processes stop after one round
     with deferred_interrupt() as interrupted:
       for r in range(loop.start, loop.num_rounds):
         with loop.phases.time('train'):
           loop.step(r)
         loop.emit('on_round', r + 1)
-        if cluster.stop_agreed():   # several processes: a stop signal to any, this round
+        if agreeing and cluster.stop_agreed():   # a stop signal to any process, this round
           interrupted.append(True)
         if interrupted and r + 1 < loop.num_rounds:
           loop.emit('on_interrupt', r + 1)

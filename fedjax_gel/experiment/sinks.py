@@ -12,7 +12,6 @@ apart by their tags (e.g. ``client_lr, server_lr``), and one TensorBoard folder 
 """
 from __future__ import annotations
 
-import contextlib
 import csv
 import math
 import os
@@ -79,17 +78,6 @@ def cell(value):
   return value
 
 
-@contextlib.contextmanager
-def naming(folder: str):
-  """An OSError that names no file (tensorboardX's on a full disk) names ``folder``."""
-  try:
-    yield
-  except OSError as e:
-    if e.filename is not None:
-      raise
-    raise OSError(e.errno, e.strerror or str(e), folder) from e
-
-
 class TensorBoardWriter(callbacks.Callback):
   """TensorBoard event files: ``WORKDIR/tensorboard/`` for a run, ``.../tensorboard/<tags>/``
   for each run sharing a work directory; every numeric field of a record is a scalar at its
@@ -106,14 +94,14 @@ class TensorBoardWriter(callbacks.Callback):
       name = ','.join(f'{k}={v:g}' for k, v in run.tags.items())
       self.logdirs[i] = logdir = os.path.join(run.workdir, 'tensorboard', name)
       shutil.rmtree(logdir, ignore_errors=True)
-      with naming(logdir):
+      with files.naming(logdir):
         self.writers[i] = SummaryWriter(logdir)
       for record in run.records:
         self.add(loop, i, record)
     self.flush()
 
   def add(self, loop, i: int, record: dict):
-    with naming(self.logdirs[i]):
+    with files.naming(self.logdirs[i]):
       for k, v in record.items():
         if (k not in self.SKIP and k not in loop.runs[i].tags and isinstance(v, (int, float))
             and not isinstance(v, bool)):
@@ -121,7 +109,7 @@ class TensorBoardWriter(callbacks.Callback):
 
   def flush(self):
     for i, w in self.writers.items():
-      with naming(self.logdirs[i]):
+      with files.naming(self.logdirs[i]):
         w.flush()
     self.flushed = time.monotonic()
 
@@ -137,7 +125,7 @@ class TensorBoardWriter(callbacks.Callback):
   def close(self, loop, *args):
     del args
     for i, w in self.writers.items():
-      with naming(self.logdirs[i]):
+      with files.naming(self.logdirs[i]):
         w.close()
 
   on_interrupt = close

@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from fedjax_gel.experiment import api, factories, sinks
+from fedjax_gel.experiment import api, factories, files
 from fedjax_gel.experiment.config import make
 
 
@@ -104,11 +104,11 @@ def test_a_failed_tensorboard_write_names_its_folder(tmp_path):
   from fedjax_gel.experiment import cli  # pylint: disable=g-import-not-at-top
   folder = str(tmp_path / 'tensorboard')
   with pytest.raises(OSError) as e:
-    with sinks.naming(folder):
+    with files.naming(folder):
       raise OSError(errno.ENOSPC, 'No space left on device')
   assert e.value.filename == folder and e.value.errno == errno.ENOSPC
   assert cli.os_error(e.value).startswith(f'{folder}: no space left on the device')
   with pytest.raises(OSError) as e:
-    with sinks.naming(folder):
+    with files.naming(folder):
       raise OSError(errno.EACCES, 'Permission denied', '/elsewhere/file')
   assert e.value.filename == '/elsewhere/file'
