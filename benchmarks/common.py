@@ -150,6 +150,30 @@ def time_rounds(compiled, state, cohorts, data, root) -> list[float]:
   return times
 
 
+def chained_rounds(step, carry, rounds: int, wait_each: bool):
+  """Runs ``carry = step(carry, r)`` for ``r = 1 .. rounds``, each round's output fed to the
+  next as a training loop feeds it; returns ``(carry, seconds)``. ``wait_each``: each round is
+  waited for before the next is dispatched, and ``seconds`` lists each round's time (its
+  latency; ``launch/run.py``'s loop runs so with several processes). Otherwise the rounds are
+  dispatched while earlier ones run, as the loop runs them in one process, and ``seconds`` is
+  one figure: the whole sequence's time over ``rounds``."""
+  import time  # pylint: disable=g-import-not-at-top
+
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.block_until_ready(carry)
+  seconds, start = [], time.perf_counter()
+  for r in range(1, rounds + 1):
+    carry = step(carry, r)
+    if wait_each:
+      jax.block_until_ready(carry)
+      seconds.append(time.perf_counter() - start)
+      start = time.perf_counter()
+  if not wait_each:
+    jax.block_until_ready(carry)
+    seconds.append((time.perf_counter() - start) / rounds)
+  return carry, seconds
+
+
 def product_flops(fn, *args) -> int:
   """Floating-point operations of the matrix products and convolutions ``fn(*args)`` traces
   (2 per multiply-add; a ``scan`` body counted ``length`` times, other nested programs once):

@@ -9,13 +9,18 @@ gathered and written inside the round). Reported:
   the options ``launch/run.py`` gives it (``experiment.planning.quick_compile``: XLA's legacy
   emitters for a round as small as 20 clients here, whose local-step loop XLA then compiles as
   one kernel, ``core.devices.configure_cpu``; XLA's defaults from 200 clients);
-* round time (median over ``--repeats`` rounds of fresh cohorts, after a warm-up round,
-  ``block_until_ready``);
-* useful examples/s ``= sum_i tau_i B / round time`` and client-steps/s;
+* round time, two ways, each round's state fed to the next (``common.chained_rounds``): each
+  round waited for (``block_until_ready``) before the next is dispatched, the median round
+  (its latency; ``launch/run.py``'s loop runs so with several processes), and *in a row*, the
+  rounds dispatched while earlier ones run, as the loop runs in one process (a block's time
+  over its rounds, the median over the blocks: the throughput); ``BLOCKS`` blocks of
+  ``--repeats`` rounds of fresh cohorts each way, after a warm-up round;
+* useful examples/s ``= sum_i tau_i B / round time`` (each round waited for) and
+  client-steps/s;
 * the *batched limit*, measured in the same process: the time of one jitted SGD step of a single
   model on all ``C tau B`` examples gathered from the same pool (one big batch, the most efficient
-  way to push that many examples through the model), timed alternately with the rounds so both
-  see the same machine load, and ``ratio = batched time / round time`` (medians);
+  way to push that many examples through the model), timed the same two ways, alternately with
+  the rounds so both see the same machine load, and ``ratio = batched time / round time``;
 * on CPU each core is presented as a device and cohorts of at least 200 clients per device are
   split over them (``fedjax_gel.core.devices``); the batched step uses XLA's own threads;
 * peak memory: the process's peak resident set (each cohort size runs in its own process), and
@@ -41,6 +46,7 @@ import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 ALGORITHMS = ('fedavg', 'scaffold', 'fedvarp')
+BLOCKS = 3   # alternations of the round and the batched step, each way of timing them
 
 
 def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
@@ -95,16 +101,23 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   useful = int(metrics.examples)
   rows = jax.random.randint(jax.random.key(1), (useful,), 0, data.num_examples)
   jax.block_until_ready((out, batched_step(params, data.examples, rows)))
-  times, btimes = [], []
-  for r, c in enumerate(cohorts[1:], 1):   # interleaved, so both see the same machine load
-    t = time.perf_counter()
-    out, metrics = compiled(state, c, pool, root, np.int32(r))
-    jax.block_until_ready(out)
-    times.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    jax.block_until_ready(batched_step(params, data.examples, rows))
-    btimes.append(time.perf_counter() - t)
-  round_s, batched_s = statistics.median(times), statistics.median(btimes)
+
+  def round_step(carry, r):
+    return compiled(carry[0], cohorts[r], pool, root, np.int32(r))
+
+  def batched_chain(p, r):
+    del r
+    return batched_step(p, data.examples, rows)
+
+  timed = {(side, wait): [] for side in ('round', 'batched') for wait in (True, False)}
+  for _ in range(BLOCKS):   # alternated, so both see the same machine load
+    for wait in (True, False):
+      timed['round', wait] += common.chained_rounds(round_step, (state, metrics), repeats,
+                                                    wait)[1]
+      timed['batched', wait] += common.chained_rounds(batched_chain, params, repeats, wait)[1]
+  median = {k: statistics.median(v) for k, v in timed.items()}
+  round_s, batched_s = median['round', True], median['batched', True]
+  chained_s, batched_chained_s = median['round', False], median['batched', False]
   computed = int(metrics.computed_steps) * batch
 
   device_peak = None
@@ -120,6 +133,8 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
       'compile_s': compile_s, 'round_s': round_s, 'examples_per_s': useful / round_s,
       'client_steps_per_s': useful / batch / round_s, 'useful_fraction': useful / computed,
       'batched_s': batched_s, 'ratio_to_batched': batched_s / round_s,
+      'chained_round_s': chained_s, 'batched_chained_s': batched_chained_s,
+      'chained_ratio_to_batched': batched_chained_s / chained_s,
       'peak_rss_bytes': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
       'xla_temp_bytes': temp_bytes, 'device_peak_bytes': device_peak,
       'device': f'{jax.devices()[0].platform}: {jax.devices()[0].device_kind}',
@@ -129,16 +144,19 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
 def table(rows: list[dict]) -> str:
   mib = lambda b: '-' if b is None else f'{b / 2**20:,.0f}'
   out = ['| algorithm | clients | devices | chunk | compile s | round ms | useful examples/s | client-steps/s | '
-         'useful steps | batched limit ms | ratio to batched | peak RSS MiB | XLA temp MiB | '
-         'device peak MiB |',
-         '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
+         'useful steps | batched limit ms | ratio to batched | round ms, in a row | '
+         'batched limit ms, in a row | ratio to batched, in a row | peak RSS MiB | '
+         'XLA temp MiB | device peak MiB |',
+         '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in rows:
     name = r['algorithm'] + ('' if r.get('fuse_dots', True) else ' (unfused products)')
     out.append(f'| {name} | {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | {r["compile_s"]:.2f} | '
                f'{r["round_s"] * 1e3:.2f} | {r["examples_per_s"]:,.0f} | '
                f'{r["client_steps_per_s"]:,.0f} | {r["useful_fraction"]:.2f} | '
                f'{r["batched_s"] * 1e3:.2f} | '
-               f'{r["ratio_to_batched"]:.2f} | {mib(r["peak_rss_bytes"])} | '
+               f'{r["ratio_to_batched"]:.2f} | {r["chained_round_s"] * 1e3:.2f} | '
+               f'{r["batched_chained_s"] * 1e3:.2f} | {r["chained_ratio_to_batched"]:.2f} | '
+               f'{mib(r["peak_rss_bytes"])} | '
                f'{mib(r["xla_temp_bytes"])} | {mib(r["device_peak_bytes"])} |')
   return '\n'.join(out)
 
@@ -183,8 +201,10 @@ def main(argv=None):
         '--chunk_size', str(a.chunk_size), '--num_devices', str(a.num_devices),
         '--algorithm', a.algorithm, '--population', str(a.population),
         '--fuse_dots', a.fuse_dots]))
-    print(f'{c} clients: {rows[-1]["round_s"] * 1e3:.2f} ms/round, ratio to batched '
-          f'{rows[-1]["ratio_to_batched"]:.2f}', file=sys.stderr)
+    r = rows[-1]
+    print(f'{c} clients: {r["round_s"] * 1e3:.2f} ms/round, ratio to batched '
+          f'{r["ratio_to_batched"]:.2f} (each waited for); {r["chained_round_s"] * 1e3:.2f} ms, '
+          f'{r["chained_ratio_to_batched"]:.2f} in a row', file=sys.stderr)
   common.report(rows, table(rows), a.json)
   xs = [r['cohort'] for r in rows]
   common.plot(a.plot, f'{a.algorithm} round, LEAF Synthetic, tau={a.tau}, B={a.batch_size}',

@@ -20,8 +20,15 @@ Same workload on both sides: LEAF Synthetic's training pool on the device, the l
 FedAvgCM (client SGD lr 0.01 with momentum 0.9, server SGD(1)), the same cohorts (clients and
 budgets ``tau_i ~ U{a..b}``, ``--budget_range``) and batch; the engine's examples through a
 gradient (``RoundMetrics.examples``) are checked, every round, against ``sum_i min(tau_i, b) B``
-over the clients with data, which the naive round's step masks put through by construction. Times are medians of ``--repeats`` rounds timed alternately, after
-a warm-up; compile times apart. Both rounds take the round index as a NumPy ``int32``, as
+over the clients with data, which the naive round's step masks put through by construction. Compile times apart, each side
+is timed two ways, alternately (``BLOCKS`` times ``--repeats`` rounds each way, after a
+warm-up), each round's model fed to the next as training feeds it (``common.chained_rounds``):
+*waited*, each round waited for before the next is dispatched (the median round: its latency,
+as ``launch/run.py``'s loop runs with several processes), and *in a row*, the rounds dispatched
+while earlier ones run, as the loop runs in one process and as a user's Python loop over the
+round runs unless it reads a result every round (the median over the blocks of a block's time
+over its rounds: the throughput). The two differ by the host's dispatch of a round, which runs
+beside the device's work of the round before only in a row. Both rounds take the round index as a NumPy ``int32``, as
 ``launch/run.py``'s loop passes it (a ``jnp.int32(r)`` built per call would add about 0.1 ms of
 host dispatch to each timed round). Each cohort size runs in its own process.
 
@@ -43,6 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 LR, MOMENTUM = 0.01, 0.9
+BLOCKS = 3   # alternations of the two rounds, each way of timing them
 
 
 def naive_round(loss, max_budget: int, batch: int, max_count: int, order: str = 'replace'):
@@ -124,39 +132,57 @@ def measure(cohort: int, budget_range: tuple[int, int], batch: int, repeats: int
   engine = common.launch_round(alg, params, data, root, cohort, budget_range, batch,
                                replace=True)
 
-  times, naive_times, examples = [], [], None
-  for r, c in enumerate(cohorts[1:], 1):
-    t = time.perf_counter()
-    out, metrics = engine['compiled'](engine['state'], c, engine['pool'], root, np.int32(r))
-    jax.block_until_ready(out)
-    times.append(time.perf_counter() - t)
-    t = time.perf_counter()
-    jax.block_until_ready(naive_call(c, r))
-    naive_times.append(time.perf_counter() - t)
+  seen = []   # the engine's rounds' metrics, checked after the timing
+
+  def engine_step(state, r):
+    state, metrics = engine['compiled'](state, cohorts[r], engine['pool'], root, np.int32(r))
+    seen.append((r, metrics))
+    return state
+
+  def naive_step(carry, r):
+    c = cohorts[r]
+    return naive(carry[0], pool, offsets, counts_d, c.client_ids, c.budgets, c.weights, root,
+                 np.int32(r))
+
+  timed = {(side, wait): [] for side in ('engine', 'naive') for wait in (True, False)}
+  for _ in range(BLOCKS):   # alternated, so both see the same machine load
+    for wait in (True, False):
+      timed['engine', wait] += common.chained_rounds(engine_step, engine['state'], repeats,
+                                                     wait)[1]
+      timed['naive', wait] += common.chained_rounds(naive_step, (params, None), repeats,
+                                                    wait)[1]
+  for r, metrics in seen:
+    c = cohorts[r]
     useful = int(np.sum(np.where(counts[np.asarray(c.client_ids)] > 0,
                                  np.minimum(np.asarray(c.budgets), budget_range[1]), 0))) * batch
     assert int(metrics.examples) == useful, (int(metrics.examples), useful)
-    examples = useful
-  engine_s, naive_s = statistics.median(times), statistics.median(naive_times)
+  median = {k: statistics.median(v) for k, v in timed.items()}
   return {'cohort': cohort, 'budget_range': list(budget_range), 'batch': batch,
           'naive_order': order,
           'devices': engine['devices'], 'chunk': engine['chunk'],
           'compile_s': engine['compile_s'], 'naive_compile_s': naive_compile_s,
-          'round_s': engine_s, 'naive_round_s': naive_s, 'speedup': naive_s / engine_s,
-          'examples_per_round': examples,
+          'round_s': median['engine', True], 'naive_round_s': median['naive', True],
+          'speedup': median['naive', True] / median['engine', True],
+          'chained_round_s': median['engine', False],
+          'naive_chained_round_s': median['naive', False],
+          'chained_speedup': median['naive', False] / median['engine', False],
+          'examples_per_round': useful,
           'device': f'{jax.devices()[0].platform}: {jax.devices()[0].device_kind}'}
 
 
 def table(rows: list[dict]) -> str:
   out = ['| clients | budgets | naive order | engine devices | chunk | engine compile s | '
-         'naive compile s | engine round ms | naive round ms | engine / naive speed |',
-         '|---:|---|---|---:|---:|---:|---:|---:|---:|---:|']
+         'naive compile s | engine round ms, waited | naive round ms, waited | speed, waited | '
+         'engine round ms, in a row | naive round ms, in a row | speed, in a row |',
+         '|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for r in rows:
     a, b = r['budget_range']
     out.append(f'| {r["cohort"]:,} | {"tau = " + str(a) if a == b else f"U{{{a}..{b}}}"} | '
                f'{r["naive_order"]} | {r["devices"]} | {r["chunk"]:,} | {r["compile_s"]:.2f} | '
                f'{r["naive_compile_s"]:.2f} | {r["round_s"] * 1e3:.2f} | '
-               f'{r["naive_round_s"] * 1e3:.2f} | {r["speedup"]:.2f}x |')
+               f'{r["naive_round_s"] * 1e3:.2f} | {r["speedup"]:.2f}x | '
+               f'{r["chained_round_s"] * 1e3:.2f} | {r["naive_chained_round_s"] * 1e3:.2f} | '
+               f'{r["chained_speedup"]:.2f}x |')
   return '\n'.join(out)
 
 
@@ -183,9 +209,11 @@ def main(argv=None):
     rows.append(common.in_fresh_process(__file__, c, [
         '--budget_range', a.budget_range, '--batch_size', str(a.batch_size),
         '--repeats', str(a.repeats), '--naive_order', a.naive_order]))
-    print(f'{c} clients: engine {rows[-1]["round_s"] * 1e3:.2f} ms, naive '
-          f'{rows[-1]["naive_round_s"] * 1e3:.2f} ms ({rows[-1]["speedup"]:.2f}x)',
-          file=sys.stderr, flush=True)
+    r = rows[-1]
+    print(f'{c} clients: engine {r["round_s"] * 1e3:.2f} ms, naive '
+          f'{r["naive_round_s"] * 1e3:.2f} ms ({r["speedup"]:.2f}x) each round waited for; '
+          f'{r["chained_round_s"] * 1e3:.2f} and {r["naive_chained_round_s"] * 1e3:.2f} ms '
+          f'({r["chained_speedup"]:.2f}x) in a row', file=sys.stderr, flush=True)
   common.report(rows, table(rows), a.json)
 
 

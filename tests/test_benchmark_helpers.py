@@ -113,3 +113,17 @@ def test_flag_checks_name_the_first_bad_flag_and_its_value(capsys):
     with pytest.raises(SystemExit) as e:
       call()
     assert e.value.code == 2 and capsys.readouterr().err == f'error: {line}\n'
+
+
+@pytest.mark.parametrize('wait_each', [True, False])
+def test_chained_rounds_feeds_each_rounds_output_to_the_next(wait_each):
+  calls = []
+
+  def step(carry, r):
+    calls.append(r)
+    return carry * 2 + r
+
+  carry, seconds = common.chained_rounds(step, jnp.float32(1), 4, wait_each)
+  assert calls == [1, 2, 3, 4]
+  assert float(carry) == ((((1 * 2 + 1) * 2 + 2) * 2 + 3) * 2 + 4)
+  assert len(seconds) == (4 if wait_each else 1) and all(s > 0 for s in seconds)
