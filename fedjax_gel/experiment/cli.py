@@ -271,11 +271,23 @@ def parse(argv, values: flags.FlagValues = flags.FLAGS):
   return rest
 
 
+HELP = re.compile(r'--?(help|helpshort|helpfull|helpxml|\?)')
+
+
 def parse_files(argv, values: flags.FlagValues):
-  """``parse`` once every flag file is a regular file."""
+  """``parse`` once every flag file is a regular file. Help (``--help``, ``--helpfull``,
+  ``-h``, ...) is printed and exits with status 0 (absl's help exits with 1; ``-h`` is not
+  absl's)."""
   lines = [x for _, path in flagfile_args(argv[1:]) for x in check_flagfile(path)]
+  ends = argv.index('--') if '--' in argv[1:] else len(argv)   # then positional arguments
+  argv = [argv[0]] + ['--help' if a == '-h' else a for a in argv[1:ends]] + argv[ends:]
   try:
     return values(argv)
+  except SystemExit as e:
+    if e.code == 1 and any(HELP.fullmatch(a) for a in argv[1:ends]):
+      sys.stdout.flush()
+      raise SystemExit(0) from None
+    raise
   except flags.Error as e:
     text = (str(e).splitlines() or ['bad flags'])[0]
     text = text.removeprefix('ERROR:: ').removeprefix('ERROR: ')

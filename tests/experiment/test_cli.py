@@ -723,3 +723,11 @@ def test_the_command_presents_the_cores_as_devices(tiny_leaf_file, tmp_path):
   code, count, xla_flags = out.stdout.strip().splitlines()[-1].split(' ', 2)
   assert code == '0', out.stderr[-2000:]
   assert int(count) == (os.cpu_count() or 1) and devices.SMALL_LOOP_FLAG in xla_flags
+
+
+def test_help_prints_the_commands_text_and_exits_with_status_0():
+  """absl's --help exits with 1 and has no -h; the command's help is not a failure."""
+  out = process('-h')
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.startswith('Runs federated experiments') and '--helpfull' in out.stdout
+  assert cli.HELP.fullmatch('--helpfull') and not cli.HELP.fullmatch('--help=false')
