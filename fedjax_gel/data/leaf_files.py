@@ -219,14 +219,28 @@ def _json_files(paths: PathLike | Iterable[PathLike]) -> list[str]:
   return sorted(files, key=lambda f: (os.path.basename(f), f))
 
 
+class _RepeatedKey(ValueError):
+  """A JSON object names one key twice (Python's parser would keep the last silently)."""
+
+
+def _object(pairs: list) -> dict:
+  """``json``'s ``object_pairs_hook``: the object as a dict, refusing a repeated key."""
+  out = dict(pairs)
+  if len(out) != len(pairs):
+    seen = set()
+    raise _RepeatedKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+  return out
+
+
 def _read_one(path: str) -> dict:
   """One LEAF file, checked (``_check_file``). Refuses a missing or unreadable file, invalid
-  JSON, JSON nested too deeply for Python's parser, and numbers it cannot convert."""
+  JSON, a key repeated in one object, JSON nested too deeply for Python's parser, and numbers it
+  cannot convert."""
   if os.path.exists(path) and not os.path.isfile(path):   # /dev/zero would be read forever
     raise DataError(f'{path}: not a regular file (a pipe or device)')
   try:
     with open(path, encoding='utf-8') as f:
-      raw = json.load(f)
+      raw = json.load(f, object_pairs_hook=_object)
   except FileNotFoundError:
     reason = 'a symbolic link to nothing' if os.path.islink(path) else 'no such file'
     raise DataError(f'{path}: {reason}') from None
@@ -238,6 +252,9 @@ def _read_one(path: str) -> dict:
                     f'{sys.getrecursionlimit()} levels)') from None
   except (OSError, UnicodeDecodeError) as e:
     raise DataError(f'{path}: cannot be read ({e})') from None
+  except _RepeatedKey as e:
+    raise DataError(f'{path}: the key {e.args[0]!r} appears twice in one JSON object (a user '
+                    'named twice in user_data would lose one of its copies)') from None
   except ValueError as e:   # e.g. an integer of more digits than Python converts
     raise DataError(f'{path}: not valid JSON ({str(e).split(";")[0]})') from None
   return _check_file(raw, path)

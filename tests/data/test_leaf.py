@@ -325,6 +325,15 @@ def test_missing_file_and_bad_json(tmp_path):
     leaf_files.read_leaf_json(listed)
 
 
+def test_a_user_named_twice_in_user_data_is_refused_not_merged_into_one(tmp_path):
+  twice = tmp_path / 'twice.json'
+  twice.write_text('{"users": ["a", "b"], "num_samples": [1, 1], "user_data": '
+                   '{"a": {"x": [[1.0]], "y": [0]}, "a": {"x": [[2.0]], "y": [1]}, '
+                   '"b": {"x": [[3.0]], "y": [1]}}}')
+  with pytest.raises(errors.DataError, match="twice.json: the key 'a' appears twice"):
+    leaf_files.read_leaf_json(twice)
+
+
 def test_data_error_is_value_error():
   assert issubclass(errors.DataError, ValueError)
 
