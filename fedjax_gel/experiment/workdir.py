@@ -3,7 +3,7 @@
 
 Everything is written whole or not at all and never through a symbolic link
 (``experiment.files``); NaN and infinities (a diverged run) are written as JSON ``null``. A
-finished run's ``summary.json`` holds the checksums of its ``metrics.jsonl``,
+finished run's ``summary.json`` holds the checksums of its ``metrics.jsonl``, ``metrics.csv``,
 ``model.msgpack`` and ``grid.json`` (``outputs_sha256``), of its ``config.json``'s settings
 (``settings_sha256``) and of its own fields (``summary_sha256``): a finished run whose outputs,
 settings or summary changed or were cut since is reported in one line, not taken for finished
@@ -186,7 +186,7 @@ def record_inputs(workdir: str, config: dict):
 
 
 # A finished run's outputs whose checksums its summary.json holds.
-CHECKSUMMED = ('metrics.jsonl', 'model.msgpack', 'grid.json')
+CHECKSUMMED = ('metrics.jsonl', 'metrics.csv', 'model.msgpack', 'grid.json')
 
 
 def outputs_sha256(workdir: str) -> dict:

@@ -363,6 +363,10 @@ def edit_summary(**fields):
   return edit
 
 
+def cut(path):
+  path.write_bytes(path.read_bytes()[:-7])
+
+
 def tensorboard_file(workdir):
   shutil.rmtree(workdir / 'tensorboard', ignore_errors=True)
   (workdir / 'tensorboard').write_text('x')
@@ -375,6 +379,7 @@ def metrics_folder(workdir):
 
 @pytest.mark.parametrize('change,rounds,error', [
     (lambda w: crlf(w / 'metrics.jsonl'), 6, 'metrics.jsonl changed since the run finished'),
+    (lambda w: cut(w / 'metrics.csv'), 6, 'metrics.csv changed since the run finished'),
     (lambda w: edit_summary(outputs_sha256='abc')(w / 'summary.json'), 4,
      'summary.json changed since the run finished'),
     (lambda w: edit_summary(final_accuracy='x')(w / 'summary.json'), 6,
@@ -384,7 +389,7 @@ def metrics_folder(workdir):
     # unfinished: resumed from the checkpoint of round 4, whose records were re-saved since
     (lambda w: ((w / 'summary.json').unlink(), crlf(w / 'metrics.jsonl')), 4,
      "metrics.jsonl changed before the checkpoint's round"),
-], ids=['crlf_extended', 'outputs_checksum_edited', 'summary_field_edited',
+], ids=['crlf_extended', 'csv_cut', 'outputs_checksum_edited', 'summary_field_edited',
         'tensorboard_a_file', 'metrics_a_folder', 'crlf_resumed'])
 def test_a_run_whose_outputs_changed_is_refused_before_anything_is_written(finished, tmp_path,
                                                                            change, rounds, error):
