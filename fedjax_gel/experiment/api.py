@@ -323,6 +323,7 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
         if cluster.writes():
           files.lock(workdir)
           locked.append(workdir)
+          files.name_holder(workdir)   # named at once: a command refused meanwhile names it
         p = plan(c, workdir, sweep, overwrite, phases)
       # every process planned the same runs, and read the work directory before it changes
       cluster.agree(plan_record(p, workdir, vmap, overwrite))
@@ -332,7 +333,7 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
             made += workdir_lib.make_workdir(w)
             files.lock(w)
             locked.append(w)
-          files.name_holder(workdir)
+            files.name_holder(w)
       agree_on_workdir(workdir)
     except BaseException:   # refused (e.g. too many open files): nothing it created is left
       for w in locked:

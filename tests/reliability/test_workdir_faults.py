@@ -94,6 +94,41 @@ def test_a_second_writer_is_refused_and_a_killed_one_leaves_no_lock(finished, tm
   assert model_bytes(workdir) == finished[1]
 
 
+def test_a_command_started_while_another_plans_names_it_for_the_top_and_the_run_folders(
+    tmp_path):
+  """The first command names itself in ``.lock`` as soon as it holds a folder (it used to write
+  it after planning, so a second command started meanwhile said "another process"; a run
+  folder's lock was never named)."""
+  workdir = tmp_path / 'top'
+  args = [*BASE, '--num_rounds=2', '--seeds=0,1', '--vmap_seeds=false', f'--workdir={workdir}']
+  first = subprocess.Popen([sys.executable, '-c', textwrap.dedent(f'''
+      import sys, time
+      from fedjax_gel.experiment import api, cli
+      planned = api.plan
+      def plan(*args, **kwargs):
+        print('planning', flush=True)
+        sys.stdin.readline()
+        return planned(*args, **kwargs)
+      def run_plan(*args, **kwargs):
+        print('running', flush=True)
+        time.sleep(120)
+      api.plan, api.run_plan = plan, run_plan
+      cli.main(['run.py', *{args!r}])''')], cwd=helpers.REPO, stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE, text=True)
+  try:
+    assert first.stdout.readline().strip() == 'planning'
+    helpers.assert_one_line_error(run(workdir, '--seeds=0,1', '--vmap_seeds=false'),
+                                  f'--workdir={workdir} is in use by process {first.pid}')
+    first.stdin.write('\n')
+    first.stdin.flush()
+    assert first.stdout.readline().strip() == 'running'
+    seed = next(p for p in workdir.iterdir() if p.is_dir())
+    helpers.assert_one_line_error(run(seed), f'{seed} is in use by process {first.pid}')
+  finally:
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+
+
 class Crash(Exception):
   """Stands for a kill at a planted point (raised by a callback)."""
 
