@@ -227,9 +227,12 @@ def _verify(file: str, data: dict):
   _VERIFIED.add(key)
 
 
+REMOVE = '; remove it or pass --overwrite'
+
+
 def _error(file: str, e: Exception, what: str = 'damaged checkpoint',
            kind: type = DamagedCheckpoint) -> CheckpointError:
-  return kind(f'{file}: {what} ({first_line(e)}); remove it or pass --overwrite')
+  return kind(f'{file}: {what} ({first_line(e)}){REMOVE}')
 
 
 def _fits(layout: dict, target) -> bool:
@@ -335,7 +338,12 @@ def check(workdir: str, target, meta_keys: tuple) -> list[str]:
           f'{meta["metrics_bytes"]} bytes do not match the checksum the checkpoint holds); '
           'restore it or pass --overwrite')
   if damaged and len(damaged) == len(rounds(workdir)):
-    raise damaged[-1][1]
+    last = damaged[-1][1]
+    if len(damaged) == 1:
+      raise last
+    earlier = ', '.join(os.path.basename(path(workdir, r)) for r, _ in damaged[:-1])
+    raise type(last)(f'{str(last).removesuffix(REMOVE)}; every checkpoint is damaged (the '
+                     f'earlier {earlier} too): remove them or pass --overwrite')
   return [f'{path(workdir, r)} is damaged (unreadable, or its checksum does not match); the run '
           'resumes from its last intact checkpoint and sets this one aside (.damaged)'
           for r, _ in damaged]

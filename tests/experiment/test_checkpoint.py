@@ -106,3 +106,20 @@ def test_a_resume_hashes_a_state_once_and_again_after_a_write(tmp_path, monkeypa
   with pytest.raises(checkpoint.CheckpointError, match='damaged checkpoint'):
     checkpoint.load(w, 5, state(10))
   assert len(hashed) == 2
+
+
+def test_with_every_checkpoint_damaged_the_error_names_them_all(tmp_path):
+  w = str(tmp_path)
+  (tmp_path / 'metrics.jsonl').touch()
+  for r in (2, 4, 6):
+    checkpoint.save(w, r, state(10), {'metrics_bytes': 0})
+    os.remove(os.path.join(w, f'checkpoint-{r}', 'state', 'manifest.ocdbt'))
+  kept = checkpoint.rounds(w)
+  assert len(kept) >= 2 and kept[-1] == 6
+  with pytest.raises(checkpoint.CheckpointError) as e:
+    checkpoint.check(w, state(10), ())
+  text = str(e.value)
+  assert text.startswith(os.path.join(w, 'checkpoint-6') + ': damaged checkpoint'), text
+  earlier = ', '.join(f'checkpoint-{r}' for r in kept[:-1])
+  assert text.endswith(f'every checkpoint is damaged (the earlier {earlier} too): remove them '
+                       'or pass --overwrite') and '\n' not in text
