@@ -81,6 +81,12 @@ def check_same_users(train_users, test_users, train_dir: str, test_dir: str):
                     'split writes every user to both, so a file is missing or from another split')
 
 
+def holds_split(path: PathLike) -> bool:
+  """Whether ``path`` is a folder of LEAF's split output (``train/`` and ``test/``), which
+  ``load`` reads as it is, without a split of its own."""
+  return all(os.path.isdir(os.path.join(path, side)) for side in ('train', 'test'))
+
+
 def load(
     path: PathLike,
     train_fraction: float = 0.9,
@@ -106,8 +112,8 @@ def load(
   path = os.fspath(path)
   if not os.path.exists(path):
     raise DataError(f'{path}: no such file or directory')
-  train_dir, test_dir = os.path.join(path, 'train'), os.path.join(path, 'test')
-  if os.path.isdir(train_dir) and os.path.isdir(test_dir):
+  if holds_split(path):
+    train_dir, test_dir = os.path.join(path, 'train'), os.path.join(path, 'test')
     if sampling.active:
       raise DataError(f'{path}: holds train/ and test/, which LEAF samples and filters before it '
                       'splits; point at its raw all_data/ to sample here')

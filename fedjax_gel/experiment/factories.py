@@ -73,7 +73,10 @@ def load_split(c: Config) -> federated_data.FederatedSplit:
     except ImportError as e:
       raise ConfigError(f'--dataset={d.dataset}: {e}') from None
   from fedjax_gel.data import leaf, leaf_tasks, subsets
-  d = dataclasses.replace(d, data_path=subsets.resolve(d.data_path))   # subset:<name>
+  given = d.data_path
+  d = dataclasses.replace(d, data_path=subsets.resolve(given))   # subset:<name>
+  if leaf.holds_split(d.data_path):
+    check_split_unset(d, given)
   args = dict(train_fraction=d.train_fraction, seed=d.split_seed, split=d.split,
               sampling=d.sampling)
   if d.dataset == 'shakespeare':
@@ -86,6 +89,23 @@ def load_split(c: Config) -> federated_data.FederatedSplit:
   if d.dataset == 'celeba':
     return leaf_tasks.load_celeba(d.data_path, d.image_dir, **args)
   return leaf.load(d.data_path, gap=d.split_gap, **args)
+
+
+# The settings of the split a LEAF loader makes (LEAF's sampling, which needs its raw files too,
+# is refused by ``data.leaf.load`` itself).
+SPLIT_SETTINGS = ('leaf_split', 'train_fraction', 'split_seed', 'split_gap')
+
+
+def check_split_unset(d: config_lib.DataConfig, data_path: str):
+  """A folder of LEAF's split output is read as it is: a split setting away from its default
+  would change nothing, so it is a ConfigError rather than recorded as if it had."""
+  defaults = {f.name: f.default for f in dataclasses.fields(config_lib.DataConfig)}
+  for name in SPLIT_SETTINGS:
+    if getattr(d, name) != defaults[name]:
+      raise ConfigError(f'--{name}={getattr(d, name)}: --data_path={data_path} holds train/ '
+                        "and test/ (LEAF's split output), which are read as they are; leave "
+                        f"--{name} at its default ({defaults[name]}) or point --data_path at "
+                        "LEAF's raw all_data/")
 
 
 def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:

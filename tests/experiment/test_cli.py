@@ -94,6 +94,11 @@ def paths(tmp_path_factory, tiny_leaf_file):
   for name in ('a.json', 'b.json'):
     (twice / name).write_bytes(pathlib.Path(tiny_leaf_file).read_bytes())
   out['twice'] = twice
+  split = d / 'split'   # LEAF's split output: train/ and test/
+  for side in ('train', 'test'):
+    (split / side).mkdir(parents=True)
+    (split / side / 'a.json').write_bytes(pathlib.Path(tiny_leaf_file).read_bytes())
+  out['split'] = split
   for name, text in FLAGFILES.items():
     out[name] = d / f'{name}.flags'
     write = out[name].write_bytes if isinstance(text, bytes) else out[name].write_text
@@ -213,6 +218,9 @@ BAD_INPUT = [
     (f'{LEAF} --budget_unit=epochs --budget_range=1,100000000 --batch_size=1',
      '--budget_unit and --batch_size: a round of', 'exceeds the int32 limit'),
     ('--dataset=leaf --data_path=/dev/zero', '/dev/zero', 'not a regular file'),
+    ('--dataset=leaf --data_path={split} --clients_per_round=3 --train_fraction=0.5',
+     '--train_fraction=0.5: --data_path={split} holds train/ and test/',
+     'leave --train_fraction at its default (0.9)'),
     (f'{LEAF} --compilation_cache={{data}}', '--compilation_cache', 'a file, not a folder'),
 ]
 
