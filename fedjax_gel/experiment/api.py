@@ -333,7 +333,6 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
             made += workdir_lib.make_workdir(w)
             files.lock(w)
             locked.append(w)
-            files.name_holder(w)
       agree_on_workdir(workdir)
     except BaseException:   # refused (e.g. too many open files): nothing it created is left
       for w in locked:

@@ -195,7 +195,7 @@ def lock(workdir: str):
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
     os.close(fd)
-    h = holder(workdir)
+    h = holder(workdir) or holder_above(workdir)
     who = (f'process {h["pid"]} on {h["host"]} (since {h["since"]}: {h["command"]})' if h else
            'another process')
     raise ConfigError(f'--workdir={workdir} is in use by {who}; wait for it to finish or stop '
@@ -239,6 +239,18 @@ def holder(workdir: str) -> dict | None:
     return None
   fields = ('pid', 'host', 'since', 'command')
   return h if isinstance(h, dict) and all(k in h for k in fields) else None
+
+
+def holder_above(folder: str) -> dict | None:
+  """The holder a folder above ``folder`` names: a run's folder is locked by the command that
+  named itself in its top work directory only (one ``.lock`` a command)."""
+  folder = os.path.abspath(folder)
+  while os.path.dirname(folder) != folder:
+    folder = os.path.dirname(folder)
+    h = holder(folder)
+    if h is not None:
+      return h
+  return None
 
 
 def unlock(workdir: str):
