@@ -75,15 +75,19 @@ def concrete_scalar(value) -> float | None:
 
 
 def check_hyperparameter(name: str, value, ok, need: str) -> None:
-  """Raises ``ValueError`` when a known ``value`` (``concrete_values``: every element of an
-  array) fails ``ok``, ``TypeError`` when it is neither a number, an array of numbers, a
-  schedule (callable) nor a traced value (e.g. a string, a list, ``None``, a bool)."""
+  """Raises ``ValueError`` when a known ``value`` (``concrete_values``) fails ``ok``,
+  ``TypeError`` when it is neither one number (a scalar, or an array of one element), a
+  schedule (callable) nor a traced value (e.g. a string, a list, ``None``, a bool, an array of
+  several numbers: it would have been applied element by element to the parameters it
+  broadcasts against)."""
   if callable(value) or isinstance(value, jax.core.Tracer):
     return
   known = concrete_values(value)
   if known is None or not (jnp.issubdtype(known.dtype, jnp.floating) or
                            jnp.issubdtype(known.dtype, jnp.integer)):
     raise TypeError(f'{name} must be a number, got {value!r}')
+  if known.size != 1:
+    raise TypeError(f'{name} must be one number, got an array of shape {known.shape}')
   if not all(ok(float(x)) for x in known.reshape(-1)):
     raise ValueError(f'{name} must be {need}, got {value}')
 

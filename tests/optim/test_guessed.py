@@ -271,11 +271,16 @@ def test_a_traced_nan_count_gives_nan_in_both_implementations():
     (True, 0.9, TypeError, 'gel_sgdm learning_rate must be a number, got True'),
     ('0.1', 0.9, TypeError, "gel_sgdm learning_rate must be a number, got '0.1'"),
     (0.1, None, TypeError, 'gel_sgdm momentum must be a number, got None'),
-], ids=['momentum_array', 'lr_array', 'lr_inf', 'lr_bool', 'lr_str', 'momentum_none'])
+    # several values broadcast against the parameters, one rate per column of a kernel
+    (np.array([0.1, 0.2]), 0.9, TypeError,
+     r'gel_sgdm learning_rate must be one number, got an array of shape \(2,\)'),
+], ids=['momentum_array', 'lr_array', 'lr_inf', 'lr_bool', 'lr_str', 'momentum_none',
+        'lr_several'])
 def test_hyper_parameters_of_one_element_arrays_and_other_kinds_are_checked(lr, momentum, error,
                                                                             words):
   """Only 0-d values were checked: one-element arrays passed (a momentum of 1.5 diverged,
-  a negative rate ascended), and a string failed deep in optax."""
+  a negative rate ascended), a string failed deep in optax, and several values were applied
+  column by column."""
   with pytest.raises(error, match=words):
     gel_sgdm(lr, momentum)
 
