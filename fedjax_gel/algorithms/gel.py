@@ -18,6 +18,7 @@ the client optimiser is re-applied with the last gradient.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
 from typing import Callable, NamedTuple
 
@@ -25,12 +26,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_gel.core import checks
 from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.core.spec import AlgorithmSpec, hparam, one_of, within
 from fedjax_gel.algorithms.fedavg import local_sgd, static_zero
 from fedjax_gel.optim.guessed import PROXIES, gel_sgdm
 
 GUESS_POLICIES = ('none', 'remaining', 'cohort_max', 'inf', 'fixed', 'percent')
+POLICY_READS = {'remaining': 'tau', 'cohort_max': 'k', 'fixed': 'count', 'percent': 'percent'}
 MAX_GUESSES = 100_000   # a guess count above this is surely a typo (guesses may run in a loop)
 MAX_PERCENT = 100 * MAX_GUESSES   # the percent policy: at most MAX_GUESSES guesses a step
 
@@ -54,12 +57,24 @@ class GuessPolicy(NamedTuple):
   percent: float = 0.0
 
   def check(self) -> 'GuessPolicy':
-    """Raises ``ValueError`` naming the field that is out of range; returns the policy."""
+    """Raises ``ValueError`` naming the field that is out of range, or set away from its default
+    where the kind does not read it (``GuessPolicy('fixed', 5)`` set ``tau``, and took no
+    guess), ``TypeError`` for a field that is no number; returns the policy."""
     if self.kind not in GUESS_POLICIES:
       raise ValueError(f'unknown guess policy {self.kind!r}; known: {", ".join(GUESS_POLICIES)}')
-    for field in ('tau', 'k', 'count'):
-      value = getattr(self, field)
-      if value is not None and not 0 <= value <= MAX_GUESSES:
+    reads = POLICY_READS.get(self.kind)
+    for field in ('tau', 'k', 'count', 'percent'):
+      value, default = getattr(self, field), GuessPolicy._field_defaults[field]
+      whole = field != 'percent'
+      if value is not None and not (checks.is_whole(value) if whole else
+                                    isinstance(value, numbers.Real) and not isinstance(value, bool)):
+        raise TypeError(f'GuessPolicy.{field} must be {"a whole" if whole else "a"} number, '
+                        f'got {value!r}')
+      if field != reads and value != default:
+        raise ValueError(f'GuessPolicy({self.kind!r}) does not read {field} (got {value}); ' + (
+            'it reads no field' if reads is None else
+            f'it reads {reads}, given by name: GuessPolicy({self.kind!r}, {reads}=...)'))
+      if whole and value is not None and not 0 <= value <= MAX_GUESSES:
         raise ValueError(f'GuessPolicy.{field} must lie in [0, {MAX_GUESSES}], got {value}')
     if not 0 <= self.percent <= MAX_PERCENT:
       raise ValueError(f'GuessPolicy.percent must lie in [0, {MAX_PERCENT}], got {self.percent}')
@@ -148,8 +163,10 @@ class GelHparams:
   @property
   def policy(self) -> GuessPolicy:
     """The ``GuessPolicy`` (``guess_tau=0``: ``b + 5``, from the budgets)."""
-    return GuessPolicy(self.guess_policy, self.guess_tau or None, self.guess_k, self.guess_count,
-                       self.guess_percent)
+    values = {'tau': self.guess_tau or None, 'k': self.guess_k, 'count': self.guess_count,
+              'percent': self.guess_percent}
+    reads = POLICY_READS.get(self.guess_policy)
+    return GuessPolicy(self.guess_policy, **({reads: values[reads]} if reads else {}))
 
   def proxy(self, sgd_clients: bool = False) -> str:
     """The proxy: the field, or by default zero (last gradient for plain SGD clients)."""

@@ -255,6 +255,21 @@ def test_guess_policies_by_hand(policy, expect):
   np.testing.assert_array_equal(policy.counts(jnp.array([4, 9, 13, 12]), 13), expect)
 
 
+@pytest.mark.parametrize('policy,error,words', [
+    (GuessPolicy('fixed', 5), ValueError, r"GuessPolicy\('fixed'\) does not read tau \(got 5\); "
+     r"it reads count, given by name: GuessPolicy\('fixed', count=...\)"),
+    (GuessPolicy('cohort_max', 2), ValueError, "does not read tau"),
+    (GuessPolicy('inf', count=3), ValueError, 'does not read count .* it reads no field'),
+    (GuessPolicy('fixed', count='5'), TypeError, "count must be a whole number, got '5'"),
+    (GuessPolicy('percent', percent='25'), TypeError, "percent must be a number, got '25'"),
+], ids=['fixed_positional', 'cohort_max_positional', 'inf_count', 'count_str', 'percent_str'])
+def test_a_policy_field_its_kind_does_not_read_or_no_number_is_refused(loss, policy, error,
+                                                                       words):
+  """``GuessPolicy('fixed', 5)`` put 5 in ``tau`` and took no guess: GeL trained as FedAvgCM."""
+  with pytest.raises(error, match=words):
+    algorithms.gel(loss, LR, ALPHA, guess_policy=policy)
+
+
 def test_cohort_max_reads_the_steps_taken_not_the_budgets_of_clients_without_data(data, loss,
                                                                                    model):
   """An empty client takes no step: its budget (6) must not raise the cohort's maximum, which
