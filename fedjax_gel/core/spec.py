@@ -101,8 +101,8 @@ def at_least(low, note: str = '') -> Check:
 
 
 def positive(name, value) -> str | None:
-  if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-    return None if value >= 1 else f'--{name} must be a positive integer (got {value})'
+  """``value > 0`` (a float setting; a whole number given for it too: ``int_range(1)`` is the
+  rule of integer settings)."""
   return None if value > 0 else f'--{name} must be positive (got {value})'
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import numbers
 import os
 import sys
 import time
@@ -27,7 +28,7 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from fedjax_gel.core import keys
+from fedjax_gel.core import checks, keys
 from fedjax_gel.core.spec import flag_name
 from fedjax_gel.experiment import callbacks as callbacks_lib, cluster, factories, grid as grid_lib
 from fedjax_gel.experiment import files, loop as loop_lib, outputs, planning, sinks
@@ -59,6 +60,14 @@ class Sweep:
       if not _listed(value):
         raise ConfigError(f'Sweep: {field.name} must be a list or tuple, got {value!r}'
                           + (f' (write [{value!r}])' if isinstance(value, str) else ''))
+      if isinstance(value, np.ndarray):   # NumPy's own scalars and truth values: Python's
+        object.__setattr__(self, field.name, tuple(value.tolist()))
+    for name, whole in (('seeds', True), ('client_lrs', False), ('server_lrs', False)):
+      bad = [v for v in getattr(self, name) if isinstance(v, (bool, np.bool_)) or not (
+          checks.is_whole(v) if whole else isinstance(v, numbers.Real))]
+      if bad:
+        raise ConfigError(f'Sweep: {name} must hold {"whole " if whole else ""}numbers, got '
+                          f'{bad[0]!r}')
 
 
 def _listed(value) -> bool:

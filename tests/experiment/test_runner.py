@@ -746,13 +746,26 @@ def test_flags_a_run_does_not_read_are_not_compared_with_an_earlier_record(tmp_p
     (dict(seeds=3), 'Sweep: seeds must be a list or tuple, got 3'),
     (dict(hparam_grid=('prox_mu', [])), r'hparam_grid must be \(flag, values\) with at least one'),
     (dict(hparam_grid=('prox_mu', '0.1')), r'hparam_grid must be \(flag, values\)'),
+    (dict(client_lrs=['0.1']), "Sweep: client_lrs must hold numbers, got '0.1'"),
+    (dict(seeds=[0.5]), 'Sweep: seeds must hold whole numbers, got 0.5'),
 ])
 def test_a_sweep_of_the_wrong_shape_is_one_line(kwargs, match):
-  """A string where a list goes ("unknown value 'g'" before), an empty grid (an IndexError)."""
+  """A string where a list goes ("unknown value 'g'" before), an empty grid (an IndexError),
+  a string among the rates (a TypeError comparing it)."""
   with pytest.raises(ConfigError, match=match):   # the grid's own shape: when it is expanded
     api.expand(make(algorithm='fedprox'), api.Sweep(**kwargs))
-  assert api.Sweep(seeds=np.arange(2), algorithms=('gel',),
-                   hparam_grid=('prox_mu', [0.1])).seeds.tolist() == [0, 1]
+
+
+def test_a_sweep_takes_numpy_arrays_as_lists():
+  """``np.logspace`` for the rates: "the truth value of an array is ambiguous" before."""
+  sweep = api.Sweep(seeds=np.arange(2), client_lrs=np.logspace(-3, -1, 3),
+                    server_lrs=np.array([0.5, 1.0]))
+  assert sweep.seeds == (0, 1) and sweep.server_lrs == (0.5, 1.0)
+  runs = api.expand(make(algorithm='fedavgcm'), api.Sweep(seeds=np.arange(2),
+                                                          client_lrs=np.logspace(-3, -1, 3)))
+  assert sorted((c.run.seed, round(c.algorithm.client_lr, 6)) for c in runs) == [
+      (s, lr) for s in (0, 1) for lr in (0.001, 0.01, 0.1)]
+  assert api.expand(make(algorithm='fedavgcm'), sweep)   # a grid's rows: no error
 
 
 @pytest.mark.parametrize('kwargs,words', [
