@@ -416,7 +416,7 @@ def test_every_registered_algorithm_builds_as_its_spec_declares():
 
 
 def test_guess_settings_reach_the_algorithms_policy():
-  default = GuessPolicy('remaining', None, 0, 5, 25.)   # tau None: b + 5 from the budgets
+  default = GuessPolicy('remaining')   # tau None: b + 5 from the budgets; the others unread
   assert make(algorithm='gel').algorithm.hparams.policy == default
   assert make(algorithm='gel', guess_tau=20).algorithm.hparams.policy.tau == 20
   assert make(algorithm='gel', guess_policy='cohort_max', guess_k=3,
