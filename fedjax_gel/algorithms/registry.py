@@ -41,7 +41,9 @@ def register(spec: AlgorithmSpec) -> AlgorithmSpec:
     raise ValueError(f'register: an algorithm\'s name must be an identifier (a value of '
                      f'--algorithm and a folder name), got {spec.name!r}')
   if _SPECS.get(spec.name, spec) is not spec:
-    raise ValueError(f'an algorithm named {spec.name!r} is registered already')
+    raise ValueError(f'an algorithm named {spec.name!r} is registered already (a notebook cell '
+                     f'run again: registry.unregister({spec.name!r}) first)')
+  check_spec(spec)
   known = hparam_fields()
   for field in dataclasses.fields(spec.hparams):
     other = known.get(flag_name(field))
@@ -51,6 +53,27 @@ def register(spec: AlgorithmSpec) -> AlgorithmSpec:
                        'the same name another algorithm registered')
   _SPECS[spec.name] = spec
   return spec
+
+
+def check_spec(spec: AlgorithmSpec):
+  """The parts of ``spec`` that ``register`` can check before a run uses them: ``build``
+  callable, ``hparams`` a frozen dataclass (the class) whose every field is made with
+  ``core.spec.hparam`` (a plain field's value never reached the runs: they were built from its
+  default); else a ValueError naming the algorithm."""
+  where = f'register({spec.name!r})'
+  if not callable(spec.build):
+    raise ValueError(f'{where}: build must be a function (hparams, Setting) -> '
+                     f'FederatedAlgorithm, got {spec.build!r}')
+  h = spec.hparams
+  if not (isinstance(h, type) and dataclasses.is_dataclass(h)):
+    raise ValueError(f'{where}: hparams must be a frozen dataclass (the class itself), got {h!r}')
+  if not h.__dataclass_params__.frozen:
+    raise ValueError(f'{where}: hparams {h.__name__} must be frozen '
+                     '(@dataclasses.dataclass(frozen=True))')
+  for field in dataclasses.fields(h):
+    if 'help' not in field.metadata:
+      raise ValueError(f'{where}: hyper-parameter {field.name!r} of {h.__name__} is a plain '
+                       'field; make it with core.spec.hparam(default, help, check)')
 
 
 def unregister(name: str):

@@ -114,5 +114,30 @@ def test_the_registry_refuses_a_second_spec_of_a_name_or_a_clashing_hyper_parame
     assert name not in registry.names()
 
 
+@dataclasses.dataclass(frozen=True)
+class PlainHparams:
+  zeta: float = 0.5   # no hparam(): its value never reached the runs
+
+
+@dataclasses.dataclass
+class UnfrozenHparams:
+  damping: float = hparam(0.5, 'damped_fedavg: the server moves by this fraction of Delta.')
+
+
+@pytest.mark.parametrize('change,words', [
+    (dict(hparams=PlainHparams), "hyper-parameter 'zeta' of PlainHparams is a plain field"),
+    (dict(hparams=DampedHparams()), 'hparams must be a frozen dataclass \\(the class itself\\)'),
+    (dict(hparams=UnfrozenHparams), 'hparams UnfrozenHparams must be frozen'),
+    (dict(build='damped_fedavg'), 'build must be a function'),
+], ids=['plain_field', 'an_instance', 'not_frozen', 'build_a_name'])
+def test_the_registry_refuses_a_spec_its_runs_could_not_use(change, words):
+  """Each passed ``register`` and failed later: deep at ``make`` or ``run`` (an unhashable
+  type, "'DH' object is not callable"), or silently (a plain field's value reset to its
+  default by ``expand``)."""
+  with pytest.raises(ValueError, match=f"register\\('other'\\): {words}"):
+    registry.register(dataclasses.replace(DAMPED, name='other', **change))
+  assert 'other' not in registry.names()
+
+
 def test_the_readme_table_is_the_registry_s():
   assert registry.markdown_table() in README.read_text()
