@@ -577,12 +577,19 @@ def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
   assert records[-1]['test_accuracy'] > records[0]['test_accuracy']
 
 
-@pytest.mark.parametrize('emitters', ['quick', 'default'])
-def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path, emitters):
+@pytest.mark.parametrize('emitters,fuse_between', [('quick', False), ('default', False),
+                                                    ('quick', True)])
+def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path, emitters, fuse_between,
+                                             monkeypatch):
   """Three seeds as one vmapped program write exactly the metrics of three separate runs,
   whether compiled for compile time (``QUICK_COMPILE``) or with XLA's defaults; both at the LLVM
-  level runs compile at (not the suite's)."""
+  level runs compile at (not the suite's). ``fuse_between``: the fused products' threshold
+  between one run's client-rounds and the three runs' (the rule counted a program's runs, and
+  fused the group alone: other sums, other numbers)."""
   configs = [base_config.replace(algorithm='gel', seed=s) for s in (0, 1, 2)]
+  if fuse_between:
+    one_run = base_config.run.num_rounds * base_config.cohort.clients_per_round
+    monkeypatch.setattr(planning, 'FUSE_MIN_CLIENT_ROUNDS', 2 * one_run)
   exp = factories.prepare(configs[0])
   assert exp.compiler_options == devices.compiler_options(True)   # a small round
   if emitters == 'default':
