@@ -13,15 +13,24 @@ from typing import Sequence
 
 from fedjax_gel.models.tasks import Metric
 
-# Two-sided 95% quantiles of Student's t with 1..30 degrees of freedom (beyond 30: 1.96).
+# Two-sided 95% quantiles of Student's t with 1..30 degrees of freedom (beyond: ``t_95``).
 T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 def t_95(n: int) -> float:
-  """Student's two-sided 95% quantile for ``n`` values (``n - 1`` degrees of freedom)."""
-  return T_95[n - 2] if n - 1 <= len(T_95) else 1.96
+  """Student's two-sided 95% quantile for ``n`` values (``n - 1`` degrees of freedom): the
+  table to 30, beyond it the Cornish-Fisher expansion in ``1 / nu`` (Abramowitz and Stegun
+  26.7.5; within 1e-4 of the exact quantile from 30 on: 2.0227 at 39, where 1.96 made a 40-seed
+  interval 3% too narrow)."""
+  if n - 1 <= len(T_95):
+    return T_95[n - 2]
+  z, nu = 1.959963984540054, n - 1
+  terms = ((z**3 + z) / 4, (5 * z**5 + 16 * z**3 + 3 * z) / 96,
+           (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384,
+           (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160)
+  return z + sum(g / nu**(k + 1) for k, g in enumerate(terms))
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
