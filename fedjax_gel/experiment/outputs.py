@@ -66,13 +66,28 @@ def header(configs, workdirs, report_dir: str, plotted: list[str]) -> str:
   return '\n'.join(lines)
 
 
-def plot_setting(configs) -> str:
-  """What a plot's title names: dataset, model and the learning rates."""
+def plot_setting(configs, tuned: str | None = None) -> str:
+  """What a plot's title names: dataset, model and the learning rates (with a grid over
+  ``tuned``, the values tried: each algorithm's choice is in the legend, ``chosen_labels``)."""
   lrs = lambda values: '/'.join(f'{v:g}' for v in dict.fromkeys(values))
   c = configs[0]
-  return (f'{c.data.dataset}, {c.model.name}, client lr '
-          f'{lrs(x.algorithm.client_lr for x in configs)}, server lr '
-          f'{lrs(x.server.lr for x in configs)}')
+  client = lrs(x.algorithm.client_lr for x in configs)
+  if tuned == 'client_lr':
+    client = f'the best of {client} (legend)'
+  text = f'{c.data.dataset}, {c.model.name}, client lr {client}, server lr ' + lrs(
+      x.server.lr for x in configs)
+  if tuned is not None and tuned != 'client_lr':
+    text += f', --{tuned} the best of the grid (legend)'
+  return text
+
+
+def chosen_labels(results, tuned: str | None) -> dict:
+  """With a grid over ``tuned``: each algorithm's legend entry, its name and its chosen value."""
+  if tuned is None:
+    return {}
+  what = 'lr' if tuned == 'client_lr' else tuned
+  return {name: f'{name} ({what} {v:g})'
+          for name, v in report.best_values(results, tuned).items() if v is not None}
 
 
 def write_runs_report(configs, workdirs, results, tuned, report_dir: str) -> tuple[str, list]:
@@ -81,7 +96,7 @@ def write_runs_report(configs, workdirs, results, tuned, report_dir: str) -> tup
   written ([] without matplotlib)."""
   plotted = plots.metric_plots(report.kept_runs(results, tuned),
                                os.path.join(report_dir, 'plots'), configs[0].run.target,
-                               plot_setting(configs))
+                               plot_setting(configs, tuned), chosen_labels(results, tuned))
   if plotted and tuned == 'client_lr':
     plotted.append(plots.lr_heatmap(results, os.path.join(report_dir, 'plots', 'lr_grid.png')))
   text = report.report_text(results, tuned)

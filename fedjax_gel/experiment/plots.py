@@ -79,10 +79,13 @@ def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
 
 
 def metric_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
-                 target: float | None = None, setting: str = '') -> list[str]:
+                 target: float | None = None, setting: str = '',
+                 labels: dict | None = None) -> list[str]:
   """Writes the three plots of the main metric and the training-loss plot; returns their
   paths ([] without matplotlib or runs). ``setting`` (e.g. dataset, model, learning rates)
-  heads every title."""
+  heads every title; ``labels``: an algorithm's legend entry where it is not its name (e.g.
+  with the learning rate a grid chose for it)."""
+  labels = labels or {}
   plt = _pyplot()
   if plt is None or not results:
     return []
@@ -101,7 +104,7 @@ def metric_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for name, c in data.items():
       x, mean, half = c[x_key], c[y_key], c[y_key + 1]
-      ax.plot(x, mean, label=name)
+      ax.plot(x, mean, label=labels.get(name, name))
       if half.any():
         low, high = mean - half, mean + half
         if y_key == 1 and m.name == 'accuracy':   # few seeds' t intervals left [0, 1]

@@ -74,3 +74,17 @@ def test_accuracy_bands_stay_within_zero_and_one(tmp_path, monkeypatch):
   accuracy = drawn[:3]   # against rounds, gradients, upload; then the training loss
   assert len(drawn) == 4 and all(l.min() >= 0 and h.max() <= 1 for l, h in accuracy)
   assert any(l.min() == 0 and h.max() == 1 for l, h in accuracy)   # clipped, not shrunk
+
+
+def test_a_grids_plots_name_each_algorithms_chosen_rate_not_every_rate_as_its_setting():
+  """The title of a learning-rate grid's curves listed every rate tried, where each curve is
+  one algorithm's chosen rate, which no label said."""
+  from fedjax_gel.experiment import config, outputs  # pylint: disable=g-import-not-at-top
+  results = [run('fedavg', 0, 0.1, [0.1, 0.5], [0, 2]), run('fedavg', 0, 0.3, [0.1, 0.6], [0, 2]),
+             run('fedgbo', 0, 0.1, [0.1, 0.7], [0, 4]), run('fedgbo', 0, 0.3, [0.1, 0.2], [0, 4])]
+  assert outputs.chosen_labels(results, 'client_lr') == {'fedavg': 'fedavg (lr 0.3)',
+                                                         'fedgbo': 'fedgbo (lr 0.1)'}
+  assert outputs.chosen_labels(results, None) == {}
+  configs = [config.make(client_lr=lr) for lr in (0.1, 0.3)]
+  assert 'client lr the best of 0.1/0.3 (legend)' in outputs.plot_setting(configs, 'client_lr')
+  assert 'client lr 0.1/0.3, server lr 1' in outputs.plot_setting(configs)
