@@ -78,7 +78,9 @@ class RoundMetrics(NamedTuple):
   downloaded_bytes: jax.Array  # bytes the real clients downloaded
   client_distance: jax.Array   # mean pairwise cosine distance of the clients' final models
   num_clients: jax.Array       # real clients (sampled, with data)
-  finite: jax.Array            # the new server model holds no NaN or infinity
+  finite: jax.Array            # the new server model holds no NaN or infinity, and the train
+                               # loss is finite where a client took a step (a loss of NaN with
+                               # a finite model: e.g. labels beyond the model's classes)
   diagnostics: Any = None      # the algorithm's own metrics ({name: scalar}; {} without)
 
 
@@ -530,7 +532,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     metrics = RoundMetrics(train_loss, grads, examples, computed,
                            num_real * up, num_real * down,
                            mean_pairwise_cosine_distance(*spread, num_real), num_real,
-                           all_finite(algorithm.server_params(new_state)),
+                           all_finite(algorithm.server_params(new_state)) &
+                           ((loss_w == 0) | jnp.isfinite(train_loss)),
                            {k: jnp.asarray(v, jnp.float32) for k, v in diagnostics.items()})
     return new_state, metrics
 

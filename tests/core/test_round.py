@@ -344,3 +344,22 @@ def test_a_round_without_clients_leaves_the_server_as_it_was(data, loss, model, 
   assert np.isnan(float(metrics.train_loss))   # no minibatch loss to average (was 0.0)
   for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(after)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_nan_training_loss_with_a_finite_model_is_not_finite():
+  """Labels beyond the model's classes: each minibatch's loss is NaN (the label's log-probability
+  is gathered out of range) while the gradient, and so the model, stay finite: the round said
+  ``finite`` and a run trained on. A round whose clients take no step stays finite."""
+  rng = np.random.default_rng(0)
+  clients = [{'x': rng.normal(size=(10, 3)).astype(np.float32),
+              'y': rng.integers(3, 5, size=10).astype(np.int32)} for _ in range(4)]
+  train = fd.to_device(fd.from_client_arrays(clients))
+  model = models.get_model('logistic', (3,), 2)
+  alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.1))
+  root = keys.root_key(0)
+  state = alg.server_init(model.init(keys.init_key(root)))
+  spec = CohortSpec(cohort_size=2, budget_range=(1, 3), batch_size=4)
+  new, m = build_round(alg, chunk_size=2)(state, sample_cohort(root, 0, train.counts, spec), train,
+                                          root, 0)
+  assert np.isnan(float(m.train_loss)) and not bool(m.finite)
+  assert round_lib.all_finite(new.params)
