@@ -276,6 +276,22 @@ def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) 
   return jnp.asarray(w, jnp.float32)
 
 
+_LARGEST: list = []   # (the last counts array on a device, its largest value)
+
+
+def largest_count(counts) -> int | None:
+  """The largest of ``counts``: NumPy's at once, a device array's read once per array (the
+  last one is remembered: a loop passes the same ``train.counts`` every round, and a read
+  waits for the device), None for traced or not fully addressable ones."""
+  if isinstance(counts, np.ndarray):
+    return int(counts.max())
+  if isinstance(counts, jax.core.Tracer) or not getattr(counts, 'is_fully_addressable', True):
+    return None
+  if not (_LARGEST and _LARGEST[0][0] is counts):
+    _LARGEST[:] = [(counts, int(jnp.max(counts)))]
+  return _LARGEST[0][1]
+
+
 def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
                   client_budgets=None) -> Cohort:
   """The cohort of round ``round_idx`` under ``spec``.
@@ -284,9 +300,10 @@ def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
   per-client extras are the algorithm's, computed in the round). ``client_ids`` given (e.g. by
   ``selection.power_of_d``) replace the sampled clients; ``client_budgets`` (``[num_clients]``
   int, within ``budget_range``) are every client's units under ``budget_draw='per_client'``.
-  Given on the host (NumPy or lists), ids outside the population, budgets outside the range and
-  counts above ``spec.max_examples`` (with budgets that read it) are a ValueError
-  (``client_budgets`` of another length, whatever holds them).
+  Given on the host (NumPy or lists), ids outside the population and budgets outside the range
+  are a ValueError (``client_budgets`` of another length, whatever holds them); so are counts
+  above ``spec.max_examples`` with budgets that read it, on the host or on a device
+  (``largest_count``: the budgets would be cut short).
   """
   if not isinstance(spec, CohortSpec):
     raise TypeError(f'sample_cohort: spec must be a CohortSpec, got {type(spec).__name__}')
@@ -299,10 +316,11 @@ def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
                      f' {np.shape(counts)})')
   if isinstance(counts, np.ndarray) and counts.min() < 0:
     raise ValueError(f'sample_cohort: counts must be >= 0 (got {counts.min()})')
-  if (reads_sizes(spec.budget_unit, spec.budget_draw) and isinstance(counts, np.ndarray) and
-      counts.max() > spec.max_examples):
+  largest = (largest_count(counts) if reads_sizes(spec.budget_unit, spec.budget_draw) else
+             None)
+  if largest is not None and largest > spec.max_examples:
     raise ValueError(f'sample_cohort: CohortSpec.max_examples={spec.max_examples} is below the '
-                     f'largest client\'s {counts.max()} examples, so the budgets '
+                     f'largest client\'s {largest} examples, so the budgets '
                      f'(budget_unit={spec.budget_unit!r}, budget_draw={spec.budget_draw!r}) would '
                      'be cut short; give max_examples=int(counts.max())')
   population = counts.shape[0]

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from fedjax_gel import algorithms, models
-from fedjax_gel.core import keys
+from fedjax_gel.core import keys, sampling
 from fedjax_gel.core.round import build_round
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 from fedjax_gel.core.shuffle import cycled_permutation
@@ -94,6 +94,14 @@ def test_proportional_and_per_client_draws(data):
   with pytest.raises(ValueError, match=r'CohortSpec.max_examples=2 is below the largest '
                      r'client\'s 30 examples'):
     sample_cohort(keys.root_key(1), 0, counts, short)
+  on_device = jnp.asarray(counts)   # the README's loop passes train.counts: it was not checked
+  for _ in range(2):   # read once per array, then remembered
+    with pytest.raises(ValueError, match=r'is below the largest client\'s 30 examples'):
+      sample_cohort(keys.root_key(1), 0, on_device, short)
+  assert sampling.largest_count(on_device) == 30
+  seen = []
+  jax.jit(lambda c: seen.append(sampling.largest_count(c)) or c)(on_device)
+  assert seen == [None]   # traced: not read
 
 
 @pytest.mark.parametrize('batch,epochs,chunk', [(4, (1, 3), 3), (5, (2, 2), 8)])
