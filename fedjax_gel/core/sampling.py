@@ -288,7 +288,7 @@ def largest_count(counts) -> int | None:
   if isinstance(counts, jax.core.Tracer) or not getattr(counts, 'is_fully_addressable', True):
     return None
   if not (_LARGEST and _LARGEST[0][0] is counts):
-    _LARGEST[:] = [(counts, int(jnp.max(counts)))]
+    _LARGEST[:] = [(counts, int(np.max(np.asarray(counts))))]   # no jnp: maybe under a trace
   return _LARGEST[0][1]
 
 
