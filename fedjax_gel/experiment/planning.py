@@ -303,13 +303,17 @@ def check_runs_fit(exp, num_runs: int, what: str) -> int:
 
 # Fusing the small batched products (``core.small_dots``) costs start-up and pays back per round:
 # on the quickstart's GeL round (20 clients, logistic regression, 2-core CPU) it adds about 0.7 s
-# of tracing and 0.5 s of compilation and saves about 0.4 ms a round. Below this many
-# client-rounds of one run (its rounds x its cohort) its programs are built without it. The rule
-# reads a run's own plan, not how many runs share its program: the fused products sum in
-# another order than XLA's library product, so a rule that counted the runs (it did) gave a seed
-# run in a group of seeds other numbers than the same seed run alone, which long runs at large
-# learning rates amplify (an outside check: 210 against 255 rounds to 85%).
-FUSE_MIN_CLIENT_ROUNDS = 20_000
+# of tracing and 0.5 s of compilation and saves about 0.4-0.9 ms a round, and a program of
+# several vmapped runs saves that per run (40 seeds of GeL's Synthetic setting: 5.8 s of training
+# fused against 24.8 s not). Below this many client-rounds of one run (its rounds x its cohort)
+# its programs are built without it: the quickstart's 4,000 keep their start-up, a run of GeL's
+# Synthetic setting (300 rounds of 20 clients) fuses, alone or among other seeds. The rule reads
+# a run's own plan, not how many runs share its program: the fused products sum in another order
+# than XLA's library product, so a rule that counted the runs (it did, from 20,000 client-rounds
+# of a program) gave a seed run in a group of seeds other numbers than the same seed alone,
+# which long runs at large learning rates amplify (an outside check: 210 against 255 rounds to
+# 85%).
+FUSE_MIN_CLIENT_ROUNDS = 5_000
 
 
 # A round of at most this many multiply-adds of a forward pass (clients x mean budget x batch x
