@@ -13,8 +13,8 @@ whose files are named below; ``mse_rounds.png`` and so on for a regression model
   examples) against rounds, the same means and bands, on a log scale;
 * ``lr_grid.png``: with a client learning-rate grid, each algorithm's mean best test accuracy
   per learning rate (the grid the report picks from);
-* ``grid_<algorithm>.png``: a learning-rate grid's final test accuracy as a heat map (GeL
-  Fig. 7), diverged cells marked.
+* ``grid.png`` (in each grid's own folder): a client x server learning-rate grid's final test
+  accuracy as a heat map (GeL Fig. 7), diverged cells marked.
 """
 from __future__ import annotations
 
