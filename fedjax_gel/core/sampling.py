@@ -131,7 +131,8 @@ class CohortSpec:
 
 
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=['client_ids', 'budgets', 'weights'], meta_fields=['spec'])
+                   data_fields=['client_ids', 'budgets', 'weights'],
+                   meta_fields=['spec', 'population'])
 @dataclasses.dataclass(frozen=True)
 class Cohort:
   """The clients of one round; the arrays have leading axis ``C`` (cohort size).
@@ -141,11 +142,15 @@ class Cohort:
     budgets: ``[C]`` int32 local gradient steps ``tau_i``.
     weights: ``[C]`` float32 unnormalised aggregation weights (``p_i`` after normalising).
     spec: the ``CohortSpec`` it was drawn with (static: the round reads ``B`` and ``b`` from it).
+    population: the clients it was drawn from (``sample_cohort`` sets it; static): the round
+      refuses a pool of another size, whose rows the ids would not name (they were clamped to
+      its last client). None for a hand-made cohort.
   """
   client_ids: jax.Array
   budgets: jax.Array
   weights: jax.Array
   spec: CohortSpec
+  population: int | None = None
 
 
 def check_ids(where: str, ids, num_clients: int):
@@ -185,6 +190,9 @@ def check_cohort(cohort: Cohort, num_clients: int):
   if not shapes['client_ids'][0]:
     raise ValueError('Cohort: no clients (client_ids, budgets and weights are empty)')
   ids, budgets, weights, spec = (*arrays.values(), cohort.spec)
+  if cohort.population is not None and cohort.population != num_clients:
+    raise ValueError(f'Cohort: drawn from a population of {cohort.population} clients, but the '
+                     f'pool holds {num_clients}: sample it from this pool\'s counts')
   check_ids('Cohort', ids, num_clients)
   if isinstance(weights, np.ndarray) and weights.size and not (
       np.isfinite(weights).all() and (weights >= 0).all()):
@@ -357,4 +365,4 @@ def _drawn_cohort(root, round_idx, counts, spec: CohortSpec, client_ids, client_
   units = budget_units(keys.round_key(root, round_idx, keys.BUDGET), spec, n, fixed)
   budgets = steps_of(units, n, spec)
   weights = aggregation_weights(spec.weighting, budgets, n, spec.batch_size)
-  return Cohort(ids, budgets, weights, spec)
+  return Cohort(ids, budgets, weights, spec, int(counts.shape[0]))

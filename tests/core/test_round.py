@@ -363,3 +363,15 @@ def test_a_nan_training_loss_with_a_finite_model_is_not_finite():
                                           root, 0)
   assert np.isnan(float(m.train_loss)) and not bool(m.finite)
   assert round_lib.all_finite(new.params)
+
+
+def test_the_round_refuses_a_cohort_drawn_from_another_population(data, model):
+  """Ids drawn from 100 clients ran on a smaller pool, clamped to its last client's rows."""
+  alg = algorithms.fedavg(models.cross_entropy_loss(model), optax.sgd(0.05))
+  spec = CohortSpec(3, (1, TAU_MAX), B)
+  other = sample_cohort(keys.root_key(0), 0, jnp.full((data.num_clients + 7,), 5, jnp.int32),
+                        spec)
+  assert other.population == data.num_clients + 7
+  with pytest.raises(ValueError, match=rf'Cohort: drawn from a population of '
+                     rf'{data.num_clients + 7} clients, but the pool holds {data.num_clients}'):
+    run(alg, data, other, init_params(model), chunk_size=2)
