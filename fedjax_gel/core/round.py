@@ -248,6 +248,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       runs on the default device.
     donate_state: let the round reuse the server state's buffers for the new state (a caller
       that never touches the old state again saves a copy of it, the per-client store included).
+      The old state's arrays are deleted by the call, those ``server_init`` took from the
+      initial parameters too: keep a copy (``jax.tree.map(jnp.copy, params)``) to start
+      another algorithm from them.
     fuse_dots: run the vmapped local step's batched short-contraction products as fused
       multiply-adds (``core.small_dots``); ``None``: on the CPU backend only.
     compiler_options: XLA options of the compilation (``jax.jit``'s; e.g.
