@@ -208,8 +208,10 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   tokens = np.issubdtype(x.dtype, np.integer)
   if tokens != (name in models.TOKEN_MODELS):
     need = f'one of {", ".join(models.TOKEN_MODELS)}' if tokens else 'a model of numbers'
-    raise ConfigError(f'--model={name}: {where} holds '
-                      f'{"token ids" if tokens else "numeric features"}; use {need}')
+    held = f'integer features ({x.dtype}: token ids)' if tokens else 'numeric features'
+    also = (' (images of integer pixels: give the loader\'s x as float32, e.g. x / 255)' if tokens
+            else '')
+    raise ConfigError(f'--model={name}: {where} holds {held}; use {need}{also}')
   y = np.concatenate([np.asarray(split.train.examples['y']), np.asarray(split.test.examples['y'])])
   targets = np.issubdtype(y.dtype, np.floating)
   top = spec_lib.INT32_MAX - 1   # the classes, max label + 1, are an int32 too

@@ -157,3 +157,15 @@ def test_a_loader_may_hold_out_other_clients_for_testing():
     assert (split.train.num_clients, split.test.num_clients) == (3, 2)
   finally:
     data_registry.LOADERS.pop('held_out')
+
+
+def test_integer_pixels_for_a_model_of_numbers_say_to_cast_them():
+  """uint8 images were refused as "token ids; use one of shakespeare_lstm, ...": the fix is a
+  cast, which the line now says."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  images = federated_data.from_client_arrays(
+      [{'x': np.zeros((4, 3), np.uint8), 'y': np.zeros((4,), np.int32)}] * 3)
+  with pytest.raises(ConfigError, match=r"holds integer features \(uint8: token ids\); use one "
+                     r"of .*_lstm \(images of integer pixels: give the loader's x as float32, "
+                     r'e.g. x / 255\)'):
+    factories.make_model(make(model='logistic'), federated_data.FederatedSplit(images, images))
