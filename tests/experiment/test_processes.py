@@ -230,7 +230,7 @@ def test_a_stop_signal_to_one_process_stops_every_process_after_the_same_round(
   went on to its end) or Ctrl-C (sent on to that service): every process stops after the same
   round with its checkpoint and status 130; the same command then finishes the run, its
   metrics those of an uninterrupted run to the bit."""
-  more = ('--num_rounds=300', '--eval_every=50', '--checkpoint_every=0',
+  more = ('--num_rounds=120', '--eval_every=40', '--checkpoint_every=0',
           '--heartbeat_timeout=30')
   whole, stopped = tmp_path / 'whole', tmp_path / 'stopped'
   for code, _, err in together(2, 1, tiny_leaf_file, whole, *more):
@@ -246,7 +246,7 @@ def test_a_stop_signal_to_one_process_stops_every_process_after_the_same_round(
   assert [p.returncode for p in procs] == [130, 130], lasts
   assert lasts[0] == lasts[1] and lasts[0].startswith('interrupted after round '), lasts
   done = int(lasts[0].split()[3].rstrip(','))
-  assert done < 300 and (stopped / f'checkpoint-{done}').is_dir()
+  assert done < 120 and (stopped / f'checkpoint-{done}').is_dir()
   for code, _, err in together(2, 1, tiny_leaf_file, stopped, *more):
     assert code == 0, err[-2000:]
   assert [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(stopped)] == [
