@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_gel.models.tasks import CLASSIFICATION, Task, batch_mean
+from fedjax_gel.models.tasks import CLASSIFICATION, Task, batch_mean, check_labels
 
 Params = Any
 
@@ -93,6 +93,7 @@ def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
   (over the rows ``batch['mask']`` marks, if present)."""
   def loss(params, batch):
     logits = model.apply(params, batch['x'])
+    check_labels('classification', logits, batch['y'])
     return masked_mean(optax.softmax_cross_entropy_with_integer_labels(logits, batch['y']), batch)
   return loss
 

@@ -101,26 +101,46 @@ def _ones(x):
   return jnp.ones(x.shape[:1], jnp.float32)
 
 
+def check_labels(task: str, logits, y):
+  """A ValueError of one line unless the integer labels ``y`` have the logits' shape less
+  their last axis (``[B]`` for ``[B, K]``, ``[B, L]`` for ``[B, L, V]``): labels of shape
+  ``[B, 1]``, for instance, would otherwise fail deep inside the loss."""
+  if y.shape != logits.shape[:-1] or not jnp.issubdtype(y.dtype, jnp.integer):
+    raise ValueError(f'{task} task: labels must be integers of shape {logits.shape[:-1]} for '
+                     f'outputs of shape {logits.shape}, got {y.dtype} {y.shape}'
+                     + (' (flatten them: y.reshape(-1))' if y.shape[-1:] == (1,) else ''))
+
+
 def _ce(logits, y):
+  check_labels('classification', logits, y)
   return optax.softmax_cross_entropy_with_integer_labels(logits, y), _ones(y)
 
 
 def _correct(logits, y):
+  check_labels('classification', logits, y)
   return (jnp.argmax(logits, -1) == y).astype(jnp.float32), _ones(y)
 
 
 def _squared_error(out, y):
-  err = jnp.square(out.astype(jnp.float32) - y.astype(jnp.float32)).reshape(out.shape[0], -1)
+  """Per example, the mean over its values; ``out`` and ``y`` hold as many values per example
+  (``[B, 1]`` against ``[B]`` is fine; broadcasting them would square every pair)."""
+  if out.shape[:1] != y.shape[:1] or out.size != y.size:
+    raise ValueError(f'regression task: targets must hold one value per output, got outputs '
+                     f'{out.shape} and targets {y.shape}')
+  err = jnp.square(out.astype(jnp.float32).reshape(out.shape[0], -1) -
+                   y.astype(jnp.float32).reshape(out.shape[0], -1))
   return jnp.mean(err, axis=1), _ones(out)
 
 
 def _token_ce(logits, y):
+  check_labels('next_token', logits, y)
   keep = (y != PAD).astype(jnp.float32)
   ce = optax.softmax_cross_entropy_with_integer_labels(logits, y)
   return jnp.sum(keep * ce, axis=1), jnp.sum(keep, axis=1)
 
 
 def _token_correct(logits, y):
+  check_labels('next_token', logits, y)
   keep = y != PAD
   return (jnp.sum(keep & (jnp.argmax(logits, -1) == y), axis=1).astype(jnp.float32),
           jnp.sum(keep, axis=1).astype(jnp.float32))

@@ -138,8 +138,9 @@ for sizes in POPULATIONS:
   model=models.get_model('logistic',(4,),3); loss=models.cross_entropy_loss(model)
   root=keys.root_key(0); params=model.init(keys.init_key(root))
   N=len(sizes)
-  for alg in [algorithms.fedavgcm(loss,0.05,0.9), algorithms.scaffold(loss,0.05,N)]:
-    for C in (1, 7):
+  # SCAFFOLD (a round with a store) at both cohort sizes; FedAvgCM at the larger only
+  for alg, cohorts in [(algorithms.fedavgcm(loss,0.05,0.9), (7,)), (algorithms.scaffold(loss,0.05,N), (1, 7))]:
+    for C in cohorts:
       spec=sampling.CohortSpec(C,(1,4),2,replace=True)
       outs=[]
       for D,chunk in [(1,C),(8,3),(3,2)][:MESHES]:

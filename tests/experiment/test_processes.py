@@ -94,6 +94,25 @@ def assert_same_metrics(ours_dir, alone_dir, rounds, algorithms=ALGORITHMS):
                                  rtol=1e-5, err_msg=f'{name} {key}')
 
 
+# The runs stopped (by kill -9 or a stop signal) and resumed, and the uninterrupted reference
+# they are compared with to the bit (``whole``: one run shared by those tests)
+STOPPED = ('--num_rounds=120', '--eval_every=40', '--checkpoint_every=40', '--algorithm=scaffold')
+
+
+@pytest.fixture(scope='module')
+def whole(tiny_leaf_file, tmp_path_factory):
+  """Two processes' uninterrupted run of ``STOPPED`` (its work directory)."""
+  workdir = tmp_path_factory.mktemp('whole') / 'run'
+  for code, _, err in together(2, 1, tiny_leaf_file, workdir, *STOPPED):
+    assert code == 0, err[-2000:]
+  return workdir
+
+
+def timeless(rows: list[dict]) -> list[dict]:
+  """Records without their wall-clock times."""
+  return [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in rows]
+
+
 def files(workdir: pathlib.Path) -> list[str]:
   return sorted(str(p.relative_to(workdir)) for p in workdir.rglob('*')
                 if p.is_file() and 'tensorboard' not in p.parts and 'checkpoint-' not in str(p))
@@ -125,17 +144,14 @@ def test_two_processes_give_the_metrics_of_one_and_one_process_resumes_them(
 
 
 def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path,
-                                                                        tiny_leaf_file):
+                                                                        tiny_leaf_file, whole):
   """kill -9 of process 1 after the first checkpoint: process 0 stops with one line and a
   non-zero status; the same two commands then finish the run, bit-identical to an
   uninterrupted one."""
-  # process 1 is killed right after the checkpoint of round 50: process 0 cannot pass the next
+  # process 1 is killed right after the checkpoint of round 40: process 0 cannot pass the next
   # round's collectives, so the run is still under way whatever the number of rounds
-  more = ('--num_rounds=200', '--eval_every=50', '--checkpoint_every=50',
-          '--algorithm=scaffold', '--heartbeat_timeout=10')
-  whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
-  for code, _, err in together(2, 1, tiny_leaf_file, whole, *more):
-    assert code == 0, err[-2000:]
+  more = (*STOPPED, '--heartbeat_timeout=10')
+  resumed = tmp_path / 'resumed'
   procs = together(2, 1, tiny_leaf_file, resumed, *more, wait=False)
   deadline = time.time() + 200
   while not list(resumed.glob('checkpoint-*[0-9]')) and procs[0].poll() is None:
@@ -150,8 +166,7 @@ def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path
   for code, _, err in together(2, 1, tiny_leaf_file, resumed, *more):
     assert code == 0, err[-2000:]
   assert (resumed / 'metrics.jsonl').read_bytes() != b''
-  assert [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(resumed)] == [
-      {k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(whole)]
+  assert timeless(records(resumed)) == timeless(records(whole))
 
 
 @pytest.mark.parametrize('own, devices, line', [
@@ -225,16 +240,13 @@ def test_a_lock_file_seen_late_is_waited_for(monkeypatch, tmp_path):
 @pytest.mark.parametrize('sig, target', [(signal.SIGTERM, 1), (signal.SIGINT, 0)],
                          ids=['sigterm-to-1', 'sigint-to-0'])
 def test_a_stop_signal_to_one_process_stops_every_process_after_the_same_round(
-    tmp_path, tiny_leaf_file, sig, target):
+    tmp_path, tiny_leaf_file, whole, sig, target):
   """SIGTERM to any process (JAX's preemption service holds it; it was swallowed and the run
   went on to its end) or Ctrl-C (sent on to that service): every process stops after the same
   round with its checkpoint and status 130; the same command then finishes the run, its
   metrics those of an uninterrupted run to the bit."""
-  more = ('--num_rounds=120', '--eval_every=40', '--checkpoint_every=0',
-          '--heartbeat_timeout=30')
-  whole, stopped = tmp_path / 'whole', tmp_path / 'stopped'
-  for code, _, err in together(2, 1, tiny_leaf_file, whole, *more):
-    assert code == 0, err[-2000:]
+  more = (*STOPPED, '--heartbeat_timeout=30')
+  stopped = tmp_path / 'stopped'
   procs = together(2, 1, tiny_leaf_file, stopped, *more, wait=False)
   deadline = time.time() + 200
   while not (stopped / 'metrics.jsonl').exists() and procs[0].poll() is None:
@@ -249,6 +261,5 @@ def test_a_stop_signal_to_one_process_stops_every_process_after_the_same_round(
   assert done < 120 and (stopped / f'checkpoint-{done}').is_dir()
   for code, _, err in together(2, 1, tiny_leaf_file, stopped, *more):
     assert code == 0, err[-2000:]
-  assert [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(stopped)] == [
-      {k: v for k, v in r.items() if k != 'elapsed_s'} for r in records(whole)]
+  assert timeless(records(stopped)) == timeless(records(whole))
   assert (stopped / 'model.msgpack').read_bytes() == (whole / 'model.msgpack').read_bytes()

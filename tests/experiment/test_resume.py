@@ -39,7 +39,9 @@ def command(data, workdir, *extra):
 
 
 def run(cmd):
-  return subprocess.run(cmd, cwd=REPO, text=True, capture_output=True, check=False)
+  """``cmd`` (a ``command``) run to its end in this process (``helpers.cli_run``: no
+  interpreter to start); the commands killed or signalled here are processes of their own."""
+  return helpers.cli_run(*cmd[2:])
 
 
 def metrics(workdir):

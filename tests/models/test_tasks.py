@@ -221,3 +221,35 @@ def test_a_next_token_model_runs_from_the_command_line(tmp_path):
   # per-token accuracy over the 6 real tokens of each sequence: from chance (1/6) to learnt
   assert records[0]['test_accuracy'] < 0.5 and records[-1]['test_accuracy'] > 0.95
   assert records[-1]['client_accuracy_p10'] > 0.9
+
+
+@pytest.mark.parametrize('task, outputs, y, message', [
+    (tasks.CLASSIFICATION, (4, 3), jnp.zeros((4, 1), jnp.int32),
+     r'classification task: labels must be integers of shape \(4,\) for outputs of shape '
+     r'\(4, 3\), got int32 \(4, 1\) \(flatten them: y.reshape\(-1\)\)'),
+    (tasks.CLASSIFICATION, (4, 3), jnp.zeros((4,), jnp.float32),
+     r'labels must be integers of shape \(4,\) .* got float32 \(4,\)$'),
+    (tasks.NEXT_TOKEN, (2, 5, 7), jnp.zeros((2, 4), jnp.int32),
+     r'next_token task: labels must be integers of shape \(2, 5\)'),
+    (tasks.REGRESSION, (4, 2), jnp.zeros((4,)),
+     r'regression task: targets must hold one value per output, got outputs \(4, 2\) and '
+     r'targets \(4,\)'),
+])
+def test_labels_of_the_wrong_shape_or_kind_are_named_in_one_line(task, outputs, y, message):
+  for term in (task.loss, *task.metrics.values()):
+    with pytest.raises(ValueError, match=message):
+      term(jnp.zeros(outputs), y)
+
+
+def test_cross_entropy_loss_names_column_labels(model, data):
+  params = model.init(jax.random.key(0))
+  batch = {'x': data.examples['x'][:4], 'y': data.examples['y'][:4, None]}
+  with pytest.raises(ValueError, match=r'flatten them'):
+    jax.jit(models.cross_entropy_loss(model))(params, batch)
+
+
+def test_regression_targets_of_shape_b_score_outputs_of_shape_b_1():
+  """``[B, 1]`` outputs against ``[B]`` targets: per example error, not every pair's."""
+  out = jnp.array([[1.], [3.]])
+  y = jnp.array([2., 3.])
+  assert float(tasks.batch_mean(tasks.REGRESSION.loss, out, {'y': y})) == 0.5
