@@ -34,7 +34,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 def command(data, workdir, *extra):
   return [sys.executable, 'launch/run.py', '--dataset=leaf', f'--data_path={data}',
-          '--num_rounds=200', '--eval_every=2', '--checkpoint_every=10', '--clients_per_round=3',
+          '--num_rounds=200', '--eval_every=2', '--checkpoint_every=50', '--clients_per_round=3',
           '--budget_range=1,3', '--batch_size=2', f'--workdir={workdir}', *extra]
 
 
@@ -239,7 +239,7 @@ def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
   """A learning-rate grid killed with kill -9 and run again: its metrics.jsonl and grid.json
   are bit-identical to an uninterrupted grid's; a finished grid is kept on a third run."""
   grid_flags = ('--algorithm=gel', '--client_lr_grid=0.03,0.1', '--server_lr_grid=0.5,1',
-                '--eval_every=9',   # checkpoints (every 10) between evaluations too
+                '--eval_every=9', '--checkpoint_every=10',   # checkpoints between evaluations too
                 '--num_rounds=300')   # long enough to be killed before it ends
   whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
   assert run(command(tiny_leaf_file, whole, *grid_flags)).returncode == 0
