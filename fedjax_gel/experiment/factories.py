@@ -249,6 +249,10 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   if targets and task is models.CLASSIFICATION:
     raise ConfigError(f'--model={name} is a classifier; {where} holds float targets (a '
                       'regression model declares task=models.REGRESSION)')
+  if task is models.CLASSIFICATION and y.ndim != 1:
+    raise ConfigError(f'--model={name} is a classifier, which takes one integer label per '
+                      f'example; {where} holds labels of shape {y.shape[1:]} per example'
+                      + (' (flatten them: y.reshape(-1))' if y.shape[1:] == (1,) else ''))
   if not targets and task is models.REGRESSION:
     raise ConfigError(f'--model={name} is a regression model; {where} holds integer labels, '
                       'not float targets')

@@ -169,3 +169,14 @@ def test_integer_pixels_for_a_model_of_numbers_say_to_cast_them():
                      r"of .*_lstm \(images of integer pixels: give the loader's x as float32, "
                      r'e.g. x / 255\)'):
     factories.make_model(make(model='logistic'), federated_data.FederatedSplit(images, images))
+
+
+def test_column_labels_for_a_classifier_say_to_flatten_them():
+  """A loader's labels of shape ``[n, 1]`` failed inside the loss with a traceback."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  column = federated_data.from_client_arrays(
+      [{'x': np.zeros((4, 3), np.float32), 'y': np.arange(4, dtype=np.int32)[:, None] % 2}] * 3)
+  with pytest.raises(ConfigError, match=r'^--model=logistic is a classifier, which takes one '
+                     r'integer label per example; leaf_synthetic holds labels of shape \(1,\) per example '
+                     r'\(flatten them: y.reshape\(-1\)\)$'):
+    factories.make_model(make(model='logistic'), federated_data.FederatedSplit(column, column))
