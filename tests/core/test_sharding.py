@@ -139,7 +139,8 @@ for sizes in POPULATIONS:
   root=keys.root_key(0); params=model.init(keys.init_key(root))
   N=len(sizes)
   # SCAFFOLD (a round with a store) at both cohort sizes; FedAvgCM at the larger only
-  for alg, cohorts in [(algorithms.fedavgcm(loss,0.05,0.9), (7,)), (algorithms.scaffold(loss,0.05,N), (1, 7))]:
+  for alg, cohorts in [(algorithms.fedavgcm(loss,0.05,0.9), (7,)),
+                       (algorithms.scaffold(loss,0.05,N), (1, 7))]:
     for C in cohorts:
       spec=sampling.CohortSpec(C,(1,4),2,replace=True)
       outs=[]

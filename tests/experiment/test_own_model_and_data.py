@@ -177,6 +177,6 @@ def test_column_labels_for_a_classifier_say_to_flatten_them():
   column = federated_data.from_client_arrays(
       [{'x': np.zeros((4, 3), np.float32), 'y': np.arange(4, dtype=np.int32)[:, None] % 2}] * 3)
   with pytest.raises(ConfigError, match=r'^--model=logistic is a classifier, which takes one '
-                     r'integer label per example; leaf_synthetic holds labels of shape \(1,\) per example '
-                     r'\(flatten them: y.reshape\(-1\)\)$'):
+                     r'integer label per example; leaf_synthetic holds labels of shape \(1,\) '
+                     r'per example \(flatten them: y.reshape\(-1\)\)$'):
     factories.make_model(make(model='logistic'), federated_data.FederatedSplit(column, column))
