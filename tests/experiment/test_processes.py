@@ -65,8 +65,10 @@ def together(count: int, devices, data, workdir, *more, wait: bool = True,
 
 def ours(text: str) -> list[str]:
   """The lines of ``text`` but gloo's own (``[Gloo] Rank i is connected to ... peer ranks``,
-  sometimes cut in two by another thread's output)."""
-  return [l for l in text.splitlines() if '[Gloo]' not in l and 'peer ranks' not in l]
+  sometimes cut in two by another thread's output, which can leave a line of nothing but
+  whitespace: dropped too)."""
+  return [l for l in text.splitlines()
+          if l.strip() and '[Gloo]' not in l and 'peer ranks' not in l]
 
 
 def alone(data, workdir, *more):
