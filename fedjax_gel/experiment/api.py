@@ -216,6 +216,7 @@ class Plan:
   base: factories.Experiment
   notes: list
   digests: dict         # workdir_lib.input_digests of the runs' inputs (one data, one budgets)
+  plots: bool = True    # write plots/ (``run``'s ``plots``)
 
 
 def checked_configs(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
@@ -303,12 +304,14 @@ def check_run_arguments(c, sweep, callbacks, out, err):
 
 
 def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
-        overwrite: bool = False, vmap: bool = True, callbacks: Sequence = (), out=None,
-        err=None, phases: loop_lib.Phases | None = None) -> list[dict]:
+        overwrite: bool = False, vmap: bool = True, plots: bool = True,
+        callbacks: Sequence = (), out=None, err=None,
+        phases: loop_lib.Phases | None = None) -> list[dict]:
   """Trains every run of ``c`` and ``sweep`` into ``workdir`` (default
   ``default_workdir``: the same settings, the same folder) and writes ``report.md`` and ``plots/``; returns the
   runs' summaries (``summary.json``; a grid's ``grid.json``), in ``expand``'s order.
 
+  ``plots``: write ``plots/`` (``--plots``; False: ``report.md`` and the metrics alone).
   ``callbacks``: more loop callbacks (``experiment.callbacks.Callback``) for every program,
   after the library's own. ``out``: where the results' lines go (default stdout); ``err``: the
   progress lines (default stderr). ``phases``: the clock of a caller that timed its imports (``Phases(imports=...)``).
@@ -333,7 +336,7 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
           files.lock(workdir)
           locked.append(workdir)
           files.name_holder(workdir)   # named at once: a command refused meanwhile names it
-        p = plan(c, workdir, sweep, overwrite, phases)
+        p = dataclasses.replace(plan(c, workdir, sweep, overwrite, phases), plots=plots)
       # every process planned the same runs, and read the work directory before it changes
       cluster.agree(plan_record(p, workdir, vmap, overwrite))
       with cluster.telling_others():
@@ -479,7 +482,7 @@ def train_group(p: Plan, group: list[int], extra: list, err, phases) -> dict:
   tags = grid_lib.cell_tags(*p.grid)
   runs = [loop_lib.Run(first.replace(client_lr=t['client_lr'], server_lr=t['server_lr']), w, t)
           for t in tags]
-  grids = grid_lib.GridSummary({w: p.grid})
+  grids = grid_lib.GridSummary({w: p.grid}, p.plots)
   train_runs(exp, runs, f'{first.run_name} grid of {len(runs)} cells, seed {first.run.seed}',
              resume, grids, extra, err, phases)
   return {group[0]: grids.results[w]}

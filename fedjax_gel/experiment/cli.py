@@ -56,6 +56,10 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
                       'same folder).', flag_values=values)
   flags.DEFINE_bool('overwrite', False, 'Replace the outputs of an earlier run in --workdir.',
                     flag_values=values)
+  flags.DEFINE_bool('plots', True, 'Write plots/*.png with report.md (and a grid\'s heat map; '
+                    'needs matplotlib). --noplots: report.md and the metrics alone, e.g. for '
+                    'many short commands compared later (python -m fedjax_gel.report).',
+                    flag_values=values)
   flags.DEFINE_string('compilation_cache', compilation_cache.default_dir(),
                       "Folder of JAX's persistent compilation cache (compiled programs reused "
                       'by later processes); empty: off. Default '
@@ -413,7 +417,7 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
       if stops:   # a stop while starting (launch/run.py), or one whose KeyboardInterrupt was lost
         raise KeyboardInterrupt
     api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,
-            phases=phases)
+            plots=values.plots, phases=phases)
   except (ConfigError, DataError) as e:   # a refusal every process shares
     return leaving(fail(str(e)))
   except KeyboardInterrupt as e:   # a stop every process shares (told, or agreed after a round)

@@ -78,19 +78,20 @@ def grid_fields(client_lrs, server_lrs) -> dict:
 
 
 class GridSummary(callbacks.Callback):
-  """After the last round, in each grid's work directory: ``grid.json``, ``plots/grid.png`` and
-  ``summary.json`` (last: it marks the grid finished); ``results[workdir]`` holds
-  ``grid.json``'s content."""
+  """After the last round, in each grid's work directory: ``grid.json``, ``plots/grid.png``
+  (where ``plots``) and ``summary.json`` (last: it marks the grid finished);
+  ``results[workdir]`` holds ``grid.json``'s content."""
 
-  def __init__(self, grids: dict):
+  def __init__(self, grids: dict, plots: bool = True):
     self.grids = grids    # workdir -> (client lrs, server lrs)
+    self.plots = plots
     self.results = {}
 
   def on_end(self, loop):
     with loop.phases.time('report'):
       for w, idx in callbacks.groups(loop).items():
         if w in self.grids:
-          self.results[w] = write_grid(loop, idx, w, *self.grids[w])
+          self.results[w] = write_grid(loop, idx, w, *self.grids[w], self.plots)
 
 
 def best_cell(cells: list[dict], metric: Metric = Metric()) -> dict | None:
@@ -101,7 +102,7 @@ def best_cell(cells: list[dict], metric: Metric = Metric()) -> dict | None:
   return max(live, key=lambda x: metric.key(x[best])) if live else None
 
 
-def write_grid(loop, idx, workdir: str, client_lrs, server_lrs) -> dict:
+def write_grid(loop, idx, workdir: str, client_lrs, server_lrs, plot: bool = True) -> dict:
   c = loop.runs[idx[0]].config
   metric = loop.exp.model.task.metric
   cell_results = []
@@ -123,10 +124,11 @@ def write_grid(loop, idx, workdir: str, client_lrs, server_lrs) -> dict:
   final = np.array([np.nan if x[f'final_{metric.name}'] is None else x[f'final_{metric.name}']
                     for x in cell_results]).reshape(shape)
   diverged = np.array([x['diverged'] for x in cell_results]).reshape(shape)
-  plots.grid_heatmap(np.nan_to_num(final), diverged, client_lrs, server_lrs,
-                     f'{c.run_name} on {c.data.dataset} ({c.model.name}): final {metric.label} '
-                     f'after {c.run.num_rounds} rounds',
-                     os.path.join(workdir, 'plots', 'grid.png'), metric)
+  if plot:
+    plots.grid_heatmap(np.nan_to_num(final), diverged, client_lrs, server_lrs,
+                       f'{c.run_name} on {c.data.dataset} ({c.model.name}): final '
+                       f'{metric.label} after {c.run.num_rounds} rounds',
+                       os.path.join(workdir, 'plots', 'grid.png'), metric)
   best = best_cell(cell_results, metric)
   chosen = idx[cell_results.index(best)] if best is not None else idx[0]
   summary = callbacks.run_summary(loop, chosen)

@@ -90,13 +90,16 @@ def chosen_labels(results, tuned: str | None) -> dict:
           for name, v in report.best_values(results, tuned).items() if v is not None}
 
 
-def write_runs_report(configs, workdirs, results, tuned, report_dir: str) -> tuple[str, list]:
-  """``report.md`` and ``plots/`` in ``report_dir`` for finished runs (``results``: their
-  ``(summary, records)``); returns the report's tables (without its header) and the plots
-  written ([] without matplotlib)."""
-  plotted = plots.metric_plots(report.kept_runs(results, tuned),
-                               os.path.join(report_dir, 'plots'), configs[0].run.target,
-                               plot_setting(configs, tuned), chosen_labels(results, tuned))
+def write_runs_report(configs, workdirs, results, tuned, report_dir: str,
+                      plot: bool = True) -> tuple[str, list]:
+  """``report.md`` and (where ``plot``) ``plots/`` in ``report_dir`` for finished runs
+  (``results``: their ``(summary, records)``); returns the report's tables (without its
+  header) and the plots written ([] without matplotlib or ``plot``)."""
+  plotted = []
+  if plot:
+    plotted = plots.metric_plots(report.kept_runs(results, tuned),
+                                 os.path.join(report_dir, 'plots'), configs[0].run.target,
+                                 plot_setting(configs, tuned), chosen_labels(results, tuned))
   if plotted and tuned == 'client_lr':
     plotted.append(plots.lr_heatmap(results, os.path.join(report_dir, 'plots', 'lr_grid.png')))
   text = report.report_text(results, tuned)
@@ -122,16 +125,15 @@ def write_report(p, workdir: str, summaries: list[dict], out):
           f'{fmt(best)}, rounds to {m.format(x.run.target)}: '
           f'{target if target is not None else "not reached"}', file=out)
   tuned = 'client_lr' if p.levels[2] else p.levels[3]
-  text, plotted = write_runs_report(p.configs, p.workdirs, results, tuned, workdir)
+  text, plotted = write_runs_report(p.configs, p.workdirs, results, tuned, workdir, p.plots)
   workdir_lib.write_json(os.path.join(workdir, 'runs.json'),
                          workdir_lib.run_names(workdir, p.workdirs))
   if len(results) > 1:
     print(text, file=out)
-  if not plotted and plots.available():
-    print('note: plots/ not written: every run diverged', file=out)
-  elif not plotted:
-    print("note: plots/ not written: matplotlib is not installed (pip install -e '.[plot]')",
-          file=out)
+  if not plotted and p.plots:   # (--noplots asked for none)
+    why = ('every run diverged' if plots.available() else
+           "matplotlib is not installed (pip install -e '.[plot]')")
+    print(f'note: plots/ not written: {why}', file=out)
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, metrics.csv, '
         f'summary.json, model.msgpack{"" if len(p.configs) == 1 else " per run"}; report.md'
         f'{"; plots/" if plotted else ""})', file=out)
@@ -154,10 +156,11 @@ def write_grid_report(p, workdir: str, results: list[dict], out):
                                     f'{best[f"best_{m.name}"]:.4f}, final '
                                     f'{fmt(best[f"final_{m.name}"])})' if best else ''),
           file=out)
-    tables.append(grid_lib.grid_table(result) + f'\n\nHeat map: `{os.path.relpath(w, workdir)}/'
-                  'plots/grid.png`')
+    tables.append(grid_lib.grid_table(result) + (
+        f'\n\nHeat map: `{os.path.relpath(w, workdir)}/plots/grid.png`' if p.plots else ''))
   workdir_lib.write_text(os.path.join(workdir, 'report.md'), '\n\n'.join(tables) + '\n')
   workdir_lib.write_json(os.path.join(workdir, 'runs.json'),
                          workdir_lib.run_names(workdir, p.workdirs))
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, metrics.csv, '
-        'grid.json, summary.json, plots/grid.png per grid; report.md)', file=out)
+        f'grid.json, summary.json{", plots/grid.png" if p.plots else ""} per grid; report.md)',
+        file=out)

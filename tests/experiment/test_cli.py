@@ -412,6 +412,32 @@ def test_grid_run_writes_its_grids_and_report(paths, tmp_path):
   assert not list(workdir.rglob('*.tmp'))
 
 
+def test_noplots_writes_the_reports_and_metrics_without_a_plot(paths, tmp_path):
+  """--noplots: no ``plots/`` for a learning-rate grid's report (its curves and lr_grid.png) or
+  a server-rate grid (grid.png), and neither report links one; the metrics are a plotted run's."""
+  common = ['--dataset=leaf', f'--data_path={paths["data"]}', '--num_rounds=2',
+            '--clients_per_round=3', '--budget_range=1,2', '--client_lr_grid=0.01,0.1']
+  plotted, bare = tmp_path / 'plotted', tmp_path / 'bare'
+  assert run(*common, f'--workdir={plotted}').returncode == 0
+  proc = run(*common, f'--workdir={bare}', '--noplots')
+  assert proc.returncode == 0, proc.stderr
+  assert 'plots/' not in proc.stdout and not list(bare.rglob('*.png'))
+  assert 'Plots:' not in (bare / 'report.md').read_text()
+  assert 'Plots:' in (plotted / 'report.md').read_text() and (plotted / 'plots').is_dir()
+  for metrics in bare.rglob('metrics.jsonl'):
+    mine = [{k: v for k, v in json.loads(l).items() if k != 'elapsed_s'}
+            for l in metrics.read_text().splitlines()]
+    theirs = [{k: v for k, v in json.loads(l).items() if k != 'elapsed_s'}
+              for l in (plotted / metrics.relative_to(bare)).read_text().splitlines()]
+    assert mine == theirs and mine
+  grid = tmp_path / 'grid'
+  proc = run(*common, '--server_lr_grid=0.5,1', f'--workdir={grid}', '--noplots')
+  assert proc.returncode == 0, proc.stderr
+  assert 'plots/' not in proc.stdout and not list(grid.rglob('*.png'))
+  assert 'Heat map' not in (grid / 'report.md').read_text()
+  assert json.loads((grid / 'grid.json').read_text())['server_lrs'] == [0.5, 1.]
+
+
 @pytest.mark.parametrize('flagfile', sorted((REPO / 'launch' / 'configs').glob('*.flags')),
                          ids=lambda p: p.name)
 def test_shipped_flag_files_are_valid_configs(flagfile):
@@ -436,7 +462,7 @@ def test_gel_synthetic_fedavgcm_setting_reaches_85_percent(tmp_path):
   """
   workdir = tmp_path / 'cm'
   proc = run('--flagfile=launch/configs/fedavgcm_synthetic.flags', '--num_rounds=300',
-             f'--workdir={workdir}')
+             '--noplots', f'--workdir={workdir}')
   assert proc.returncode == 0, proc.stderr[-2000:]
   summary = json.loads((workdir / 'summary.json').read_text())
   assert summary['best_accuracy'] >= 0.85
@@ -448,7 +474,7 @@ def test_stateful_acceptance_runs_on_all_synthetic_clients(tmp_path):
   reach 85%; FedVARP keeps a memory for every client (1,000 rows of the 305-float model)."""
   workdir = tmp_path / 'st'
   proc = run('--flagfile=launch/configs/stateful_synthetic.flags', '--seeds=0',
-             '--algorithm=scaffold,adabest,fedvarp', f'--workdir={workdir}')
+             '--algorithm=scaffold,adabest,fedvarp', '--noplots', f'--workdir={workdir}')
   assert proc.returncode == 0, proc.stderr[-2000:]
   summaries = {name: json.loads((workdir / name / 'summary.json').read_text())
                for name in ('scaffold', 'adabest', 'fedvarp')}
@@ -461,7 +487,7 @@ def test_seeds_and_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf
   workdir = tmp_path / 'pair'
   proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--algorithm=fedavgcm,gel',
              '--seeds=3,4', '--num_rounds=3', '--eval_every=3', '--clients_per_round=3',
-             '--batch_size=2', '--budget_range=1,3', f'--workdir={workdir}')
+             '--batch_size=2', '--budget_range=1,3', '--noplots', f'--workdir={workdir}')
   assert proc.returncode == 0, proc.stderr[-2000:]
   first = {}
   for seed in (3, 4):
@@ -503,8 +529,7 @@ def test_every_algorithm_runs_from_the_launcher(tmp_path, tiny_leaf_file, group)
   proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--num_rounds=2',
              '--eval_every=2', '--clients_per_round=3', '--batch_size=2', '--budget_range=1,3',
              '--server_lr=0.1', '--fedvarp_clusters=2', f'--model={model}',
-             f'--algorithm={",".join(names)}',
-             f'--workdir={tmp_path}')
+             f'--algorithm={",".join(names)}', '--noplots', f'--workdir={tmp_path}')
   assert proc.returncode == 0, proc.stderr[-2000:]
   for name in names:
     run_name = name + ('_sgdm' if registry.get(name).run_name else '')

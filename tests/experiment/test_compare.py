@@ -24,7 +24,7 @@ def made(tiny_leaf_file, tmp_path_factory):
               clients_per_round=3, batch_size=2, budget_range=(1, 3), client_lr=0.1,
               target=0.5)
   root = tmp_path_factory.mktemp('compare')
-  quiet = dict(out=io.StringIO(), err=io.StringIO())
+  quiet = dict(out=io.StringIO(), err=io.StringIO(), plots=False)
   seeds = api.Sweep(seeds=[0, 1])
   api.run(base, str(root / 'cm'), seeds, **quiet)
   api.run(base.replace(algorithm='gel'), str(root / 'gel'), seeds, **quiet)
@@ -191,7 +191,7 @@ def test_budget_files_are_compared_by_content(made, tmp_path):
   base, _ = made
   c = base.replace(budget_draw='per_client', num_rounds=2)
   budgets = [1, 2, 3] * 3
-  quiet = dict(out=io.StringIO(), err=io.StringIO())
+  quiet = dict(out=io.StringIO(), err=io.StringIO(), plots=False)
   for name, seed in (('a', 0), ('b', 1)):
     path = tmp_path / f'budgets_{name}.json'
     path.write_text(json.dumps(budgets[:8]))

@@ -98,7 +98,8 @@ def assert_same_metrics(ours_dir, alone_dir, rounds, algorithms=ALGORITHMS):
 
 # The runs stopped (by kill -9 or a stop signal) and resumed, and the uninterrupted reference
 # they are compared with to the bit (``whole``: one run shared by those tests)
-STOPPED = ('--num_rounds=120', '--eval_every=40', '--checkpoint_every=40', '--algorithm=scaffold')
+STOPPED = ('--num_rounds=120', '--eval_every=40', '--checkpoint_every=40', '--algorithm=scaffold',
+           '--noplots')
 
 
 @pytest.fixture(scope='module')

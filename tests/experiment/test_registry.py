@@ -54,7 +54,7 @@ def losses(workdir) -> list[float]:
 
 def test_a_registered_algorithm_runs_through_the_library_entry_point(damped, tiny_leaf_file,
                                                                      tmp_path):
-  quiet = dict(out=io.StringIO(), err=io.StringIO())
+  quiet = dict(out=io.StringIO(), err=io.StringIO(), plots=False)
   still = api.run(tiny(tiny_leaf_file, algorithm='damped_fedavg', damping=0.),
                   str(tmp_path / 'still'), **quiet)
   assert still[0]['algorithm'] == 'damped_fedavg' and still[0]['status'] == 'finished'

@@ -35,7 +35,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 def command(data, workdir, *extra):
   return [sys.executable, 'launch/run.py', '--dataset=leaf', f'--data_path={data}',
           '--num_rounds=200', '--eval_every=2', '--checkpoint_every=50', '--clients_per_round=3',
-          '--budget_range=1,3', '--batch_size=2', f'--workdir={workdir}', *extra]
+          '--budget_range=1,3', '--batch_size=2', '--noplots', f'--workdir={workdir}', *extra]
 
 
 def run(cmd):
@@ -299,7 +299,7 @@ def test_a_stop_signal_in_a_runs_last_round_finishes_it_and_starts_no_other(tiny
   try:
     with pytest.raises(KeyboardInterrupt):
       api.run(c, str(tmp_path), sweep, callbacks=[SignalInLastRound(signal.SIGTERM)],
-              out=io.StringIO(), err=io.StringIO())
+              out=io.StringIO(), err=io.StringIO(), plots=False)
   finally:
     loop_lib.STOP_REQUESTS.clear()
   summary = json.loads((tmp_path / 'fedavgcm' / 'summary.json').read_text())
@@ -340,7 +340,7 @@ def finished(tiny_leaf_file, tmp_path_factory):
                       checkpoint_every=2, clients_per_round=3, budget_range=(1, 3),
                       batch_size=2, algorithm='fedavg')
   workdir = tmp_path_factory.mktemp('finished') / 'run'
-  api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
+  api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
   return c, workdir
 
 
@@ -405,7 +405,7 @@ def test_a_run_whose_outputs_changed_is_refused_before_anything_is_written(finis
   change(workdir)
   before = snapshot(workdir)
   with pytest.raises(config_lib.ConfigError) as e:
-    api.run(c.replace(num_rounds=rounds), str(workdir), out=io.StringIO(), err=io.StringIO())
+    api.run(c.replace(num_rounds=rounds), str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
   assert error in str(e.value) and '\n' not in str(e.value), str(e.value)
   assert snapshot(workdir) == before
 
@@ -418,7 +418,7 @@ def on_own_data(tmp_path_factory, leaf_writer):
   c = config_lib.make(dataset='leaf', data_path=str(data), num_rounds=4, eval_every=2,
                       checkpoint_every=2, clients_per_round=3, budget_range=(1, 3),
                       batch_size=2, algorithm='fedavg')
-  api.run(c, str(folder / 'run'), out=io.StringIO(), err=io.StringIO())
+  api.run(c, str(folder / 'run'), out=io.StringIO(), err=io.StringIO(), plots=False)
   return c, folder
 
 
@@ -441,14 +441,14 @@ def test_a_run_is_not_continued_on_other_data(on_own_data, leaf_writer, tmp_path
   c, data, workdir = copied(on_own_data, tmp_path)
   if status == 'done':
     data.write_text(json.dumps(json.loads(data.read_text()), indent=1))
-    assert api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())[0]['rounds'] == 4
+    assert api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)[0]['rounds'] == 4
   if status == 'resumed':
     (workdir / 'summary.json').unlink()
   c = c.replace(num_rounds=6 if status == 'extended' else 4)
   leaf_writer(data, seed=1)
   before = snapshot(workdir)
   with pytest.raises(config_lib.ConfigError) as e:
-    api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
+    api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
   message = str(e.value)
   assert message.startswith(f'--data_path={data}: the run in {workdir} was trained on other '
                             'data') and '\n' not in message, message
@@ -501,7 +501,7 @@ def test_a_data_digest_edited_into_another_value_is_one_line(on_own_data, tmp_pa
   for what in ('config.json: its settings changed since the run finished', error):
     before = snapshot(workdir)
     with pytest.raises(config_lib.ConfigError) as e:
-      api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
+      api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
     assert what in str(e.value) and '\n' not in str(e.value), str(e.value)
     assert snapshot(workdir) == before
     if (workdir / 'summary.json').exists():
@@ -517,7 +517,7 @@ def test_a_run_is_not_continued_with_other_client_budgets(on_own_data, tmp_path)
   budgets.write_text(json.dumps([1, 2, 3, 1, 2, 3, 1, 2]))
   c = c.replace(budget_draw='per_client', client_budgets=str(budgets), num_rounds=2)
   workdir = tmp_path / 'per_client'
-  api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO())
+  api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
   recorded = json.loads((workdir / 'config.json').read_text())['client_budgets_sha256']
   budgets.write_text(json.dumps({f'u{i}': b for i, b in enumerate([1, 2, 3, 1, 2, 3, 1, 2])}))
   assert api.run(c.replace(num_rounds=4), str(workdir), out=io.StringIO(),
@@ -526,7 +526,7 @@ def test_a_run_is_not_continued_with_other_client_budgets(on_own_data, tmp_path)
   budgets.write_text(json.dumps([3, 2, 1, 1, 2, 3, 1, 2]))
   before = snapshot(workdir)
   with pytest.raises(config_lib.ConfigError) as e:
-    api.run(c.replace(num_rounds=6), str(workdir), out=io.StringIO(), err=io.StringIO())
+    api.run(c.replace(num_rounds=6), str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
   assert str(e.value).startswith(f'--client_budgets={budgets}: the run in {workdir} was trained '
                                  'on other client budgets than these'), str(e.value)
   assert snapshot(workdir) == before
@@ -558,7 +558,7 @@ def test_a_group_resumed_from_its_common_checkpoint_and_killed_again_resumes(tin
                       eval_every=2, checkpoint_every=10, clients_per_round=3,
                       budget_range=(1, 3), batch_size=2, algorithm='gel')
   seeds = api.Sweep(seeds=[0, 1])
-  quiet = dict(out=io.StringIO(), err=io.StringIO())
+  quiet = dict(out=io.StringIO(), err=io.StringIO(), plots=False)
   whole, workdir = tmp_path / 'whole', tmp_path / 'killed'
   api.run(c, str(whole), seeds, **quiet)
   with pytest.raises(RuntimeError, match='killed'):

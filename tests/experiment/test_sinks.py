@@ -81,7 +81,7 @@ def test_a_resumed_runs_events_are_rewritten_from_its_records(tiny_leaf_file, tm
   c = make(dataset='leaf', data_path=str(tiny_leaf_file), algorithm='fedavg', num_rounds=4,
            eval_every=1, checkpoint_every=2, clients_per_round=3, batch_size=2,
            budget_range=(1, 3))
-  quiet = dict(out=io.StringIO(), err=io.StringIO())
+  quiet = dict(out=io.StringIO(), err=io.StringIO(), plots=False)
   api.run(c, str(tmp_path), **quiet)
   (tmp_path / 'summary.json').unlink()
   stale = SummaryWriter(str(tmp_path / 'tensorboard'))

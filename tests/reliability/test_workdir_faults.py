@@ -31,7 +31,7 @@ from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import ConfigError
 
 BASE = ('--flagfile=launch/configs/quickstart.flags', '--algorithm=fedavgcm',
-        '--clients_per_round=5', '--eval_every=2', '--tensorboard=false')
+        '--clients_per_round=5', '--eval_every=2', '--tensorboard=false', '--noplots')
 
 
 def run(workdir, *extra, rounds=4):
@@ -439,7 +439,7 @@ def test_vmapped_runs_with_a_diverged_one_resume_from_their_last_checkpoint(tmp_
   from its checkpoint of round 6, not from the start."""
   workdir = tmp_path / 'grid'
   c, sweep = config(workdir, checkpoint_every=2, client_lr_grid='0.01,3e37', num_rounds=8)
-  quiet = dict(out=open(os.devnull, 'w'), err=open(os.devnull, 'w'))
+  quiet = dict(out=open(os.devnull, 'w'), err=open(os.devnull, 'w'), plots=False)
   with pytest.raises(Crash):
     api.run(c, str(workdir), sweep, callbacks=[CrashAt('on_round', 6)], **quiet)
   starts = Starts()
