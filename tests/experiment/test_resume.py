@@ -44,6 +44,11 @@ def run(cmd):
   return helpers.cli_run(*cmd[2:])
 
 
+def quiet() -> dict:
+  """``api.run``'s keywords for a command whose lines and plots no test reads."""
+  return dict(out=io.StringIO(), err=io.StringIO(), plots=False)
+
+
 def metrics(workdir):
   """metrics.jsonl's records without the wall-clock field."""
   records = [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
@@ -299,7 +304,7 @@ def test_a_stop_signal_in_a_runs_last_round_finishes_it_and_starts_no_other(tiny
   try:
     with pytest.raises(KeyboardInterrupt):
       api.run(c, str(tmp_path), sweep, callbacks=[SignalInLastRound(signal.SIGTERM)],
-              out=io.StringIO(), err=io.StringIO(), plots=False)
+              **quiet())
   finally:
     loop_lib.STOP_REQUESTS.clear()
   summary = json.loads((tmp_path / 'fedavgcm' / 'summary.json').read_text())
@@ -340,7 +345,7 @@ def finished(tiny_leaf_file, tmp_path_factory):
                       checkpoint_every=2, clients_per_round=3, budget_range=(1, 3),
                       batch_size=2, algorithm='fedavg')
   workdir = tmp_path_factory.mktemp('finished') / 'run'
-  api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
+  api.run(c, str(workdir), **quiet())
   return c, workdir
 
 
@@ -354,8 +359,7 @@ def test_a_raised_num_rounds_with_another_change_names_the_other_flag(finished):
   c, workdir = finished
   before = snapshot(workdir)
   with pytest.raises(config_lib.ConfigError, match=r'--eval_every=2 there, 3 now'):
-    api.run(c.replace(num_rounds=6, eval_every=3), str(workdir), out=io.StringIO(),
-            err=io.StringIO())
+    api.run(c.replace(num_rounds=6, eval_every=3), str(workdir), **quiet())
   assert snapshot(workdir) == before
 
 
@@ -405,7 +409,7 @@ def test_a_run_whose_outputs_changed_is_refused_before_anything_is_written(finis
   change(workdir)
   before = snapshot(workdir)
   with pytest.raises(config_lib.ConfigError) as e:
-    api.run(c.replace(num_rounds=rounds), str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
+    api.run(c.replace(num_rounds=rounds), str(workdir), **quiet())
   assert error in str(e.value) and '\n' not in str(e.value), str(e.value)
   assert snapshot(workdir) == before
 
@@ -418,7 +422,7 @@ def on_own_data(tmp_path_factory, leaf_writer):
   c = config_lib.make(dataset='leaf', data_path=str(data), num_rounds=4, eval_every=2,
                       checkpoint_every=2, clients_per_round=3, budget_range=(1, 3),
                       batch_size=2, algorithm='fedavg')
-  api.run(c, str(folder / 'run'), out=io.StringIO(), err=io.StringIO(), plots=False)
+  api.run(c, str(folder / 'run'), **quiet())
   return c, folder
 
 
@@ -441,14 +445,14 @@ def test_a_run_is_not_continued_on_other_data(on_own_data, leaf_writer, tmp_path
   c, data, workdir = copied(on_own_data, tmp_path)
   if status == 'done':
     data.write_text(json.dumps(json.loads(data.read_text()), indent=1))
-    assert api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)[0]['rounds'] == 4
+    assert api.run(c, str(workdir), **quiet())[0]['rounds'] == 4
   if status == 'resumed':
     (workdir / 'summary.json').unlink()
   c = c.replace(num_rounds=6 if status == 'extended' else 4)
   leaf_writer(data, seed=1)
   before = snapshot(workdir)
   with pytest.raises(config_lib.ConfigError) as e:
-    api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
+    api.run(c, str(workdir), **quiet())
   message = str(e.value)
   assert message.startswith(f'--data_path={data}: the run in {workdir} was trained on other '
                             'data') and '\n' not in message, message
@@ -478,8 +482,7 @@ def test_a_run_recorded_without_its_datas_digest_goes_on_and_then_records_it(
   if status == 'resumed':
     (workdir / 'summary.json').unlink()
   rounds = 6 if status == 'extended' else 4
-  assert api.run(c.replace(num_rounds=rounds), str(workdir), out=io.StringIO(),
-                 err=io.StringIO())[0]['rounds'] == rounds
+  assert api.run(c.replace(num_rounds=rounds), str(workdir), **quiet())[0]['rounds'] == rounds
   assert json.loads((workdir / 'config.json').read_text()) == {**config, 'data_sha256': digest,
                                                                'run': {**config['run'],
                                                                        'num_rounds': rounds}}
@@ -501,7 +504,7 @@ def test_a_data_digest_edited_into_another_value_is_one_line(on_own_data, tmp_pa
   for what in ('config.json: its settings changed since the run finished', error):
     before = snapshot(workdir)
     with pytest.raises(config_lib.ConfigError) as e:
-      api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
+      api.run(c, str(workdir), **quiet())
     assert what in str(e.value) and '\n' not in str(e.value), str(e.value)
     assert snapshot(workdir) == before
     if (workdir / 'summary.json').exists():
@@ -517,16 +520,15 @@ def test_a_run_is_not_continued_with_other_client_budgets(on_own_data, tmp_path)
   budgets.write_text(json.dumps([1, 2, 3, 1, 2, 3, 1, 2]))
   c = c.replace(budget_draw='per_client', client_budgets=str(budgets), num_rounds=2)
   workdir = tmp_path / 'per_client'
-  api.run(c, str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
+  api.run(c, str(workdir), **quiet())
   recorded = json.loads((workdir / 'config.json').read_text())['client_budgets_sha256']
   budgets.write_text(json.dumps({f'u{i}': b for i, b in enumerate([1, 2, 3, 1, 2, 3, 1, 2])}))
-  assert api.run(c.replace(num_rounds=4), str(workdir), out=io.StringIO(),
-                 err=io.StringIO())[0]['rounds'] == 4
+  assert api.run(c.replace(num_rounds=4), str(workdir), **quiet())[0]['rounds'] == 4
   assert json.loads((workdir / 'config.json').read_text())['client_budgets_sha256'] == recorded
   budgets.write_text(json.dumps([3, 2, 1, 1, 2, 3, 1, 2]))
   before = snapshot(workdir)
   with pytest.raises(config_lib.ConfigError) as e:
-    api.run(c.replace(num_rounds=6), str(workdir), out=io.StringIO(), err=io.StringIO(), plots=False)
+    api.run(c.replace(num_rounds=6), str(workdir), **quiet())
   assert str(e.value).startswith(f'--client_budgets={budgets}: the run in {workdir} was trained '
                                  'on other client budgets than these'), str(e.value)
   assert snapshot(workdir) == before
@@ -558,16 +560,15 @@ def test_a_group_resumed_from_its_common_checkpoint_and_killed_again_resumes(tin
                       eval_every=2, checkpoint_every=10, clients_per_round=3,
                       budget_range=(1, 3), batch_size=2, algorithm='gel')
   seeds = api.Sweep(seeds=[0, 1])
-  quiet = dict(out=io.StringIO(), err=io.StringIO(), plots=False)
   whole, workdir = tmp_path / 'whole', tmp_path / 'killed'
-  api.run(c, str(whole), seeds, **quiet)
+  api.run(c, str(whole), seeds, **quiet())
   with pytest.raises(RuntimeError, match='killed'):
-    api.run(c, str(workdir), seeds, callbacks=[Crash(at=25)], **quiet)
+    api.run(c, str(workdir), seeds, callbacks=[Crash(at=25)], **quiet())
   shutil.rmtree(workdir / 'seed1' / 'checkpoint-20')
   with pytest.raises(RuntimeError, match='killed'):
-    api.run(c, str(workdir), seeds, callbacks=[Crash()], **quiet)
+    api.run(c, str(workdir), seeds, callbacks=[Crash()], **quiet())
   assert checkpoints(workdir / 'seed0') == ['checkpoint-10']
-  api.run(c, str(workdir), seeds, **quiet)
+  api.run(c, str(workdir), seeds, **quiet())
   for seed in ('seed0', 'seed1'):
     assert metrics(workdir / seed) == metrics(whole / seed)
     assert ((workdir / seed / 'model.msgpack').read_bytes() ==
