@@ -38,7 +38,7 @@ STARTING = 'interrupted while starting, before anything was written: run the sam
 try:
   from absl import app, flags  # pylint: disable=g-import-not-at-top,g-bad-import-order
 
-  from fedjax_gel.experiment import cli  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import cli, loop  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment.config import ConfigError  # pylint: disable=g-import-not-at-top
 
   cli.define_flags(flags.FLAGS)
@@ -66,7 +66,7 @@ def parse(argv):
 
 
 def main(argv):
-  cli.api.loop_lib.STOP_REQUESTS.extend(STOPS)   # one dropped since: the command stops
+  loop.STOP_REQUESTS.extend(STOPS)   # one dropped since: the command stops
   code = cli.guarded(cli.execute, flags.FLAGS, argv, START)
   # Every output is written and closed by now: exit without the interpreter's teardown of
   # JAX's runtime, which takes about half a second (benchmarks/RESULTS.md, start-up).

@@ -4,6 +4,7 @@ argument, instead of a count truncated (``int(2.5)``) or an error deep inside JA
 from __future__ import annotations
 
 import operator
+from typing import Sequence
 
 import numpy as np
 
@@ -23,6 +24,11 @@ def is_whole(value) -> bool:
     return float(value).is_integer()
   except (TypeError, ValueError):
     return False
+
+
+def is_listed(value) -> bool:
+  """Whether ``value`` is a list, a tuple or an array (not a string, which is a sequence too)."""
+  return isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes))
 
 
 def whole_at_least(where: str, name: str, value, low: int) -> int:

@@ -1,6 +1,7 @@
 """Experiments: ``run(config, workdir)`` trains and writes what a ``Config`` (and a ``Sweep``)
 asks for; the loop, its callbacks and sinks, the planner and the work directory behind it."""
-from fedjax_gel.experiment.api import Sweep, expand, run
+from fedjax_gel.experiment.api import run
 from fedjax_gel.experiment.config import Config, ConfigError, make, validate
+from fedjax_gel.experiment.sweep import Sweep, expand
 
 __all__ = ['Config', 'ConfigError', 'Sweep', 'expand', 'make', 'run', 'validate']

@@ -7,7 +7,7 @@ for and maps every user error to one line on stderr and exit status 2 (Ctrl-C: 1
 ``main(argv)`` does it all on flags of its own, so that tests and notebooks can run a command
 in-process.
 
-``algorithm`` and ``gbo_optimizer`` take comma-separated lists (a sweep: ``api.Sweep``), as do
+``algorithm`` and ``gbo_optimizer`` take comma-separated lists (a sweep: ``sweep.Sweep``), as do
 ``--seeds``, ``--client_lr_grid`` and ``--server_lr_grid``; ``--hparam_grid`` takes
 ``NAME:v1,v2,...``.
 
@@ -27,7 +27,8 @@ import time
 
 from absl import flags, logging
 
-from fedjax_gel.experiment import api, cluster, compilation_cache, files
+from fedjax_gel.experiment import api, cluster, compilation_cache, files, loop as loop_lib
+from fedjax_gel.experiment import sweep as sweep_lib
 from fedjax_gel.algorithms import registry
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.core.spec import INT32_MAX
@@ -118,8 +119,8 @@ def typed(flag: str, items, kind):
     raise ConfigError(f'--{flag} must hold {kind.__name__}s (got {",".join(items)})') from None
 
 
-def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, api.Sweep]:
-  """The Config and the sweep the parsed flags ask for (not yet validated: ``api.expand``).
+def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, sweep_lib.Sweep]:
+  """The Config and the sweep the parsed flags ask for (not yet validated: ``sweep.expand``).
 
   Every algorithm of ``--algorithm`` gets its own hyper-parameters from the flags; a
   hyper-parameter flag given on the command line is checked even when no algorithm of the
@@ -151,7 +152,7 @@ def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, api.Swee
     problem = config_lib.seed_range('seeds', seed)
     if problem:
       raise ConfigError(problem)
-  sweep = api.Sweep(
+  sweep = sweep_lib.Sweep(
       seeds=seeds,
       algorithms=[x.algorithm for x in configs], gbo_optimizers=list(values.gbo_optimizer),
       client_lrs=typed('client_lr_grid', values.client_lr_grid, float),
@@ -397,7 +398,7 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   except ValueError as e:
     return fail(str(e))
   configure_cpu()   # before JAX starts: each CPU core a device of the mesh, small loops fused
-  api.loop_lib.share_stops()   # several processes: a stop signal stops them all, at one round
+  loop_lib.share_stops()   # several processes: a stop signal stops them all, at one round
   try:
     compilation_cache.enable(values.compilation_cache)
   except OSError as e:
@@ -409,8 +410,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     print(f'note: no compilation cache in {values.compilation_cache} ({why}); every program is '
           'compiled afresh')
   from fedjax_gel.data.errors import DataError  # pylint: disable=g-import-not-at-top
-  phases = api.loop_lib.Phases(imports=time.perf_counter() - start if start else 0.)
-  stops = api.loop_lib.STOP_REQUESTS
+  phases = loop_lib.Phases(imports=time.perf_counter() - start if start else 0.)
+  stops = loop_lib.STOP_REQUESTS
   try:
     with cluster.telling_others():
       config, sweep = from_flags(values)
@@ -445,11 +446,11 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
 def check_only(values: flags.FlagValues, argv) -> int:
   """absl's ``--only_check_args`` ("validate args and exit"): every check of the command line
   that needs neither the data nor the work directory (``check_command``,
-  ``api.checked_configs``); one line and status 2 for the first problem, else a line naming
+  ``sweep.checked_configs``); one line and status 2 for the first problem, else a line naming
   the runs and status 0. Nothing is read or written and JAX's backends are not started."""
   try:
     check_command(values, argv)
-    configs = api.checked_configs(*from_flags(values))
+    configs = sweep_lib.checked_configs(*from_flags(values))
   except ConfigError as e:
     return fail(str(e))
   print(f'the flags are valid: {len(configs)} run{"s" * (len(configs) != 1)} '
@@ -481,8 +482,8 @@ def guarded(fn, *args) -> int:
   flags, data, compilation) one line too (the rounds defer both: ``loop.deferred_interrupt``),
   each recorded in ``loop.STOP_REQUESTS`` as well."""
   try:
-    previous = {s: signal.signal(s, api.loop_lib.stop_signal)
-                for s in api.loop_lib.STOP_SIGNALS}
+    previous = {s: signal.signal(s, loop_lib.stop_signal)
+                for s in loop_lib.STOP_SIGNALS}
   except ValueError:   # not the main thread
     previous = {}
   hook, sys.unraisablehook = sys.unraisablehook, _unraisable

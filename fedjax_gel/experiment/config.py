@@ -484,7 +484,7 @@ def unread_flags(c: Config) -> dict[str, str]:
   """``{flag: why}`` of the settings ``c``'s run does not read, so that their value changes
   nothing: data settings of other datasets, the selection rules' of other rules, the client
   momentum of algorithms whose clients take plain steps, server settings of other server
-  optimisers (all of them with an algorithm whose server step is its own). ``api.expand``
+  optimisers (all of them with an algorithm whose server step is its own). ``sweep.expand``
   refuses one set away from its default that no run of the command reads (``read_variants``);
   a work directory's runs and a report's are compared without them."""
   d, k, spec = c.data, c.cohort, c.spec

@@ -6,9 +6,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
-from fedjax_gel.models.tasks import CLASSIFICATION, Task, batch_mean, check_labels
+from fedjax_gel.models.tasks import CLASSIFICATION, Task, batch_mean
 
 Params = Any
 
@@ -82,20 +81,18 @@ def masked_mean(values: jax.Array, batch: dict) -> jax.Array:
 
 def task_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
   """``loss(params, batch)``: the model's task loss over the batch (``tasks.batch_mean``);
-  for classification ``cross_entropy_loss``'s, to the bit."""
-  if model.task is CLASSIFICATION:
-    return cross_entropy_loss(model)
-  return lambda params, batch: batch_mean(model.task.loss, model.apply(params, batch['x']), batch)
+  for classification ``cross_entropy_loss``."""
+  return _mean_loss(model, model.task)
 
 
 def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
   """``loss(params, batch)``: mean softmax cross-entropy of ``batch['x']`` against ``batch['y']``
   (over the rows ``batch['mask']`` marks, if present)."""
-  def loss(params, batch):
-    logits = model.apply(params, batch['x'])
-    check_labels('classification', logits, batch['y'])
-    return masked_mean(optax.softmax_cross_entropy_with_integer_labels(logits, batch['y']), batch)
-  return loss
+  return _mean_loss(model, CLASSIFICATION)
+
+
+def _mean_loss(model: Model, task: Task) -> Callable[[Params, dict], jax.Array]:
+  return lambda params, batch: batch_mean(task.loss, model.apply(params, batch['x']), batch)
 
 
 def per_example_loss(model: Model) -> Callable[[Params, dict], jax.Array]:

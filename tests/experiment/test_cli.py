@@ -21,9 +21,10 @@ from absl import flags
 import helpers
 from fedjax_gel.algorithms import registry
 from fedjax_gel.core import devices
-from fedjax_gel.experiment import api, cli
+from fedjax_gel.experiment import cli
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import report
+from fedjax_gel.experiment.sweep import Sweep, expand
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,7 @@ def parsed(*args) -> list:
   values = flags.FlagValues()
   cli.define_flags(values)
   cli.parse(['run.py', *args], values)
-  return api.expand(*cli.from_flags(values))
+  return expand(*cli.from_flags(values))
 
 
 assert_one_line_error = helpers.assert_one_line_error
@@ -610,7 +611,7 @@ def test_every_config_field_and_hyper_parameter_is_a_flag_with_its_help_and_defa
   values(['run.py'])
   config, sweep = cli.from_flags(values)
   assert config == config_lib.Config()
-  assert sweep == api.Sweep(seeds=[], algorithms=[config.algorithm], gbo_optimizers=['sgdm'],
+  assert sweep == Sweep(seeds=[], algorithms=[config.algorithm], gbo_optimizers=['sgdm'],
                             client_lrs=[], server_lrs=[])
 
 
@@ -620,7 +621,7 @@ def test_each_algorithm_of_a_command_gets_its_own_hyper_parameters_from_the_flag
   values(['run.py', '--algorithm=fedprox,gel,fedgbo', '--prox_mu=0.5', '--guess_tau=20',
           '--gbo_beta=0.5', '--client_lr=0.2'])
   config, sweep = cli.from_flags(values)
-  prox, gel, gbo = api.expand(config, sweep)
+  prox, gel, gbo = expand(config, sweep)
   assert prox.algorithm.hparams.prox_mu == 0.5 and gel.algorithm.hparams.guess_tau == 20
   assert gbo.algorithm.hparams.gbo_beta == 0.5
   assert {x.algorithm.client_lr for x in (prox, gel, gbo)} == {0.2}

@@ -12,6 +12,7 @@ from fedjax_gel import report as report_cli
 from fedjax_gel.experiment import api, compare
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import ConfigError, make
+from fedjax_gel.experiment.sweep import Sweep
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -25,10 +26,10 @@ def made(tiny_leaf_file, tmp_path_factory):
               target=0.5)
   root = tmp_path_factory.mktemp('compare')
   quiet = dict(out=io.StringIO(), err=io.StringIO(), plots=False)
-  seeds = api.Sweep(seeds=[0, 1])
+  seeds = Sweep(seeds=[0, 1])
   api.run(base, str(root / 'cm'), seeds, **quiet)
   api.run(base.replace(algorithm='gel'), str(root / 'gel'), seeds, **quiet)
-  api.run(base, str(root / 'both'), api.Sweep(seeds=[0, 1], algorithms=['fedavgcm', 'gel']),
+  api.run(base, str(root / 'both'), Sweep(seeds=[0, 1], algorithms=['fedavgcm', 'gel']),
           **quiet)
   return base, root
 

@@ -8,6 +8,7 @@ import pytest
 
 from fedjax_gel.experiment import api, factories, grid, planning
 from fedjax_gel.experiment.config import ConfigError, make
+from fedjax_gel.experiment.sweep import Sweep
 
 import helpers
 
@@ -24,7 +25,7 @@ def grid_run(request, tiny_leaf_file, tmp_path_factory):
              num_rounds=4, eval_every=2, clients_per_round=3, batch_size=2, budget_range=(1, 3),
              target=0.5)
   workdir = tmp_path_factory.mktemp(f'grid_{request.param}')
-  (result,) = api.run(c, str(workdir), api.Sweep(client_lrs=CLIENT_LRS, server_lrs=SERVER_LRS),
+  (result,) = api.run(c, str(workdir), Sweep(client_lrs=CLIENT_LRS, server_lrs=SERVER_LRS),
                       out=io.StringIO(), err=io.StringIO())
   return c, factories.prepare(c), workdir, result
 
@@ -93,7 +94,7 @@ def test_heat_map_and_table(grid_run):
 def test_unsupported_grids_name_the_flag(tiny_leaf_file, tmp_path, changes, flag):
   c = make(dataset="leaf", data_path=str(tiny_leaf_file), clients_per_round=3, **changes)
   with pytest.raises(ConfigError, match=flag):
-    api.run(c, str(tmp_path), api.Sweep(server_lrs=[1., 2.]))
+    api.run(c, str(tmp_path), Sweep(server_lrs=[1., 2.]))
   assert not list(tmp_path.iterdir())   # nothing written
 
 

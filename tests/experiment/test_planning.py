@@ -98,6 +98,7 @@ np.testing.assert_array_equal(out['loss'], evaluate(params, pool)['loss'])
 import io, json, tempfile
 from fedjax_gel.experiment import api, factories
 from fedjax_gel.experiment.config import make
+from fedjax_gel.experiment.sweep import Sweep
 leaf = tempfile.mktemp(suffix='.json')
 x = rng.normal(size=(40, 12, 60))
 with open(leaf, 'w') as f:
@@ -117,7 +118,7 @@ assert planning.replicate_pool(exp.algorithm, host, exp.mesh, memory_bytes=int(r
 assert not planning.replicate_pool(exp.algorithm, host, exp.mesh, memory_bytes=int(room) - 16)
 scaffold = algorithms.scaffold(models.cross_entropy_loss(model), 0.1, 40)
 assert not planning.replicate_pool(scaffold, host, exp.mesh)   # its store is split by client
-api.run(c, tempfile.mkdtemp(), api.Sweep(server_lrs=[0.5, 1.0]), out=io.StringIO(),
+api.run(c, tempfile.mkdtemp(), Sweep(server_lrs=[0.5, 1.0]), out=io.StringIO(),
         err=io.StringIO())
 print('TWO-DEVICES-OK')
 '''

@@ -28,6 +28,7 @@ from fedjax_gel.experiment import callbacks as callbacks_lib
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import loop as loop_lib
 from fedjax_gel.experiment import workdir as workdir_lib
+from fedjax_gel.experiment.sweep import Sweep
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -300,7 +301,7 @@ def test_a_stop_signal_in_a_runs_last_round_finishes_it_and_starts_no_other(tiny
   (it used to: the signal was dropped with the round loop's handler)."""
   c = config_lib.make(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=3,
                       eval_every=1, clients_per_round=3, batch_size=2, budget_range=(1, 3))
-  sweep = api.Sweep(algorithms=['fedavgcm', 'gel'])
+  sweep = Sweep(algorithms=['fedavgcm', 'gel'])
   try:
     with pytest.raises(KeyboardInterrupt):
       api.run(c, str(tmp_path), sweep, callbacks=[SignalInLastRound(signal.SIGTERM)],
@@ -559,7 +560,7 @@ def test_a_group_resumed_from_its_common_checkpoint_and_killed_again_resumes(tin
   c = config_lib.make(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=30,
                       eval_every=2, checkpoint_every=10, clients_per_round=3,
                       budget_range=(1, 3), batch_size=2, algorithm='gel')
-  seeds = api.Sweep(seeds=[0, 1])
+  seeds = Sweep(seeds=[0, 1])
   whole, workdir = tmp_path / 'whole', tmp_path / 'killed'
   api.run(c, str(whole), seeds, **quiet())
   with pytest.raises(RuntimeError, match='killed'):

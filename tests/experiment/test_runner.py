@@ -23,6 +23,7 @@ from fedjax_gel.experiment import progress as progress_lib
 from fedjax_gel.experiment import api, callbacks, factories, planning
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import CohortConfig, Config, ConfigError, make
+from fedjax_gel.experiment.sweep import Sweep, expand
 
 import helpers
 
@@ -709,11 +710,11 @@ def test_memory_guard_fails_in_one_line_when_one_client_cannot_fit(base_config, 
 def test_default_workdir_is_the_settings_digest(base_config, tmp_path, monkeypatch):
   """The same command finds its folder again and says its runs are finished; other settings
   get another folder."""
-  runs = api.expand(base_config)
-  assert api.default_workdir(runs) == api.default_workdir(api.expand(base_config.replace()))
+  runs = expand(base_config)
+  assert api.default_workdir(runs) == api.default_workdir(expand(base_config.replace()))
   assert api.default_workdir(runs) != api.default_workdir(
-      api.expand(base_config.replace(num_rounds=6)))
-  assert api.default_workdir(runs) != api.default_workdir(runs, api.Sweep(server_lrs=[1.0]))
+      expand(base_config.replace(num_rounds=6)))
+  assert api.default_workdir(runs) != api.default_workdir(runs, Sweep(server_lrs=[1.0]))
   monkeypatch.chdir(tmp_path)
   first, second = io.StringIO(), io.StringIO()
   api.run(base_config, out=io.StringIO(), err=first)
@@ -760,19 +761,19 @@ def test_a_sweep_of_the_wrong_shape_is_one_line(kwargs, match):
   """A string where a list goes ("unknown value 'g'" before), an empty grid (an IndexError),
   a string among the rates (a TypeError comparing it)."""
   with pytest.raises(ConfigError, match=match):   # the grid's own shape: when it is expanded
-    api.expand(make(algorithm='fedprox'), api.Sweep(**kwargs))
+    expand(make(algorithm='fedprox'), Sweep(**kwargs))
 
 
 def test_a_sweep_takes_numpy_arrays_as_lists():
   """``np.logspace`` for the rates: "the truth value of an array is ambiguous" before."""
-  sweep = api.Sweep(seeds=np.arange(2), client_lrs=np.logspace(-3, -1, 3),
+  sweep = Sweep(seeds=np.arange(2), client_lrs=np.logspace(-3, -1, 3),
                     server_lrs=np.array([0.5, 1.0]))
   assert sweep.seeds == (0, 1) and sweep.server_lrs == (0.5, 1.0)
-  runs = api.expand(make(algorithm='fedavgcm'), api.Sweep(seeds=np.arange(2),
+  runs = expand(make(algorithm='fedavgcm'), Sweep(seeds=np.arange(2),
                                                           client_lrs=np.logspace(-3, -1, 3)))
   assert sorted((c.run.seed, round(c.algorithm.client_lr, 6)) for c in runs) == [
       (s, lr) for s in (0, 1) for lr in (0.001, 0.01, 0.1)]
-  assert api.expand(make(algorithm='fedavgcm'), sweep)   # a grid's rows: no error
+  assert expand(make(algorithm='fedavgcm'), sweep)   # a grid's rows: no error
 
 
 @pytest.mark.parametrize('kwargs,words', [
@@ -807,17 +808,17 @@ def test_a_setting_one_run_reads_is_kept_and_one_none_reads_is_refused():
   is FedAvgCM's (FedAvg records it as given, as before, so that the command's default work
   directory is the one an earlier version chose); the server's flags go to the algorithms
   that apply a server optimiser, FedDyn records their defaults."""
-  runs = api.expand(make(client_momentum=0.5, server_optimizer='momentum', server_momentum=0.3),
-                    api.Sweep(algorithms=['fedavg', 'fedavgcm', 'feddyn']))
+  runs = expand(make(client_momentum=0.5, server_optimizer='momentum', server_momentum=0.3),
+                    Sweep(algorithms=['fedavg', 'fedavgcm', 'feddyn']))
   by_name = {x.algorithm.name: x for x in runs}
   assert by_name['fedavgcm'].algorithm.client_momentum == 0.5
   assert by_name['fedavg'].server.momentum == by_name['fedavgcm'].server.momentum == 0.3
   assert by_name['feddyn'].server.momentum == 0. and by_name['feddyn'].server.optimizer == 'sgd'
   with pytest.raises(ConfigError, match=r'--server_beta1=0.5: --server_optimizer=momentum does '
                      r'not read it; drop the flag'):
-    api.expand(make(server_optimizer='momentum', server_beta1=0.5))
+    expand(make(server_optimizer='momentum', server_beta1=0.5))
   with pytest.raises(ConfigError, match=r'--client_momentum=0.5: --algorithm=fedavg does not'):
-    api.expand(make(algorithm='fedavg', client_momentum=0.5))
+    expand(make(algorithm='fedavg', client_momentum=0.5))
 
 
 def test_a_registered_algorithm_keeps_the_client_momentum():
@@ -828,7 +829,7 @@ def test_a_registered_algorithm_keeps_the_client_momentum():
   registry.register(AlgorithmSpec(
       'mine_cm', lambda hp, s: fedavgcm(s.loss, s.client_lr, s.client_momentum, s.server)))
   try:
-    (run,) = api.expand(make(algorithm='mine_cm', client_momentum=0.5))
+    (run,) = expand(make(algorithm='mine_cm', client_momentum=0.5))
     assert run.algorithm.client_momentum == 0.5
   finally:
     registry.unregister('mine_cm')

@@ -11,6 +11,7 @@ import pytest
 
 from fedjax_gel.experiment import api, factories, files
 from fedjax_gel.experiment.config import make
+from fedjax_gel.experiment.sweep import Sweep
 
 
 @pytest.fixture(scope='module')
@@ -22,7 +23,7 @@ def run_dirs(tiny_leaf_file, tmp_path_factory):
   api.train(factories.prepare(c), str(one), err=io.StringIO())
   grid = tmp_path_factory.mktemp('grid')
   api.run(c.replace(client_lr=0.1), str(grid),
-          api.Sweep(client_lrs=[0.1, 1e38], server_lrs=[1.0]), out=io.StringIO(),
+          Sweep(client_lrs=[0.1, 1e38], server_lrs=[1.0]), out=io.StringIO(),
           err=io.StringIO())
   return one, grid
 
