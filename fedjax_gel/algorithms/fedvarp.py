@@ -8,10 +8,11 @@ variance-reduced direction::
 
 ``p_i`` are the engine's aggregation weights over the cohort, ``q_j`` the clients' weights in the
 objective (``memory_weights``, summing to 1; the paper's ``1/N``). With full participation and
-``p = q``, ``v = sum_i p_i Delta_i``: FedAvg. The defaults do not make ``p = q``: the cohort's
-weights are ``min(tau_i B, n_i)`` (``--aggregation_weights``), the memory's ``n_j / n``, so even
-with every client sampled the two differ from the second round on (``num_examples`` weights
-over a full cohort give FedAvg; ``--aggregation_weights=uniform`` sets both to equal weights).
+``p = q``, ``v = sum_i p_i Delta_i``: FedAvg. The command line's defaults make ``p = q`` over a
+full cohort: the cohort's weights ``n_i`` (``--aggregation_weights=num_examples``), the memory's
+``n_j / n``; ``--aggregation_weights=uniform`` sets both to equal weights, and with
+``samples_seen`` (``min(tau_i B, n_i)``, the GeL code's) the two differ, so even with every
+client sampled FedVARP is not FedAvg from the second round on.
 
 ClusterFedVARP keeps one memory per cluster: client ``j`` reads ``y_{c(j)}``, the memory term is
 ``sum_c q_c y_c`` with ``q_c = sum_{j in c} q_j``, and a sampled cluster's memory becomes the mean of
