@@ -1,5 +1,7 @@
 """The round engine against independent oracles: plain optax loops, masking, chunking."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -268,8 +270,13 @@ def test_equal_budgets_run_unmasked_and_match_the_masked_round(data, model, mome
   unmasked, m1 = run(alg, data, equal, params, chunk_size=3, compiler_options=runs)
   masked, m2 = run(alg, data, cohort(ids, [TAU_MAX] * 7, weights), params, chunk_size=3,
                    compiler_options=runs)
-  jax.tree_util.tree_map(np.testing.assert_array_equal, unmasked.params, masked.params)
-  np.testing.assert_array_equal(m1.train_loss, m2.train_loss)
+  # Plain SGD: the same to the bit. With momentum the masked program's per-step select changes
+  # XLA's fusion of the momentum's update, which from jaxlib 0.12 rounds a parameter's last bit
+  # differently (1.2e-7 seen; the same to the bit with jaxlib 0.10 and 0.11).
+  same = (np.testing.assert_array_equal if momentum == 0 else
+          functools.partial(np.testing.assert_allclose, rtol=1e-6, atol=1e-7))
+  jax.tree_util.tree_map(same, unmasked.params, masked.params)
+  same(m1.train_loss, m2.train_loss)
   assert int(m1.grad_computations) == int(m2.grad_computations) == 6 * TAU_MAX
   zeros = type(equal)(equal.client_ids, jnp.zeros(7, jnp.int32), equal.weights, equal.spec)
   jax.tree_util.tree_map(np.testing.assert_array_equal,
