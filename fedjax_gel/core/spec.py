@@ -44,30 +44,31 @@ def problems(record, checks: bool = True) -> list[str]:
   field's type, a float that is not finite, or (``checks``) a value its field's check refuses
   (``checks=False``: a record read back, whose names of registered datasets or models this
   process may not know)."""
-  found = []
-  for field in dataclasses.fields(record):
-    if 'help' not in field.metadata:
-      continue
-    value, name = getattr(record, field.name), flag_name(field)
-    expected = field.type if isinstance(field.type, str) else field.type.__name__
-    if not TYPES.get(expected, lambda v: True)(value):
-      found.append(f'--{name}: {value!r} is not of type {expected}')
-    elif isinstance(value, float) and not math.isfinite(value):
-      found.append(f'--{name} must be a finite number (got {value})')
-    elif isinstance(value, float) and abs(value) > FLOAT32_MAX:
-      found.append(f'--{name} must lie within float32\'s range, +-3.4e38 (got {value:g}): the '
-                   'device computes in float32, where it would be infinite')
-    elif isinstance(value, float) and 0 < abs(value) < np.finfo(np.float32).tiny:
-      found.append(f'--{name} is 0 in float32, which the device computes in (got {value:g}): '
-                   "below float32's smallest normal number, about 1.2e-38, XLA flushes it to 0")
-    elif checks and field.metadata.get('check') is not None:
-      try:
-        problem = field.metadata['check'](name, value)
-      except (TypeError, ValueError):   # e.g. a string where a number belongs (from Python)
-        problem = f'--{name}: {value!r} is not of type {field.type}'
-      if problem:
-        found.append(problem)
-  return found
+  found = (field_problem(f, getattr(record, f.name), checks)
+           for f in dataclasses.fields(record) if 'help' in f.metadata)
+  return [p for p in found if p]
+
+
+def field_problem(field: dataclasses.Field, value, checks: bool = True) -> str | None:
+  """The problem of ``value`` for the hyper-parameter ``field`` (see ``problems``), or None."""
+  name = flag_name(field)
+  expected = field.type if isinstance(field.type, str) else field.type.__name__
+  if not TYPES.get(expected, lambda v: True)(value):
+    return f'--{name}: {value!r} is not of type {expected}'
+  if isinstance(value, float) and not math.isfinite(value):
+    return f'--{name} must be a finite number (got {value})'
+  if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+    return (f'--{name} must lie within float32\'s range, +-3.4e38 (got {value:g}): the device '
+            'computes in float32, where it would be infinite')
+  if isinstance(value, float) and 0 < abs(value) < np.finfo(np.float32).tiny:
+    return (f'--{name} is 0 in float32, which the device computes in (got {value:g}): below '
+            "float32's smallest normal number, about 1.2e-38, XLA flushes it to 0")
+  if checks and field.metadata.get('check') is not None:
+    try:
+      return field.metadata['check'](name, value)
+    except (TypeError, ValueError):   # e.g. a string where a number belongs (from Python)
+      return f'--{name}: {value!r} is not of type {field.type}'
+  return None
 
 
 _INT = lambda v: isinstance(v, int) and not isinstance(v, bool)

@@ -53,6 +53,8 @@ def _features(x: Any, where: str) -> np.ndarray:
     if len({len(v) for v in x}) != 1:
       raise DataError(f'{where} has string features of different lengths in x')
     return np.array(x, dtype=str)
+  if _has_bool(x):   # NumPy would read true as 1.0 beside numbers
+    raise DataError(f'{where} has true/false among the features in x; features must be numbers')
   try:
     arr = np.asarray(x)   # not dtype=float64 at once: that would read "0.5" as 0.5
     if arr.dtype.kind == 'O':   # ragged rows, or integers beyond int64
@@ -64,6 +66,14 @@ def _features(x: Any, where: str) -> np.ndarray:
   if arr.dtype.kind not in 'fiu':   # strings among the numbers, or only booleans
     raise DataError(f'{where} has ragged or non-numeric features in x (got {arr.dtype} values)')
   return _in_float32(arr.astype(np.float64), where)
+
+
+def _has_bool(values: list) -> bool:
+  """Whether JSON's true or false is among ``values`` (nested lists), by the types of each list
+  (a few percent of parsing the JSON)."""
+  types = set(map(type, values))
+  return bool in types or (list in types and any(
+      _has_bool(v) for v in values if isinstance(v, list)))
 
 
 def _in_float32(arr: np.ndarray, where: str) -> np.ndarray:

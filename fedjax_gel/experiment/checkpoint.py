@@ -42,7 +42,7 @@ from fedjax_gel.experiment.config import ConfigError, first_line
 
 VERSION = 3
 KEEP = 2
-_NAME = re.compile(r'checkpoint-(\d+)$')
+_NAME = re.compile(r'checkpoint-(0|[1-9][0-9]*)$')   # save's names only: not checkpoint-0200
 
 
 class CheckpointError(ConfigError):
@@ -254,15 +254,23 @@ def _fits(layout: dict, target) -> bool:
   return exact
 
 
+def _intact(workdir: str, round_idx: int) -> dict:
+  """The checkpoint's data, read and checked: its meta and state match their checksums and it
+  holds round ``round_idx`` (a copy or a rename, resumed, would skip or repeat rounds)."""
+  file = path(workdir, round_idx)
+  data = _read(os.path.join(file, 'meta.msgpack'))
+  _verify(file, data)
+  if data['round'] != round_idx:
+    raise ValueError(f'it holds the state of round {data["round"]}')
+  return data
+
+
 def read_meta(workdir: str, round_idx: int, target) -> dict:
   """The checkpoint's meta (the bookkeeping ``save`` was given); a damaged checkpoint, or one
   holding a state of other shapes (another model or algorithm), is a CheckpointError."""
   file = path(workdir, round_idx)
   try:
-    data = _read(os.path.join(file, 'meta.msgpack'))
-    _verify(file, data)
-    if data['round'] != round_idx:   # a copy or a rename: resumed, it would skip rounds
-      raise ValueError(f'it holds the state of round {data["round"]}')
+    data = _intact(workdir, round_idx)
   except Exception as e:  # pylint: disable=broad-except  # any damage reads as one line
     raise _error(file, e) from None
   try:
@@ -344,19 +352,19 @@ def check(workdir: str, target, meta_keys: tuple) -> list[str]:
     earlier = ', '.join(os.path.basename(path(workdir, r)) for r, _ in damaged[:-1])
     raise type(last)(f'{str(last).removesuffix(REMOVE)}; every checkpoint is damaged (the '
                      f'earlier {earlier} too): remove them or pass --overwrite')
-  return [f'{path(workdir, r)} is damaged (unreadable, or its checksum does not match); the run '
-          'resumes from its last intact checkpoint and sets this one aside (.damaged)'
-          for r, _ in damaged]
+  return [f'{path(workdir, r)} is damaged (unreadable, its checksum does not match, or it holds '
+          "another round's state); the run resumes from its last intact checkpoint and sets "
+          'this one aside (.damaged)' for r, _ in damaged]
 
 
 def intact_rounds(workdir: str) -> list[int]:
-  """``rounds`` of the checkpoints whose meta and state match their checksums; the damaged ones
-  are renamed ``checkpoint-<round>.damaged`` (kept for inspection, never read)."""
+  """``rounds`` of the intact checkpoints (``_intact``); the damaged ones are renamed
+  ``checkpoint-<round>.damaged`` (kept for inspection, never read)."""
   good = []
   for r in rounds(workdir):
     file = path(workdir, r)
     try:
-      _verify(file, _read(os.path.join(file, 'meta.msgpack')))
+      _intact(workdir, r)
       good.append(r)
     except Exception:  # pylint: disable=broad-except
       if cluster.writes():

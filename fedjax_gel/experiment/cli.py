@@ -31,7 +31,7 @@ from fedjax_gel.experiment import api, cluster, compilation_cache, files, loop a
 from fedjax_gel.experiment import sweep as sweep_lib
 from fedjax_gel.algorithms import registry
 from fedjax_gel.experiment import config as config_lib
-from fedjax_gel.core.spec import INT32_MAX
+from fedjax_gel.core.spec import INT32_MAX, field_problem
 from fedjax_gel.experiment.config import Config, ConfigError, first_line, parse_budget_range
 
 LISTS = ('algorithm', 'gbo_optimizer')   # flags that take several values (a sweep)
@@ -138,8 +138,7 @@ def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, sweep_li
     given[name] = value
   hparams = registry.hparam_fields()
   for name, field in hparams.items():
-    check = field.metadata.get('check')
-    problem = check and values[name].present and check(name, given[name])
+    problem = values[name].present and field_problem(field, given[name])
     if problem:
       raise ConfigError(problem)
   sections = {k: v for k, v in given.items() if k not in hparams and k != 'algorithm'}
@@ -276,7 +275,7 @@ def parse(argv, values: flags.FlagValues = flags.FLAGS):
   return rest
 
 
-HELP = re.compile(r'--?(help|helpshort|helpfull|helpxml|\?)')
+HELP = re.compile(r'--?(help|helpshort|helpfull|helpxml|\?)(=\w*)?')   # --helpfull=1 too
 
 
 def parse_files(argv, values: flags.FlagValues):
@@ -311,8 +310,15 @@ def parse_files(argv, values: flags.FlagValues):
 
 def expand_path(flag: str, text: str) -> str:
   """``text`` with ``~`` and ``$VARIABLES`` expanded; a ConfigError naming ``--flag`` when a
-  variable is not set or ``~user`` names no user."""
+  variable is not set, a ``${`` is not closed, ``~user`` names no user, or the path starts with
+  ``-`` (a flag before it given no value took the next flag as its value: ``--workdir
+  --only_check_args`` ran into a folder named ``--only_check_args``; write ``./-name``)."""
+  if text.startswith('-'):
+    raise ConfigError(f'--{flag}={text}: a path cannot start with "-" (was --{flag} given no '
+                      'value?); write ./' + text + ' for such a name')
   path = os.path.expanduser(os.path.expandvars(text))
+  if re.search(r'\$\{[^}]*$', path):
+    raise ConfigError(f'--{flag}={text}: a "${{" without its closing "}}"')
   unset = re.search(r'\$(\w+|\{[^}]*\})', path)
   if unset:
     raise ConfigError(f'--{flag}={text}: the environment variable {unset.group(1).strip("{}")} '

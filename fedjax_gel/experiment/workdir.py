@@ -321,13 +321,16 @@ def extend(workdir: str, config: dict):
 
 def remove_checkpoints(workdir: str, keep: int | None = None):
   """Removes a run's checkpoints but the one of round ``keep`` (a finished run's final state,
-  kept so that the run can be extended); also those a kill left behind."""
+  kept so that the run can be extended); also those a kill left behind, and (``keep`` None: the
+  run starts afresh) the damaged ones set aside, which a finished run keeps for inspection."""
   if not cluster.writes():
     return
   for r in checkpoint.rounds(workdir):
     if r != keep:
       checkpoint.remove(workdir, r)
   for left in checkpoint.leftovers(workdir):
+    if keep is not None and left.endswith('.damaged'):
+      continue
     if os.path.isdir(left):
       shutil.rmtree(left)
     else:

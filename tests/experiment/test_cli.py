@@ -762,4 +762,12 @@ def test_the_command_presents_the_cores_as_devices(tiny_leaf_file, tmp_path):
 
 def test_help_flags_are_told_apart_from_settings_of_help():
   assert cli.HELP.fullmatch('--helpfull') and cli.HELP.fullmatch('-?')
-  assert not cli.HELP.fullmatch('--help=false') and not cli.HELP.fullmatch('--helper')
+  assert cli.HELP.fullmatch('--helpfull=1') and not cli.HELP.fullmatch('--helper')
+
+
+@pytest.mark.parametrize('flag', ['--helpfull', '--helpfull=1', '-?'])
+def test_help_exits_0(flag):
+  """absl's help exits with status 1; the command's with 0, also given a value."""
+  done = subprocess.run([sys.executable, str(REPO / 'launch' / 'run.py'), flag], cwd=REPO,
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert done.returncode == 0 and 'Runs federated experiments' in done.stdout, done.stderr[-2000:]

@@ -70,7 +70,10 @@ LEAF_CASES = {   # name: (valid() -> bad content, dict or JSON text; words of th
     'huge_feature': (user(x=[[10**400, 1.]] * 4), ['too large for a float']),
     # a number written as a string was read as the number; booleans as 0/1
     'feature_string': (user(x=[[0., '0.5']] * 4), ["user 'a' has ragged or non-numeric"]),
-    'feature_booleans': (user(x=[[True, False]] * 4), ['non-numeric features', 'bool']),
+    'feature_booleans': (user(x=[[True, False]] * 4), ['true/false among the features']),
+    'feature_boolean_among_numbers': (user(x=[[0.5, True]] + [[0.5, 1.]] * 3),
+                                      ["user 'a' has true/false among the features"]),
+    'feature_boolean_nested': (user(x=[[[0.5], [False]]] * 4), ['true/false among the features']),
     'feature_over_float32': (user(x=[[1e300, 1.]] * 4), ["user 'a'", "beyond float32's range"]),
     'huge_digits': (label('1' * 5000), ['not valid JSON', 'digits']),
     'label_over_int32': (label(2**32 + 1), ['label 4294967297', 'from 0 to 2147483647']),

@@ -41,6 +41,10 @@ BAD = [
     (['--guess_tau=4'], 'no client would guess'),   # at most every budget (4,13): no GeL
     ([f'--guess_count={2**31}'], '--guess_count'),
     (['--algorithm=cluster_fedvarp', f'--fedvarp_clusters={BIG}'], '--fedvarp_clusters'),
+    # another algorithm's flag, which no run of the command reads, is checked as its own runs do
+    (['--prox_mu=inf'], '--prox_mu must be a finite number'),
+    (['--feddyn_mu=1e39'], "float32's range"),
+    (['--fedexp_eps=1e-45'], '--fedexp_eps is 0 in float32'),
 ]
 
 
@@ -96,6 +100,7 @@ def test_path_flags_of_a_flag_file_are_expanded(tmp_path, monkeypatch):
 @pytest.mark.parametrize('text, words', [
     ('--data_path=$FEDJAX_GEL_TEST_UNSET/d', ['--data_path', 'FEDJAX_GEL_TEST_UNSET', 'not set']),
     ('--workdir=~no_such_user_xyz/w', ['--workdir', 'no_such_user_xyz']),
+    ('--data_path=/tmp/${FEDJAX_GEL_TEST_UNSET', ['--data_path', 'without its closing']),
 ])
 def test_an_unexpandable_path_is_one_line(tmp_path, monkeypatch, text, words):
   monkeypatch.delenv('FEDJAX_GEL_TEST_UNSET', raising=False)
@@ -107,6 +112,16 @@ def test_an_unexpandable_path_is_one_line(tmp_path, monkeypatch, text, words):
   assert code == 2 and len(lines) == 1 and lines[0].startswith('error: '), err
   assert all(w in lines[0] for w in words)
   assert sorted(p.name for p in tmp_path.iterdir()) == ['paths.flags']
+
+
+def test_a_path_flag_given_no_value_is_one_line():
+  """absl gives a flag without a value the next argument: ``--workdir --only_check_args`` ran
+  a whole command into a folder named ``--only_check_args``."""
+  code, err = run('--flagfile=launch/configs/quickstart.flags', '--workdir', '--only_check_args')
+  assert code == 2 and err.splitlines() == [
+      'error: --workdir=--only_check_args: a path cannot start with "-" (was --workdir given no '
+      'value?); write ./--only_check_args for such a name'], err
+  assert not (REPO / '--only_check_args').exists()
 
 
 @pytest.mark.parametrize('extra, code, line', [

@@ -213,6 +213,7 @@ def test_a_flipped_bit_in_a_checkpoint_is_caught(finished, tmp_path):
   assert proc.returncode == 0, proc.stderr
   assert 'checkpoint-3 is damaged' in proc.stdout
   assert model_bytes(workdir) == finished[1]
+  assert (workdir / 'checkpoint-3.damaged').is_dir()   # set aside, kept once the run finished
   other = tmp_path / 'other'
   unfinished(other)
   for r in (2, 3):   # none intact: one line, nothing changed
@@ -222,20 +223,31 @@ def test_a_flipped_bit_in_a_checkpoint_is_caught(finished, tmp_path):
   assert snapshot(other) == before
 
 
-def test_a_checkpoint_under_another_rounds_name_is_not_resumed(finished, tmp_path):
+def test_a_checkpoint_under_another_rounds_name_is_set_aside_like_a_damaged_one(finished,
+                                                                                tmp_path):
   """A checkpoint folder copied or renamed to a later round's name held round 1's state under
-  round 3's: resumed, rounds 2 and 3 were skipped without a word. Now one line, nothing changed;
-  without it the run resumes from its true last checkpoint."""
+  round 3's: resumed, rounds 2 and 3 were skipped without a word. It is damaged like a flipped
+  bit: with an intact one left, a note, it is set aside and the run resumes from the intact one
+  (the same final model); alone, one line and nothing changed. A name ``save`` never writes
+  (``checkpoint-02``, the same round as ``checkpoint-2``) is not a checkpoint: left as it is
+  (it made the run remove ``checkpoint-2`` twice and stop half-way)."""
   workdir = tmp_path / 'run'
   unfinished(workdir, crash_round=2)
   shutil.copytree(workdir / 'checkpoint-1', workdir / 'checkpoint-3')
-  before = snapshot(workdir)
-  helpers.assert_one_line_error(run(workdir, '--checkpoint_every=1'), 'checkpoint-3',
-                                'it holds the state of round 1')
-  assert snapshot(workdir) == before
-  shutil.rmtree(workdir / 'checkpoint-3')
-  assert run(workdir, '--checkpoint_every=1').returncode == 0
+  shutil.copytree(workdir / 'checkpoint-2', workdir / 'checkpoint-02')
+  proc = run(workdir, '--checkpoint_every=1')
+  assert proc.returncode == 0, proc.stderr
+  assert 'checkpoint-3 is damaged' in proc.stdout and "another round's state" in proc.stdout
   assert model_bytes(workdir) == finished[1]
+  assert (workdir / 'checkpoint-3.damaged').is_dir()   # kept for inspection once finished
+  assert (workdir / 'checkpoint-02').is_dir()
+  alone = tmp_path / 'alone'
+  unfinished(alone, crash_round=1)
+  os.rename(alone / 'checkpoint-1', alone / 'checkpoint-3')
+  before = snapshot(alone)
+  helpers.assert_one_line_error(run(alone, '--checkpoint_every=1'), 'checkpoint-3',
+                                'it holds the state of round 1')
+  assert snapshot(alone) == before
 
 
 @pytest.mark.parametrize('damage, words', [
