@@ -341,7 +341,9 @@ def quick_compile(k: CohortConfig, params, counts=None) -> bool:
 def fuse_dots(c: Config) -> bool | None:
   """Whether the rounds of a run of config ``c`` fuse their small batched products: ``None``
   (the engine's choice: on CPU) for a long enough run, else False; the same for the run alone
-  or among others in one program."""
+  or among others in one program. It reads the planned rounds, so ``--num_rounds`` changes a
+  run's last bits across the threshold, and a run extended across it runs its added rounds
+  with the other program (README, "Determinism")."""
   if c.run.num_rounds * c.cohort.clients_per_round >= FUSE_MIN_CLIENT_ROUNDS:
     return None
   return False
