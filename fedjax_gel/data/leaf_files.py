@@ -68,12 +68,15 @@ def _features(x: Any, where: str) -> np.ndarray:
   return _in_float32(arr.astype(np.float64), where)
 
 
-def _has_bool(values: list) -> bool:
-  """Whether JSON's true or false is among ``values`` (nested lists), by the types of each list
-  (a few percent of parsing the JSON)."""
+def _has_bool(values) -> bool:
+  """Whether a truth value (JSON's true or false, a NumPy bool or an array of them) is among
+  ``values`` (nested lists, tuples, arrays), by the types of each sequence (a few percent of
+  parsing the JSON)."""
+  if isinstance(values, np.ndarray):
+    return values.dtype.kind == 'b' or (values.dtype.kind == 'O' and _has_bool(list(values)))
   types = set(map(type, values))
-  return bool in types or (list in types and any(
-      _has_bool(v) for v in values if isinstance(v, list)))
+  return bool(types & {bool, np.bool_}) or bool(types & {list, tuple, np.ndarray}) and any(
+      _has_bool(v) for v in values if isinstance(v, (list, tuple, np.ndarray)))
 
 
 def _in_float32(arr: np.ndarray, where: str) -> np.ndarray:

@@ -232,7 +232,9 @@ REMOVE = '; remove it or pass --overwrite'
 
 def _error(file: str, e: Exception, what: str = 'damaged checkpoint',
            kind: type = DamagedCheckpoint) -> CheckpointError:
-  return kind(f'{file}: {what} ({first_line(e)}){REMOVE}')
+  error = kind(f'{file}: {what} ({first_line(e)}){REMOVE}')
+  error.reason = first_line(e)
+  return error
 
 
 def _fits(layout: dict, target) -> bool:
@@ -352,9 +354,8 @@ def check(workdir: str, target, meta_keys: tuple) -> list[str]:
     earlier = ', '.join(os.path.basename(path(workdir, r)) for r, _ in damaged[:-1])
     raise type(last)(f'{str(last).removesuffix(REMOVE)}; every checkpoint is damaged (the '
                      f'earlier {earlier} too): remove them or pass --overwrite')
-  return [f'{path(workdir, r)} is damaged (unreadable, its checksum does not match, or it holds '
-          "another round's state); the run resumes from its last intact checkpoint and sets "
-          'this one aside (.damaged)' for r, _ in damaged]
+  return [f'{path(workdir, r)} is damaged ({e.reason}); the run resumes from its last intact '
+          'checkpoint and sets this one aside (.damaged)' for r, e in damaged]
 
 
 def intact_rounds(workdir: str) -> list[int]:

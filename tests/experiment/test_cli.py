@@ -760,7 +760,7 @@ def test_the_command_presents_the_cores_as_devices(tiny_leaf_file, tmp_path):
 
 
 
-def test_help_flags_are_told_apart_from_settings_of_help():
+def test_help_flags_are_told_apart_from_other_flags():
   assert cli.HELP.fullmatch('--helpfull') and cli.HELP.fullmatch('-?')
   assert cli.HELP.fullmatch('--helpfull=1') and not cli.HELP.fullmatch('--helper')
 

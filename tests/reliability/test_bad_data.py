@@ -11,9 +11,11 @@ import os
 import pathlib
 
 import jax
+import numpy as np
 import pytest
 
-from fedjax_gel.data import leaf, leaf_tasks
+from fedjax_gel.data import leaf, leaf_files, leaf_tasks
+from fedjax_gel.data.errors import DataError
 from fedjax_gel.experiment import cli
 
 Image = pytest.importorskip('PIL.Image')
@@ -113,6 +115,17 @@ def run(tmp_path, data_path, *flags):
   proc = cli_run('--dataset=leaf', f'--data_path={data_path}', '--model=logistic',
                  '--num_rounds=1', f'--workdir={workdir}', *flags)
   return proc, workdir
+
+
+@pytest.mark.parametrize('x', [
+    [(0.5, True)] * 2, [[0.5, np.True_]] * 2, [np.array([.5, 1.]), np.array([True, False])],
+    np.array([[True, False]] * 2)], ids=['tuple', 'numpy_bool', 'bool_row', 'bool_array'])
+def test_truth_values_among_in_memory_features_are_refused(x):
+  """Data handed over in memory (``leaf.to_federated``'s dicts): tuples, NumPy truth values and
+  arrays of them too, not only JSON's true/false."""
+  with pytest.raises(DataError, match="user 'a' has true/false among the features"):
+    leaf_files.user_arrays(x, [0, 1], 'mem', 'a')
+  leaf_files.user_arrays([(0.5, 1.)] * 2, [0, 1], 'mem', 'a')   # numbers pass
 
 
 def test_valid_data_loads(tmp_path):
