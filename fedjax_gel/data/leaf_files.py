@@ -75,8 +75,10 @@ def _has_bool(values) -> bool:
   if isinstance(values, np.ndarray):
     return values.dtype.kind == 'b' or (values.dtype.kind == 'O' and _has_bool(list(values)))
   types = set(map(type, values))
-  return bool(types & {bool, np.bool_}) or bool(types & {list, tuple, np.ndarray}) and any(
-      _has_bool(v) for v in values if isinstance(v, (list, tuple, np.ndarray)))
+  if types & {bool, np.bool_}:
+    return True
+  nested = (list, tuple, np.ndarray)
+  return bool(types & set(nested)) and any(_has_bool(v) for v in values if isinstance(v, nested))
 
 
 def _in_float32(arr: np.ndarray, where: str) -> np.ndarray:

@@ -72,7 +72,7 @@ class Plan:
 
 
 def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = False,
-         phases: loop_lib.Phases | None = None) -> Plan:
+         phases: loop_lib.Phases | None = None, plots: bool = True) -> Plan:
   """Validates everything and loads the data; raises ``ConfigError``/``DataError`` with one
   line, having written nothing."""
   configs = checked_configs(c, sweep)
@@ -109,7 +109,7 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
       notes += workdir_lib.check_resume(w, checkpoint_target(exp, 1 if grid is None else
                                                              len(grid[0]) * len(grid[1])))
   return Plan(configs, workdirs, status, levels, grid, base, list(dict.fromkeys(notes)),
-              digests)
+              digests, plots)
 
 
 def checkpoint_target(exp: factories.Experiment, num_runs: int):
@@ -178,7 +178,7 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
           files.lock(workdir)
           locked.append(workdir)
           files.name_holder(workdir)   # named at once: a command refused meanwhile names it
-        p = dataclasses.replace(plan(c, workdir, sweep, overwrite, phases), plots=plots)
+        p = plan(c, workdir, sweep, overwrite, phases, plots)
       # every process planned the same runs, and read the work directory before it changes
       cluster.agree(plan_record(p, workdir, vmap, overwrite))
       with cluster.telling_others():

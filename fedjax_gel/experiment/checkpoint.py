@@ -46,7 +46,12 @@ _NAME = re.compile(r'checkpoint-(0|[1-9][0-9]*)$')   # save's names only: not ch
 
 
 class CheckpointError(ConfigError):
-  """A checkpoint that cannot be read; the message is one line naming the file."""
+  """A checkpoint that cannot be read; the message is one line naming the file, ``reason``
+  what is wrong with it."""
+
+  def __init__(self, message: str, reason: str = ''):
+    super().__init__(message)
+    self.reason = reason
 
 
 class DamagedCheckpoint(CheckpointError):
@@ -232,9 +237,7 @@ REMOVE = '; remove it or pass --overwrite'
 
 def _error(file: str, e: Exception, what: str = 'damaged checkpoint',
            kind: type = DamagedCheckpoint) -> CheckpointError:
-  error = kind(f'{file}: {what} ({first_line(e)}){REMOVE}')
-  error.reason = first_line(e)
-  return error
+  return kind(f'{file}: {what} ({first_line(e)}){REMOVE}', first_line(e))
 
 
 def _fits(layout: dict, target) -> bool:
