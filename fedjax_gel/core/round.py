@@ -45,6 +45,7 @@
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -318,6 +319,11 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
           total, shapes)
       return values, jnp.sum(-(-n_real // batch_size)), jnp.sum(n_real)
 
+    # The round traces each chunk kernel once: ``jax.eval_shape`` (the accumulators' shapes, the
+    # upload's dtypes) and the loop over the chunks reuse its jaxpr, jit's trace cache keyed by
+    # the arguments' shapes (it was traced three times, most of a round's tracing). ``inline``:
+    # the jaxpr is inlined where it is used, so the program is the one a plain call gives.
+    @functools.partial(jax.jit, inline=True)
     def train_chunk(bcast, data: FederatedData, client_key_root, chunk) -> ChunkWork:
       """Local work of one chunk. Uploads and weights of padding clients and clients without data
       are zero."""
@@ -371,6 +377,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
                        model_spread(jax.vmap(algorithm.client_model)(state), start, real),
                        extra_grads, extra_examples, examples_seen(spec, budgets, n), new_rows)
 
+    @functools.partial(jax.jit, inline=True)
     def chunk_totals(bcast, data, client_key_root, chunk):
       """One chunk's ``sum_i w_i upload_i`` (float32), model directions and scalar totals."""
       work = train_chunk(bcast, data, client_key_root, chunk)
@@ -396,14 +403,6 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       return jax.lax.scan(body, acc0, chunks)
 
     return train_chunk, chunk_totals, accumulate
-
-  def on_one_device(server_state, clients: Clients, bcast, data, client_key_root, train_chunk,
-                    accumulate):
-    """The round's chunks on one device: ``((sums, spread, totals), written)``."""
-    stored = None
-    if stateful:
-      stored = store_lib.gather(server_state.clients, algorithm.store_row(clients.client_ids))
-    return accumulate(bcast, data, client_key_root, (clients, stored))
 
   def on_mesh(server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals,
               replicated: bool):
@@ -507,19 +506,23 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       guesses = jnp.asarray(algorithm.client_guesses(taken, spec.max_budget), jnp.float32)
     bcast = algorithm.broadcast(server_state)
     client_key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
-    if mesh is None:
+    if mesh is None:   # the chunks one after another on one device
       clients = pad_and_sort(cohort, guesses, *chunk_layout(size, chunk_size)[::-1])
-      (sums, spread, totals), written = on_one_device(
-          server_state, clients, bcast, data, client_key_root, train_chunk, accumulate)
+      stored = (store_lib.gather(server_state.clients, algorithm.store_row(clients.client_ids))
+                if stateful else None)
+      (sums, spread, totals), written = accumulate(bcast, data, client_key_root,
+                                                   (clients, stored))
+      chunk = tree_map(lambda a: a[0], (clients, stored))   # a chunk as the loop traced it
     else:
       (sums, spread, totals), written, clients = on_mesh(
           server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals, replicated)
+      # one client of the whole pool (the devices trace their own shares): traced once more
+      chunk = (tree_map(lambda a: a.reshape(-1)[:1], clients),
+               store_lib.gather(server_state.clients, jnp.zeros((1,), jnp.int32)) if stateful
+               else None)
     weight_total, num_real, loss_wsum, loss_w, grads, examples, computed = totals
-    one = tree_map(lambda a: a.reshape(-1)[:1], clients)   # the upload of one client
-    stored = (store_lib.gather(server_state.clients, jnp.zeros((1,), jnp.int32)) if stateful
-              else None)
-    uploads = jax.eval_shape(lambda: train_chunk(bcast, data, client_key_root, (one, stored))
-                             ).upload
+    uploads = tree_map(lambda u: jax.ShapeDtypeStruct(u.shape[1:], u.dtype),   # one client's
+                       jax.eval_shape(train_chunk, bcast, data, client_key_root, chunk).upload)
     scale = jnp.where(weight_total > 0, 1. / jnp.maximum(weight_total, 1e-30), 0.)
     mean_upload = tree_map(lambda s, u: (s * scale).astype(u.dtype), sums, uploads)
     info = RoundInfo(weight_total, num_real)

@@ -14,8 +14,8 @@ KAT = [((0x00000000, 0x00000000), (0x00000000, 0x00000000), (0x6b200159, 0x99ba4
 
 
 def numpy_threefry(key, x1, x2):
-  """A second implementation, in NumPy uint64 arithmetic reduced mod 2^32, written from the
-  paper's description (rounds, rotations, key schedule) rather than from ``core.threefry``."""
+  """An oracle in NumPy uint64 arithmetic reduced mod 2^32, written from the paper's
+  description (rounds, rotations, key schedule) rather than from ``core.threefry``."""
   m = np.uint64(0xFFFFFFFF)
   k = [np.uint64(key[0]), np.uint64(key[1])]
   k.append(k[0] ^ k[1] ^ np.uint64(0x1BD11BDA))
@@ -32,11 +32,12 @@ def numpy_threefry(key, x1, x2):
   return x[0].astype(np.uint32), x[1].astype(np.uint32)
 
 
-def test_known_answers_both_implementations():
+def test_known_answers_of_the_registered_lowering_and_the_oracle():
+  assert threefry.register_cpu_lowering()
   for key, ctr, out in KAT:
     u = lambda v: np.array([v], np.uint32)
-    got = threefry.threefry2x32(u(key[0]), u(key[1]), u(ctr[0]), u(ctr[1]))
-    assert (int(got[0][0]), int(got[1][0])) == out
+    got = jax.jit(threefry_2x32)(np.array(key, np.uint32), np.array(ctr, np.uint32))
+    assert tuple(int(v) for v in np.asarray(got)) == out
     ref = numpy_threefry(key, u(ctr[0]), u(ctr[1]))
     assert (int(ref[0][0]), int(ref[1][0])) == out
 
@@ -50,6 +51,11 @@ def test_registered_lowering_computes_threefry_in_one_loopless_program():
   got = np.asarray(fn(key, count))
   ref = numpy_threefry(key, count[:1000], count[1000:])
   np.testing.assert_array_equal(got, np.concatenate(ref))
+  # counters of several axes, and none
+  grid = count.reshape(2, 50, 20)
+  want = np.concatenate([a.reshape(50, 20) for a in numpy_threefry(key, grid[0], grid[1])])
+  np.testing.assert_array_equal(np.asarray(fn(key, grid)).reshape(100, 20), want)
+  assert fn(key, count[:0]).shape == (0,)
   if jax.default_backend() == 'cpu':
     hlo = fn.lower(key, count).compile().as_text()
     assert ' while(' not in hlo
