@@ -32,10 +32,15 @@ os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'd
 # (fusion, buffer assignment) are unchanged, but a float result can differ from a run's in its
 # last bits, so a test of a bit-identity between two different programs compiles them as runs
 # do (``helpers.as_runs_compile``).
+# XLA's CPU backend compiles a program's kernels as one LLVM module instead of several in parallel
+# (``xla_cpu_parallel_codegen_split_count``): the suite's workers already keep both cores busy,
+# and the split costs more processor time than it saves (the same machine code; a run alone on
+# idle cores compiles faster split, so runs keep XLA's default).
 from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _quick = [f'--{name}={str(value).lower()}' for name, value in devices.QUICK_COMPILE.items()]
-for _flag in _quick + [devices.SMALL_LOOP_FLAG, '--xla_backend_optimization_level=0']:
+for _flag in _quick + [devices.SMALL_LOOP_FLAG, '--xla_backend_optimization_level=0',
+                      '--xla_cpu_parallel_codegen_split_count=1']:
   if _flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 

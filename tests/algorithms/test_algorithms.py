@@ -11,8 +11,8 @@ from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 
-from helpers import (EMPTY_CLIENT, TAU_MAX, assert_trees_close, cohort, init_params, minibatches,
-                     run, with_guesses)
+from helpers import (EMPTY_CLIENT, TAU_MAX, assert_trees_close, cohort, grad_of, init_params,
+                     minibatches, run, with_guesses)
 
 LR, ALPHA = 0.1, 0.9
 tree_map = jax.tree_util.tree_map
@@ -20,7 +20,7 @@ tree_map = jax.tree_util.tree_map
 
 def sgdm_by_hand(data, loss, x, cid, slot, tau, grad_fn=None):
   """GeL's client momentum loop (eqs. 1-2) on the engine's minibatches: ``(y, v, last grad)``."""
-  grad_fn = grad_fn or jax.grad(loss)
+  grad_fn = grad_fn or grad_of(loss)
   y, v, g = x, tree_map(jnp.zeros_like, x), None
   for batch in minibatches(data, cid, slot, tau):
     g = grad_fn(y, batch)
@@ -89,7 +89,7 @@ def test_fedavg_gel_guesses_with_the_last_gradient(data, loss, model):
   for slot, (cid, tau, tp) in enumerate(zip(ids, taus, guesses)):
     y, g = x, None
     for batch in minibatches(data, cid, slot, tau):
-      g = jax.grad(loss)(y, batch)
+      g = grad_of(loss)(y, batch)
       y = tree_map(lambda p, g: p - LR * g, y, g)
     ys.append(tree_map(lambda p, g: p - tp * LR * g, y, g))
   assert_trees_close(state.params, weighted(ys, [1., 1.]), tol=1e-5)
@@ -172,7 +172,7 @@ def test_fedopt_round_is_one_hand_computed_server_step(data, loss, model, name):
   for slot, (cid, t) in enumerate(zip([2, 6], [3, 5])):
     y = x
     for batch in minibatches(data, cid, slot, t):
-      y = tree_map(lambda p, g: p - LR * g, y, jax.grad(loss)(y, batch))
+      y = tree_map(lambda p, g: p - LR * g, y, grad_of(loss)(y, batch))
     ys.append(y)
   delta = tree_map(lambda x0, y: np.asarray(x0 - y, np.float64), x, weighted(ys, [1., 3.]))
 
@@ -316,7 +316,7 @@ def test_fedexp_step_is_the_extrapolated_mean_update(model, loss):
   for slot, (cid, tau) in enumerate(zip(ids, taus)):
     y = x
     for batch in minibatches(data, cid, slot, tau):
-      y = tree_map(lambda p, g: p - LR * g, y, jax.grad(loss)(y, batch))
+      y = tree_map(lambda p, g: p - LR * g, y, grad_of(loss)(y, batch))
     deltas.append(np.concatenate([np.ravel(a - b) for a, b in zip(
         jax.tree_util.tree_leaves(x), jax.tree_util.tree_leaves(y))]).astype(np.float64))
   mean = (deltas[0] + deltas[1]) / 2

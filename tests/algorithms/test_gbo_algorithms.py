@@ -9,7 +9,8 @@ from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 
-from helpers import B, EMPTY_CLIENT, assert_trees_close, cohort, init_params, minibatches, run
+from helpers import (B, EMPTY_CLIENT, assert_trees_close, cohort, grad_of, init_params, minibatches,
+                     run)
 
 LR = 0.1
 tree_map = jax.tree_util.tree_map
@@ -28,7 +29,7 @@ def frozen_step(opt, y, g, stats):
 def sgd_by_hand(data, loss, x, cid, slot, tau, round_idx=3, direction=None):
   y = x
   for batch in minibatches(data, cid, slot, tau, round_idx=round_idx):
-    g = jax.grad(loss)(y, batch)
+    g = grad_of(loss)(y, batch)
     y = tree_map(lambda p, d: p - LR * d, y, direction(g) if direction else g)
   return y
 
@@ -66,7 +67,7 @@ def test_fedgbo_round_tracks_the_mean_client_gradient(data, loss, model, kind):
   for slot, (cid, tau) in enumerate(zip(ids, taus)):
     y, gsum = x, tree_map(jnp.zeros_like, x)
     for batch in minibatches(data, cid, slot, tau):
-      g = jax.grad(loss)(y, batch)
+      g = grad_of(loss)(y, batch)
       gsum = tree_map(jnp.add, gsum, g)
       y = frozen_step(opt, y, g, stats)
     ys.append(y)
@@ -94,7 +95,7 @@ def test_mfl_with_one_client_is_centralised_training(data, loss, model):
   m, v = tree_map(np.zeros_like, y), tree_map(np.ones_like, y)
   for r in (3, 4):
     for batch in minibatches(data, 5, 0, 4, round_idx=r):
-      g = tree_map(np.asarray, jax.grad(loss)(tree_map(jnp.float32, y), batch))
+      g = tree_map(np.asarray, grad_of(loss)(tree_map(jnp.float32, y), batch))
       m = tree_map(lambda m, g: b1 * m + (1 - b1) * g, m, g)
       v = tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, v, g)
       y = tree_map(lambda y, m, v: y - LR * m / (np.sqrt(v) + eps), y, m, v)
@@ -119,12 +120,12 @@ def test_mime_round_by_hand(data, loss, model, full_batch):
     if full_batch:
       lo, n = int(data.offsets[cid]), int(data.counts[cid])
       everything = {k: v[lo:lo + n] for k, v in data.examples.items()}
-      anchors.append(jax.grad(loss)(x, everything))
+      anchors.append(grad_of(loss)(x, everything))
     else:
-      anchors.append(jax.grad(loss)(x, batches[0]))
+      anchors.append(grad_of(loss)(x, batches[0]))
     y = x
     for batch in batches:
-      y = frozen_step(opt, y, jax.grad(loss)(y, batch), stats)
+      y = frozen_step(opt, y, grad_of(loss)(y, batch), stats)
     ys.append(y)
   mean = lambda trees: tree_map(lambda a, b: (a + b) / 2, *trees)
   assert_trees_close(state.params, mean(ys), tol=1e-5)
@@ -150,7 +151,7 @@ def test_mimelite_full_batch_over_several_passes_with_padding_and_an_empty_clien
   grads = []
   for cid in (5, 2):
     lo, n = int(data.offsets[cid]), int(data.counts[cid])
-    grads.append(jax.grad(loss)(x, {k: v[lo:lo + n] for k, v in data.examples.items()}))
+    grads.append(grad_of(loss)(x, {k: v[lo:lo + n] for k, v in data.examples.items()}))
   mean = tree_map(lambda a, b: (a + b) / 2, *grads)   # uniform weights; the empty client has none
   assert_trees_close(global_stats(alg, state), opt.track.update(mean, opt.track.init(x))[1],
                      tol=1e-5)

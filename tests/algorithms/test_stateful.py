@@ -14,7 +14,8 @@ from fedjax_gel.core.algorithm import RoundInfo
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
 
-from helpers import EMPTY_CLIENT, TAU_MAX, assert_trees_close, cohort, init_params, minibatches
+from helpers import (EMPTY_CLIENT, TAU_MAX, assert_trees_close, cohort, grad_of, init_params,
+                     minibatches)
 
 LR, MU, BETA, N = 0.1, 0.05, 0.7, 13
 tree_map = jax.tree_util.tree_map
@@ -35,7 +36,7 @@ def local_sgd(data, loss, x, cid, slot, tau, r, correction, mu=0.):
   """``tau`` steps of ``y <- y - lr (grad + correction + mu (y - x))`` on the engine's batches."""
   y = x
   for batch in minibatches(data, cid, slot, tau, round_idx=r):
-    g = jax.grad(loss)(y, batch)
+    g = grad_of(loss)(y, batch)
     y = tree_map(lambda y, g, c, x0: y - LR * (g + c + mu * (y - x0)), y, g, correction, x)
   return y
 
@@ -126,10 +127,10 @@ def test_scaffold_full_participation_one_step_by_hand(data, loss, model):
   x0 = init_params(model)
   alg = drift.scaffold(loss, LR, N, weights=(np.arange(N) != EMPTY_CLIENT) / 12)
   state = engine(alg, x0, data, rounds=[(ids, [1] * 12)] * 2, chunk_size=5)
-  grads = [[jax.grad(loss)(x, next(minibatches(data, i, i, 1, round_idx=r))) for i in ids]
+  grads = [[grad_of(loss)(x, next(minibatches(data, i, i, 1, round_idx=r))) for i in ids]
            for r, x in [(0, x0)]]
   x1 = sub(x0, scale(LR, mean(grads[0])))
-  grads.append([jax.grad(loss)(x1, next(minibatches(data, i, i, 1, round_idx=1))) for i in ids])
+  grads.append([grad_of(loss)(x1, next(minibatches(data, i, i, 1, round_idx=1))) for i in ids])
   x2 = sub(x1, scale(LR, mean(grads[1])))
   assert_trees_close(state.params, x2, tol=1e-5)
   assert_trees_close(alg.broadcast(state)[1], mean(grads[1]), tol=1e-4)

@@ -13,7 +13,7 @@ from fedjax_gel.core.round import build_round
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 from fedjax_gel.core.shuffle import cycled_permutation
 
-from helpers import assert_trees_close, init_params
+from helpers import assert_trees_close, grad_of, init_params
 
 LR = 0.3
 
@@ -49,7 +49,7 @@ def reference_fedavg(data, loss, params, cohort, spec):
       for start in range(0, n, spec.batch_size):
         rows = off + order[start:start + spec.batch_size]
         batch = {k: v[rows] for k, v in data.examples.items()}
-        y = jax.tree.map(lambda p, g: p - LR * g, y, jax.grad(loss)(y, batch))
+        y = jax.tree.map(lambda p, g: p - LR * g, y, grad_of(loss)(y, batch))
         steps += 1
         seen += len(rows)
     models_.append(y)

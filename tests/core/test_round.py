@@ -15,8 +15,8 @@ from fedjax_gel.core import round as round_lib
 from fedjax_gel.core.round import build_round, chunk_layout
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 
-from helpers import (B, EMPTY_CLIENT, TAU_MAX, as_runs_compile, cohort, init_params,
-                     minibatches, run)
+from helpers import (B, EMPTY_CLIENT, TAU_MAX, as_runs_compile, cohort, grad_of, init_params,
+                     minibatches, run, value_and_grad_of)
 
 
 @pytest.mark.parametrize('momentum', [0.0, 0.9])
@@ -29,7 +29,7 @@ def test_one_client_equals_plain_optax_loop(data, model, momentum):
   state, metrics = run(alg, data, cohort([cid], [tau]), params, chunk_size=1)
   y, opt_state, losses = params, opt.init(params), []
   for batch in minibatches(data, cid, 0, tau):
-    l, g = jax.value_and_grad(loss)(y, batch)
+    l, g = value_and_grad_of(loss)(y, batch)
     u, opt_state = opt.update(g, opt_state, y)
     y = optax.apply_updates(y, u)
     losses.append(l)
@@ -45,7 +45,7 @@ def fedavg_by_hand(data, loss, params, ids, taus, weights, lr):
   for slot, (cid, tau) in enumerate(zip(ids, taus)):
     y = params
     for batch in minibatches(data, cid, slot, tau):
-      y = jax.tree_util.tree_map(lambda p, g: p - lr * g, y, jax.grad(loss)(y, batch))
+      y = jax.tree_util.tree_map(lambda p, g: p - lr * g, y, grad_of(loss)(y, batch))
     ys.append(y)
   total = sum(weights)
   return jax.tree_util.tree_map(lambda *leaves: sum(w * v for w, v in zip(weights, leaves)) / total,
