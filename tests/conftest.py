@@ -36,11 +36,18 @@ os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'd
 # (``xla_cpu_parallel_codegen_split_count``): the suite's workers already keep both cores busy,
 # and the split costs more processor time than it saves (the same machine code; a run alone on
 # idle cores compiles faster split, so runs keep XLA's default).
+# XLA's HLO verifier (an invariant check run after its passes: it changes no program) is off,
+# about a tenth of a small program's compile time; and, with the jaxlib this was measured on
+# (< 0.11, ``devices.LEGACY_EMITTERS``), XLA's CPU preset for compile time, which skips passes
+# that spend compile time to buy run time (a run's programs keep XLA's default preset;
+# ``helpers.as_runs_compile`` restores it).
 from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _quick = [f'--{name}={str(value).lower()}' for name, value in devices.QUICK_COMPILE.items()]
-for _flag in _quick + [devices.SMALL_LOOP_FLAG, '--xla_backend_optimization_level=0',
-                      '--xla_cpu_parallel_codegen_split_count=1']:
+_preset = ['--xla_cpu_opt_preset=CPU_OPT_PRESET_FAST_COMPILE'] if devices.LEGACY_EMITTERS else []
+for _flag in _quick + _preset + [devices.SMALL_LOOP_FLAG, '--xla_backend_optimization_level=0',
+                                 '--xla_cpu_parallel_codegen_split_count=1',
+                                 '--xla_disable_hlo_passes=hlo-verifier']:
   if _flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 

@@ -29,18 +29,23 @@ DEFAULT_EMITTERS = {'xla_cpu_use_fusion_emitters': True} if devices.LEGACY_EMITT
 # XLA's default LLVM optimisation level. The suite compiles at level 0 (tests/conftest.py), which
 # can change a float result in its last bits (e.g. where a multiply and an add become one
 # instruction), so a test of a bit-identity that runs promise between two different programs
-# compiles both as a run does: ``as_runs_compile(options)``.
-PRODUCT_LEVEL = {'xla_backend_optimization_level': 3}
+# compiles both as a run does: ``as_runs_compile(options)`` (with XLA's default CPU preset too,
+# which the suite also changes).
+PRODUCT_LEVEL = {'xla_backend_optimization_level': 3,
+                 **({'xla_cpu_opt_preset': 'CPU_OPT_PRESET_DEFAULT'} if devices.LEGACY_EMITTERS
+                    else {})}
 
 
 def as_runs_compile(options: dict | None) -> dict:
-  """``jax.jit``'s ``compiler_options`` ``options`` at XLA's default LLVM level."""
+  """``jax.jit``'s ``compiler_options`` ``options`` at XLA's default LLVM level and preset."""
   return {**(options or {}), **PRODUCT_LEVEL}
 
 
 def as_runs_environment() -> dict:
-  """``os.environ`` for a child process whose programs compile at XLA's default LLVM level."""
-  flags = re.sub(r'--xla_backend_optimization_level=\S*', '', os.environ.get('XLA_FLAGS', ''))
+  """``os.environ`` for a child process whose programs compile at XLA's default LLVM level and
+  preset."""
+  flags = re.sub(r'--xla_(backend_optimization_level|cpu_opt_preset)=\S*', '',
+                 os.environ.get('XLA_FLAGS', ''))
   return {**os.environ, 'XLA_FLAGS': ' '.join(flags.split())}
 
 

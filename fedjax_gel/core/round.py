@@ -204,6 +204,13 @@ def tree_bytes(tree) -> int:
              for x in jax.tree_util.tree_leaves(tree))
 
 
+def upload_types(train_chunk, bcast, data, client_key_root, chunk):
+  """One client's upload (shapes and dtypes) from ``train_chunk``'s output on ``chunk``: a hit
+  in jit's trace cache where the round already traced that chunk, in the same context."""
+  work = jax.eval_shape(train_chunk, bcast, data, client_key_root, chunk)
+  return tree_map(lambda u: jax.ShapeDtypeStruct(u.shape[1:], u.dtype), work.upload)
+
+
 def chunk_layout(cohort_size: int, chunk_size: int, num_devices: int = 1) -> tuple[int, int]:
   """``(clients per chunk, chunks)``: equal chunks of at most ``chunk_size`` clients, rounded up
   to a multiple of ``num_devices``."""
@@ -404,13 +411,13 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
 
     return train_chunk, chunk_totals, accumulate
 
-  def on_mesh(server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals,
-              replicated: bool):
+  def on_mesh(server_state, cohort, guesses, bcast, data, client_key_root, train_chunk,
+              chunk_totals, replicated: bool):
     """Owner computes: each device trains, chunk by chunk, the clients whose examples (and
     store rows) it holds; their weighted sums meet in one ``psum``. ``replicated``: every device
     holds the whole pool, and the cohort is dealt to the devices by budget (``deal``) instead.
-    Returns ``((sums, spread, totals), written, routed)`` with ``written``'s leaves
-    ``[devices, capacity, ...]``."""
+    Returns ``((sums, spread, totals), written, routed, uploads)`` with ``written``'s leaves
+    ``[devices, capacity, ...]`` and ``uploads`` one client's upload (``upload_types``)."""
     num_devices = mesh.shape[CLIENT_AXIS]
     num_clients = data.counts.shape[0]
     owned = federated_data.clients_per_owner(num_clients, num_devices)
@@ -453,9 +460,11 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
           written = tree_map(lambda w, r: w.at[c].set(r), written, rows)
         return tree_map(jnp.add, acc, add), written
 
-      first = tree_map(lambda a: a[0], chunks)
-      shapes = jax.eval_shape(chunk_totals, bcast, local, key_root,
-                              (first, stored_rows(first.client_ids)))
+      first = (tree_map(lambda a: a[0], chunks),)
+      first += (stored_rows(first[0].client_ids),)
+      shapes = jax.eval_shape(chunk_totals, bcast, local, key_root, first)
+      # read where the devices trace their chunks (the trace ``chunk_totals`` just made)
+      uploads.append(upload_types(train_chunk, bcast, local, key_root, first))
       zeros = lambda tree, lead=(): tree_map(lambda x: jnp.zeros(lead + x.shape, x.dtype), tree)
       written = zeros(shapes[1], (chunks.valid.shape[0],)) if stateful else None
       trips = -(-jnp.sum(routed.valid) // per_device)     # this device's chunks with clients
@@ -464,6 +473,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       return jax.lax.psum(acc, CLIENT_AXIS), written
 
     store = server_state.clients if stateful else None
+    uploads = []
     run = jax.shard_map(
         device, mesh=mesh, check_vma=False,
         in_specs=(P(), P() if replicated else P(CLIENT_AXIS), P(), P(), P(), P(CLIENT_AXIS),
@@ -471,7 +481,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
         out_specs=(P(), P(CLIENT_AXIS)))
     acc, written = run(bcast, data.examples, data.offsets, data.counts, client_key_root, routed,
                        store)
-    return acc, written, routed
+    return acc, written, routed, uploads[0]
 
   def write_rows(clients_store, written, ids):
     """Writes the rows the clients returned (``written``: rows and real-client masks, leading
@@ -512,17 +522,13 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
                 if stateful else None)
       (sums, spread, totals), written = accumulate(bcast, data, client_key_root,
                                                    (clients, stored))
-      chunk = tree_map(lambda a: a[0], (clients, stored))   # a chunk as the loop traced it
+      uploads = upload_types(train_chunk, bcast, data, client_key_root,   # a chunk as the loop
+                             tree_map(lambda a: a[0], (clients, stored)))  # traced it
     else:
-      (sums, spread, totals), written, clients = on_mesh(
-          server_state, cohort, guesses, bcast, data, client_key_root, chunk_totals, replicated)
-      # one client of the whole pool (the devices trace their own shares): traced once more
-      chunk = (tree_map(lambda a: a.reshape(-1)[:1], clients),
-               store_lib.gather(server_state.clients, jnp.zeros((1,), jnp.int32)) if stateful
-               else None)
+      (sums, spread, totals), written, clients, uploads = on_mesh(
+          server_state, cohort, guesses, bcast, data, client_key_root, train_chunk,
+          chunk_totals, replicated)
     weight_total, num_real, loss_wsum, loss_w, grads, examples, computed = totals
-    uploads = tree_map(lambda u: jax.ShapeDtypeStruct(u.shape[1:], u.dtype),   # one client's
-                       jax.eval_shape(train_chunk, bcast, data, client_key_root, chunk).upload)
     scale = jnp.where(weight_total > 0, 1. / jnp.maximum(weight_total, 1e-30), 0.)
     mean_upload = tree_map(lambda s, u: (s * scale).astype(u.dtype), sums, uploads)
     info = RoundInfo(weight_total, num_real)
