@@ -50,7 +50,7 @@ MAX_ROW_TERMS = 512    # "rows": or unroll rows x contraction up to this many te
 MAX_ROWS = 8           # over at most this many rows (of the side with fewer rows)
 MAX_TERMS = 1 << 16    # and at most this many multiply-adds per batch element
 MAX_REDUCED = 8        # sums and maxima over at most this many elements: unrolled
-REDUCTIONS = {lax.reduce_sum_p: jnp.add, lax.reduce_max_p: jnp.maximum}
+REDUCTIONS = {lax.reduce_sum_p: lax.add, lax.reduce_max_p: lax.max}
 
 
 def _sizes(lhs_shape, rhs_shape, dimension_numbers):
@@ -85,6 +85,9 @@ def fused_dot(lhs, rhs, dimension_numbers, preferred_element_type=None, how='out
   With ``a = [batch, M, K]`` and ``b = [batch, K, N]`` (the operands transposed and reshaped),
   ``'outer'`` is ``sum_k a[:, :, k, None] * b[:, None, k, :]`` and ``'rows'`` stacks
   ``sum_k a[:, m, k, None] * b[:, k, :]`` over ``m`` (or the same over ``n`` when ``N < M``).
+  Written with ``lax``'s primitives (slices, broadcasts, multiplies, adds) rather than
+  ``jax.numpy``'s indexing and operators, which trace each term through nested functions: the
+  same program, traced and lowered in less time.
   """
   (lc, rc), (lb, rb) = dimension_numbers
   lf, rf, m, n, k = _sizes(lhs.shape, rhs.shape, dimension_numbers)
@@ -92,14 +95,25 @@ def fused_dot(lhs, rhs, dimension_numbers, preferred_element_type=None, how='out
   batch = [lhs.shape[d] for d in lb]
   a = jnp.transpose(lhs, (*lb, *lf, *lc)).reshape(*batch, m, k).astype(dtype)
   b = jnp.transpose(rhs, (*rb, *rc, *rf)).reshape(*batch, k, n).astype(dtype)
+  nb = len(batch)
+
+  def at(x, row, col, shape):   # x[..., row, col] (an index or all), broadcast to ``shape``
+    for axis, i in ((nb, row), (nb + 1, col)):
+      if i is not None:
+        x = lax.slice_in_dim(x, i, i + 1, axis=axis)
+    return lax.broadcast_in_dim(x, shape, tuple(range(nb + 2)))
+
   if how == 'outer':
-    out = sum_of(a[..., :, i, None] * b[..., None, i, :] for i in range(k))
+    shape = (*batch, m, n)
+    out = sum_of(lax.mul(at(a, None, i, shape), at(b, i, None, shape)) for i in range(k))
   elif m <= n:
-    out = jnp.stack([sum_of(a[..., r, i, None] * b[..., i, :] for i in range(k))
-                     for r in range(m)], axis=-2)
+    shape = (*batch, 1, n)
+    out = lax.concatenate([sum_of(lax.mul(at(a, r, i, shape), at(b, i, None, shape))
+                                  for i in range(k)) for r in range(m)], nb)
   else:
-    out = jnp.stack([sum_of(a[..., :, i] * b[..., i, c, None] for i in range(k))
-                     for c in range(n)], axis=-1)
+    shape = (*batch, m, 1)
+    out = lax.concatenate([sum_of(lax.mul(at(a, None, i, shape), at(b, i, c, shape))
+                                  for i in range(k)) for c in range(n)], nb + 1)
   return out.reshape(*batch, *(lhs.shape[d] for d in lf), *(rhs.shape[d] for d in rf))
 
 
@@ -116,9 +130,9 @@ def unrolled_reduction(x, axes, combine):
   order of XLA's own reduction loop: ``((x_0 + x_1) + x_2) + ...``."""
   moved = jnp.moveaxis(x, axes, tuple(range(x.ndim - len(axes), x.ndim)))
   flat = moved.reshape(moved.shape[:x.ndim - len(axes)] + (-1,))
-  out = flat[..., 0]
+  out = lax.index_in_dim(flat, 0, axis=-1, keepdims=False)
   for i in range(1, flat.shape[-1]):
-    out = combine(out, flat[..., i])
+    out = combine(out, lax.index_in_dim(flat, i, axis=-1, keepdims=False))
   return out
 
 
@@ -126,7 +140,7 @@ def sum_of(terms):
   """A pairwise (tree) sum: shorter dependency chains, less rounding error than a running sum."""
   terms = list(terms)
   while len(terms) > 1:
-    terms = [terms[i] + terms[i + 1] if i + 1 < len(terms) else terms[i]
+    terms = [lax.add(terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
              for i in range(0, len(terms), 2)]
   return terms[0]
 
