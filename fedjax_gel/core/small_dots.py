@@ -87,7 +87,7 @@ def fused_dot(lhs, rhs, dimension_numbers, preferred_element_type=None, how='out
   ``sum_k a[:, m, k, None] * b[:, k, :]`` over ``m`` (or the same over ``n`` when ``N < M``).
   Written with ``lax``'s primitives (slices, broadcasts, multiplies, adds) rather than
   ``jax.numpy``'s indexing and operators, which trace each term through nested functions: the
-  same program, traced and lowered in less time.
+  same arithmetic in the same order, traced and lowered in less time.
   """
   (lc, rc), (lb, rb) = dimension_numbers
   lf, rf, m, n, k = _sizes(lhs.shape, rhs.shape, dimension_numbers)
