@@ -460,8 +460,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
           written = tree_map(lambda w, r: w.at[c].set(r), written, rows)
         return tree_map(jnp.add, acc, add), written
 
-      first = (tree_map(lambda a: a[0], chunks),)
-      first += (stored_rows(first[0].client_ids),)
+      first = tree_map(lambda a: a[0], chunks)
+      first = (first, stored_rows(first.client_ids))   # a chunk as ``body`` passes it
       shapes = jax.eval_shape(chunk_totals, bcast, local, key_root, first)
       # read where the devices trace their chunks (the trace ``chunk_totals`` just made)
       uploads.append(upload_types(train_chunk, bcast, local, key_root, first))
