@@ -31,14 +31,14 @@ DEFAULT_EMITTERS = {'xla_cpu_use_fusion_emitters': True} if devices.LEGACY_EMITT
 # instruction), so a test of a bit-identity that runs promise between two different programs
 # compiles both as a run does: ``as_runs_compile(options)`` (with XLA's default CPU preset too,
 # which the suite also changes).
-PRODUCT_LEVEL = {'xla_backend_optimization_level': 3,
+RUNS_COMPILE = {'xla_backend_optimization_level': 3,
                  **({'xla_cpu_opt_preset': 'CPU_OPT_PRESET_DEFAULT'} if devices.LEGACY_EMITTERS
                     else {})}
 
 
 def as_runs_compile(options: dict | None) -> dict:
   """``jax.jit``'s ``compiler_options`` ``options`` at XLA's default LLVM level and preset."""
-  return {**(options or {}), **PRODUCT_LEVEL}
+  return {**(options or {}), **RUNS_COMPILE}
 
 
 def as_runs_environment() -> dict:
