@@ -7,13 +7,18 @@ time and the phases of the last summary it wrote (``phases_s``: imports, data, c
 eval, report); the wall time beyond their sum is the interpreter's start and exit and the report
 and plots written after the last summary.
 
-Usage: ``python benchmarks/startup.py [--repeats 3] [--json out.json]``
+``--processes N`` starts the same command as N processes of one run (``--num_processes``, on
+this host, each presenting ``cores / N`` CPU devices) and times them until the last one exits;
+the phases are process 0's.
+
+Usage: ``python benchmarks/startup.py [--repeats 3] [--processes 1] [--json out.json]``
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,14 +31,26 @@ from benchmarks import common  # pylint: disable=wrong-import-position
 COMMAND = [sys.executable, 'launch/run.py', '--flagfile=launch/configs/quickstart.flags']
 
 
-def timed_run(cache: str, workdir: str) -> dict:
+def timed_run(cache: str, workdir: str, processes: int = 1) -> dict:
   env = {**os.environ, 'FEDJAX_GEL_DATA_CACHE': os.path.join(cache, 'data')}
+  command = COMMAND + [f'--workdir={workdir}', f'--compilation_cache={cache}']
+  if processes > 1:
+    with socket.socket() as s:
+      s.bind(('127.0.0.1', 0))
+      address = f'127.0.0.1:{s.getsockname()[1]}'
+    devices = max(1, (os.cpu_count() or 1) // processes)
+    env['XLA_FLAGS'] = (f"{env.get('XLA_FLAGS', '')} "
+                        f'--xla_force_host_platform_device_count={devices}').strip()
+    command += [f'--num_processes={processes}', f'--coordinator_address={address}']
   t = time.perf_counter()
-  proc = subprocess.run(COMMAND + [f'--workdir={workdir}', f'--compilation_cache={cache}'],
-                        cwd=REPO, capture_output=True, text=True, check=False, env=env)
+  procs = [subprocess.Popen(command + ([f'--process_id={i}'] if processes > 1 else []),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env) for i in reversed(range(processes))]
+  outs = [p.communicate() for p in procs]
   wall = time.perf_counter() - t
-  if proc.returncode:
-    sys.exit(f'the quickstart failed:\n{proc.stderr[-2000:]}')
+  for p, (_, err) in zip(procs, outs):
+    if p.returncode:
+      sys.exit(f'the quickstart failed:\n{err[-2000:]}')
   with open(os.path.join(workdir, 'gel', 'summary.json')) as f:   # the last run's summary
     phases = json.load(f)['phases_s']
   return {'wall_s': round(wall, 2), **{k: round(v, 2) for k, v in phases.items()}}
@@ -42,20 +59,24 @@ def timed_run(cache: str, workdir: str) -> dict:
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--repeats', type=int, default=3, help='runs with the filled cache')
+  parser.add_argument('--processes', type=int, default=1,
+                      help='processes of one run (--num_processes), on this host')
   parser.add_argument('--json', help='write the rows here')
   args = parser.parse_args()
   args.json = common.json_flag(parser, args.json)
   common.at_least(parser, 0, repeats=args.repeats)
+  common.at_least(parser, 1, processes=args.processes)
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
     cache = os.path.join(tmp, 'cache')
     for i in range(1 + args.repeats):
-      row = timed_run(cache, os.path.join(tmp, f'run{i}'))
+      row = timed_run(cache, os.path.join(tmp, f'run{i}'), args.processes)
       rows.append({'run': 'first (empty cache)' if i == 0 else f'again {i} (cache filled)',
                    **row})
   import jax  # pylint: disable=g-import-not-at-top  # after the runs: the device they used
   for row in rows:
     row['device'] = f'{jax.devices()[0].device_kind} ({jax.default_backend()})'
+    row['processes'] = args.processes
   keys = ['wall_s', 'imports', 'data', 'compile', 'train', 'eval', 'report']
   table = ['| run | ' + ' | '.join(keys) + ' |', '|---|' + '---:|' * len(keys)]
   table += ['| ' + r['run'] + ' | ' + ' | '.join(f'{r[k]:.2f}' for k in keys) + ' |'

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -201,6 +202,48 @@ def test_processes_given_other_flags_stop_before_training_with_one_line(
     assert code == 2 and len(lines) == 1 and ours(out) == [], (i, err[-2000:])
   assert line in ours(runs[0][2])[0]
   assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+# One process of two: joins the other, turns the compilation cache on in CACHE and runs a program
+# over both processes' devices; prints its result and the cache hits JAX reported.
+SHARED_PROGRAM = textwrap.dedent('''
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+from fedjax_gel.experiment import cluster, compilation_cache
+process, address, cache = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+cluster.initialize(address, 2, process)
+compilation_cache.enable(cache)
+hits = []
+jax.monitoring.register_event_listener(
+    lambda event, **_: hits.append(event) if event.endswith('/cache_hits') else None)
+mesh = jax.make_mesh((2,), ('d',))
+x = jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec('d')),
+                                           np.arange(3.) + 3 * process)
+y = jax.jit(lambda a: jnp.sum(jnp.sin(a) * a),
+            out_shardings=NamedSharding(mesh, PartitionSpec()))(x)
+print(json.dumps({'hits': len(hits), 'value': float(y)}))
+''')
+
+
+def test_every_process_reads_the_programs_process_0_wrote(tmp_path):
+  """JAX keyed a CPU program by the calling process's own devices, so process 1 never found
+  what process 0 wrote and compiled everything again at every start; it now finds it."""
+  cache = tmp_path / 'cache'
+  starts = []
+  for _ in range(2):
+    address = f'127.0.0.1:{free_port()}'
+    env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': str(REPO)}
+    procs = [subprocess.Popen([sys.executable, '-c', SHARED_PROGRAM, str(i), address, str(cache)],
+                              env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for i in (1, 0)]
+    outs = [p.communicate(timeout=200) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    starts.append([json.loads(out.splitlines()[-1]) for out, _ in outs])
+  (first1, first0), (again1, again0) = starts
+  assert first0['hits'] == 0   # (process 1 may find what process 0 has just written)
+  assert again1['hits'] >= 1 and again0['hits'] >= 1
+  assert first0['value'] == first1['value'] == again0['value'] == again1['value']
 
 
 def test_a_work_directory_in_use_stops_every_process_with_one_line(tmp_path, tiny_leaf_file):
