@@ -17,9 +17,12 @@ CPU; the wrappers of loops and whole executions are left out) and divided by the
 kernels at once, so the sum can exceed the round's wall time, which is printed too). On a GPU
 the events are the kernels the device's streams ran (``kernel_events``), named as XLA names
 them (a kernel's ``writes`` is left empty where the name is not an HLO instruction's).
+``--timeline`` (CPU) adds where a round's wall time goes around its kernels (``timeline``): the
+host's dispatch, the wait for the first kernel (XLA's runtime hands the program to its thread
+pool), the kernels' span and the wait after the last one until the caller sees the result.
 
 Usage: ``python benchmarks/profile_round.py [--workload synthetic|cnn|lstm] [--clients 200]
-[--fuse_dots auto|true|false] [--xla_layers] [--top 12]`` (``--fuse_dots auto``: the
+[--fuse_dots auto|true|false] [--xla_layers] [--top 12] [--timeline]`` (``--fuse_dots auto``: the
 library's choice, fused small products on CPU only, as ``launch/run.py`` runs the round)
 """
 from __future__ import annotations
@@ -39,6 +42,7 @@ import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 import re  # pylint: disable=g-import-not-at-top,wrong-import-position,wrong-import-order
 
 WRAPPERS = ('ThunkExecutor', 'while', 'PjitFunction', 'block_until_ready')
+ROUND = 'profile_round: a round and the wait for it'   # the host's event around each round
 
 
 def profile(workload: str, clients: int, fuse_dots: bool | None, xla_layers: bool,
@@ -68,15 +72,47 @@ def profile(workload: str, clients: int, fuse_dots: bool | None, xla_layers: boo
   times = common.time_rounds(compiled, state, cohorts, data, root)
   total, calls = collections.Counter(), collections.Counter()
   with tempfile.TemporaryDirectory() as trace_dir:
-    with jax.profiler.trace(trace_dir):
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0   # no event per Python call: the host's times stay its own
+    with jax.profiler.trace(trace_dir, profiler_options=options):
       for r in range(1, rounds + 1):
-        jax.block_until_ready(compiled(state, cohorts[r], data, root, np.int32(r)))
+        with jax.profiler.TraceAnnotation(ROUND):
+          jax.block_until_ready(compiled(state, cohorts[r], data, root, np.int32(r)))
     path = glob.glob(os.path.join(trace_dir, '**', '*.xplane.pb'), recursive=True)[0]
-    for event in kernel_events(jax.profiler.ProfileData.from_file(path)):
+    trace = jax.profiler.ProfileData.from_file(path)
+    for event in kernel_events(trace):
       total[event.name] += event.duration_ns
       calls[event.name] += 1
   ranked = [(k, v / rounds / 1e3, calls[k] / rounds) for k, v in total.most_common()]
-  return statistics.median(times) * 1e3, ranked, chunk, compiled.as_text()
+  return statistics.median(times) * 1e3, ranked, chunk, compiled.as_text(), trace
+
+
+def timeline(trace) -> dict:
+  """Per traced round on CPU, the medians (us) of: the call's host work until it returns
+  (``dispatch``), its start to the first kernel's (``to first kernel``), the first kernel's
+  start to the last one's end (``kernels span``) and their summed time (``kernels``), the last
+  kernel's end to the end of the wait for the round (``after last kernel``), and how often
+  consecutive kernels ran on different threads (``thread changes``)."""
+  events = [(e.start_ns, e.start_ns + e.duration_ns, line.name, e.name)
+            for plane in trace.planes for line in plane.lines for e in line.events]
+  host = sorted(e for e in events if e[3] == ROUND or e[3].startswith('PjitFunction'))
+  kernels = sorted(e for e in events if e[3] != ROUND and not e[3].startswith(WRAPPERS)
+                   and not e[3].startswith(('end:', 'ThreadpoolListener')) and e[2] != 'python')
+  stats = collections.defaultdict(list)
+  for whole in (e for e in host if e[3] == ROUND):
+    call = min(e for e in host if e[3] != ROUND and whole[0] <= e[0] <= whole[1])
+    mine = [k for k in kernels if whole[0] <= k[0] < whole[1]]
+    if not mine:
+      continue
+    last = max(k[1] for k in mine)
+    stats['dispatch'].append(call[1] - call[0])
+    stats['to first kernel'].append(mine[0][0] - call[0])
+    stats['kernels span'].append(last - mine[0][0])
+    stats['kernels'].append(sum(k[1] - k[0] for k in mine))
+    stats['after last kernel'].append(whole[1] - last)
+    changes = sum(a[2] != b[2] for a, b in zip(mine, mine[1:]))
+    stats['thread changes'].append(changes * 1e3)   # a count (divided by 1e3 below)
+  return {k: statistics.median(v) / 1e3 for k, v in stats.items()}
 
 
 def kernel_events(trace):
@@ -122,6 +158,9 @@ def main(argv=None):
   p.add_argument('--rounds', type=int, default=0,
                  help='default: 20 (synthetic), 3 (cnn, lstm)')
   p.add_argument('--top', type=int, default=12)
+  p.add_argument('--timeline', action='store_true',
+                 help="CPU: also each round's time from the call to its first kernel, the "
+                      "kernels' span and the time from its last kernel to the wait's end")
   a = p.parse_args(argv)
   model = a.workload != 'synthetic'
   clients = a.clients or (20 if model else 200)
@@ -130,7 +169,8 @@ def main(argv=None):
   if a.xla_layers and not model:
     p.exit(2, 'error: --xla_layers: only with --workload cnn or lstm\n')
   fuse = {'auto': None, 'true': True, 'false': False}[a.fuse_dots]
-  round_ms, ranked, chunk, hlo = profile(a.workload, clients, fuse, a.xla_layers, rounds)
+  round_ms, ranked, chunk, hlo, trace = profile(a.workload, clients, fuse, a.xla_layers,
+                                                rounds)
   summed = sum(us for _, us, _ in ranked)
   layers = ', xla_layers' if a.xla_layers else ''
   print(f'{a.workload}, {clients} clients (chunk {chunk}), fuse_dots={a.fuse_dots}{layers}: '
@@ -141,6 +181,14 @@ def main(argv=None):
   for name, us, n in ranked[:a.top]:
     print(f'| `{short(name)}` | `{output_shape(hlo, name)}` | {us:,.0f} | {n:.0f} | '
           f'{us / summed:.2f} |')
+  if a.timeline:
+    if any(plane.name.startswith('/device:GPU') for plane in trace.planes):
+      print('\n--timeline: CPU only (a GPU round is timed by its streams above)')
+    else:
+      print('\n| round (median over the traced rounds, under the profiler) | us |\n|---|---:|')
+      for name, us in timeline(trace).items():
+        print(f'| {name} | {us:,.1f} |' if name != 'thread changes' else
+              f'| {name} (a count) | {us:.0f} |')
 
 
 if __name__ == '__main__':

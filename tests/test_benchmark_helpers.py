@@ -64,6 +64,29 @@ def test_profile_round_reads_gpu_stream_kernels_and_cpu_thunks():
   assert names(types.SimpleNamespace(planes=[host, gpu])) == ['loop_add_fusion', 'gemm_fusion_dot']
 
 
+def test_profile_round_timeline_splits_a_round_around_its_kernels():
+  """Two hand-made rounds (times in ns): the medians of each part, and the kernels' threads."""
+  import types  # pylint: disable=g-import-not-at-top
+  import profile_round  # pylint: disable=g-import-not-at-top
+  ev = lambda name, start, end: types.SimpleNamespace(name=name, start_ns=start,
+                                                      duration_ns=end - start)
+  line = lambda name, *events: types.SimpleNamespace(name=name, events=list(events))
+  whole, call = profile_round.ROUND, 'PjitFunction(jit(round_fn))'
+  host = line('python', ev(whole, 0, 10_000), ev(call, 0, 2_000), ev(call, 100, 1_900),
+              ev(whole, 20_000, 26_000), ev(call, 20_000, 21_000))
+  client = line('tf_XLAPjRtCpuClient', ev('iota.1', 3_000, 4_000),
+                ev('ThunkExecutor::Execute', 2_500, 9_000), ev('fusion.2', 23_000, 24_000))
+  pool = line('tf_XLAEigen', ev('call.6', 5_000, 8_000), ev('end: call.6', 8_000, 8_100),
+              ev('fusion.3', 24_000, 25_000))
+  trace = types.SimpleNamespace(planes=[types.SimpleNamespace(name='/host:CPU',
+                                                              lines=[host, client, pool])])
+  # round 1: dispatch 2, first kernel at 3, kernels 3-8 (4 us of them), its wait ends at 10;
+  # round 2: dispatch 1, first kernel at +3, kernels +3..+5 (2 us), its wait ends at +6
+  assert profile_round.timeline(trace) == {
+      'dispatch': 1.5, 'to first kernel': 3.0, 'kernels span': 3.5, 'kernels': 3.0,
+      'after last kernel': 1.5, 'thread changes': 1.0}
+
+
 def test_a_population_above_leafs_holds_a_copy_of_each_clients_rows():
   """Client ``j`` of a larger population reads LEAF client ``j mod 1000``'s rows from a copy
   of its own: the tiled ranges overlapped, which pools no longer take (``check_pool``), and
