@@ -100,19 +100,18 @@ def timeline(trace) -> dict:
                    and not e[3].startswith(('end:', 'ThreadpoolListener')) and e[2] != 'python')
   stats = collections.defaultdict(list)
   for whole in (e for e in host if e[3] == ROUND):
-    call = min(e for e in host if e[3] != ROUND and whole[0] <= e[0] <= whole[1])
     mine = [k for k in kernels if whole[0] <= k[0] < whole[1]]
-    if not mine:
+    calls = [e for e in host if e[3] != ROUND and whole[0] <= e[0] <= whole[1]]
+    if not mine or not calls:
       continue
-    last = max(k[1] for k in mine)
-    stats['dispatch'].append(call[1] - call[0])
-    stats['to first kernel'].append(mine[0][0] - call[0])
-    stats['kernels span'].append(last - mine[0][0])
-    stats['kernels'].append(sum(k[1] - k[0] for k in mine))
-    stats['after last kernel'].append(whole[1] - last)
-    changes = sum(a[2] != b[2] for a, b in zip(mine, mine[1:]))
-    stats['thread changes'].append(changes * 1e3)   # a count (divided by 1e3 below)
-  return {k: statistics.median(v) / 1e3 for k, v in stats.items()}
+    call, last = min(calls), max(k[1] for k in mine)
+    stats['dispatch'].append((call[1] - call[0]) / 1e3)
+    stats['to first kernel'].append((mine[0][0] - call[0]) / 1e3)
+    stats['kernels span'].append((last - mine[0][0]) / 1e3)
+    stats['kernels'].append(sum(k[1] - k[0] for k in mine) / 1e3)
+    stats['after last kernel'].append((whole[1] - last) / 1e3)
+    stats['thread changes'].append(sum(a[2] != b[2] for a, b in zip(mine, mine[1:])))
+  return {k: statistics.median(v) for k, v in stats.items()}
 
 
 def kernel_events(trace):
