@@ -48,7 +48,12 @@ def _pyplot():
 
 
 def save(fig, path: str):
-  """Writes ``fig`` as a PNG at ``path`` whole, never through a link (``files.write_atomic``)."""
+  """Lays ``fig`` out tightly and writes it as a PNG at ``path`` whole, never through a link
+  (``files.write_atomic``). The layout is computed once: ``tight_layout`` leaves a placeholder
+  layout engine on the figure, for which ``savefig`` would draw the whole figure once more
+  before drawing it into the PNG (without it: the same bytes, one draw less)."""
+  fig.tight_layout()
+  fig.set_layout_engine(None)
   data = io.BytesIO()
   fig.savefig(data, format='png', dpi=110)
   files.write_atomic(path, data.getvalue())
@@ -119,7 +124,6 @@ def metric_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
     ax.set_title(f'{head}{ylabel}{band}', fontsize='medium')
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize='small')
-    fig.tight_layout()
     path = os.path.join(plot_dir, file)
     save(fig, path)
     plt.close(fig)
@@ -156,7 +160,6 @@ def grid_heatmap(values: np.ndarray, diverged: np.ndarray, client_lrs: Sequence[
   ax.set(xlabel='server learning rate', ylabel='client learning rate')
   ax.set_title(title, fontsize='medium', wrap=True)
   fig.colorbar(im, ax=ax, label=f'final {metric.label}' + (' (cells: %)' if metric.unit else ''))
-  fig.tight_layout()
   save(fig, path)
   plt.close(fig)
   return path
@@ -207,7 +210,6 @@ def lr_heatmap(results: Sequence[tuple[dict, Sequence[dict]]], path: str) -> str
   ax.set(xlabel='client learning rate',
          title=f'best {m.label} per learning rate (x: every run diverged)')
   fig.colorbar(im, ax=ax, label=f'best {m.label}' + (' (cells: %)' if m.unit else ''))
-  fig.tight_layout()
   save(fig, path)
   plt.close(fig)
   return path

@@ -37,6 +37,26 @@ def test_lr_heatmap_and_metric_plots_are_written(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
+def test_each_plot_is_drawn_once_and_laid_out_as_tight_layout_lays_it_out(tmp_path, monkeypatch):
+  """``savefig`` drew a figure twice after ``tight_layout`` (its placeholder layout engine):
+  now once, to the same bytes as a figure laid out by ``tight_layout`` and drawn twice."""
+  import matplotlib.figure  # pylint: disable=g-import-not-at-top
+  draws, draw = [], matplotlib.figure.Figure.draw
+  monkeypatch.setattr(matplotlib.figure.Figure, 'draw',
+                      lambda fig, renderer: draws.append(1) or draw(fig, renderer))
+  results = [run('fedavg', 0, 0.1, [0.1, 0.5], [0, 2]), run('gel', 0, 0.1, [0.2, 0.7], [0, 2])]
+  paths = plots.metric_plots(results, str(tmp_path / 'plots'), 0.5)
+  assert len(paths) == 4 and len(draws) == 4
+  monkeypatch.setattr(plots, 'save', lambda fig, path: (fig.tight_layout(),
+                                                         fig.savefig(path, format='png',
+                                                                     dpi=110)))
+  twice = plots.metric_plots(results, str(tmp_path / 'twice'), 0.5)
+  assert len(draws) == 12   # 2 draws a plot the way it was
+  for once, before in zip(paths, twice):
+    assert open(once, 'rb').read() == open(before, 'rb').read()
+
+
+@pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
 def test_a_loss_written_as_null_is_a_gap_not_an_error(tmp_path):
   """A record whose loss was not finite (JSON null) leaves a gap in the curves and plots."""
   summary, records = run('fedavg', 0, 0.1, [0.1, 0.5, 0.6], [0, 2, 4])
