@@ -93,11 +93,11 @@ def timeline(trace) -> dict:
   start to the last one's end (``kernels span``) and their summed time (``kernels``), the last
   kernel's end to the end of the wait for the round (``after last kernel``), and how often
   consecutive kernels ran on different threads (``thread changes``)."""
-  events = [(e.start_ns, e.start_ns + e.duration_ns, line.name, e.name)
+  events = [(e.start_ns, e.start_ns + e.duration_ns, line.name, e.name, host_line(line))
             for plane in trace.planes for line in plane.lines for e in line.events]
-  host = sorted(e for e in events if e[3] == ROUND or e[3].startswith('PjitFunction'))
-  kernels = sorted(e for e in events if e[3] != ROUND and not e[3].startswith(WRAPPERS)
-                   and not e[3].startswith(('end:', 'ThreadpoolListener')) and e[2] != 'python')
+  host = sorted(e for e in events if e[4] and (e[3] == ROUND or e[3].startswith('PjitFunction')))
+  kernels = sorted(e for e in events if not e[4] and not e[3].startswith(WRAPPERS)
+                   and not e[3].startswith(('end:', 'ThreadpoolListener')))
   stats = collections.defaultdict(list)
   for whole in (e for e in host if e[3] == ROUND):
     mine = [k for k in kernels if whole[0] <= k[0] < whole[1]]
@@ -127,8 +127,14 @@ def kernel_events(trace):
             f"{sorted({line.name for line in lines})}); XLA's op lines used", file=sys.stderr)
       streams = [line for line in lines if line.name == 'XLA Ops']
     return [e for line in streams for e in line.events]
-  return [e for plane in trace.planes for line in plane.lines if line.name != 'python'
+  return [e for plane in trace.planes for line in plane.lines if not host_line(line)
           for e in line.events if not e.name.startswith(WRAPPERS)]
+
+
+def host_line(line) -> bool:
+  """Whether a trace line is the Python thread's (named after the interpreter: ``python``,
+  ``python3``, ...), whose events are the host's, not kernels."""
+  return line.name.startswith('python')
 
 
 def output_shape(hlo: str, kernel: str) -> str:

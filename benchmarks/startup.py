@@ -42,15 +42,18 @@ def timed_run(cache: str, workdir: str, processes: int = 1) -> dict:
     env['XLA_FLAGS'] = (f"{env.get('XLA_FLAGS', '')} "
                         f'--xla_force_host_platform_device_count={devices}').strip()
     command += [f'--num_processes={processes}', f'--coordinator_address={address}']
+  logs = [tempfile.TemporaryFile('w+') for _ in range(processes)]   # no pipe fills up
   t = time.perf_counter()
   procs = [subprocess.Popen(command + ([f'--process_id={i}'] if processes > 1 else []),
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env) for i in reversed(range(processes))]
-  outs = [p.communicate() for p in procs]
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=logs[i], text=True,
+                            env=env) for i in reversed(range(processes))][::-1]
+  for p in procs:
+    p.wait()
   wall = time.perf_counter() - t
-  for p, (_, err) in zip(procs, outs):
+  for i, (p, log) in enumerate(zip(procs, logs)):   # process 0's failure first: the cause
     if p.returncode:
-      sys.exit(f'the quickstart failed:\n{err[-2000:]}')
+      log.seek(0)
+      sys.exit(f'the quickstart failed (process {i}):\n{log.read()[-2000:]}')
   with open(os.path.join(workdir, 'gel', 'summary.json')) as f:   # the last run's summary
     phases = json.load(f)['phases_s']
   return {'wall_s': round(wall, 2), **{k: round(v, 2) for k, v in phases.items()}}

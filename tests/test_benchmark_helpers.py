@@ -72,7 +72,7 @@ def test_profile_round_timeline_splits_a_round_around_its_kernels():
                                                       duration_ns=end - start)
   line = lambda name, *events: types.SimpleNamespace(name=name, events=list(events))
   whole, call = profile_round.ROUND, 'PjitFunction(jit(round_fn))'
-  host = line('python', ev(whole, 0, 10_000), ev(call, 0, 2_000), ev(call, 100, 1_900),
+  host = line('python3', ev(whole, 0, 10_000), ev(call, 0, 2_000), ev(call, 100, 1_900),
               ev(whole, 20_000, 26_000), ev(call, 20_000, 21_000))
   client = line('tf_XLAPjRtCpuClient', ev('iota.1', 3_000, 4_000),
                 ev('ThunkExecutor::Execute', 2_500, 9_000), ev('fusion.2', 23_000, 24_000))

@@ -11,15 +11,16 @@ to clear it. An entry that cannot be read (e.g. a process killed while writing i
 and compile again.
 
 Several processes (``--num_processes``) share the cache: JAX writes it from process 0 only, and
-the other processes read what process 0 wrote (``share_between_processes``), so a restarted
-run's processes all start from it.
+the other processes read the programs over all processes' devices that process 0 wrote
+(``share_between_processes``); each compiles its few programs on its own devices itself. In a
+first start every process compiles and process 0 writes while the others may look: one that
+reads an entry being written warns and compiles it (JAX writes entries in place).
 """
 from __future__ import annotations
 
 import functools
 import json
 import os
-import platform
 
 from fedjax_gel.data.cache import user_cache_dir
 
@@ -54,15 +55,15 @@ def enable(path: str | None) -> str | None:
 def share_between_processes() -> bool:
   """Keys a CPU program that runs on several processes' devices alike in every process.
 
-  JAX keys a cached program by its devices' topology among other things, and on CPU that
-  topology is the calling process's own devices: each process of a multi-process run keys the
-  same program differently and, as JAX writes the cache from process 0 only, every other
-  process compiled every program again at every start, process 0 waiting for it (the 2-process
-  quickstart restarted in 18.3-35.4 s, in 12.0-18.2 s with this: ``benchmarks/RESULTS.md``).
-  For such a program this hashes its devices' global ids, processes and kind and the host's
-  processor (``host_processor``: XLA compiles for it) instead, the same in every process on the
-  same kind of host; other programs keep JAX's key. Patches ``jax._src.cache_key``, JAX's own
-  key function (JAX 0.10 to 0.12); returns False, changing nothing, where that JAX has none.
+  JAX keys a cached program by its devices' topology among other things; on CPU that is the
+  calling process's own devices, so each process keyed the same program differently and, as
+  only process 0 writes the cache, the others compiled every program at every start
+  (``benchmarks/RESULTS.md``). For such a program on a host whose processor ``host_processor``
+  names, this hashes the devices' global ids, processes and kind and that processor (XLA
+  compiles for it) instead: the same in every process on the same kind of host. Every other
+  program keeps JAX's key. Patches JAX's key function ``jax._src.cache_key.
+  _hash_accelerator_config`` (JAX 0.10 to 0.12 have it; tested with 0.10.2); returns False,
+  changing nothing, where that JAX has none.
   """
   try:
     from jax._src import cache_key  # pylint: disable=g-import-not-at-top
@@ -74,30 +75,48 @@ def share_between_processes() -> bool:
   if getattr(original, 'shared_between_processes', False):
     return True
 
-  def hash_devices(hash_obj, devices):
-    flat = list(getattr(devices, 'flat', devices))
-    if (flat and all(d.platform == 'cpu' for d in flat) and
-        len({d.process_index for d in flat}) > 1):
-      described = [(d.id, d.process_index, d.device_kind) for d in flat]
-      hash_obj.update(json.dumps([host_processor(), described]).encode())
-    else:
-      original(hash_obj, devices)
+  def hash_devices(hash_obj, devices, *args, **kwargs):
+    described = across_processes(devices)
+    if described is None:
+      return original(hash_obj, devices, *args, **kwargs)
+    hash_obj.update(described.encode())
+    return None
 
   hash_devices.shared_between_processes = True
   cache_key._hash_accelerator_config = hash_devices  # pylint: disable=protected-access
   return True
 
 
+def across_processes(devices) -> str | None:
+  """What keys a program on ``devices`` (an array of them) in every process alike: JSON of
+  the host's processor and each device's id, process and kind; None (JAX's key) unless they
+  are CPU devices of several processes on a host whose processor is known."""
+  try:
+    flat = list(getattr(devices, 'flat', devices))
+    if (not flat or any(d.platform != 'cpu' for d in flat) or
+        len({d.process_index for d in flat}) < 2 or not host_processor()):
+      return None
+    return json.dumps([host_processor(), [(d.id, d.process_index, d.device_kind)
+                                          for d in flat]])
+  except (AttributeError, TypeError):   # not devices as this JAX has them: JAX's key
+    return None
+
+
+# /proc/cpuinfo's fields that name a processor and its features: x86's, then Arm's.
+PROCESSOR_FIELDS = ('vendor_id', 'cpu family', 'model', 'model name', 'stepping', 'flags',
+                    'CPU implementer', 'CPU architecture', 'CPU variant', 'CPU part',
+                    'CPU revision', 'Features')
+
+
 @functools.lru_cache(maxsize=None)
 def host_processor() -> str:
-  """This host's processor: its vendor, model and feature flags where Linux lists them
-  (``/proc/cpuinfo``), else the machine and processor names Python knows."""
+  """This host's processor as Linux lists it (``/proc/cpuinfo``'s first processor: vendor,
+  model and feature flags on x86, implementer, part and features on Arm); '' where it does not
+  (no such file, or none of those fields)."""
   try:
     with open('/proc/cpuinfo', encoding='utf-8') as f:
       first = f.read().split('\n\n')[0]
   except OSError:
-    first = ''
-  fields = [line for line in first.splitlines()
-            if line.split(':')[0].strip() in ('vendor_id', 'model name', 'flags')]
-  return '\n'.join(fields) or f'{platform.machine()} {platform.processor()}'
-
+    return ''
+  return '\n'.join(line for line in first.splitlines()
+                   if line.split(':')[0].strip() in PROCESSOR_FIELDS)

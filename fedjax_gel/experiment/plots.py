@@ -52,8 +52,10 @@ def save(fig, path: str):
   (``files.write_atomic``). The layout is computed once: ``tight_layout`` leaves a placeholder
   layout engine on the figure, for which ``savefig`` would draw the whole figure once more
   before drawing it into the PNG (without it: the same bytes, one draw less)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
   fig.tight_layout()
-  fig.set_layout_engine(None)
+  with matplotlib.rc_context({'figure.autolayout': False, 'figure.constrained_layout.use': False}):
+    fig.set_layout_engine(None)   # no engine (with these settings None means none)
   data = io.BytesIO()
   fig.savefig(data, format='png', dpi=110)
   files.write_atomic(path, data.getvalue())

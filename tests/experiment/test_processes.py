@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 
 import numpy as np
 import pytest
@@ -222,7 +223,7 @@ x = jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec('d'
                                            np.arange(3.) + 3 * process)
 y = jax.jit(lambda a: jnp.sum(jnp.sin(a) * a),
             out_shardings=NamedSharding(mesh, PartitionSpec()))(x)
-print(json.dumps({'hits': len(hits), 'value': float(y)}))
+print('RESULT ' + json.dumps({'hits': len(hits), 'value': float(y)}))
 ''')
 
 
@@ -230,20 +231,43 @@ def test_every_process_reads_the_programs_process_0_wrote(tmp_path):
   """JAX keyed a CPU program by the calling process's own devices, so process 1 never found
   what process 0 wrote and compiled everything again at every start; it now finds it."""
   cache = tmp_path / 'cache'
+  env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': str(REPO),
+         'XLA_FLAGS': f"{os.environ.get('XLA_FLAGS', '')} "
+                      '--xla_force_host_platform_device_count=1'}
   starts = []
   for _ in range(2):
     address = f'127.0.0.1:{free_port()}'
-    env = {**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': str(REPO)}
     procs = [subprocess.Popen([sys.executable, '-c', SHARED_PROGRAM, str(i), address, str(cache)],
                               env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for i in (1, 0)]
-    outs = [p.communicate(timeout=200) for p in procs]
+    try:
+      outs = [p.communicate(timeout=200) for p in procs]
+    finally:
+      for p in procs:
+        p.kill()
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
-    starts.append([json.loads(out.splitlines()[-1]) for out, _ in outs])
+    starts.append([json.loads(next(l for l in out.splitlines() if l.startswith('RESULT '))[7:])
+                   for out, _ in outs])
   (first1, first0), (again1, again0) = starts
   assert first0['hits'] == 0   # (process 1 may find what process 0 has just written)
   assert again1['hits'] >= 1 and again0['hits'] >= 1
   assert first0['value'] == first1['value'] == again0['value'] == again1['value']
+
+
+def test_a_program_keeps_jaxs_key_unless_its_cpu_devices_span_processes(monkeypatch):
+  from fedjax_gel.experiment import compilation_cache  # pylint: disable=g-import-not-at-top
+  device = lambda i, process, platform='cpu': types.SimpleNamespace(
+      id=i, process_index=process, platform=platform, device_kind=platform)
+  monkeypatch.setattr(compilation_cache, 'host_processor', lambda: 'model name: a CPU')
+  both = np.array([device(0, 0), device(2048, 1)], dtype=object)
+  key = json.loads(compilation_cache.across_processes(both))
+  assert key == ['model name: a CPU', [[0, 0, 'cpu'], [2048, 1, 'cpu']]]
+  one = np.array([device(0, 0), device(1, 0)], dtype=object)
+  gpus = np.array([device(0, 0, 'gpu'), device(1, 1, 'gpu')], dtype=object)
+  assert compilation_cache.across_processes(one) is None
+  assert compilation_cache.across_processes(gpus) is None
+  monkeypatch.setattr(compilation_cache, 'host_processor', lambda: '')   # a processor unnamed
+  assert compilation_cache.across_processes(both) is None
 
 
 def test_a_work_directory_in_use_stops_every_process_with_one_line(tmp_path, tiny_leaf_file):
