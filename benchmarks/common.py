@@ -296,6 +296,14 @@ def in_fresh_process(script: str, cohort: int, args: list[str]) -> dict:
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def coordinator_address() -> str:
+  """``127.0.0.1:PORT`` with a port free now, for process 0 of a multi-process run to serve."""
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return f'127.0.0.1:{s.getsockname()[1]}'
+
+
 def int_list(parser, flag: str, text: str) -> list[int]:
   """``'a,b,...'`` -> ints, or exit 2 with one line naming ``--flag``."""
   try:

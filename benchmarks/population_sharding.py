@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -96,9 +95,8 @@ def worker(args):
 
 def launch(processes: int, devices: int, **kw) -> list[dict]:
   """Runs ``processes`` workers of ``devices`` CPU devices each; their RESULT lines."""
-  with socket.socket() as s:
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
+  from benchmarks import common  # pylint: disable=g-import-not-at-top
+  port = common.coordinator_address().rsplit(':', 1)[1]
   env = {**os.environ, 'XLA_FLAGS': f'--xla_force_host_platform_device_count={devices}'}
   extra = [f'--{k}={v}' for k, v in kw.items()]
   procs = [subprocess.Popen([sys.executable, __file__, '--worker', f'--processes={processes}',

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,25 +34,25 @@ def timed_run(cache: str, workdir: str, processes: int = 1) -> dict:
   env = {**os.environ, 'FEDJAX_GEL_DATA_CACHE': os.path.join(cache, 'data')}
   command = COMMAND + [f'--workdir={workdir}', f'--compilation_cache={cache}']
   if processes > 1:
-    with socket.socket() as s:
-      s.bind(('127.0.0.1', 0))
-      address = f'127.0.0.1:{s.getsockname()[1]}'
+    address = common.coordinator_address()
     devices = max(1, (os.cpu_count() or 1) // processes)
     env['XLA_FLAGS'] = (f"{env.get('XLA_FLAGS', '')} "
                         f'--xla_force_host_platform_device_count={devices}').strip()
     command += [f'--num_processes={processes}', f'--coordinator_address={address}']
   logs = [tempfile.TemporaryFile('w+') for _ in range(processes)]   # no pipe fills up
   t = time.perf_counter()
-  procs = [subprocess.Popen(command + ([f'--process_id={i}'] if processes > 1 else []),
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=logs[i], text=True,
-                            env=env) for i in reversed(range(processes))][::-1]
-  for p in procs:
+  procs = {i: subprocess.Popen(command + ([f'--process_id={i}'] if processes > 1 else []),
+                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=logs[i], text=True,
+                               env=env) for i in reversed(range(processes))}   # 0 last
+  for p in procs.values():
     p.wait()
   wall = time.perf_counter() - t
-  for i, (p, log) in enumerate(zip(procs, logs)):   # process 0's failure first: the cause
-    if p.returncode:
-      log.seek(0)
-      sys.exit(f'the quickstart failed (process {i}):\n{log.read()[-2000:]}')
+  for i, log in enumerate(logs):   # process 0's failure first: the cause
+    log.seek(0)
+    err = log.read()
+    log.close()
+    if procs[i].returncode:
+      sys.exit(f'the quickstart failed (process {i}):\n{err[-2000:]}')
   with open(os.path.join(workdir, 'gel', 'summary.json')) as f:   # the last run's summary
     phases = json.load(f)['phases_s']
   return {'wall_s': round(wall, 2), **{k: round(v, 2) for k, v in phases.items()}}
