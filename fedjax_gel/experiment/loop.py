@@ -17,15 +17,34 @@ each run's totals and tells the callbacks what happened:
 * ``on_end(loop)``: after the last round, or when every run has diverged.
 
 Round metrics stay on the device until a callback needs them (``Loop.sync``), so the loop does
-not wait on the device between rounds, but with several processes: XLA's CPU client runs a
-process's programs on a thread pool as soon as their inputs are ready, so a round and the
-program after it (the next cohort's draw, an evaluation, a barrier) could run at once, their
-collectives in one order in one process and in the other in another; gloo then pairs the wrong
-all-reduces and every process hangs (1 run in 4 of 400 rounds, two processes). There each round
-is waited for (``Loop.step``), so that one program is in flight at a time.
+not wait on the device between rounds, but it never lets more than a few rounds run ahead
+(``Loop.step``, ``in_flight``):
+
+* **Several devices of one process** (the planner's default on a many-core CPU): at most
+  ``IN_FLIGHT_ROUNDS`` rounds are dispatched and unfinished. XLA's CPU runtime admits at most
+  32 programs per device in flight (its ``max_inflight_computations_per_device``); the launch
+  of a 33rd blocks in one of its thread-pool threads until an older one finishes. A round on a
+  mesh is one program per device whose shares meet in all-reduces (the in-process
+  rendezvous), and with the limit reached XLA starts one device's share of a queued round while
+  the other device's launch is still blocked on the limit: the started share waits in the
+  all-reduce for a partner that never comes, and XLA aborts the process after 40 s ("Expected
+  2 threads to join the rendezvous, but only 1 of them arrived on time", status 134). A loop that
+  dispatched more than about 16 rounds (two programs each: the cohort's draw and the round)
+  without a host sync hit it: 1,000 clients on 2 CPU devices with ``--eval_every=105``.
+  In a plain JAX loop of a ``shard_map`` program with one ``psum``, 32 dispatched rounds
+  between waits ran and 48 aborted, every time. Waiting for round ``r - IN_FLIGHT_ROUNDS``
+  once round ``r`` is dispatched keeps a handful of programs queued, far below the limit, and
+  still the next round queued behind the one running, so the devices never wait for the host.
+* **Several processes:** each round is waited for (``in_flight`` 0). XLA's CPU client runs a
+  process's programs as soon as their inputs are ready, so a round and the program after it
+  (the next cohort's draw, an evaluation, a barrier) could run at once, their collectives in
+  one order in one process and in the other in another; gloo then pairs the wrong all-reduces
+  and every process hangs (1 run in 4 of 400 rounds, two processes).
+* **One device:** no collectives; XLA's own limit paces the host.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -46,6 +65,10 @@ TOTALS = (('grad_computations', 'grad_computations'), ('examples', 'examples'),
           ('bytes_up', 'uploaded_bytes'), ('bytes_down', 'downloaded_bytes'),
           ('client_rounds', 'num_clients'))
 PHASES = ('imports', 'data', 'compile', 'train', 'eval', 'report')
+# Rounds a loop over several devices of one process may have dispatched and unfinished (the
+# module's doc): far below XLA's CPU limit of 32 programs per device in flight, and enough that
+# the next round is always queued behind the one running.
+IN_FLIGHT_ROUNDS = 2
 
 
 @dataclasses.dataclass
@@ -118,7 +141,8 @@ class Loop:
     self.newly_diverged = []
     self.callbacks = []
     self.t0 = time.perf_counter()
-    self.several = jax.process_count() > 1   # one program in flight at a time (``step``)
+    self.in_flight = in_flight_rounds(exp.mesh)   # rounds ``step`` may leave unfinished
+    self.unfinished = collections.deque()   # the dispatched rounds' metrics, oldest first
 
   def placed(self, state):
     """``state`` as the round keeps it on the experiment's mesh (``core.store.place_state``):
@@ -198,10 +222,21 @@ class Loop:
     cohort = self.cohort0 if r == self.start else self.sample(r)
     self.state, metrics = self.round_fn(self.state, self.hparams, cohort, self.exp.train,
                                         self.roots, np.int32(r))
-    if self.several:   # one program in flight at a time (see the module's doc)
-      jax.block_until_ready(self.state)
+    if self.in_flight is not None:   # at most ``in_flight`` rounds left unfinished (module doc)
+      self.unfinished.append(metrics)
+      while len(self.unfinished) > self.in_flight:
+        jax.block_until_ready(self.unfinished.popleft())
     self.pending.append((r + 1, metrics))
     self.done, self.cohort, self.metrics = r + 1, cohort, metrics
+
+
+def in_flight_rounds(mesh) -> int | None:
+  """How many dispatched rounds ``Loop.step`` may leave unfinished (the module's doc): 0 with
+  several processes, ``IN_FLIGHT_ROUNDS`` on several devices of one process, None (no bound)
+  on one device."""
+  if jax.process_count() > 1:
+    return 0
+  return None if mesh is None or mesh.size == 1 else IN_FLIGHT_ROUNDS
 
 
 class Interrupted(KeyboardInterrupt):
