@@ -7,6 +7,8 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
+import time
 
 
 def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
@@ -294,6 +296,29 @@ def in_fresh_process(script: str, cohort: int, args: list[str]) -> dict:
     why = f' {lines[0]}' if len(lines) == 1 else f'\n{proc.stderr[-3000:]}'   # its own one line
     sys.exit(f'error: the {cohort}-client measurement failed:{why}')
   return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def timed_processes(commands: list[list[str]], what: str, cwd: str | None = None,
+                    env: dict | None = None) -> float:
+  """Runs ``commands`` as processes at once, their output discarded, and returns the seconds
+  from the first start to the last exit. ``commands[0]`` starts last (process 0 of a run of
+  several, which the others wait for); exits with the error output of the first that failed
+  (``what`` names the command)."""
+  logs = [tempfile.TemporaryFile('w+') for _ in commands]   # no pipe fills up
+  t = time.perf_counter()
+  procs = {i: subprocess.Popen(commands[i], cwd=cwd, stdout=subprocess.DEVNULL, stderr=logs[i],
+                               text=True, env=env) for i in reversed(range(len(commands)))}
+  for p in procs.values():
+    p.wait()
+  wall = time.perf_counter() - t
+  for i, log in enumerate(logs):   # process 0's failure first: the cause
+    log.seek(0)
+    err = log.read()
+    log.close()
+    if procs[i].returncode:
+      which = f' (process {i})' if len(commands) > 1 else ''
+      sys.exit(f'{what} failed{which}:\n{err[-2000:]}')
+  return wall
 
 
 def coordinator_address() -> str:

@@ -18,10 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -39,20 +37,9 @@ def timed_run(cache: str, workdir: str, processes: int = 1) -> dict:
     env['XLA_FLAGS'] = (f"{env.get('XLA_FLAGS', '')} "
                         f'--xla_force_host_platform_device_count={devices}').strip()
     command += [f'--num_processes={processes}', f'--coordinator_address={address}']
-  logs = [tempfile.TemporaryFile('w+') for _ in range(processes)]   # no pipe fills up
-  t = time.perf_counter()
-  procs = {i: subprocess.Popen(command + ([f'--process_id={i}'] if processes > 1 else []),
-                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=logs[i], text=True,
-                               env=env) for i in reversed(range(processes))}   # 0 last
-  for p in procs.values():
-    p.wait()
-  wall = time.perf_counter() - t
-  for i, log in enumerate(logs):   # process 0's failure first: the cause
-    log.seek(0)
-    err = log.read()
-    log.close()
-    if procs[i].returncode:
-      sys.exit(f'the quickstart failed (process {i}):\n{err[-2000:]}')
+  wall = common.timed_processes(
+      [command + ([f'--process_id={i}'] if processes > 1 else []) for i in range(processes)],
+      'the quickstart', REPO, env)
   with open(os.path.join(workdir, 'gel', 'summary.json')) as f:   # the last run's summary
     phases = json.load(f)['phases_s']
   return {'wall_s': round(wall, 2), **{k: round(v, 2) for k, v in phases.items()}}

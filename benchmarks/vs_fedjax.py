@@ -76,6 +76,31 @@ def fedjax_side(loss, train_np, names, tau: int, batch: int):
   return algorithm, clients
 
 
+def fedjax_setup(host, loss, tau: int, batch: int):
+  """``fedjax_side`` on every client of ``host`` (a fedjax_gel pool on the host), named
+  ``c00000``, ``c00001``, ...; FedJAX's removed ``jax.tree_map`` aliased first."""
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.tree_map = jax.tree.map   # fedjax 0.0.17 still calls the removed alias
+
+  from fedjax_gel.core import federated_data  # pylint: disable=g-import-not-at-top
+
+  names = [f'c{i:05d}'.encode() for i in range(host.num_clients)]
+  train_np = {names[i]: federated_data.client_examples(host, i) for i in range(host.num_clients)}
+  return fedjax_side(loss, train_np, names, tau, batch)
+
+
+def fedjax_round(algorithm, state, clients, ids, round_idx: int) -> tuple[float, float]:
+  """Seconds of one FedJAX round on clients ``ids`` as a FedJAX user runs it (the cohort's
+  client datasets fetched, then ``apply``, waited for) and of its ``apply`` alone."""
+  import jax  # pylint: disable=g-import-not-at-top
+  t = time.perf_counter()
+  cohort = clients(ids, round_idx)
+  t_apply = time.perf_counter()
+  jax.block_until_ready(algorithm.apply(state, cohort)[0].params)
+  done = time.perf_counter()
+  return done - t, done - t_apply
+
+
 def measure(name: str, cohorts: list[int], repeats: int) -> list[dict]:
   if importlib.util.find_spec('fedjax') is None:
     print('error: the FedJAX side needs fedjax: pip install fedjax (it brings dm-haiku)',
@@ -83,17 +108,13 @@ def measure(name: str, cohorts: list[int], repeats: int) -> list[dict]:
     sys.exit(2)
   tau, batch = common.ROUND_WORKLOADS[name]
   host, data, loss, root, params = workload(name, cohorts)
+  theirs, their_clients = fedjax_setup(host, loss, tau, batch)
   import jax
-  jax.tree_map = jax.tree.map   # fedjax 0.0.17 still calls the removed alias
   import numpy as np
 
   from fedjax_gel import algorithms
-  from fedjax_gel.core import federated_data
 
-  names = [f'c{i:05d}'.encode() for i in range(host.num_clients)]
-  train_np = {names[i]: federated_data.client_examples(host, i) for i in range(host.num_clients)}
   ours = algorithms.fedavgcm(loss, LR, MOMENTUM)
-  theirs, their_clients = fedjax_side(loss, train_np, names, tau, batch)
 
   rows = []
   for cohort in cohorts:
@@ -102,9 +123,7 @@ def measure(name: str, cohorts: list[int], repeats: int) -> list[dict]:
 
     their_state = theirs.init(params)
     ids = [np.asarray(sample(r).client_ids) for r in range(repeats + 1)]
-    t = time.perf_counter()
-    jax.block_until_ready(theirs.apply(their_state, their_clients(ids[0], 0))[0].params)
-    their_first = time.perf_counter() - t   # includes compiling its step
+    their_first = fedjax_round(theirs, their_state, their_clients, ids[0], 0)[0]   # includes compiling its step
 
     ours_t, theirs_t, apply_t = [], [], []
     for r in range(1, repeats + 1):   # alternately, so both see the same machine load
@@ -112,13 +131,9 @@ def measure(name: str, cohorts: list[int], repeats: int) -> list[dict]:
       out, _ = compiled(state, sample(r), pool, root, np.int32(r))
       jax.block_until_ready(out)
       ours_t.append(time.perf_counter() - t)
-      t = time.perf_counter()
-      their_cohort = their_clients(ids[r], r)
-      t_apply = time.perf_counter()
-      jax.block_until_ready(theirs.apply(their_state, their_cohort)[0].params)
-      done = time.perf_counter()
-      theirs_t.append(done - t)
-      apply_t.append(done - t_apply)
+      whole, apply = fedjax_round(theirs, their_state, their_clients, ids[r], r)
+      theirs_t.append(whole)
+      apply_t.append(apply)
     ours_s, theirs_s = statistics.median(ours_t), statistics.median(theirs_t)
     apply_s = statistics.median(apply_t)
     examples = cohort * tau * batch
