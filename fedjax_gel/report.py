@@ -20,15 +20,13 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   from fedjax_gel.experiment import compare  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment.config import ConfigError  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.experiment.cli import os_error  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment.cli import fail, os_error  # pylint: disable=g-import-not-at-top
   try:
     print(compare.compare(args.directories, args.out))
   except ConfigError as e:
-    print(f'error: {e}', file=sys.stderr)
-    return 2
+    return fail(str(e))
   except OSError as e:
-    print(f'error: {os_error(e)}', file=sys.stderr)
-    return 2
+    return fail(os_error(e))
   return 0
 
 

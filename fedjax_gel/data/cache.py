@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from fedjax_gel.core import paths
 from fedjax_gel.core.federated_data import FederatedData, FederatedSplit
 
 ENV = 'FEDJAX_GEL_DATA_CACHE'
@@ -77,11 +78,12 @@ def cached_split(name: str, settings: dict, sources: Sequence,
   if not folder:
     return build()
   path = os.path.join(folder, file_name(name, settings, sources))
-  try:
-    with np.load(path) as arrays:
+  try:   # absent, damaged (empty, cut, a bad checksum), of another layout or not a regular
+    # file (a named pipe, never waited on: replaced below): built
+    with paths.open_regular(path) as f, np.load(f) as arrays:
       return _split(arrays)
   except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
-    pass   # absent, damaged (empty, cut, a bad checksum) or of another layout: build it
+    pass
   split = build()
   try:
     os.makedirs(folder, exist_ok=True)

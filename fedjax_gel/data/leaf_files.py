@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from fedjax_gel.core.paths import not_regular, open_regular
 from fedjax_gel.core.spec import INT32_MAX
 from fedjax_gel.data.errors import DataError
 from fedjax_gel.data.leaf_preprocess import preprocess
@@ -251,10 +252,11 @@ def _read_one(path: str) -> dict:
   """One LEAF file, checked (``_check_file``). Refuses a missing or unreadable file, invalid
   JSON, a key repeated in one object, JSON nested too deeply for Python's parser, and numbers it
   cannot convert."""
-  if os.path.exists(path) and not os.path.isfile(path):   # /dev/zero would be read forever
-    raise DataError(f'{path}: not a regular file (a pipe or device)')
+  problem = not_regular(path)   # a named pipe would be waited on, /dev/zero read forever
+  if problem:
+    raise DataError(f'{path}: {problem}')
   try:
-    with open(path, encoding='utf-8') as f:
+    with open_regular(path, 'r', encoding='utf-8') as f:
       raw = json.load(f, object_pairs_hook=_object)
   except FileNotFoundError:
     reason = 'a symbolic link to nothing' if os.path.islink(path) else 'no such file'

@@ -27,7 +27,7 @@ import warnings
 
 import numpy as np
 
-from fedjax_gel.core import memory
+from fedjax_gel.core import memory, paths
 from fedjax_gel.core.federated_data import FederatedData, FederatedSplit
 from fedjax_gel.data.errors import DataError
 from fedjax_gel.data.leaf import load
@@ -211,14 +211,13 @@ def read_image(image_dir: str, name: str, size: int = CELEBA_SIZE) -> np.ndarray
   except ImportError:
     raise DataError('CelebA images need Pillow: pip install pillow') from None
   path, real = image_path(image_dir, name)
-  if not os.path.isfile(real):
-    why = 'not a regular file' if os.path.exists(real) else (
-        'image not found (CelebA images go in --image_dir)')
-    raise DataError(f'{path}: {why}')
+  problem = paths.not_regular(real)   # a named pipe would be waited on, /dev/zero read forever
+  if problem or not os.path.exists(real):
+    raise DataError(f'{path}: {problem or "image not found (CelebA images go in --image_dir)"}')
   try:
     with warnings.catch_warnings():
       warnings.simplefilter('error', Image.DecompressionBombWarning)
-      with Image.open(real) as img:
+      with paths.open_regular(real) as f, Image.open(f) as img:
         img = img.convert('RGB').resize((size, size))
         return np.asarray(img, np.float32) / 255.
   except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:

@@ -37,6 +37,7 @@ import jax
 from absl import logging as absl_logging
 from flax import serialization
 
+from fedjax_gel.core import paths
 from fedjax_gel.experiment import cluster, files
 from fedjax_gel.experiment.config import ConfigError, first_line
 
@@ -199,7 +200,7 @@ def _fsync_dir(directory: str):
 
 
 def _read(file: str) -> dict:
-  with open(file, 'rb') as f:
+  with paths.open_regular(file) as f:
     data = serialization.msgpack_restore(f.read())
   if isinstance(data, dict) and 'payload' in data:   # version 3: the meta's own checksum
     payload = data['payload']

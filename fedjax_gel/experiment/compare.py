@@ -16,18 +16,22 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
-from fedjax_gel.core import spec as spec_lib
+from fedjax_gel.core import paths, spec as spec_lib
+from fedjax_gel.core.paths import shown
 from fedjax_gel.experiment import config as config_lib
-from fedjax_gel.experiment import outputs, workdir as workdir_lib
+from fedjax_gel.experiment import files, outputs, workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError, first_line
+from fedjax_gel.experiment.report import CLIENT_SPREAD
 from fedjax_gel.models.tasks import Metric
 
 
 def find_runs(directory: str) -> list[str]:
   """The finished runs' folders under ``directory`` (itself included), sorted."""
   if not os.path.isdir(directory):
-    raise ConfigError(f'{directory}: no such directory')
+    what = 'no such directory' if not os.path.exists(directory) else 'not a directory'
+    raise ConfigError(f'{shown(directory)}: {what}')
   found = []
   for root, dirs, files in os.walk(directory):
     dirs.sort()
@@ -45,11 +49,107 @@ def find_runs(directory: str) -> list[str]:
 LEAVE_OUT = 'leave the run out of the report, or train it again (launch/run.py --overwrite)'
 
 
+def _number(v) -> bool:
+  return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= sys.float_info.max
+
+
+def _count(v) -> bool:
+  return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _name(v) -> bool:
+  return isinstance(v, str) and v.strip() != ''
+
+
+def _or_null(kind: tuple) -> tuple:
+  check, what = kind
+  return (lambda v: v is None or check(v)), f'{what} or null'
+
+
+# The kinds of value a report reads: (check, what a value must be).
+NUMBER, COUNT, NAME = ((_number, 'a finite number'), (_count, 'a whole number >= 0'),
+                       (_name, 'a non-empty string'))
+# Every field a report reads of a run's summary.json and of each metrics.jsonl record
+# (``{m}``: the name of the run's main metric): (field, whether it must be there, kind).
+SUMMARY_FIELDS = (
+    ('algorithm', True, NAME), ('seed', True, COUNT), ('client_lr', True, NUMBER),
+    ('target_{m}', True, NUMBER), ('final_{m}', True, NUMBER), ('best_{m}', True, NUMBER),
+    ('rounds_to_target', True, _or_null(COUNT)), ('status', False, NAME),
+    ('diverged_round', False, _or_null(COUNT)),
+    *((f'final_client_{{m}}_{k}', False, _or_null(NUMBER)) for k in CLIENT_SPREAD))
+RECORD_FIELDS = (
+    ('round', True, COUNT), ('test_{m}', True, NUMBER), ('train_loss', True, _or_null(NUMBER)),
+    *((k, True, NUMBER) for k in ('grad_computations', 'bytes_up', 'bytes_down', 'client_rounds',
+                                  'client_distance')))
+
+
+def metric_of(summary: dict) -> Metric:
+  """The summary's ``metric`` (absent: accuracy), which names its other fields; a ValueError
+  saying what it must be when it is not an object of a ``name`` (an identifier) and
+  ``higher_is_better`` (true or false)."""
+  m = summary.get('metric', {})
+  if not (isinstance(m, dict) and set(m) <= {'name', 'higher_is_better'} and
+          isinstance(m.get('name', ''), str) and m.get('name', 'accuracy').isidentifier() and
+          isinstance(m.get('higher_is_better', True), bool)):
+    raise ValueError("its field 'metric' must be an object of a name and higher_is_better "
+                     f'(got {shorter_json(m)})')
+  return Metric(**m)
+
+
+def fields_problem(obj, fields: tuple, metric: str) -> str | None:
+  """The first of ``fields`` (``SUMMARY_FIELDS``, ``RECORD_FIELDS``) that ``obj`` lacks
+  (where it must be there) or holds of another kind, in words (``no 'seed'``, ``its field
+  'seed' must be ...``); None when every one is right."""
+  if not isinstance(obj, dict):
+    return f'not a JSON object (got {shorter_json(obj)})'
+  for name, required, (check, what) in fields:
+    key = name.format(m=metric)
+    if key not in obj:
+      if required:
+        return f'no {key!r}'
+    elif not check(obj[key]):
+      return f'its field {key!r} must be {what} (got {shorter_json(obj[key])})'
+  return None
+
+
+def shorter_json(value, width: int = 60) -> str:
+  """``value`` as JSON on one line, cut to ``width`` characters (an error line quotes it)."""
+  text = json.dumps(value, default=str)
+  return text if len(text) <= width else text[:width - 3] + '...'
+
+
+def check_results(run_dir: str, summary, records: list):
+  """The schema check of what a report reads of a finished run: its summary and each metric
+  record hold every field of ``SUMMARY_FIELDS`` and ``RECORD_FIELDS`` that must be there,
+  each of its kind; else a ConfigError naming the file (and line) and the field."""
+  file = shown(os.path.join(run_dir, 'summary.json'))
+  try:
+    problem = fields_problem(summary, (), '')   # a JSON object, first
+    metric = None if problem else metric_of(summary).name
+  except ValueError as e:
+    problem = str(e)
+  problem = problem or fields_problem(summary, SUMMARY_FIELDS, metric)
+  if problem:
+    raise ConfigError(f'{file}: not the summary of a finished run fedjax_gel can report '
+                      f'({problem}); {LEAVE_OUT}')
+  file = shown(os.path.join(run_dir, 'metrics.jsonl'))
+  if not records:
+    raise ConfigError(f'{file}: no records; {LEAVE_OUT}')
+  for number, record in enumerate(records, 1):
+    problem = fields_problem(record, RECORD_FIELDS, metric)
+    if problem:
+      raise ConfigError(f'{file} line {number}: not a record fedjax_gel can report ({problem}); '
+                        f'{LEAVE_OUT}')
+
+
 def load_run(run_dir: str) -> tuple[Config, dict, list[dict], dict]:
   """``(config, summary, metric records, input digests)`` of a finished run (``{field: digest}``
-  of the ``workdir.INPUT_FIELDS`` its ``config.json`` records); a ConfigError naming the file that cannot be
-  read, that changed since the run finished (``workdir.check_finished``: the checksums the run
-  recorded) or whose settings are not of their fields' types."""
+  of the ``workdir.INPUT_FIELDS`` its ``config.json`` records); a ConfigError naming the file that
+  is not a regular file (``files.check_outputs``), cannot be read, changed since the run
+  finished (``workdir.check_finished``: the checksums the run recorded), whose settings are not
+  of their fields' types, or that lacks a field the report reads or holds it of another kind
+  (``check_results``)."""
+  files.check_outputs(run_dir)   # a named pipe among them would be waited on forever
   workdir_lib.check_finished(run_dir, LEAVE_OUT)
   parts = {}
   for name in ('config.json', 'summary.json', 'metrics.jsonl'):
@@ -58,11 +158,11 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict], dict]:
       parts[name] = (workdir_lib.read_metrics(run_dir) if name == 'metrics.jsonl' else
                      workdir_lib.read_json(path))
     except OSError as e:
-      raise ConfigError(f'{path}: cannot be read ({e.strerror})') from None
+      raise ConfigError(f'{shown(path)}: cannot be read ({e.strerror})') from None
     except ConfigError:   # read_metrics': the line that is not a record
       raise
     except (ValueError, RecursionError):
-      raise ConfigError(f'{path}: not valid JSON (damaged?)') from None
+      raise ConfigError(f'{shown(path)}: not valid JSON (damaged?)') from None
   try:
     config = Config.from_json(parts['config.json'])
     found = [p for r in [*(getattr(config, s) for s in config_lib.SECTIONS),
@@ -70,24 +170,10 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict], dict]:
     if found:
       raise ConfigError(found[0])
   except (ConfigError, TypeError, ValueError, AttributeError) as e:   # Attribute: not an object
-    raise ConfigError(f'{os.path.join(run_dir, "config.json")}: not a fedjax_gel config '
+    raise ConfigError(f'{shown(os.path.join(run_dir, "config.json"))}: not a fedjax_gel config '
                       f'({first_line(e)})') from None
   summary, records = parts['summary.json'], parts['metrics.jsonl']
-  try:
-    m = Metric.of(summary)
-    need = ('algorithm', 'seed', f'target_{m.name}', f'final_{m.name}', f'best_{m.name}',
-            'rounds_to_target')
-  except (AttributeError, TypeError):   # not a dict, or a 'metric' that is not one
-    m, need = None, ('metric',)
-  missing = [k for k in need if m is None or k not in summary]
-  if missing:
-    raise ConfigError(f'{os.path.join(run_dir, "summary.json")}: not the summary of a finished '
-                      f'run (no {missing[0]!r})')
-  fields = ('round', f'test_{m.name}', 'train_loss', 'grad_computations', 'bytes_up')
-  bad = [r for r in records if not isinstance(r, dict) or any(k not in r for k in fields)]
-  if bad or not records:
-    raise ConfigError(f'{os.path.join(run_dir, "metrics.jsonl")}: '
-                      f'{"no records" if not records else "a record without " + str(fields)}')
+  check_results(run_dir, summary, records)
   digests = {f: parts['config.json'][f] for f in workdir_lib.INPUT_FIELDS
              if f in parts['config.json']}
   return config, summary, records, digests
@@ -157,7 +243,9 @@ def check_report_dir(report_dir: str):
   if not report_dir.strip():
     raise ConfigError('--out is empty: name the folder for report.md and plots/')
   if os.path.exists(report_dir) and not os.path.isdir(report_dir):
-    raise ConfigError(f'--out={report_dir}: a file, not a folder')
+    what = paths.kind_of(report_dir) or 'a file'
+    raise ConfigError(f'--out={shown(report_dir)}: {what}, not a folder')
+  files.check_outputs(report_dir)   # report.md or plots/ a named pipe, a link, ...
   owned = [n for n in ('runs.json', 'config.json', 'summary.json', 'grid.json')
            if os.path.exists(os.path.join(report_dir, n))]
   if owned:

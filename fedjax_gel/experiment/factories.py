@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from typing import Callable, NamedTuple
 
 import jax
@@ -17,7 +16,7 @@ import optax
 
 from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import devices, evaluation, federated_data, sampling
-from fedjax_gel.core import keys, runs as runs_lib, selection, spec as spec_lib
+from fedjax_gel.core import keys, paths, runs as runs_lib, selection, spec as spec_lib
 from fedjax_gel.data import registry as data_registry
 from fedjax_gel.data.errors import DataError
 from fedjax_gel.experiment import config as config_lib
@@ -377,11 +376,11 @@ def load_client_budgets(k: config_lib.CohortConfig, train) -> np.ndarray | None:
         raise ConfigError(f'{where}: client {name!r} is given twice')
       named[name] = value
     return named
-  if os.path.exists(k.client_budgets) and not os.path.isfile(k.client_budgets):
-    what = 'a directory' if os.path.isdir(k.client_budgets) else 'a pipe or device'
-    raise ConfigError(f'{where}: not a regular file ({what}; a pipe was waited on forever)')
+  problem = paths.not_regular(k.client_budgets)   # a named pipe was waited on forever
+  if problem:
+    raise ConfigError(f'{where}: {problem}')
   try:
-    with open(k.client_budgets, encoding='utf-8') as f:
+    with paths.open_regular(k.client_budgets, 'r', encoding='utf-8') as f:
       found = json.load(f, object_pairs_hook=unique)
   except OSError as e:
     raise ConfigError(f'{where}: cannot read it ({e.strerror})') from None

@@ -4,11 +4,14 @@
   (``O_EXCL``: a name planted there is never opened), flushed to disk, renamed over the file (a
   rename replaces a link itself, never what it points to).
 * ``open_append`` / ``open_new``: a file to append to or to start empty, opened with
-  ``O_NOFOLLOW``: a link planted at its name is an error (``ELOOP``), not a write elsewhere.
+  ``O_NOFOLLOW``: a link planted at its name is an error (``ELOOP``), not a write elsewhere;
+  and only a regular file, without blocking (``core.paths.regular_fd``): a named pipe planted
+  there is an error, not a wait for a reader. Every file read back is opened so too
+  (``core.paths.open_regular``).
 * ``check_outputs``: refuses a work directory in which an output's name (or ``plots/``,
-  ``tensorboard/``, a checkpoint) is a symbolic link or of the wrong kind (a file where a
-  folder goes, or the reverse), before anything is written; ``check_writable`` one where a run
-  to train could not write.
+  ``tensorboard/``, a checkpoint or a file in one) is a symbolic link, a special file (a named
+  pipe, a device, a socket) or of the wrong kind (a file where a folder goes, or the reverse),
+  before anything is written; ``check_writable`` one where a run to train could not write.
 * ``lock``: one writer per work directory: an advisory ``flock`` of the directory, held until
   the run ends or the process exits (whatever the way: the kernel releases it, so a killed run
   leaves no stale lock); ``WORKDIR/.lock`` names the holder for the processes it refuses while
@@ -29,10 +32,12 @@ import os
 import re
 import resource
 import socket
+import stat
 import sys
 import tempfile
 import time
 
+from fedjax_gel.core import paths
 from fedjax_gel.experiment.config import ConfigError
 
 LOCK = '.lock'
@@ -96,7 +101,7 @@ def remove_temporaries(folder: str):
 
 @contextlib.contextmanager
 def _open(path: str, flags: int, mode: str, **kwargs):
-  fd = os.open(path, flags | os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+  fd = paths.regular_fd(path, flags | os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
   with naming(path), os.fdopen(fd, mode, **kwargs) as f:
     yield f
 
@@ -113,26 +118,51 @@ def open_new(path: str, mode: str = 'w', **kwargs):
 
 
 def truncate(path: str, size: int):
-  """Cuts ``path`` back to ``size`` bytes, not through a link."""
-  fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+  """Cuts ``path`` back to ``size`` bytes, not through a link, a regular file only."""
+  fd = paths.regular_fd(path, os.O_WRONLY | os.O_NOFOLLOW)
   try:
     os.ftruncate(fd, size)
   finally:
     os.close(fd)
 
 
+# What a work directory's entry must be, by its name (``check_outputs``).
+A_FILE, A_FOLDER, A_CHECKPOINT = 'a file', 'a folder', "a checkpoint's folder"
+
+
+def entry_problem(path: str, want: str | None = None) -> str | None:
+  """What is wrong with ``path`` in a work directory where fedjax_gel writes ``want``
+  (``A_FILE``, ``A_FOLDER``, ``A_CHECKPOINT``; None: either): a symbolic link, a special file
+  (a named pipe, a device, a socket: opened, it would wait forever or never end) or the other
+  kind; None when it is absent or as it should be."""
+  try:
+    mode = os.lstat(path).st_mode
+  except OSError:
+    return None
+  if stat.S_ISLNK(mode):
+    return 'is a symbolic link'
+  folder = stat.S_ISDIR(mode)
+  if not folder and not stat.S_ISREG(mode):
+    return f'is {paths.not_regular(path, follow=False)}'
+  if want == A_FILE and folder:
+    return f'is a folder where {want} goes'
+  if want in (A_FOLDER, A_CHECKPOINT) and not folder:
+    return f'is a file where {want} goes'
+  return None
+
+
 def check_outputs(workdir: str, top: str | None = None):
   """A ConfigError naming the first output of ``workdir`` (its names in ``OUTPUTS``, the files
-  in ``plots/`` and ``tensorboard/``, checkpoints) that is a symbolic link, a file where a folder
-  goes or the reverse (``FOLDERS``); or the first folder between ``top`` (the
-  command's ``--workdir``, which may itself be a link) and ``workdir`` that is a link:
-  fedjax_gel writes only regular files and folders there; a checkpoint is a folder. Checked
-  before anything is written,
-  so that a run that would fail half-way through its first write is refused whole (see also
-  ``check_writable``)."""
+  in ``plots/`` and ``tensorboard/``, checkpoints and their files) that is a symbolic link (in
+  a checkpoint: allowed), a special file or a file where a folder goes or the reverse
+  (``entry_problem``); or the first folder between ``top`` (the command's ``--workdir``, which
+  may itself be a link) and ``workdir`` that is a link: fedjax_gel writes only regular files
+  and folders there; a checkpoint is a folder. Checked before anything is written, so that a
+  run that would fail (or wait forever) half-way through its first write is refused whole (see
+  also ``check_writable``)."""
   def refuse(path, what='is a symbolic link'):
-    raise ConfigError(f'{path} {what}; fedjax_gel writes only regular files and folders in its '
-                      'work directory: remove it')
+    raise ConfigError(f'{paths.shown(path)} {what}; fedjax_gel writes only regular files and '
+                      'folders in its work directory: remove it')
 
   if top is not None:
     below = os.path.relpath(workdir, top)
@@ -143,22 +173,25 @@ def check_outputs(workdir: str, top: str | None = None):
         refuse(folder)
   if not os.path.isdir(workdir):
     return
-  names = list(OUTPUTS) + [n for n in os.listdir(workdir) if n.startswith('checkpoint-')]
+  names = {n: A_FOLDER if n in FOLDERS else A_FILE for n in OUTPUTS}
+  for n in os.listdir(workdir):   # checkpoint-<round>.msgpack: a version 1's file
+    if n.startswith('checkpoint-'):
+      names[n] = None if n.endswith('.msgpack') else A_CHECKPOINT
   for sub in FOLDERS:
     folder = os.path.join(workdir, sub)
     if os.path.isdir(folder) and not os.path.islink(folder):
-      names += [os.path.join(sub, n) for n in os.listdir(folder)]
-  for name in names:
+      names.update((os.path.join(sub, n), None) for n in os.listdir(folder))
+  for name, want in names.items():
     path = os.path.join(workdir, name)
-    if os.path.islink(path):
-      refuse(path)
-    if name in FOLDERS and os.path.exists(path) and not os.path.isdir(path):
-      refuse(path, 'is a file where a folder goes')
-    if name in OUTPUTS and name not in FOLDERS and os.path.isdir(path):
-      refuse(path, 'is a folder where a file goes')
-    folder = name.startswith('checkpoint-') and not name.endswith('.msgpack')   # .msgpack: v1
-    if folder and os.path.exists(path) and not os.path.isdir(path):
-      refuse(path, 'is a file where a checkpoint\'s folder goes')
+    problem = entry_problem(path, want)
+    if problem:
+      refuse(path, problem)
+    if want == A_CHECKPOINT and os.path.isdir(path):
+      for root, _, found in os.walk(path):
+        for n in found:
+          problem = entry_problem(os.path.join(root, n))
+          if problem and problem != 'is a symbolic link':
+            refuse(os.path.join(root, n), problem)
 
 
 def check_writable(workdir: str):
@@ -233,7 +266,7 @@ def holder(workdir: str) -> dict | None:
   """Who holds ``workdir``'s lock as ``WORKDIR/.lock`` names it (``name_holder``'s pid, host,
   since, command); None without a readable one."""
   try:
-    with open(os.path.join(workdir, LOCK)) as f:
+    with paths.open_regular(os.path.join(workdir, LOCK), 'r') as f:
       h = json.load(f)
   except (OSError, ValueError, RecursionError):
     return None
@@ -295,7 +328,7 @@ def stamp(path: str) -> tuple:
 
 def _update(h, file: str, size: int | None = None):
   left = -1 if size is None else size
-  with open(file, 'rb') as f:
+  with paths.open_regular(file) as f:
     while left:
       block = f.read(1 << 20 if left < 0 else min(left, 1 << 20))
       if not block:

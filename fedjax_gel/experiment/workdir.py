@@ -22,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from fedjax_gel.core import paths
 from fedjax_gel.experiment import checkpoint, cluster, files, report
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment.config import Config, ConfigError, json_extras
@@ -385,7 +386,7 @@ def write_json(path: str, obj):
 
 
 def read_json(path: str) -> dict:
-  with open(path) as f:
+  with paths.open_regular(path, 'r') as f:
     return json.load(f)
 
 
@@ -406,7 +407,7 @@ def read_metrics(workdir: str) -> list[dict]:
   that is not a JSON object."""
   path = os.path.join(workdir, 'metrics.jsonl')
   records = []
-  with open(path, 'rb') as f:   # decoded line by line: a bad byte is that line's problem
+  with paths.open_regular(path) as f:   # decoded line by line: a bad byte is that line's problem
     for number, line in enumerate(f, 1):
       try:
         record = json.loads(line.decode('utf-8'))

@@ -60,7 +60,7 @@ def test_per_client_budgets_file(base, tmp_path, form):
     ('[1, 2, 3, 1, 2, 3, true, 1]', 'budget True is not an integer'),
     ('[1, 2, 3, 1, 2, 3, 1.5, 1]', 'budget 1.5 is not an integer'),
     ('{"u0": 1, "u0": 3}', "client 'u0' is given twice"),   # the last one was kept
-    ('fifo', 'not a regular file (a pipe or device'),
+    ('fifo', 'not a regular file (a named pipe)'),
     ('folder', 'not a regular file (a directory'),
 ])
 def test_bad_budget_files_are_one_line_errors(base, tmp_path, content, words):

@@ -373,9 +373,10 @@ def test_orbax_is_quiet_while_it_writes_and_its_failure_is_raised(tmp_path):
 @pytest.mark.skipif(not os.path.exists('/dev/full'), reason='no /dev/full')
 def test_a_write_that_fails_on_a_full_device_names_the_file():
   """A full disk fails a write at its flush or close, with an OSError that names no file: the
-  one line said 'a file: no space left' (the report, the plots, runs.json)."""
+  one line said 'a file: no space left' (the report, the plots, runs.json). (``open_append``
+  itself opens regular files only: the device is opened as it would open a file.)"""
   with pytest.raises(OSError) as e:
-    with files.open_append('/dev/full') as f:
+    with files.naming('/dev/full'), open('/dev/full', 'a') as f:
       f.write('x')
   assert e.value.errno == errno.ENOSPC and e.value.filename == '/dev/full'
   assert cli.os_error(e.value).startswith('/dev/full: no space left on the device')
