@@ -106,6 +106,7 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
     if st != 'new':   # a run on other data is not resumed, extended or taken as done
       workdir_lib.check_inputs(w, x, digests)
     if st in ('resume', 'extend'):
+      notes += workdir_lib.placement_notes(w, x)
       notes += workdir_lib.check_resume(w, checkpoint_target(exp, 1 if grid is None else
                                                              len(grid[0]) * len(grid[1])))
   return Plan(configs, workdirs, status, levels, grid, base, list(dict.fromkeys(notes)),

@@ -108,8 +108,11 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     raise unreadable from None
   now = json.loads(json.dumps({**c.flags(), **(extra or {})}))
   before = json.loads(json.dumps(before))
-  # check_inputs' fields; the settings the run does not read (an earlier version recorded them)
-  ignore = ('checkpoint_every', 'tensorboard', *INPUT_FIELDS, *config_lib.unread_flags(c))
+  # check_inputs' fields; where and in what order the rounds' sums run (``PLACEMENT_FLAGS``:
+  # a run resumes under others, ``placement_notes``); the settings the run does not read (an
+  # earlier version recorded them)
+  ignore = ('checkpoint_every', 'tensorboard', *INPUT_FIELDS, *PLACEMENT_FLAGS,
+            *config_lib.unread_flags(c))
   differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
   if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
       now['num_rounds'] > before['num_rounds']):
@@ -127,6 +130,25 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     check_finished(workdir)
     return 'done'
   return 'resume'   # its checkpoints are read by check_resume
+
+
+# Flags that decide on which devices and in which chunks a round's clients run, not what they
+# compute: the same run under other values sums its clients' updates in another order (the
+# same numbers up to float rounding; tests/experiment/test_long_runs.py), so a run resumes or
+# is extended under other values, with a note (``placement_notes``), and a finished run is
+# taken as done whatever they are now.
+PLACEMENT_FLAGS = ('num_devices', 'chunk_size', 'device_memory_gb')
+
+
+def placement_notes(workdir: str, c: Config) -> list[str]:
+  """A note for each ``PLACEMENT_FLAGS`` value of ``c`` that differs from the one the run in
+  ``workdir`` recorded (an unfinished run about to resume, or a finished one extended)."""
+  before = read_json(os.path.join(workdir, 'config.json')).get('run', {})
+  now = c.flags()
+  return [f'{workdir}: resumed with --{k}={now[k]} (its rounds so far ran with --{k}={before[k]}); '
+          'the rounds from here on sum the clients\' updates in another order, the same numbers '
+          'up to float rounding' for k in PLACEMENT_FLAGS
+          if isinstance(before, dict) and k in before and before[k] != now[k]]
 
 
 # The fields of a run's config.json that record the digests of its inputs (SHA-256): the data
@@ -179,10 +201,14 @@ def check_inputs(workdir: str, c: Config, digests: dict):
 
 
 def record_inputs(workdir: str, config: dict):
-  """A run of an earlier version, resumed: its ``config.json`` is rewritten as ``config``
-  (``config_json``, whose fields it holds) to record its inputs' digests; else left as it is."""
+  """A run resumed: its ``config.json`` is rewritten as ``config`` (``config_json``, whose
+  fields it holds) where it lacks an input's digest (an earlier version) or recorded other
+  ``PLACEMENT_FLAGS`` values; else left as it is."""
   file = os.path.join(workdir, 'config.json')
-  if cluster.writes() and any(k in config and k not in read_json(file) for k in INPUT_FIELDS):
+  saved = read_json(file)
+  placed = lambda record: {k: record.get('run', {}).get(k) for k in PLACEMENT_FLAGS}
+  if cluster.writes() and (any(k in config and k not in saved for k in INPUT_FIELDS) or
+                           placed(saved) != placed(config)):
     write_json(file, config)
 
 
