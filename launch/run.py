@@ -5,7 +5,9 @@ algorithms' hyper-parameters (--helpfull lists them); the work is fedjax_gel.exp
 (fedjax_gel.experiment.cli). Bad input (flags, flag files, data files, an occupied workdir)
 prints one line on stderr and exits with status 2 before anything is written; Ctrl-C (or
 SIGTERM) stops after the round under way with a checkpoint and exits with status 130; a full
-disk or another failed write is one line too. (This text is the command's --help.)
+disk or another failed write is one line too; a run that stops making progress (--stall_timeout)
+or loses one of its processes ends with one line and status 3, its last checkpoint kept for the
+same command to resume from. (This text is the command's --help.)
 """
 import os
 import signal

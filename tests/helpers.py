@@ -6,6 +6,8 @@ import io
 import os
 import pathlib
 import re
+import socket
+import struct
 import subprocess
 import sys
 
@@ -168,3 +170,51 @@ def assert_one_line_error(proc, *names):
   assert len(lines) == 1 and lines[0].strip(), proc.stderr
   for name in names:
     assert name in lines[0], lines[0]
+
+
+def read_events(path):
+  """``(tag, step, value)`` of every scalar in a TensorBoard event file, reading its records
+  (``uint64 length, uint32 crc, data, uint32 crc``) and their ``Event`` protocol buffers."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  data, out, at = pathlib.Path(path).read_bytes(), [], 0
+  while at < len(data):
+    (length,) = struct.unpack('<Q', data[at:at + 8])
+    event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+    at += 12 + length + 4
+    for value in event.summary.value:
+      out.append((value.tag, event.step, value.simple_value))
+  return out
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    return s.getsockname()[1]
+
+
+def together(count: int, devices, args, *, wait: bool = True, own: dict | None = None):
+  """Starts ``count`` processes of ``launch/run.py args`` as one run (JAX's multi-controller
+  runtime, a fresh coordinator port) with ``devices`` CPU devices each (or ``devices[i]`` for
+  process ``i``; process 0 last), ``own[i]`` more flags of process ``i``'s own; ``wait``:
+  returns their ``(returncode, stdout, stderr)`` in process order, else the processes."""
+  port = free_port()
+  each = devices if isinstance(devices, (list, tuple)) else [devices] * count
+  env = lambda i: {**os.environ, 'XLA_FLAGS': f"{os.environ.get('XLA_FLAGS', '')} "
+                   f'--xla_force_host_platform_device_count={each[i]}'}
+  procs = {i: subprocess.Popen(
+      [sys.executable, 'launch/run.py', *args, *(own or {}).get(i, ()),
+       f'--num_processes={count}', f'--process_id={i}',
+       f'--coordinator_address=127.0.0.1:{port}'], cwd=REPO, env=env(i), text=True,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in reversed(range(count))}
+  if not wait:
+    return [procs[i] for i in range(count)]
+  outs = {i: p.communicate(timeout=400) for i, p in procs.items()}
+  return [(procs[i].returncode, *outs[i]) for i in range(count)]
+
+
+def ours(text: str) -> list[str]:
+  """The lines of ``text`` but gloo's own (``[Gloo] Rank i is connected to ... peer ranks``,
+  sometimes cut in two by another thread's output, which can leave a line of nothing but
+  whitespace: dropped too)."""
+  return [l for l in text.splitlines()
+          if l.strip() and '[Gloo]' not in l and 'peer ranks' not in l]

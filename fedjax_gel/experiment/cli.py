@@ -29,6 +29,7 @@ import time
 from absl import flags, logging
 
 from fedjax_gel.experiment import api, cluster, compilation_cache, files, loop as loop_lib
+from fedjax_gel.experiment import watchdog
 from fedjax_gel.experiment import sweep as sweep_lib
 from fedjax_gel.algorithms import registry
 from fedjax_gel.experiment import config as config_lib
@@ -112,6 +113,17 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
   flags.DEFINE_integer('heartbeat_timeout', 100, 'Seconds without news from a process after '
                        'which the others stop (several processes; JAX\'s default).', lower_bound=1,
                        upper_bound=INT32_MAX, flag_values=values)
+  flags.DEFINE_integer('initialization_timeout', 300, 'Seconds the processes of a run wait '
+                       'for each other at the start (several processes; JAX\'s default).',
+                       lower_bound=1, upper_bound=INT32_MAX, flag_values=values)
+  flags.DEFINE_float('stall_timeout', 0., 'Seconds without a finished round after which a run '
+                     f'stops with status {watchdog.EXIT_STALLED} and one line (its last checkpoint '
+                     'kept: the same command resumes); 0: the largest of '
+                     f'{watchdog.MIN_STALL_S:.0f} s, {watchdog.STALL_ROUNDS} median rounds and '
+                     f'{watchdog.GAP_FACTOR} times the longest gap between rounds so far '
+                     '(evaluations and checkpoints included). With several processes, one silent '
+                     f'for {watchdog.PEER_TIMEOUT_S:.0f} s (at most half --heartbeat_timeout) stops '
+                     'the others so too.', lower_bound=0., flag_values=values)
 
 
 def typed(flag: str, items, kind):
@@ -476,11 +488,22 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   from fedjax_gel.core.devices import configure_cpu  # pylint: disable=g-import-not-at-top
   try:   # before JAX starts its backends
     cluster.initialize(values.coordinator_address, values.num_processes, values.process_id,
-                       values.heartbeat_timeout)
+                       values.heartbeat_timeout, values.initialization_timeout)
   except ValueError as e:
     return fail(str(e))
+  watchdog.defer_xla_abort()   # the watchdog names a stalled round, not XLA's abort
   configure_cpu()   # before JAX starts: each CPU core a device of the mesh, small loops fused
   loop_lib.share_stops()   # several processes: a stop signal stops them all, at one round
+  watch = watchdog.for_command(values.stall_timeout, values.heartbeat_timeout)
+  try:
+    return run_command(values, start, watch)
+  finally:
+    watch.finish()
+
+
+def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
+  """``execute`` once the processes have joined and JAX is set up: the runs, and the exit
+  status of how they ended (``watch``: the command's ``watchdog.Watchdog``)."""
   try:
     compilation_cache.enable(values.compilation_cache)
   except OSError as e:
@@ -500,7 +523,7 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
       if stops:   # a stop while starting (launch/run.py), or one whose KeyboardInterrupt was lost
         raise KeyboardInterrupt
     api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,
-            plots=values.plots, phases=phases)
+            plots=values.plots, phases=phases, callbacks=[watch])
   except (ConfigError, DataError) as e:   # a refusal every process shares
     return leaving(fail(str(e)))
   except KeyboardInterrupt as e:   # a stop every process shares (told, or agreed after a round)
@@ -514,8 +537,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
       raise
     print(f'error: process {values.process_id} lost the other processes of the run '
           f'({first_line(e)}); it stops: start every process again with the same command to '
-          'resume from the last checkpoint', file=sys.stderr)
-    return 1
+          f'resume {watchdog.resume_from(watch.workdirs)}', file=sys.stderr)
+    return watchdog.EXIT_STALLED
   if stops:   # asked to stop in a run's last round, or while writing the report
     return leaving(interrupted(KeyboardInterrupt()))
   cluster.sync('finished')   # process 0, the coordinator, ends last

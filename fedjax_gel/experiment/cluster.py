@@ -23,19 +23,22 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import time
 
 from fedjax_gel.experiment.config import ConfigError, first_line
 
 
 def initialize(coordinator_address: str, num_processes: int, process_id: int,
-               heartbeat_timeout: int = 100) -> None:
+               heartbeat_timeout: int = 100, timeout: int = 300) -> None:
   """Joins the processes (before JAX starts its backends); one process does nothing.
 
   ``num_processes=0``: the cluster's own variables (JAX's detection); else
   ``coordinator_address`` (``host:port`` of process 0) and ``process_id`` are needed.
   ``heartbeat_timeout``: seconds without a heartbeat from a process after which the others
   give up on it (a process blocked in a collective with a dead peer waits this long).
-  Raises ``ValueError`` (one line naming the flag) for settings that cannot work.
+  ``timeout``: seconds to wait for the other processes (``joining``).
+  Raises ``ValueError`` (one line naming the flag) for settings that cannot work, or when the
+  processes do not meet within ``timeout``; Ctrl-C or SIGTERM while waiting interrupt it.
   """
   if num_processes == 1 and process_id != 0:
     raise ValueError(f'--process_id={process_id}: must be 0 with --num_processes=1')
@@ -49,13 +52,69 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
                        '(process 0\'s)')
     if not 0 <= process_id < num_processes:
       raise ValueError(f'--process_id={process_id}: must be in 0..{num_processes - 1}')
+    if process_id == 0:
+      check_port(coordinator_address)
   import jax  # pylint: disable=g-import-not-at-top
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')   # CPU collectives
-  if num_processes == 0:
-    jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout)
-  else:
-    jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                               heartbeat_timeout_seconds=heartbeat_timeout)
+  # JAX's own deadline comes later than ours: its expiry aborts the process (status 134)
+  args = dict(heartbeat_timeout_seconds=heartbeat_timeout,
+              initialization_timeout=timeout + JOIN_GRACE_S)
+  if num_processes != 0:
+    args.update(coordinator_address=coordinator_address, num_processes=num_processes,
+                process_id=process_id)
+  joining(lambda: jax.distributed.initialize(**args), timeout,
+          f'--coordinator_address={coordinator_address or "(detected)"}')
+
+
+JOIN_GRACE_S = 30   # JAX's deadline to join, beyond ours
+
+
+def check_port(address: str) -> None:
+  """Process 0's ``address`` (``host:port``) is free on this host, else a ValueError: the
+  coordinator's server (gRPC) would share a port another server holds (a second process 0 of
+  the run: both waited and were aborted without a word)."""
+  import socket  # pylint: disable=g-import-not-at-top
+  host, _, port = address.rpartition(':')
+  try:
+    number = int(port)
+  except ValueError:
+    raise ValueError(f'--coordinator_address={address}: must be HOST:PORT') from None
+  with socket.socket(socket.AF_INET6 if ':' in host.strip('[]') else socket.AF_INET) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # a closed run's port is free
+    try:
+      s.bind(('', number))
+    except OSError as e:
+      raise ValueError(
+          f'--coordinator_address={address}: port {number} is in use on this host '
+          f'({e.strerror}): another process 0 of this run (give each process its own '
+          '--process_id, 0 to --num_processes - 1) or another program; choose a free port'
+      ) from None
+
+
+def joining(join, timeout: float, what: str) -> None:
+  """``join()`` (JAX's, which waits in C++ for the other processes and then blocks stop
+  signals) in a thread of its own, so that Ctrl-C or SIGTERM interrupt the wait (the handlers
+  of the main thread run); a ValueError naming ``what`` when the processes have not met within
+  ``timeout`` seconds or JAX gave up."""
+  import threading  # pylint: disable=g-import-not-at-top
+  failed = []
+
+  def run():
+    try:
+      join()
+    except Exception as e:  # pylint: disable=broad-except
+      failed.append(e)
+  thread = threading.Thread(target=run, name='fedjax_gel-join', daemon=True)
+  thread.start()
+  deadline = time.monotonic() + timeout
+  while thread.is_alive() and time.monotonic() < deadline:
+    thread.join(0.1)
+  if thread.is_alive() or failed:
+    why = (f'they had not all started within {timeout:.0f} s' if not failed else
+           first_line(failed[0]))
+    raise ValueError(f'{what}: the processes of the run did not meet ({why}); start every '
+                     'process with the same command, --process_id 0 to --num_processes - 1 '
+                     'once each, process 0 at that address')
 
 
 def writes() -> bool:
@@ -100,6 +159,13 @@ def gather(record) -> list:
   client.key_value_set(f'{key}/{jax.process_index()}', json.dumps(record, sort_keys=True))
   return [json.loads(client.blocking_key_value_get(f'{key}/{i}', GATHER_TIMEOUT_MS))
           for i in range(jax.process_count())]
+
+
+def from_writer(value):
+  """Process 0's ``value`` in every process (a decision every process must take alike, e.g.
+  whether a file process 0 writes is there: another process may see the shared file system
+  late); ``value`` itself with one process."""
+  return gather(value)[0]
 
 
 _refused = []   # a refusal every process shares (stop_others, agree): they leave together
