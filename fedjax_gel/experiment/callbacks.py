@@ -172,6 +172,7 @@ class Checkpointer(Callback):
 
   def __init__(self, every: int, resume: bool):
     self.every, self.resume = every, resume
+    self.saved = None   # the round this loop saved last (a stop after it saves nothing more)
 
   def on_start(self, loop):
     dirs = groups(loop)
@@ -198,6 +199,9 @@ class Checkpointer(Callback):
     loop.start = loop.done = start
 
   def save(self, loop, done: int):
+    if done == self.saved:
+      return
+    self.saved = done
     loop.sync()
     for w, idx in groups(loop).items():
       if len(loop.runs) == 1 and loop.runs[0].diverged is not None:

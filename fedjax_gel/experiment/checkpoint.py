@@ -141,9 +141,11 @@ def _fresh_dir(directory: str):
 def save(workdir: str, round_idx: int, state, meta: dict):
   """Writes the checkpoint of ``round_idx`` (every process its own shards; process 0 the meta)
   and drops all but the last ``KEEP``. A checkpoint of that round already there is kept (a
-  round's state is a function of the round)."""
+  round's state is a function of the round): as process 0 sees it, so that every process
+  takes the same way (one that saw it late entered the save's barrier alone and waited
+  forever)."""
   final = path(workdir, round_idx)
-  if os.path.isdir(final) and not os.path.islink(final):
+  if cluster.from_writer(os.path.isdir(final) and not os.path.islink(final)):
     return
   tmp = os.path.abspath(final + '.tmp')
   if cluster.writes():
