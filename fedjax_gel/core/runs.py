@@ -31,8 +31,9 @@ class RunsProgram(NamedTuple):
   """The compiled pieces of R runs (``[R]`` leading axes when ``batched``).
 
   * ``init(roots, hparams) -> states``: each run's server state from its own initial model;
-  * ``sample(roots, r, params) -> cohorts``: each run's cohort of round ``r`` (a sampler that
-    ranks clients by loss reads the run's server model; the others take ``None``);
+  * ``sample(roots, r, reads) -> cohorts``: each run's cohort of round ``r`` (a sampler that
+    ranks clients by loss reads ``(the run's server model, the training pool)``; the others
+    take ``None``);
   * ``round(states, hparams, cohorts, data, roots, r) -> (states, RoundMetrics)``;
   * ``server_params(states, hparams) -> params``: the runs' server models.
   """
@@ -55,7 +56,8 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
     make_algorithm: ``hparams -> FederatedAlgorithm`` (``hparams``: a dict of scalars, empty when
       the runs differ only in their seeds).
     init_params: ``root key -> initial model parameters``.
-    sample: ``(root key, round, server params or None) -> Cohort``.
+    sample: ``(root key, round, reads) -> Cohort``; ``reads``: ``(server params, training
+      pool)`` for a sampler that ranks clients by loss, else ``None``.
     chunk_size: clients vmapped together within each run (``build_round``).
     batched: vmap over a leading run axis; ``False``: one run, no run axis (a mesh needs this).
     shared_key: the runs share one root key (one seed: a grid over hyper-parameters), so they

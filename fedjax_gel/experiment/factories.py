@@ -438,19 +438,21 @@ def with_config(exp: Experiment, c: Config) -> Experiment:
 
 
 def make_sampler(exp: Experiment) -> Callable:
-  """``sample(root, round, server_params) -> Cohort`` of the config's selection rule
-  (power-of-d reads the candidates' losses at ``server_params``; the others ignore them, and
-  take ``None``)."""
+  """``sample(root, round, reads) -> Cohort`` of the config's selection rule: power-of-d
+  reads the candidates' losses, ``reads = (server params, training pool)`` (the pool an
+  argument, not a constant of the program: over several processes it spans devices no process
+  holds all of); the others ignore it, and take ``None``."""
   k = exp.config.cohort
   example_loss = models.per_example_loss(exp.model)
   spec = k.spec(exp.train.counts)
   budgets = None if exp.client_budgets is None else jnp.asarray(exp.client_budgets)
 
-  def sample(root, r, params):
+  def sample(root, r, reads):
     ids = None
     if k.client_selection == 'power_of_d':   # the candidates' losses at the current model
+      params, train = reads
       ids = selection.power_of_d(
-          root, r, params, exp.train, per_example_loss=example_loss, d=k.candidates,
+          root, r, params, train, per_example_loss=example_loss, d=k.candidates,
           cohort_size=k.clients_per_round, mode=k.power_loss, batch_size=k.batch_size)
     return sampling.sample_cohort(root, r, exp.train.counts, spec, client_ids=ids,
                                   client_budgets=budgets)

@@ -214,9 +214,9 @@ class Loop:
       self.round_fn = lowered.compile()
 
   def sample(self, r: int):
-    params = (self.program.server_params(self.state, self.hparams) if self.reads_model else
-              None)
-    return self.sample_fn(self.roots, np.int32(r), params)
+    reads = ((self.program.server_params(self.state, self.hparams), self.exp.train)
+             if self.reads_model else None)
+    return self.sample_fn(self.roots, np.int32(r), reads)
 
   def step(self, r: int):
     cohort = self.cohort0 if r == self.start else self.sample(r)
