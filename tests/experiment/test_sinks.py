@@ -5,10 +5,10 @@ from __future__ import annotations
 import io
 import json
 import math
-import struct
 
 import pytest
 
+import helpers
 from fedjax_gel.experiment import api, factories, files
 from fedjax_gel.experiment.config import make
 from fedjax_gel.experiment.sweep import Sweep
@@ -47,24 +47,10 @@ def test_csv_loads_with_pandas_and_equals_the_jsonl(run_dirs):
           assert row[key] == value, key
 
 
-def read_events(path):
-  """``(tag, step, value)`` of every scalar in a TensorBoard event file, reading its records
-  (``uint64 length, uint32 crc, data, uint32 crc``) and their ``Event`` protocol buffers."""
-  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
-  data, out, at = path.read_bytes(), [], 0
-  while at < len(data):
-    (length,) = struct.unpack('<Q', data[at:at + 8])
-    event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
-    at += 12 + length + 4
-    for value in event.summary.value:
-      out.append((value.tag, event.step, value.simple_value))
-  return out
-
-
 def test_tensorboard_events_hold_every_numeric_field(run_dirs):
   one, grid = run_dirs
   (events,) = list((one / 'tensorboard').glob('events.out.tfevents.*'))
-  scalars = {(tag, step): value for tag, step, value in read_events(events)}
+  scalars = {(tag, step): value for tag, step, value in helpers.read_events(events)}
   expected = records(one)
   for record in expected:
     for key in ('test_accuracy', 'test_loss', 'train_loss', 'grad_computations'):
@@ -91,7 +77,7 @@ def test_a_resumed_runs_events_are_rewritten_from_its_records(tiny_leaf_file, tm
   stale.close()
   api.run(c, str(tmp_path), **quiet)
   (events,) = list((tmp_path / 'tensorboard').glob('events.out.tfevents.*'))
-  scalars = [(tag, step, value) for tag, step, value in read_events(events)
+  scalars = [(tag, step, value) for tag, step, value in helpers.read_events(events)
              if tag == 'test_accuracy']
   expected = [('test_accuracy', r['round'], pytest.approx(r['test_accuracy'], rel=1e-6))
               for r in records(tmp_path)]
