@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import resource
 
 import jax
 from jax.extend import core as jcore
@@ -37,6 +38,77 @@ from fedjax_gel.core.shuffle import order_bytes
 def host_bytes() -> int:
   """The host's physical memory in bytes."""
   return os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES')
+
+
+def usable_bytes() -> int:
+  """The memory this process may use, in bytes: the least of the host's physical memory
+  (``host_bytes``), what its address-space limit leaves (``address_space_bytes``) and its
+  cgroup's memory limit (``cgroup_bytes``). What the planner plans a host without accelerators
+  with (``experiment.planning.memory_limit``)."""
+  return min(x for x in (host_bytes(), address_space_bytes(), cgroup_bytes()) if x is not None)
+
+
+# Address space a run takes beyond its peak when the planner asks: XLA's compiler and runtime
+# threads (their stacks and malloc arenas), orbax's writers. The quickstart's run on 2 CPU cores
+# peaked at 1.3 GiB of address space when planning and 1.7-1.8 GiB in all (VmPeak), and ran
+# under a limit of 1.7 GiB.
+ADDRESS_SPACE_MARGIN = 1 << 30
+
+
+def address_space_bytes(status: str = '/proc/self/status') -> int | None:
+  """What the process' address-space limit (``ulimit -v``: the soft ``RLIMIT_AS``) leaves for
+  its data and programs: the limit less the process' peak address space so far (``status``'s
+  ``VmPeak``: the interpreter, JAX's runtime and the libraries, which reserve far more than they
+  touch, and the data loaded) and ``ADDRESS_SPACE_MARGIN``; None without a limit."""
+  soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+  if soft == resource.RLIM_INFINITY:
+    return None
+  peak = 0
+  try:
+    with open(status) as f:
+      peak = next((int(line.split()[1]) * 1024 for line in f if line.startswith('VmPeak:')), 0)
+  except (OSError, ValueError, IndexError):
+    pass
+  return max(0, soft - peak - ADDRESS_SPACE_MARGIN)
+
+
+def cgroup_bytes(cgroups: str = '/proc/self/cgroup', root: str = '/sys/fs/cgroup') -> int | None:
+  """The memory limit of the process' cgroup (``cgroups`` names it, ``root`` is where the
+  hierarchies are mounted): the least of its group's and those above it (each limits what it
+  holds; a container that mounts its own group as the root sees that one), cgroup v2's
+  ``memory.max`` ("max": none) or v1's ``memory/memory.limit_in_bytes`` (no limit reads as
+  about 2**63); None without one."""
+  try:
+    with open(cgroups) as f:
+      lines = f.read().splitlines()
+  except OSError:
+    return None
+  limits = []
+  for line in lines:
+    fields = line.split(':', 2)   # ID:controllers:path; v2's has no controllers
+    if len(fields) != 3:
+      continue
+    if not fields[1]:
+      limits += _limits(root, fields[2], 'memory.max')
+    elif 'memory' in fields[1].split(','):
+      limits += _limits(os.path.join(root, 'memory'), fields[2], 'memory.limit_in_bytes')
+  return min(limits, default=None)
+
+
+def _limits(mount: str, group: str, name: str) -> list[int]:
+  """The limits the files ``name`` of the cgroup ``group`` and the groups above it (in the
+  hierarchy mounted at ``mount``) hold."""
+  parts = [p for p in group.split('/') if p and p != '..']
+  out = []
+  for k in range(len(parts), -1, -1):
+    try:
+      with open(os.path.join(mount, *parts[:k], name)) as f:
+        text = f.read().strip()
+      if text != 'max':
+        out.append(int(text))
+    except (OSError, ValueError):
+      pass
+  return out
 
 
 def _nbytes(v) -> int:

@@ -464,6 +464,27 @@ def os_error(e: OSError) -> str:
   return f'{where}: {e.strerror or e}'
 
 
+def out_of_memory(e: BaseException) -> str | None:
+  """One line for XLA running out of memory (a ``jax.errors.JaxRuntimeError`` whose message
+  starts with ``RESOURCE_EXHAUSTED``, compiling or running a program): what to lower; None for
+  any other error."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if not isinstance(e, jax.errors.JaxRuntimeError) or not str(e).startswith('RESOURCE_EXHAUSTED'):
+    return None
+  return (f'XLA ran out of memory ({shorter(first_line(e), 120)}); lower --chunk_size '
+          '(clients trained at once) or --device_memory_gb (the memory chunks are planned for) '
+          'and run the command again (it resumes from the last checkpoint), or lower '
+          '--clients_per_round (another run)')
+
+
+def out_of_memory_error() -> tuple:
+  """The types the command's clause for ``out_of_memory`` catches: the error being handled (an
+  except clause's types are evaluated as it is matched) where it is XLA's RESOURCE_EXHAUSTED,
+  else none, so that any other error goes on to the next clause."""
+  e = sys.exc_info()[1]
+  return (type(e),) if out_of_memory(e) else ()
+
+
 def check_command(values: flags.FlagValues, argv):
   """The command line's own rules beyond each flag's check: no stray arguments, a named
   ``--workdir`` where one is given or several processes share it; else a ConfigError."""
@@ -530,6 +551,8 @@ def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
     return leaving(interrupted(e))
   except OSError as e:   # the disk, permissions, a link planted mid-run: one line
     return fail(os_error(e))
+  except out_of_memory_error() as e:   # XLA's RESOURCE_EXHAUSTED: one line, what to lower
+    return fail(out_of_memory(e))
   except Exception as e:  # pylint: disable=broad-except
     if stops:   # a KeyboardInterrupt turned into another error where it landed (an import)
       return interrupted(KeyboardInterrupt())

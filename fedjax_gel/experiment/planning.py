@@ -55,13 +55,14 @@ def replicate_pool(algorithm, data, mesh, memory_bytes: int | None = None) -> bo
 
 def memory_limit(gib: float = 0.) -> int:
   """Bytes one device may use: ``gib`` (``--device_memory_gb``) when positive, else the
-  accelerator's limit, or the host's physical memory."""
+  accelerator's limit, or what the process may use of the host's memory
+  (``core.memory.usable_bytes``: its physical memory, ``ulimit -v`` and the cgroup's limit)."""
   if gib > 0:
     return int(gib * 2**30)
   stats = jax.local_devices()[0].memory_stats() or {}
   if 'bytes_limit' in stats:
     return int(stats['bytes_limit'])
-  return memory.host_bytes()
+  return memory.usable_bytes()
 
 
 # A chunk's working set may take this much of the memory left after the data, the server state
