@@ -477,14 +477,6 @@ def out_of_memory(e: BaseException) -> str | None:
           '--clients_per_round (another run)')
 
 
-def out_of_memory_error() -> tuple:
-  """The types the command's clause for ``out_of_memory`` catches: the error being handled (an
-  except clause's types are evaluated as it is matched) where it is XLA's RESOURCE_EXHAUSTED,
-  else none, so that any other error goes on to the next clause."""
-  e = sys.exc_info()[1]
-  return (type(e),) if out_of_memory(e) else ()
-
-
 def check_command(values: flags.FlagValues, argv):
   """The command line's own rules beyond each flag's check: no stray arguments, a named
   ``--workdir`` where one is given or several processes share it; else a ConfigError."""
@@ -551,9 +543,9 @@ def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
     return leaving(interrupted(e))
   except OSError as e:   # the disk, permissions, a link planted mid-run: one line
     return fail(os_error(e))
-  except out_of_memory_error() as e:   # XLA's RESOURCE_EXHAUSTED: one line, what to lower
-    return fail(out_of_memory(e))
   except Exception as e:  # pylint: disable=broad-except
+    if out_of_memory(e):   # XLA's RESOURCE_EXHAUSTED: one line, what to lower
+      return fail(out_of_memory(e))
     if stops:   # a KeyboardInterrupt turned into another error where it landed (an import)
       return interrupted(KeyboardInterrupt())
     if not cluster.lost_peer(e):
