@@ -5,6 +5,8 @@ peer process that died or froze) cannot be interrupted from Python: the main thr
 a C++ wait. ``Watchdog`` runs a thread of its own that notices it and ends the process with one
 line on stderr and exit status ``EXIT_STALLED``; the checkpoints are written atomically
 (``experiment.checkpoint``), so the last one stays intact and the same command resumes from it.
+The command line adds it (``cli.execute``; ``cli.main`` in a notebook too, whose process a stall
+then ends as well: the wait cannot be interrupted otherwise); ``experiment.run`` alone has none.
 
 * **Rounds** (a loop callback): a stall is no finished round for longer than
   ``stall_limit``: ``--stall_timeout`` seconds when given, else the largest of
