@@ -504,14 +504,19 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
                        values.heartbeat_timeout, values.initialization_timeout)
   except ValueError as e:
     return fail(str(e))
-  watchdog.defer_xla_abort()   # the watchdog names a stalled round, not XLA's abort
+  watchdog.defer_xla_abort(values.stall_timeout)   # the watchdog names a stalled round
   configure_cpu()   # before JAX starts: each CPU core a device of the mesh, small loops fused
   loop_lib.share_stops()   # several processes: a stop signal stops them all, at one round
   watch = watchdog.for_command(values.stall_timeout, values.heartbeat_timeout)
+  code = None
   try:
-    return run_command(values, start, watch)
-  finally:
-    watch.finish()
+    code = run_command(values, start, watch)
+    return code
+  finally:   # the other processes told how this one left: with them, or alone (they stop too)
+    shared = code == 0 or cluster.refused()
+    watch.finish('done' if shared else 'stopped',
+                 f'process {values.process_id} stopped ' +
+                 (f'with exit status {code}' if code is not None else 'on an error'))
 
 
 def run_command(values: flags.FlagValues, start: float | None, watch) -> int:

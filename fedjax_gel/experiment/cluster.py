@@ -21,6 +21,7 @@ of waiting for it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import time
@@ -79,16 +80,17 @@ def check_port(address: str) -> None:
     number = int(port)
   except ValueError:
     raise ValueError(f'--coordinator_address={address}: must be HOST:PORT') from None
-  with socket.socket(socket.AF_INET6 if ':' in host.strip('[]') else socket.AF_INET) as s:
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # a closed run's port is free
-    try:
+  try:
+    with socket.socket(socket.AF_INET6 if ':' in host.strip('[]') else socket.AF_INET) as s:
+      s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # a closed run's port is free
       s.bind(('', number))
-    except OSError as e:
-      raise ValueError(
-          f'--coordinator_address={address}: port {number} is in use on this host '
-          f'({e.strerror}): another process 0 of this run (give each process its own '
-          '--process_id, 0 to --num_processes - 1) or another program; choose a free port'
-      ) from None
+  except OSError as e:
+    if e.errno != errno.EADDRINUSE:   # no such socket here (e.g. no IPv4): JAX's bind decides
+      return
+    raise ValueError(
+        f'--coordinator_address={address}: port {number} is in use on this host: another '
+        'process 0 of this run (give each process its own --process_id, 0 to '
+        '--num_processes - 1) or another program; choose a free port') from None
 
 
 def joining(join, timeout: float, what: str) -> None:
@@ -225,6 +227,11 @@ def stop_agreed() -> bool:
     _refused.append(INTERRUPTED)   # every process stops: they leave the runtime together
     return True
   return False
+
+
+def refused() -> bool:
+  """Whether this process stops with the others (a refusal or a stop every process shares)."""
+  return bool(_refused)
 
 
 def leave() -> None:

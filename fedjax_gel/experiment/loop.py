@@ -17,7 +17,7 @@ each run's totals and tells the callbacks what happened:
 * ``on_end(loop)``: after the last round, or when every run has diverged.
 
 Round metrics stay on the device until a callback needs them (``Loop.sync``), so the loop does
-not wait on the device between rounds, but it never lets more than a few rounds run ahead
+not wait on the device between rounds, but it never lets more than two rounds run ahead
 (``Loop.step``, ``in_flight``):
 
 * **Several devices of one process** (the planner's default on a many-core CPU): at most
@@ -40,7 +40,9 @@ not wait on the device between rounds, but it never lets more than a few rounds 
   (the next cohort's draw, an evaluation, a barrier) could run at once, their collectives in
   one order in one process and in the other in another; gloo then pairs the wrong all-reduces
   and every process hangs (1 run in 4 of 400 rounds, two processes).
-* **One device:** no collectives; XLA's own limit paces the host.
+* **One device:** no collectives, but the same bound, so that the rounds the loop reports
+  (``on_round``) are rounds the device finished, give or take two: the watchdog
+  (``experiment.watchdog``) times them, and XLA's own limit let the host run 32 programs ahead.
 """
 from __future__ import annotations
 
@@ -89,19 +91,24 @@ class Run:
 
 
 class Phases:
-  """Seconds spent per phase (``PHASES``); ``time(name)`` adds a block's wall time."""
+  """Seconds spent per phase (``PHASES``); ``time(name)`` adds a block's wall time, and
+  ``active`` is ``(name, time.monotonic() at its start)`` of the block under way (None between
+  blocks: the watchdog's view of what the loop waits on)."""
 
   def __init__(self, **seconds):
     self.seconds = {p: 0. for p in PHASES}
     self.seconds.update(seconds)
+    self.active = None
 
   @contextlib.contextmanager
   def time(self, name: str):
-    t = time.perf_counter()
+    t, outer = time.perf_counter(), self.active
+    self.active = (name, time.monotonic())
     try:
       yield
     finally:
       self.seconds[name] += time.perf_counter() - t
+      self.active = outer
 
   def rounded(self) -> dict:
     return {k: round(v, 3) for k, v in self.seconds.items()}
@@ -141,7 +148,7 @@ class Loop:
     self.newly_diverged = []
     self.callbacks = []
     self.t0 = time.perf_counter()
-    self.in_flight = in_flight_rounds(exp.mesh)   # rounds ``step`` may leave unfinished
+    self.in_flight = in_flight_rounds()   # rounds ``step`` may leave unfinished
     self.unfinished = collections.deque()   # the dispatched rounds' metrics, oldest first
 
   def placed(self, state):
@@ -222,21 +229,17 @@ class Loop:
     cohort = self.cohort0 if r == self.start else self.sample(r)
     self.state, metrics = self.round_fn(self.state, self.hparams, cohort, self.exp.train,
                                         self.roots, np.int32(r))
-    if self.in_flight is not None:   # at most ``in_flight`` rounds left unfinished (module doc)
-      self.unfinished.append(metrics)
-      while len(self.unfinished) > self.in_flight:
-        jax.block_until_ready(self.unfinished.popleft())
+    self.unfinished.append(metrics)   # at most ``in_flight`` rounds left unfinished (module doc)
+    while len(self.unfinished) > self.in_flight:
+      jax.block_until_ready(self.unfinished.popleft())
     self.pending.append((r + 1, metrics))
     self.done, self.cohort, self.metrics = r + 1, cohort, metrics
 
 
-def in_flight_rounds(mesh) -> int | None:
+def in_flight_rounds() -> int:
   """How many dispatched rounds ``Loop.step`` may leave unfinished (the module's doc): 0 with
-  several processes, ``IN_FLIGHT_ROUNDS`` on several devices of one process, None (no bound)
-  on one device."""
-  if jax.process_count() > 1:
-    return 0
-  return None if mesh is None or mesh.size == 1 else IN_FLIGHT_ROUNDS
+  several processes, else ``IN_FLIGHT_ROUNDS``."""
+  return 0 if jax.process_count() > 1 else IN_FLIGHT_ROUNDS
 
 
 class Interrupted(KeyboardInterrupt):

@@ -8,12 +8,14 @@ line on stderr and exit status ``EXIT_STALLED``; the checkpoints are written ato
 The command line adds it (``cli.execute``; ``cli.main`` in a notebook too, whose process a stall
 then ends as well: the wait cannot be interrupted otherwise); ``experiment.run`` alone has none.
 
-* **Rounds** (a loop callback): a stall is no finished round for longer than
-  ``stall_limit``: ``--stall_timeout`` seconds when given, else the largest of
-  ``MIN_STALL_S``, ``STALL_ROUNDS`` median rounds and ``GAP_FACTOR`` times the longest gap
-  between two rounds seen so far (an evaluation or a checkpoint included; the first evaluation,
-  at round 0, counts too). The loop lets at most a few rounds run ahead (``loop.Loop.step``),
-  so the rounds it reports are rounds the devices finished.
+* **Rounds** (a loop callback): what the loop waits on is its active phase
+  (``loop.Phases.active``): a round (``train``: the next round's dispatch and the wait for the
+  round two before it, ``loop.Loop.step``) or an evaluation (``eval``). A stall is such a wait
+  longer than ``stall_limit``: ``--stall_timeout`` seconds when given, else the larger of
+  ``MIN_STALL_S`` and ``STALL_ROUNDS`` mean rounds (or ``GAP_FACTOR`` times the longest
+  evaluation seen), and ``FIRST_S`` until ``MEASURED_ROUNDS`` rounds (or one evaluation) have
+  been timed: a first round may wait for another process's compilation. Checkpoints, reports
+  and compilation are not watched (a process that dies meanwhile is, below).
 * **Processes** (several processes, from the start of the command to its end): every
   ``BEAT_S`` each process publishes a beat counter, its last round and its state through the
   coordination service's key-value store (the one JAX's multi-controller runtime already runs),
@@ -38,36 +40,43 @@ from fedjax_gel.experiment import callbacks, checkpoint
 
 EXIT_STALLED = 3   # the run stopped making progress (or lost a process): resumable
 MIN_STALL_S = 60.
-STALL_ROUNDS = 20   # a stall: no round for this many median rounds ...
-GAP_FACTOR = 3      # ... and this many times the longest gap between rounds seen so far
+STALL_ROUNDS = 20   # a stall: a wait of this many mean rounds ...
+GAP_FACTOR = 3      # ... or this many times the longest evaluation seen
+FIRST_S = 600.      # the limit until MEASURED_ROUNDS rounds (or one evaluation) were timed
+MEASURED_ROUNDS = 3
 BEAT_S = 1.         # how often the watchdog looks, and a process tells the others it lives
 PEER_TIMEOUT_S = 30.   # a process silent this long is gone (at most half the heartbeat timeout)
 KEY = 'fedjax_gel/alive'
 # XLA's CPU runtime ends a process whose collective waited for a partner 20 s plus this many
 # seconds (default 40), with a page of C++ stack traces and status 134, before the watchdog
-# could say which round stalled: the command raises it to a day (``defer_xla_abort``), and
-# the watchdog's limit decides. Checked with jaxlib 0.10, whose XLA has the option; other
-# versions keep XLA's own (an option XLA does not know stops it at start).
+# could say which round stalled: the command raises it (``defer_xla_abort``) to an hour, or
+# twice --stall_timeout when that is longer, so that the watchdog's limit decides within the
+# rounds and a collective that hangs outside them (a barrier at the end) still ends. Checked
+# with jaxlib 0.10, whose XLA has the option; other versions keep XLA's own (an option XLA
+# does not know stops it at start).
 XLA_ABORT_FLAG = '--xla_cpu_collective_call_terminate_timeout_seconds'
-XLA_ABORT_S = 24 * 3600
+XLA_ABORT_S = 3600
 
 
-def defer_xla_abort() -> None:
-  """Sets ``XLA_ABORT_FLAG`` to ``XLA_ABORT_S`` in ``XLA_FLAGS`` (before JAX starts its
-  backends; jaxlib 0.10 only; an ``XLA_FLAGS`` that sets it already is left as it is)."""
+def defer_xla_abort(stall_timeout: float = 0.) -> None:
+  """Sets ``XLA_ABORT_FLAG`` in ``XLA_FLAGS`` (before JAX starts its backends; jaxlib 0.10
+  only; an ``XLA_FLAGS`` that sets it already is left as it is)."""
   import jaxlib  # pylint: disable=g-import-not-at-top
   flags = os.environ.get('XLA_FLAGS', '')
+  seconds = int(max(XLA_ABORT_S, 2 * stall_timeout))
   if jaxlib.__version__.startswith('0.10.') and XLA_ABORT_FLAG not in flags:
-    os.environ['XLA_FLAGS'] = f'{flags} {XLA_ABORT_FLAG}={XLA_ABORT_S}'.strip()
+    os.environ['XLA_FLAGS'] = f'{flags} {XLA_ABORT_FLAG}={seconds}'.strip()
 
 
-def stall_limit(timeout: float, gaps, longest: float) -> float:
-  """Seconds without a finished round that make a stall: ``timeout`` when positive, else
-  ``max(MIN_STALL_S, STALL_ROUNDS x median(gaps), GAP_FACTOR x longest)``."""
+def stall_limit(timeout: float, typical: float | None, factor: float) -> float:
+  """Seconds a wait may last: ``timeout`` when positive; ``FIRST_S`` while ``typical`` (the
+  mean round, the longest evaluation) is not measured yet (None); else
+  ``max(MIN_STALL_S, factor x typical)``."""
   if timeout > 0:
     return timeout
-  median = statistics.median(gaps) if gaps else 0.
-  return max(MIN_STALL_S, STALL_ROUNDS * median, GAP_FACTOR * longest)
+  if typical is None:
+    return FIRST_S
+  return max(MIN_STALL_S, factor * typical)
 
 
 def peer_timeout(heartbeat_timeout: float) -> float:
@@ -77,17 +86,22 @@ def peer_timeout(heartbeat_timeout: float) -> float:
 
 
 def resume_from(workdirs) -> str:
-  """Where the same command resumes ``workdirs``' runs: the last checkpoint they all have."""
-  common = set.intersection(*(set(checkpoint.rounds(w)) for w in workdirs)) if workdirs else set()
+  """Where the same command resumes ``workdirs``' runs: the last checkpoint they all have
+  (``workdirs`` empty: not known yet)."""
+  if not workdirs:
+    return 'from its last checkpoint'
+  common = set.intersection(*(set(checkpoint.rounds(w)) for w in workdirs))
   return (f'from the checkpoint of round {max(common)}' if common else
           'from the start (no checkpoint yet)')
 
 
 def leave(message: str) -> None:
   """The watchdog's end of the process: ``message`` as one line, exit ``EXIT_STALLED``."""
-  sys.stdout.flush()
-  print(f'error: {message}', file=sys.stderr, flush=True)
-  os._exit(EXIT_STALLED)  # pylint: disable=protected-access
+  try:
+    sys.stdout.flush()
+    print(f'error: {message}', file=sys.stderr, flush=True)
+  finally:
+    os._exit(EXIT_STALLED)  # pylint: disable=protected-access
 
 
 class Peers:
@@ -106,40 +120,47 @@ class Peers:
         allow_overwrite=True)
 
   def records(self) -> dict:
+    """``{process: record}`` of the other processes that have published one."""
     out = {}
     for i in range(self.count):
       if i != self.me:
-        text = self.client.key_value_try_get(f'{KEY}/{i}')   # raises while there is none
-        out[i] = json.loads(text)
+        try:
+          out[i] = json.loads(self.client.key_value_try_get(f'{KEY}/{i}'))
+        except Exception:  # pylint: disable=broad-except  # none yet (NOT_FOUND)
+          pass
     return out
 
   def check(self, now: float, done: int) -> str | None:
-    """Why this process must stop (a process stopped, or fell silent), or None."""
-    try:
-      records = self.records()
-    except Exception:  # pylint: disable=broad-except  # a process that has not published yet
-      return None
-    for i, r in records.items():
+    """Why this process must stop (a process stopped, or fell silent), or None. A process
+    that has not published yet is silent since this process first looked."""
+    records = self.records()
+    for i in range(self.count):
+      if i == self.me:
+        continue
+      r = records.get(i, {'beat': None, 'round': '?', 'state': 'running'})
       if r['state'] == 'stopped':
         return f'process {i} of the run stopped: {r["reason"]}'
       if r['state'] == 'done':
         continue
       beat, since = self.seen.get(i, (None, now))
-      if beat != r['beat']:
-        self.seen[i] = (r['beat'], now)
+      if beat != r['beat'] or i not in self.seen:
+        self.seen[i] = (r['beat'], now if beat != r['beat'] else since)
       elif now - since > self.timeout:
         return (f'process {i} of the run sent no news for {now - since:.0f} s (its last round '
                 f'{r["round"]}, this process\'s {done}): it is gone or frozen; this process '
                 'stops too')
     return None
 
+  def settled(self) -> bool:
+    """Whether every other process has left (published 'done' or 'stopped')."""
+    records = self.records()
+    return all(records.get(i, {}).get('state') in ('done', 'stopped')
+               for i in range(self.count) if i != self.me)
+
   def rounds(self) -> str:
-    """``process: round`` of every process, for a stall's line."""
-    try:
-      records = self.records()
-    except Exception:  # pylint: disable=broad-except
-      return ''
-    return ', '.join(f'process {i} at round {r["round"]}' for i, r in sorted(records.items()))
+    """``process i at round r`` of the other processes, for a stall's line."""
+    return ', '.join(f'process {i} at round {r["round"]}'
+                     for i, r in sorted(self.records().items()))
 
 
 def for_command(stall_timeout: float, heartbeat_timeout: float) -> 'Watchdog':
@@ -167,10 +188,10 @@ def devices_of(mesh) -> str:
 
 
 class Watchdog(callbacks.Callback):
-  """Ends a run that stops making progress with one line (the module's doc). A loop callback,
-  last in the list (a round's gap then holds its evaluation and checkpoint); one for the whole
-  command: ``start`` begins watching the processes, the loops' hooks arm it for their rounds,
-  ``finish`` tells the other processes this one is done.
+  """Ends a run that stops making progress with one line (the module's doc). A loop callback;
+  one for the whole command: ``start`` begins watching (the processes, and each loop's waits
+  from its ``on_compiled`` to its ``on_end``), ``finish`` tells the other processes how this
+  one left.
 
   ``timeout``: ``--stall_timeout`` (0: derived, ``stall_limit``); ``peers``: a ``Peers`` (several
   processes) or None; ``stop``: called with the line's text in the watchdog's thread
@@ -179,89 +200,123 @@ class Watchdog(callbacks.Callback):
 
   def __init__(self, timeout: float = 0., peers: Peers | None = None, stop=leave):
     self.timeout, self.peers, self.stop = timeout, peers, stop
-    self.devices = ''   # the loop's, for the line
-    self.gaps = collections.deque(maxlen=256)
-    self.longest = 0.
-    self.last = None     # when the last round finished (None: not watching rounds)
-    self.done = 0        # the last round finished
+    self.loop = None     # the loop whose waits are watched (None: between loops)
+    self.done = 0        # its rounds done
+    self.evaluations = 0   # its evaluation phase's seconds at the last evaluation
+    self.longest_eval = None
+    self.devices = ''
     self.workdirs = []
     self.thread = None
     self.stopped = threading.Event()
+    self.lock = threading.Lock()   # one publication at a time; the last is final
+    self.final = False
 
   def start(self):
     if self.thread is None:
       self.thread = threading.Thread(target=self.watch, name='fedjax_gel-watchdog', daemon=True)
       self.thread.start()
 
-  def finish(self, state: str = 'done', reason: str = ''):
-    """Stops watching; with several processes, tells the others (``state`` 'done' or
-    'stopped' with ``reason``)."""
-    self.stopped.set()
-    self.last = None
-    if self.peers is not None:
+  def publish(self, state: str = 'running', reason: str = ''):
+    """This process's record for the others (``state`` other than 'running': the last)."""
+    with self.lock:
+      if self.final:
+        return
+      self.final = state != 'running'
       try:
         self.peers.publish(self.done, state, reason)
       except Exception:  # pylint: disable=broad-except  # the coordinator is gone
         pass
 
+  def finish(self, state: str = 'done', reason: str = ''):
+    """Stops watching; with several processes, tells the others how this one left ('done',
+    or 'stopped' with ``reason``: they stop too). Process 0, which hosts the coordination
+    service, then waits a few beats for the others to leave (its exit ends theirs, status 134)."""
+    self.stopped.set()
+    self.loop = None
+    if self.peers is None:
+      return
+    self.publish(state, reason)
+    if self.peers.me == 0 and state == 'stopped':
+      deadline = time.monotonic() + 3 * BEAT_S + 1
+      while time.monotonic() < deadline and not self.settled():
+        time.sleep(0.1)
+
+  def settled(self) -> bool:
+    try:
+      return self.peers.settled()
+    except Exception:  # pylint: disable=broad-except
+      return True
+
   # the loop's hooks
-  def on_compiled(self, loop):
+  def on_start(self, loop):
     self.workdirs = list(dict.fromkeys(r.workdir for r in loop.runs))
+
+  def on_compiled(self, loop):
     self.devices = devices_of(loop.exp.mesh)
-    self.longest = max(self.longest, loop.seconds('eval'))   # round 0's evaluation
-    self.done = loop.start
-    self.last = time.monotonic()
+    self.evaluations = loop.seconds('eval')
+    if self.evaluations > 0:   # round 0's evaluation
+      self.longest_eval = max(self.longest_eval or 0., self.evaluations)
+    self.done, self.loop = loop.start, loop
     self.start()
 
   def on_round(self, loop, done):
-    now = time.monotonic()
-    if self.last is not None:
-      gap = now - self.last
-      self.gaps.append(gap)
-      self.longest = max(self.longest, gap)
-    self.last, self.done = now, done
+    self.done = done
+
+  def on_evaluate(self, loop, done, records):
+    seconds = loop.seconds('eval')
+    self.longest_eval = max(self.longest_eval or 0., seconds - self.evaluations)
+    self.evaluations = seconds
 
   def on_interrupt(self, loop, done):
-    self.last = None
+    self.loop = None
 
   def on_end(self, loop):
-    self.last = None
+    self.loop = None
 
   # the watchdog's thread
   def stalled(self, now: float) -> str | None:
-    """The line of a stall at ``now``, or None."""
-    last = self.last
-    limit = stall_limit(self.timeout, self.gaps, self.longest)
-    if last is None or now - last <= limit:
+    """The line of a stall at ``now`` (the loop's active wait too long), or None."""
+    loop = self.loop
+    active = loop.phases.active if loop is not None else None
+    if active is None or active[0] not in ('train', 'eval'):
       return None
-    took = (f'a round took {statistics.median(self.gaps) * 1e3:.1f} ms, the longest gap '
-            f'{self.longest:.1f} s; ' if self.gaps else '')
+    name, since = active
+    rounds = self.done - loop.start
+    if name == 'train':
+      typical = (loop.seconds('train') / rounds if rounds >= MEASURED_ROUNDS else None)
+      limit = stall_limit(self.timeout, typical, STALL_ROUNDS)
+      first = max(loop.start, self.done - loop.in_flight) + 1   # the oldest unfinished round
+      what = (f'round {first}' if first == self.done + 1 else
+              f'rounds {first}-{self.done + 1}')   # dispatched, and not all finished
+      took = f'a round took {typical * 1e3:.1f} ms; ' if typical else ''
+    else:
+      limit = stall_limit(self.timeout, self.longest_eval, GAP_FACTOR)
+      what, took = f'the evaluation after round {self.done}', ''
+    if now - since <= limit:
+      return None
     where = self.peers.rounds() if self.peers is not None else ''
-    return (f'round {self.done + 1} made no progress for {now - last:.0f} s ({took}limit '
-            f'{limit:.0f} s, --stall_timeout){" on " + self.devices if self.devices else ""}'
-            f'{"; " + where if where else ""}; stopped: run the same command to resume '
-            f'{resume_from(self.workdirs)}')
+    return (f'{what} made no progress for {now - since:.0f} s ({took}limit {limit:.0f} s, '
+            f'--stall_timeout) on {self.devices}{"; " + where if where else ""}; stopped: run '
+            f'the same command to resume {resume_from(self.workdirs)}')
 
   def look(self, now: float) -> str | None:
     """What ends the process at ``now`` (a stall, a process stopped or gone), or None; with
-    several processes, this one's beat is published first, and a stall tells the others."""
+    several processes, this one's beat is published first."""
     message = self.stalled(now)
-    if self.peers is None:
+    if self.peers is None or message is not None:
       return message
-    if message is not None:   # the others stop at once, with its reason
-      self.finish('stopped', message.split(' (')[0])
-      return message
-    try:
-      self.peers.publish(self.done)
-    except Exception:  # pylint: disable=broad-except  # the coordinator is gone: JAX ends us
-      return None
+    self.publish()
     lost = self.peers.check(now, self.done)
     return lost and (f'{lost}: start every process again with the same command to resume '
                      f'{resume_from(self.workdirs)}')
 
   def watch(self):
     while not self.stopped.wait(BEAT_S):
-      message = self.look(time.monotonic())
-      if message is not None:
+      try:
+        message = self.look(time.monotonic())
+      except Exception:  # pylint: disable=broad-except  # a store that failed: look again
+        continue
+      if message is not None and not self.stopped.is_set():
+        self.finish('stopped', message.split(' (')[0].split(': start every')[0])
         self.stop(message)
         return
