@@ -116,13 +116,14 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
   flags.DEFINE_integer('initialization_timeout', 300, 'Seconds the processes of a run wait '
                        'for each other at the start (several processes; JAX\'s default).',
                        lower_bound=1, upper_bound=INT32_MAX, flag_values=values)
-  flags.DEFINE_float('stall_timeout', 0., 'Seconds without a finished round after which a run '
-                     f'stops with status {watchdog.EXIT_STALLED} and one line (its last checkpoint '
-                     'kept: the same command resumes); 0: the largest of '
-                     f'{watchdog.MIN_STALL_S:.0f} s, {watchdog.STALL_ROUNDS} median rounds and '
-                     f'{watchdog.GAP_FACTOR} times the longest gap between rounds so far '
-                     '(evaluations and checkpoints included). With several processes, one silent '
-                     f'for {watchdog.PEER_TIMEOUT_S:.0f} s (at most half --heartbeat_timeout) stops '
+  flags.DEFINE_float('stall_timeout', 0., 'Seconds a round (its dispatch and the wait for the '
+                     'round two before it) or an evaluation may wait before the run stops with '
+                     f'status {watchdog.EXIT_STALLED} and one line (its last checkpoint kept: the '
+                     f'same command resumes); 0: the larger of {watchdog.MIN_STALL_S:.0f} s and '
+                     f'{watchdog.STALL_ROUNDS} mean rounds ({watchdog.GAP_FACTOR} times the longest '
+                     f'evaluation), {watchdog.FIRST_S:.0f} s until {watchdog.MEASURED_ROUNDS} '
+                     'rounds were timed. With several processes, one silent for '
+                     f'{watchdog.PEER_TIMEOUT_S:.0f} s (at most half --heartbeat_timeout) stops '
                      'the others so too.', lower_bound=0., flag_values=values)
 
 
