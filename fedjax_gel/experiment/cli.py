@@ -516,8 +516,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   finally:   # the other processes told how this one left: with them, or alone (they stop too)
     shared = code == 0 or cluster.refused()
     watch.finish('done' if shared else 'stopped',
-                 f'process {values.process_id} stopped ' +
-                 (f'with exit status {code}' if code is not None else 'on an error'))
+                 f'it ended {"on an error" if code is None else f"with exit status {code}"} '
+                 '(its own line says why)')
 
 
 def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
@@ -550,8 +550,8 @@ def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
   except OSError as e:   # the disk, permissions, a link planted mid-run: one line
     return fail(os_error(e))
   except Exception as e:  # pylint: disable=broad-except
-    if out_of_memory(e):   # XLA's RESOURCE_EXHAUSTED: one line, what to lower
-      return fail(out_of_memory(e))
+    if oom := out_of_memory(e):   # XLA's RESOURCE_EXHAUSTED: one line, what to lower
+      return fail(oom)
     if stops:   # a KeyboardInterrupt turned into another error where it landed (an import)
       return interrupted(KeyboardInterrupt())
     if not cluster.lost_peer(e):

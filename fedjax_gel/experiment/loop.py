@@ -27,8 +27,9 @@ not wait on the device between rounds, but it never lets more than two rounds ru
   mesh is one program per device whose shares meet in all-reduces (the in-process
   rendezvous), and with the limit reached XLA starts one device's share of a queued round while
   the other device's launch is still blocked on the limit: the started share waits in the
-  all-reduce for a partner that never comes, and XLA aborts the process after 40 s ("Expected
-  2 threads to join the rendezvous, but only 1 of them arrived on time", status 134). A loop that
+  all-reduce for a partner that never comes, and XLA aborts the process (a warning after 20 s,
+  the abort 40 s later: "Expected 2 threads to join the rendezvous, but only 1 of them arrived
+  on time", status 134). A loop that
   dispatched more than about 16 rounds (two programs each: the cohort's draw and the round)
   without a host sync hit it: 1,000 clients on 2 CPU devices with ``--eval_every=105``.
   In a plain JAX loop of a ``shard_map`` program with one ``psum``, 32 dispatched rounds
@@ -46,7 +47,6 @@ not wait on the device between rounds, but it never lets more than two rounds ru
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import os
@@ -149,7 +149,6 @@ class Loop:
     self.callbacks = []
     self.t0 = time.perf_counter()
     self.in_flight = in_flight_rounds()   # rounds ``step`` may leave unfinished
-    self.unfinished = collections.deque()   # the dispatched rounds' metrics, oldest first
 
   def placed(self, state):
     """``state`` as the round keeps it on the experiment's mesh (``core.store.place_state``):
@@ -229,10 +228,11 @@ class Loop:
     cohort = self.cohort0 if r == self.start else self.sample(r)
     self.state, metrics = self.round_fn(self.state, self.hparams, cohort, self.exp.train,
                                         self.roots, np.int32(r))
-    self.unfinished.append(metrics)   # at most ``in_flight`` rounds left unfinished (module doc)
-    while len(self.unfinished) > self.in_flight:
-      jax.block_until_ready(self.unfinished.popleft())
     self.pending.append((r + 1, metrics))
+    if len(self.pending) > self.in_flight:   # at most ``in_flight`` rounds unfinished (module
+      # doc): round r - in_flight finished, so did every round before it (each reads the last's
+      # state), and those ``sync`` took off ``pending`` had finished
+      jax.block_until_ready(self.pending[-1 - self.in_flight][1])
     self.done, self.cohort, self.metrics = r + 1, cohort, metrics
 
 

@@ -14,9 +14,6 @@ from fedjax_gel.models.tasks import Metric
 MAIN_FLAGS = ('dataset', 'data_path', 'model', 'algorithm', 'client_lr', 'client_momentum',
               'server_optimizer', 'server_lr', 'num_rounds', 'clients_per_round', 'batch_size',
               'budget_range', 'budget_unit', 'budget_draw', 'seed', 'target')
-# Flags that name where and how a run was computed, not what it computed.
-NOT_SETTINGS = ('chunk_size', 'num_devices', 'device_memory_gb', 'tensorboard',
-                'checkpoint_every')
 
 
 def settings_table(configs) -> str:
@@ -36,7 +33,7 @@ def settings_table(configs) -> str:
       if v != defaults[name].get(flag):
         changed.add(flag)
   shown = [f for f in MAIN_FLAGS if f in values] + sorted(
-      f for f in values if f not in MAIN_FLAGS and f not in NOT_SETTINGS and
+      f for f in values if f not in MAIN_FLAGS and f not in workdir_lib.NOT_SETTINGS and
       (len(values[f]) > 1 or f in changed))
   rows = ['| setting | value |', '|---|---|']
   for f in shown:

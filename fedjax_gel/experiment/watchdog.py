@@ -28,10 +28,8 @@ then ends as well: the wait cannot be interrupted otherwise); ``experiment.run``
 """
 from __future__ import annotations
 
-import collections
 import json
 import os
-import statistics
 import sys
 import threading
 import time
@@ -142,10 +140,10 @@ class Peers:
         return f'process {i} of the run stopped: {r["reason"]}'
       if r['state'] == 'done':
         continue
-      beat, since = self.seen.get(i, (None, now))
-      if beat != r['beat'] or i not in self.seen:
-        self.seen[i] = (r['beat'], now if beat != r['beat'] else since)
-      elif now - since > self.timeout:
+      if i not in self.seen or self.seen[i][0] != r['beat']:   # first seen, or a new beat
+        self.seen[i] = (r['beat'], now)
+      elif now - self.seen[i][1] > self.timeout:
+        since = self.seen[i][1]
         return (f'process {i} of the run sent no news for {now - since:.0f} s (its last round '
                 f'{r["round"]}, this process\'s {done}): it is gone or frozen; this process '
                 'stops too')
@@ -238,14 +236,8 @@ class Watchdog(callbacks.Callback):
     self.publish(state, reason)
     if self.peers.me == 0 and state == 'stopped':
       deadline = time.monotonic() + 3 * BEAT_S + 1
-      while time.monotonic() < deadline and not self.settled():
+      while time.monotonic() < deadline and not self.peers.settled():
         time.sleep(0.1)
-
-  def settled(self) -> bool:
-    try:
-      return self.peers.settled()
-    except Exception:  # pylint: disable=broad-except
-      return True
 
   # the loop's hooks
   def on_start(self, loop):

@@ -108,11 +108,10 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     raise unreadable from None
   now = json.loads(json.dumps({**c.flags(), **(extra or {})}))
   before = json.loads(json.dumps(before))
-  # check_inputs' fields; where and in what order the rounds' sums run (``PLACEMENT_FLAGS``:
-  # a run resumes under others, ``placement_notes``); the settings the run does not read (an
-  # earlier version recorded them)
-  ignore = ('checkpoint_every', 'tensorboard', *INPUT_FIELDS, *PLACEMENT_FLAGS,
-            *config_lib.unread_flags(c))
+  # where and how the run is computed (``NOT_SETTINGS``: a run resumes under other
+  # ``PLACEMENT_FLAGS``, ``placement_notes``); check_inputs' fields; the settings the run does
+  # not read (an earlier version recorded them)
+  ignore = (*NOT_SETTINGS, *INPUT_FIELDS, *config_lib.unread_flags(c))
   differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
   if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
       now['num_rounds'] > before['num_rounds']):
@@ -138,6 +137,9 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
 # is extended under other values, with a note (``placement_notes``), and a finished run is
 # taken as done whatever they are now.
 PLACEMENT_FLAGS = ('num_devices', 'chunk_size', 'device_memory_gb')
+# Flags that name where and how a run was computed, not what it computed: no difference in them
+# makes another run, and reports do not list them as settings.
+NOT_SETTINGS = (*PLACEMENT_FLAGS, 'tensorboard', 'checkpoint_every')
 
 
 def placement_notes(workdir: str, c: Config) -> list[str]:
