@@ -430,17 +430,20 @@ def fail(message: str) -> int:
   return 2
 
 
-def leaving(code: int) -> int:
+def leaving(code: int, watch) -> int:
   """``code``, once a refusal or a stop every process shares has left JAX's runtime with the
-  others (``cluster.leave``)."""
+  others (``cluster.leave``); ``watch`` (the command's ``watchdog.Watchdog``) has told them
+  first that this process is done: once it left, the coordinator may be gone, and a call to it
+  ends the process (status 134)."""
+  watch.finish('done')
   cluster.leave()
   return code
 
 
-def fail_together(message: str) -> int:
+def fail_together(message: str, watch) -> int:
   """``fail`` before the runs' first collective, the other processes told (``cluster``)."""
   cluster.stop_others(message)
-  return leaving(fail(message))
+  return leaving(fail(message), watch)
 
 
 def interrupted(e: KeyboardInterrupt) -> int:
@@ -513,11 +516,10 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
   try:
     code = run_command(values, start, watch)
     return code
-  finally:   # the other processes told how this one left: with them, or alone (they stop too)
-    shared = code == 0 or cluster.refused()
-    watch.finish('done' if shared else 'stopped',
-                 f'it ended {"on an error" if code is None else f"with exit status {code}"} '
-                 '(its own line says why)')
+  finally:   # a process that ends alone tells the others (they stop too); one that ends with
+    # them told them so already (``leaving``, the end of ``run_command``): a no-op then
+    ended = 'on an error' if code is None else f'with exit status {code}'
+    watch.finish('stopped', f'it ended {ended} (its own line says why)')
 
 
 def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
@@ -530,7 +532,7 @@ def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
            e.strerror or e)
     if values['compilation_cache'].present:
       return fail_together(f'--compilation_cache={values.compilation_cache}: cannot use it as the '
-                  f'compilation cache ({why})')
+                           f'compilation cache ({why})', watch)
     print(f'note: no compilation cache in {values.compilation_cache} ({why}); every program is '
           'compiled afresh')
   from fedjax_gel.data.errors import DataError  # pylint: disable=g-import-not-at-top
@@ -544,9 +546,9 @@ def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
     api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,
             plots=values.plots, phases=phases, callbacks=[watch])
   except (ConfigError, DataError) as e:   # a refusal every process shares
-    return leaving(fail(str(e)))
+    return leaving(fail(str(e)), watch)
   except KeyboardInterrupt as e:   # a stop every process shares (told, or agreed after a round)
-    return leaving(interrupted(e))
+    return leaving(interrupted(e), watch)
   except OSError as e:   # the disk, permissions, a link planted mid-run: one line
     return fail(os_error(e))
   except Exception as e:  # pylint: disable=broad-except
@@ -561,7 +563,8 @@ def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
           f'resume {watchdog.resume_from(watch.workdirs)}', file=sys.stderr)
     return watchdog.EXIT_STALLED
   if stops:   # asked to stop in a run's last round, or while writing the report
-    return leaving(interrupted(KeyboardInterrupt()))
+    return leaving(interrupted(KeyboardInterrupt()), watch)
+  watch.finish('done')   # while every process is still here (see ``leaving``)
   cluster.sync('finished')   # process 0, the coordinator, ends last
   if cluster.writes():
     total = f', total {time.perf_counter() - start:.1f} s' if start else ''

@@ -229,11 +229,6 @@ def stop_agreed() -> bool:
   return False
 
 
-def refused() -> bool:
-  """Whether this process stops with the others (a refusal or a stop every process shares)."""
-  return bool(_refused)
-
-
 def leave() -> None:
   """After a refusal or a stop every process shares, leaves JAX's distributed runtime with the others
   (``jax.distributed.shutdown``: process 0's coordination service stays up until every process

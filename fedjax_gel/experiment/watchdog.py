@@ -149,10 +149,12 @@ class Peers:
                 'stops too')
     return None
 
-  def settled(self) -> bool:
-    """Whether every other process has left (published 'done' or 'stopped')."""
+  def settled(self, now: float) -> bool:
+    """Whether every other process has left (published 'done' or 'stopped') or fell silent
+    (``check``: it will not leave)."""
     records = self.records()
-    return all(records.get(i, {}).get('state') in ('done', 'stopped')
+    return all(records.get(i, {}).get('state') in ('done', 'stopped') or
+               i in self.seen and now - self.seen[i][1] > self.timeout
                for i in range(self.count) if i != self.me)
 
   def rounds(self) -> str:
@@ -214,29 +216,30 @@ class Watchdog(callbacks.Callback):
       self.thread = threading.Thread(target=self.watch, name='fedjax_gel-watchdog', daemon=True)
       self.thread.start()
 
-  def publish(self, state: str = 'running', reason: str = ''):
-    """This process's record for the others (``state`` other than 'running': the last)."""
+  def publish(self, state: str = 'running', reason: str = '') -> bool:
+    """This process's record for the others (``state`` other than 'running': the last);
+    whether it was published (not after the last)."""
     with self.lock:
       if self.final:
-        return
+        return False
       self.final = state != 'running'
       try:
         self.peers.publish(self.done, state, reason)
       except Exception:  # pylint: disable=broad-except  # the coordinator is gone
         pass
+      return True
 
   def finish(self, state: str = 'done', reason: str = ''):
     """Stops watching; with several processes, tells the others how this one left ('done',
-    or 'stopped' with ``reason``: they stop too). Process 0, which hosts the coordination
+    or 'stopped' with ``reason``: they stop too), unless it told them already. Process 0, which hosts the coordination
     service, then waits a few beats for the others to leave (its exit ends theirs, status 134)."""
     self.stopped.set()
     self.loop = None
-    if self.peers is None:
+    if self.peers is None or not self.publish(state, reason):
       return
-    self.publish(state, reason)
     if self.peers.me == 0 and state == 'stopped':
       deadline = time.monotonic() + 3 * BEAT_S + 1
-      while time.monotonic() < deadline and not self.peers.settled():
+      while time.monotonic() < deadline and not self.peers.settled(time.monotonic()):
         time.sleep(0.1)
 
   # the loop's hooks

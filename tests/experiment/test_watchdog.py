@@ -56,9 +56,11 @@ def test_a_silent_process_is_gone_after_the_timeout_and_a_finished_one_is_not():
   line = me.check(26., 6)
   assert line.startswith('process 1 of the run sent no news for 11 s (its last round 5, this '
                          "process's 6): it is gone or frozen"), line
-  assert not me.settled()
+  assert me.settled(26.)   # process 1 is silent: it will not leave
+  other.publish(6)
+  assert me.check(27., 6) is None and not me.settled(27.)
   other.publish(6, 'done')
-  assert me.settled() and me.check(40., 6) is None
+  assert me.settled(28.) and me.check(40., 6) is None
 
 
 def test_a_process_that_never_published_is_gone_after_the_timeout():
