@@ -58,7 +58,7 @@ import optax
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.algorithms.fedavg import AT_LEAST_ZERO, POSITIVE, UNIT, check, static_zero
-from fedjax_gel.core import store
+from fedjax_gel.core import model_state, store
 from fedjax_gel.core.checks import positive_int
 from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, within
 
@@ -103,7 +103,7 @@ def corrected_sgd(loss_fn: Callable, lr: float, mu: float = 0.0):
   """``client_step`` of ``y <- y - lr (grad L(y) + correction + mu (y - x))``; with ``mu`` the
   broadcast must be ``x`` itself."""
   def client_step(state: DriftClient, batch, bcast):
-    loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)
+    loss, grads = model_state.value_and_grad(loss_fn)(state.params, batch)
     grads = tree_map(jnp.add, grads, state.correction)
     if not static_zero(mu):
       grads = tree_map(lambda g, y, x: g + mu * (y - x), grads, state.params, bcast)

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_gel.core import model_state
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.core.spec import AlgorithmSpec
 from fedjax_gel.optim import guessed
@@ -107,7 +108,7 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
     return ClientState(x, client_optimizer.init(x))
 
   def client_step(state: ClientState, batch, x):
-    loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)
+    loss, grads = model_state.value_and_grad(loss_fn)(state.params, batch)
     if not static_zero(prox_mu):
       grads = jax.tree_util.tree_map(lambda g, y, x0: g + prox_mu * (y - x0), grads,
                                      state.params, x)

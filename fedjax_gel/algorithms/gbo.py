@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from fedjax_gel.core import model_state
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.algorithms.fedavg import ClientState
 from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, one_of, within
@@ -73,7 +74,7 @@ def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, fro
     return ClientState(x, opt.adaptive.init(x)._replace(stats=stats))
 
   def client_step(state: ClientState, batch, bcast):
-    loss, grads = jax.value_and_grad(loss_fn)(state.params, batch)
+    loss, grads = model_state.value_and_grad(loss_fn)(state.params, batch)
     if frozen:
       updates, opt_state = opt.client.update(grads, state.opt_state, state.params, stats=bcast[1])
     else:
@@ -89,7 +90,7 @@ def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, fro
     return GBOServerState(optax.apply_updates(state.params, updates), opt_state)
 
   def pre_pass_fn(bcast, batch):
-    return jax.grad(loss_fn)(bcast[0], batch)
+    return model_state.grad(loss_fn)(bcast[0], batch)
 
   return FederatedAlgorithm(name, server_init, broadcast, client_init, client_step, client_final,
                             server_update, lambda s: s.params, pre_pass,

@@ -167,6 +167,18 @@ class DataConfig:
 class ModelConfig:
   name: str = hparam('logistic', 'Model name (see fedjax_gel.models.MODELS).', _known_model,
                      flag='model')
+  dropout: float = hparam(
+      0.0, 'Dropout rate of a built-in model that has dropout (all but logistic: on the '
+      "classifier's input; the LSTMs also between layers), in the clients' local steps only; "
+      '0: none, the published models.', within(0, 1, open_high=True))
+  batch_norm: bool = hparam(
+      False, "celeba_cnn: LEAF's BatchNorm after every convolution (its statistics need "
+      '--model_state).')
+  model_state: str = hparam(
+      'none', 'What the server does with a model\'s mutable collections (BatchNorm\'s '
+      'statistics): average them as FedAvg does the parameters; keep them local, a row per '
+      'client (FedBN); or frozen at their initial values; none: the model has none (a model '
+      'with some is refused).', one_of('none', 'average', 'local', 'frozen'))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,8 @@ import optax
 
 from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import devices, evaluation, federated_data, sampling
-from fedjax_gel.core import keys, paths, runs as runs_lib, selection, spec as spec_lib
+from fedjax_gel.core import keys, model_state, paths, runs as runs_lib, selection
+from fedjax_gel.core import spec as spec_lib
 from fedjax_gel.data import registry as data_registry
 from fedjax_gel.data.errors import DataError
 from fedjax_gel.experiment import config as config_lib
@@ -235,12 +236,24 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   elif not targets:
     check_classes(name, where, y, outputs)
   try:
-    model = models.get_model(name, x.shape[1:], outputs, vocab_size=vocab)
+    model = models.get_model(name, x.shape[1:], outputs, vocab_size=vocab,
+                             dropout=c.model.dropout, batch_norm=c.model.batch_norm)
+  except models.OptionError as e:
+    raise ConfigError(str(e)) from None
   except Exception as e:  # pylint: disable=broad-except
     if name in models.BUILTIN_MODELS:
       raise
     raise ConfigError(f'--model={name}: building it for inputs {x.shape[1:]} and {outputs} '
                       f'outputs failed {raised_at(e)}') from None
+  policy = c.model.model_state
+  if model.collections and policy == 'none':
+    raise ConfigError(f'--model={name} keeps the mutable collection'
+                      f'{"s" * (len(model.collections) > 1)} '
+                      f'{", ".join(map(repr, model.collections))}; choose what the server does '
+                      'with it: --model_state=average (FedAvg), local (FedBN) or frozen')
+  if not model.collections and policy != 'none':
+    raise ConfigError(f'--model_state={policy}: --model={name} keeps no mutable collections '
+                      '(no BatchNorm statistics); leave --model_state=none')
   task = model.task
   if task.main not in task.metrics:
     raise ConfigError(f'--model={name}: its task ({task.name}) names {task.main!r} its main '
@@ -281,10 +294,12 @@ def make_algorithm(c: Config, model: models.Model, counts, traced: dict | None =
       server_optimizer(c, traced.get('server_lr')), np.asarray(counts),
       c.cohort.aggregation_weights == 'uniform')
   try:
-    algorithm = c.spec.build(hparams, setting)
+    algorithm = model_state.with_model_state(
+        c.spec.build(hparams, setting)._replace(name=c.run_name), model, c.model.model_state,
+        num_clients=len(counts))
   except ValueError as e:
     raise ConfigError(str(e)) from None
-  return algorithm._replace(name=c.run_name)
+  return algorithm
 
 
 class Experiment(NamedTuple):

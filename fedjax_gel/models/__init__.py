@@ -1,10 +1,12 @@
 """Flax models and a registry by name (``register_model`` adds your own)."""
 from __future__ import annotations
 
+import inspect
+
 from fedjax_gel.core.checks import is_whole, positive_int
 from fedjax_gel.models import tasks
-from fedjax_gel.models.base import (Model, cross_entropy_loss, from_linen, from_nnx, masked_mean,
-                                    max_entropy_loss, num_params, per_example_loss,
+from fedjax_gel.models.base import (Model, Variables, cross_entropy_loss, from_linen, from_nnx,
+                                    masked_mean, max_entropy_loss, num_params, per_example_loss,
                                     task_loss)
 from fedjax_gel.models.tasks import CLASSIFICATION, NEXT_TOKEN, REGRESSION, Task
 from fedjax_gel.models.cnn import (CelebACNN, TwoConvCNN, celeba_cnn, cifar_cnn, femnist_cnn,
@@ -19,6 +21,10 @@ MODELS = {'logistic': logistic, 'mlp': mlp, 'femnist_cnn': femnist_cnn,
 BUILTIN_MODELS = tuple(MODELS)   # all scored by accuracy (classification, next token)
 # Models of token ids (int inputs), built with the vocabulary size.
 TOKEN_MODELS = ('shakespeare_lstm', 'sent140_lstm')
+
+
+class OptionError(ValueError):
+  """``get_model`` was given an option the model does not take."""
 
 
 def register_model(name: str, build, *, tokens: bool = False) -> None:
@@ -43,9 +49,13 @@ def register_model(name: str, build, *, tokens: bool = False) -> None:
     TOKEN_MODELS += (name,)
 
 
-def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None = None) -> Model:
+def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None = None,
+              **options) -> Model:
   """Builds the registered model ``name`` for inputs ``[*input_shape]`` and ``num_classes``
-  (token models: ids below ``vocab_size``)."""
+  (token models: ids below ``vocab_size``). ``options``: the model's own keyword arguments
+  (``dropout=``, ``batch_norm=``, ...); one that is set (not 0 or False) for a model whose
+  builder does not take it is a ValueError naming it, so that ``--dropout=0.5`` is never
+  silently ignored."""
   if name not in MODELS:
     raise ValueError(f'unknown model {name!r}; known: {", ".join(sorted(MODELS))}')
   num_classes = positive_int('get_model', 'num_classes', num_classes)
@@ -54,19 +64,28 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
     raise ValueError(f'get_model: input_shape must be a tuple of positive integers, got '
                      f'{input_shape!r}')
   input_shape = tuple(int(v) for v in input_shape)
+  try:
+    takes = inspect.signature(MODELS[name]).parameters
+  except (TypeError, ValueError):
+    takes = {}
+  given = {k: v for k, v in options.items() if v}
+  own = [p for p in takes if p not in ('input_shape', 'num_classes', 'vocab_size')]
+  for option in given:
+    if option not in takes:
+      raise OptionError(f'--{option}: model {name!r} has no such option (its own: '
+                       f'{", ".join(own) or "none"})')
   if name in TOKEN_MODELS:
-    model = MODELS[name](input_shape, num_classes, vocab_size=vocab_size)
-  else:
-    model = MODELS[name](input_shape, num_classes)
+    given['vocab_size'] = vocab_size
+  model = MODELS[name](input_shape, num_classes, **given)
   if not isinstance(model, Model):
     raise TypeError(f'get_model: {name!r} was built as a {type(model).__name__}, not a '
                     'fedjax_gel Model (models.from_linen or from_nnx wraps a Flax module)')
   return model
 
 
-__all__ = ['BUILTIN_MODELS', 'CLASSIFICATION', 'CelebACNN', 'MLP', 'NEXT_TOKEN', 'REGRESSION', 'Task', 'task_loss',
+__all__ = ['BUILTIN_MODELS', 'CLASSIFICATION', 'CelebACNN', 'MLP', 'NEXT_TOKEN', 'OptionError', 'REGRESSION', 'Task', 'task_loss',
            'tasks', 'MODELS', 'LogisticRegression', 'Model', 'StackedLSTM', 'TOKEN_MODELS',
-           'TwoConvCNN', 'celeba_cnn', 'cifar_cnn', 'cross_entropy_loss', 'femnist_cnn',
+           'TwoConvCNN', 'Variables', 'celeba_cnn', 'cifar_cnn', 'cross_entropy_loss', 'femnist_cnn',
            'from_linen', 'from_nnx', 'gel_femnist_cnn', 'get_model', 'logistic', 'masked_mean',
            'max_entropy_loss', 'max_pool_2x2', 'mlp', 'patches_conv', 'num_params',
            'per_example_loss', 'register_model', 'sent140_lstm', 'shakespeare_lstm']

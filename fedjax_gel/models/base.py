@@ -1,28 +1,51 @@
-"""A model as pure functions: ``init(key) -> params``, ``apply(params, x) -> logits``."""
+"""A model as pure functions: ``init(key) -> params``, ``apply(params, x) -> outputs``.
+
+A model that draws random numbers in training (dropout) or keeps mutable collections (BatchNorm's
+``batch_stats``) says so (``Model.rngs``, ``Model.collections``) and has a training apply;
+``core.model_state.with_model_state`` gives its clients keys and carries its state.
+"""
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_gel.core.model_state import BATCH_ENTRY, ModelInputs
 from fedjax_gel.models.tasks import CLASSIFICATION, Task, batch_mean
 
 Params = Any
 
 
+class Variables(NamedTuple):
+  """The variables of a model with mutable collections: its trainable ``params`` and its
+  ``state`` (``{collection: pytree}``, e.g. ``{'batch_stats': ...}``). Algorithms optimise the
+  params; the server treats the state by a policy (``core.model_state``)."""
+  params: Any
+  state: Any
+
+
 class Model(NamedTuple):
-  """A classifier given as pure functions over a params pytree.
+  """A model given as pure functions over a params pytree.
 
   Attributes:
     name: registry name.
-    init: ``key -> params``.
-    apply: ``(params, x) -> logits`` for a batch ``x`` of shape ``[B, *input_shape]``.
+    init: ``key -> params`` (``Variables`` for a model with ``collections``).
+    apply: ``(params, x) -> outputs`` for a batch ``x`` of shape ``[B, *input_shape]``, in
+      evaluation mode (Flax's ``train=False``: no dropout, running statistics); for a model with
+      ``collections`` ``params`` is its ``Variables``.
     num_classes: output classes.
     features: ``(params, x) -> [B, F]`` penultimate activations (FedMAX), or None.
     task: what its outputs are scored by (``models.tasks``: the loss and the evaluation
       metrics); classification by default.
+    train_apply: ``(params, state, x, rng) -> (outputs, new_state)`` in training mode
+      (``train=True``), drawing its streams from ``rng`` (None for a model without streams) and
+      updating its ``state`` (``{}`` for a model without collections); None: ``apply`` trains.
+    rngs: the rng streams ``train_apply`` draws (e.g. ``('dropout',)``).
+    collections: the mutable collections of ``Variables.state`` (e.g. ``('batch_stats',)``).
   """
   name: str
   init: Callable[[jax.Array], Params]
@@ -30,6 +53,55 @@ class Model(NamedTuple):
   num_classes: int
   features: Callable[[Params, jax.Array], jax.Array] | None = None
   task: Task = CLASSIFICATION
+  train_apply: Callable | None = None
+  rngs: tuple = ()
+  collections: tuple = ()
+
+
+# Collections a linen module may write that are not model state: ``sow``'s intermediates are
+# made mutable in training (so that sowing works) and dropped.
+NOT_STATE = ('params', 'intermediates')
+MAX_STREAMS = 16   # rng streams a module may ask for before ``from_linen`` gives up
+
+
+def stream_keys(rng, streams) -> dict:
+  """``{stream: fold_in(rng, position)}``: one key per rng stream of the step."""
+  return {s: jax.random.fold_in(rng, i) for i, s in enumerate(streams)}
+
+
+def takes_train(module) -> bool:
+  """Whether a linen module's ``__call__`` takes ``train`` (Flax's convention for dropout and
+  BatchNorm: ``nn.Dropout(rate, deterministic=not train)``,
+  ``nn.BatchNorm(use_running_average=not train)``)."""
+  try:
+    params = inspect.signature(module.__call__).parameters
+  except (TypeError, ValueError):
+    return False
+  return 'train' in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+
+
+def missing_stream(error) -> str | None:
+  """The rng stream a ``flax.errors.InvalidRngError`` asks for (``... needs PRNG for "s"``)."""
+  found = re.search(r'PRNG for "([^"]+)"', str(error))
+  return found.group(1) if found else None
+
+
+def discover_streams(name: str, run: Callable, where: str, *args) -> tuple:
+  """The rng streams ``run(rngs, *args)`` asks for, found by tracing it (``jax.eval_shape``;
+  ``args`` may be shape structs) with the streams asked so far until it asks for none."""
+  from flax import errors  # pylint: disable=g-import-not-at-top
+  streams = []
+  for _ in range(MAX_STREAMS):
+    try:
+      jax.eval_shape(lambda *a: run(stream_keys(jax.random.key(0), streams), *a), *args)
+      return tuple(streams)
+    except errors.InvalidRngError as e:
+      stream = missing_stream(e)
+      if stream is None or stream in streams:
+        raise ValueError(f'model {name!r}: {where} asks for an rng stream it is not given: '
+                         f'{str(e).split(" (https")[0]}') from None
+      streams.append(stream)
+  raise ValueError(f'model {name!r}: {where} asks for more than {MAX_STREAMS} rng streams')
 
 
 def from_linen(name: str, module, input_shape, input_dtype, num_classes: int,
@@ -37,38 +109,161 @@ def from_linen(name: str, module, input_shape, input_dtype, num_classes: int,
   """Wraps a Flax linen module whose ``__call__(x)`` maps ``[B, *input_shape]`` to its outputs
   (logits for classification; ``task`` says how they are scored).
 
-  A module with a ``features(x)`` method exposes its penultimate activations.
+  A module whose ``__call__`` takes ``train`` is called with ``train=True`` in the clients'
+  local steps and ``train=False`` in evaluation; one that does not is called without it. The
+  rng streams it draws in training (``self.make_rng``, ``nn.Dropout``) are found by tracing it
+  once, and each step gets a key per stream (``core.model_state``). Collections its ``init``
+  returns besides ``'params'`` (e.g. BatchNorm's ``'batch_stats'``) are its mutable state
+  (``Variables``), written in training; ``sow``'s ``'intermediates'`` are dropped. A module
+  that asks for an rng stream in evaluation (dropout without ``deterministic=not train``) is a
+  ValueError naming the stream. A module with a ``features(x)`` method exposes its penultimate
+  activations.
   """
   dummy = np.zeros((1, *input_shape), input_dtype)   # host array: nothing to compile
+  train_kw = (lambda train: {'train': train}) if takes_train(module) else (lambda train: {})
+
+  def init_with(key, streams):
+    if not streams:   # a plain key: the params of a module without streams, as ever
+      return module.init(key, dummy, **train_kw(False))
+    return module.init({'params': key, **stream_keys(jax.random.fold_in(key, 1), streams)},
+                       dummy, **train_kw(False))
+
+  init_streams = discover_streams(name, lambda rngs: init_with(jax.random.key(0), rngs),
+                                  'its init')
+  shapes = jax.eval_shape(lambda: init_with(jax.random.key(0), init_streams))
+  collections = tuple(c for c in shapes if c not in NOT_STATE)
+
+  def variables(params):
+    if collections:
+      return {'params': params.params, **params.state}
+    return {'params': params}
+
+  def apply(params, x):
+    return module.apply(variables(params), x, **train_kw(False))
+
+  def run_train(params, state, x, rngs):
+    vs = {'params': params, **(state or {})}
+    out, new = module.apply(vs, x, rngs=rngs, mutable=[*collections, 'intermediates'],
+                            **train_kw(True))
+    return out, {c: new[c] for c in collections}
+
+  def init(key):
+    vs = init_with(key, init_streams)
+    if collections:
+      return Variables(vs['params'], {c: vs[c] for c in collections})
+    return vs['params']
+
+  abstract = jax.eval_shape(init, jax.random.key(0))
+  abstract_params = abstract.params if collections else abstract
+  abstract_state = abstract.state if collections else {}
+  drawn = discover_streams(name, lambda rngs, vs: module.apply(variables(vs), dummy, rngs=rngs,
+                                                               **train_kw(False)),
+                           'its evaluation', abstract)
+  if drawn:
+    raise ValueError(
+        f'model {name!r} draws the rng stream {drawn[0]!r} in evaluation ('
+        + ('train=False' if train_kw(False) else 'its __call__ takes no train argument')
+        + '), where nothing is drawn: give its __call__ a train argument and its dropout '
+        'deterministic=not train')
+  streams = discover_streams(
+      name, lambda rngs, p, st: run_train(p, st, dummy, rngs), 'its training', abstract_params,
+      abstract_state)
+
+  train_apply = None
+  if train_kw(True) or streams or collections:
+    def train_apply(params, state, x, rng):
+      return run_train(params, state, x, stream_keys(rng, streams) if streams else {})
+
   features = None
   if hasattr(module, 'features'):
-    features = lambda params, x: module.apply({'params': params}, x, method='features')
-  return Model(name, lambda key: module.init(key, dummy)['params'],
-               lambda params, x: module.apply({'params': params}, x), num_classes, features,
-               task)
+    features = lambda params, x: module.apply(variables(params), x, method='features')
+  return Model(name, init, apply, num_classes, features, task, train_apply, streams,
+               collections)
 
 
-def from_nnx(name: str, make_module: Callable, num_classes: int) -> Model:
-  """Wraps a Flax ``nnx`` module: ``make_module(rngs) -> module`` mapping ``[B, ...]`` to logits.
+def from_nnx(name: str, make_module: Callable, num_classes: int,
+             task: Task = CLASSIFICATION) -> Model:
+  """Wraps a Flax ``nnx`` module: ``make_module(rngs) -> module`` mapping ``[B, ...]`` to outputs.
 
-  The module is split once into a graph definition and its state; params are the state as a
-  plain dict of arrays, which is all the engine vmaps over clients (``nnx.merge`` rebuilds the
-  module inside ``apply``, at trace time only).
+  The module is split once into a graph definition and its state: params are its
+  ``nnx.Param`` variables as a plain dict of arrays, which is all the engine vmaps over clients
+  (``nnx.merge`` rebuilds the module inside ``apply``, at trace time only). Its other variables
+  (``nnx.BatchStat``, ...) but rng state are its mutable state (``Variables``). The clients'
+  local steps run it after ``module.train()`` with every rng stream it holds (``nnx.Dropout``'s)
+  reseeded from the step's key; evaluation after ``module.eval()``.
   """
   from flax import nnx  # pylint: disable=g-import-not-at-top
 
   abstract = nnx.eval_shape(lambda: make_module(nnx.Rngs(0)))
   graphdef = nnx.split(abstract)[0]
+  state_filter = nnx.All(nnx.Not(nnx.Param), nnx.Not(nnx.RngState))
+  streams = tuple(sorted({node.tag for _, node in nnx.iter_graph(abstract)
+                          if isinstance(node, nnx.RngStream)}))
+  abstract_state = nnx.to_pure_dict(nnx.state(abstract, state_filter))
+  collections = ('state',) if jax.tree.leaves(abstract_state) else ()
 
   def init(key):
-    return nnx.to_pure_dict(nnx.state(make_module(nnx.Rngs(key))))
+    module = make_module(nnx.Rngs(key))
+    params = nnx.to_pure_dict(nnx.state(module, nnx.Param))
+    if collections:
+      return Variables(params, {'state': nnx.to_pure_dict(nnx.state(module, state_filter))})
+    return params
+
+  def build(params, state):
+    """The module with ``params`` and ``state``; its rng streams hold placeholder keys."""
+    parts = nnx.split(abstract, nnx.Param, state_filter, ...)[1:]
+    nnx.replace_by_pure_dict(parts[0], params)
+    if collections:
+      nnx.replace_by_pure_dict(parts[1], state['state'])
+    rng_state = jax.tree.map(
+        lambda a: (jax.random.key(0) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else
+                   jnp.zeros(a.shape, a.dtype)), parts[2])
+    return nnx.merge(graphdef, parts[0], parts[1], rng_state)
 
   def apply(params, x):
-    state = nnx.split(abstract)[1]
-    nnx.replace_by_pure_dict(state, params)
-    return nnx.merge(graphdef, state)(x)
+    params, state = (params.params, params.state) if collections else (params, None)
+    module = build(params, state)
+    module.eval()
+    return module(x)
 
-  return Model(name, init, apply, num_classes)
+  def train_apply(params, state, x, rng):
+    module = build(params, state)
+    module.train()
+    if streams:
+      nnx.reseed(module, **stream_keys(rng, streams))
+    out = module(x)
+    if not collections:
+      return out, {}
+    nnx.pop(module, nnx.Intermediate)
+    return out, {'state': nnx.to_pure_dict(nnx.state(module, state_filter))}
+
+  return Model(name, init, apply, num_classes, task=task,
+               train_apply=train_apply if streams or collections else None, rngs=streams,
+               collections=collections)
+
+
+def training_outputs(model: Model, params, batch):
+  """The model's outputs on ``batch['x']`` in a client's step, and its new state (None when it
+  has none to return): in training mode with the step's key and state the engine put in the
+  batch (``batch['model']``, ``core.model_state``), in evaluation mode for a pre-pass; a model
+  without streams or collections in training mode by itself. A model that needs a key or state
+  the batch does not carry is a ValueError (one line)."""
+  inputs = batch.get(BATCH_ENTRY)
+  if inputs is None:
+    if model.rngs or model.collections:
+      needs = ', '.join([f'the rng stream {s!r}' for s in model.rngs] +
+                        [f'the mutable collection {c!r}' for c in model.collections])
+      raise ValueError(f'model {model.name!r} trains with {needs}, which this minibatch does '
+                       'not carry: wrap the algorithm with fedjax_gel.core.model_state.'
+                       'with_model_state(algorithm, model, policy)')
+    if model.train_apply is None:
+      return model.apply(params, batch['x']), None
+    return model.train_apply(params, {}, batch['x'], None)[0], None
+  if not inputs.train:
+    variables = Variables(params, inputs.state) if model.collections else params
+    return model.apply(variables, batch['x']), None
+  outputs, state = model.train_apply(params, inputs.state or {}, batch['x'], inputs.rng)
+  return outputs, (state if model.collections else None)
 
 
 def masked_mean(values: jax.Array, batch: dict) -> jax.Array:
@@ -92,7 +287,11 @@ def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
 
 
 def _mean_loss(model: Model, task: Task) -> Callable[[Params, dict], jax.Array]:
-  return lambda params, batch: batch_mean(task.loss, model.apply(params, batch['x']), batch)
+  def loss(params, batch):
+    outputs, state = training_outputs(model, params, batch)
+    value = batch_mean(task.loss, outputs, batch)
+    return value if state is None else (value, state)
+  return loss
 
 
 def per_example_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
@@ -113,6 +312,9 @@ def max_entropy_loss(model: Model, beta: float) -> Callable[[Params, dict], jax.
   """
   if model.features is None:
     raise ValueError(f'model {model.name!r} exposes no penultimate activations for FedMAX')
+  if model.rngs or model.collections:
+    raise ValueError(f'model {model.name!r} trains with rng streams or mutable state, which '
+                     "FedMAX's activations do not carry; choose a model without (--dropout=0)")
   ce = task_loss(model)
 
   def loss(params, batch):

@@ -1,7 +1,9 @@
 """Image CNNs of LEAF (FEMNIST, CelebA), GeL (FEMNIST) and FedGBO (CIFAR100).
 
-None of them keeps state beyond ``'params'`` (no BatchNorm, no dropout), so ``apply`` is a pure
-function the engine can ``jax.vmap`` and ``jax.grad`` over clients.
+Off by default, as the papers' configurations have none, each has ``dropout`` (a rate: dropout
+on the classifier's input in training, ``--dropout``), and the CelebA CNN LEAF's BatchNorm
+(``--batch_norm``, whose running statistics the server treats by ``--model_state``); without
+them a model keeps nothing beyond ``'params'`` and is the same function as before they existed.
 
 Inputs are float images ``[B, H, W, C]``; ``[B, H, W]`` is read as one channel and ``[B, H*W]``
 as a flattened square one-channel image (LEAF stores FEMNIST as 784 floats per example).
@@ -15,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from fedjax_gel.models.base import Model, from_linen
-from fedjax_gel.models.layers import conv_general_dilated, max_pool_2x2
+from fedjax_gel.models.layers import conv_general_dilated, dropped, max_pool_2x2
 
 
 def as_nhwc(x):
@@ -51,6 +53,7 @@ class TwoConvCNN(nn.Module):
   hidden: int = 2048
   channels: tuple = (32, 64)
   xla_layers: bool = False
+  dropout: float = 0.
 
   def setup(self):
     k = (self.kernel, self.kernel)
@@ -60,27 +63,29 @@ class TwoConvCNN(nn.Module):
     self.pool = _xla_pool if self.xla_layers else max_pool_2x2
     self.dense = nn.Dense(self.hidden)
     self.out = nn.Dense(self.num_classes)
+    if self.dropout:
+      self.drop = nn.Dropout(self.dropout)
 
   def features(self, x):
     x = self.pool(nn.relu(self.conv1(as_nhwc(x))))
     x = self.pool(nn.relu(self.conv2(x)))
     return nn.relu(self.dense(x.reshape((x.shape[0], -1))))
 
-  def __call__(self, x):
-    return self.out(self.features(x))
+  def __call__(self, x, train: bool = False):
+    return self.out(dropped(self, self.features(x), train))
 
 
-def femnist_cnn(input_shape, num_classes: int) -> Model:
+def femnist_cnn(input_shape, num_classes: int, dropout: float = 0.) -> Model:
   """LEAF's FEMNIST CNN (Caldas et al. 2018, ``models/femnist/cnn.py``): conv 5x5 32 'SAME' +
   ReLU, maxpool, conv 5x5 64 'SAME' + ReLU, maxpool, dense 2048 + ReLU, dense ``num_classes``.
 
   28x28x1 inputs and 62 classes: 6,603,710 parameters.
   """
-  module = TwoConvCNN(num_classes, kernel=5, padding='SAME', hidden=2048)
+  module = TwoConvCNN(num_classes, kernel=5, padding='SAME', hidden=2048, dropout=dropout)
   return from_linen('femnist_cnn', module, tuple(input_shape), jnp.float32, num_classes)
 
 
-def gel_femnist_cnn(input_shape, num_classes: int) -> Model:
+def gel_femnist_cnn(input_shape, num_classes: int, dropout: float = 0.) -> Model:
   """The FEMNIST CNN of GeL (Boukhari et al. 2023; about 6.1e5 parameters, Table 1).
 
   The paper says only "CNN, 2 Conv2D layers" (Table 4), "the same models as McMahan et al.
@@ -90,11 +95,11 @@ def gel_femnist_cnn(input_shape, num_classes: int) -> Model:
   inputs to the dense layer and 608,702 parameters for 28x28x1 inputs and 62 classes ('SAME'
   convolutions give 1.69e6; LEAF's 2048-wide CNN, ``femnist_cnn``, 6.6e6). This is our choice.
   """
-  module = TwoConvCNN(num_classes, kernel=5, padding='VALID', hidden=512)
+  module = TwoConvCNN(num_classes, kernel=5, padding='VALID', hidden=512, dropout=dropout)
   return from_linen('gel_femnist_cnn', module, tuple(input_shape), jnp.float32, num_classes)
 
 
-def cifar_cnn(input_shape, num_classes: int) -> Model:
+def cifar_cnn(input_shape, num_classes: int, dropout: float = 0.) -> Model:
   """FedGBO's CIFAR100 CNN (Mills et al. 2022, §5; layer sizes from the authors' code,
   github.com/JedMills/FedGBO ``models.py``): conv 3x3 32 'VALID' + ReLU, maxpool, conv 3x3 64
   'VALID' + ReLU, maxpool, dense 512 + ReLU, dense ``num_classes``.
@@ -103,40 +108,52 @@ def cifar_cnn(input_shape, num_classes: int) -> Model:
   parameters. FedGBO's FEMNIST CNN is the same network on 28x28x1 inputs with 62 classes
   (1600 dense inputs, 870,334 parameters): build this on that shape.
   """
-  module = TwoConvCNN(num_classes, kernel=3, padding='VALID', hidden=512)
+  module = TwoConvCNN(num_classes, kernel=3, padding='VALID', hidden=512, dropout=dropout)
   return from_linen('cifar_cnn', module, tuple(input_shape), jnp.float32, num_classes)
 
 
 class CelebACNN(nn.Module):
-  """``blocks`` x [conv 3x3 ``channels`` 'SAME', maxpool 2x2/2 'SAME', ReLU], dense
+  """``blocks`` x [conv 3x3 ``channels`` 'SAME', (BatchNorm), maxpool 2x2/2 'SAME', ReLU], dense
   ``num_classes`` on the flattened maps (``features``)."""
   num_classes: int
   blocks: int = 4
   channels: int = 32
+  dropout: float = 0.
+  batch_norm: bool = False
 
   def setup(self):
     self.convs = [nn.Conv(self.channels, (3, 3), padding='SAME',
                           conv_general_dilated=conv_general_dilated)
                   for _ in range(self.blocks)]
+    if self.batch_norm:
+      self.norms = [nn.BatchNorm() for _ in range(self.blocks)]
     self.out = nn.Dense(self.num_classes)
+    if self.dropout:
+      self.drop = nn.Dropout(self.dropout)
 
-  def features(self, x):
+  def features(self, x, train: bool = False):
     x = as_nhwc(x)
-    for conv in self.convs:
-      x = nn.relu(max_pool_2x2(conv(x), 'SAME'))
+    for i, conv in enumerate(self.convs):
+      x = conv(x)
+      if self.batch_norm:
+        x = self.norms[i](x, use_running_average=not train)
+      x = nn.relu(max_pool_2x2(x, 'SAME'))
     return x.reshape((x.shape[0], -1))
 
-  def __call__(self, x):
-    return self.out(self.features(x))
+  def __call__(self, x, train: bool = False):
+    return self.out(dropped(self, self.features(x, train), train))
 
 
-def celeba_cnn(input_shape, num_classes: int) -> Model:
-  """LEAF's CelebA CNN (Caldas et al. 2018, ``models/celeba/cnn.py``) without its BatchNorm:
-  4 x [conv 3x3 32 'SAME', maxpool 2x2/2 'SAME', ReLU], dense ``num_classes``.
+def celeba_cnn(input_shape, num_classes: int, dropout: float = 0.,
+               batch_norm: bool = False) -> Model:
+  """LEAF's CelebA CNN (Caldas et al. 2018, ``models/celeba/cnn.py``): 4 x [conv 3x3 32 'SAME',
+  (BatchNorm), maxpool 2x2/2 'SAME', ReLU], dense ``num_classes``.
 
-  LEAF normalises after every convolution with BatchNorm in training mode; that layer's batch
-  statistics are mutable state the engine cannot vmap, so it is dropped (no replacement).
-  84x84x3 inputs (84 -> 42 -> 21 -> 11 -> 6, 1152 dense inputs) and 2 classes: 30,946 parameters.
+  LEAF normalises after every convolution with BatchNorm in training mode; ``batch_norm`` (off
+  by default, as this model was published here without it) restores it, Flax's ``nn.BatchNorm``
+  (momentum 0.99, epsilon 1e-5; LEAF's TF layer: 0.99, 1e-3), its statistics treated by the
+  run's ``--model_state``. 84x84x3 inputs (84 -> 42 -> 21 -> 11 -> 6, 1152 dense inputs) and 2
+  classes: 30,946 parameters (31,202 with BatchNorm's scales and biases).
   """
-  return from_linen('celeba_cnn', CelebACNN(num_classes), tuple(input_shape), jnp.float32,
-                    num_classes)
+  return from_linen('celeba_cnn', CelebACNN(num_classes, dropout=dropout, batch_norm=batch_norm),
+                    tuple(input_shape), jnp.float32, num_classes)

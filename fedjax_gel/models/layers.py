@@ -245,3 +245,9 @@ def _recurrence_bwd(residuals, dhs):
 
 
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
+
+
+def dropped(module, x, train: bool):
+  """``module.drop`` (an ``nn.Dropout``) on ``x`` in training, where ``module`` has a dropout
+  rate (its ``dropout`` field); ``x`` itself otherwise."""
+  return module.drop(x, deterministic=not train) if module.dropout else x

@@ -6,6 +6,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from fedjax_gel.models.base import Model, from_linen
+from fedjax_gel.models.layers import dropped
 
 
 class LogisticRegression(nn.Module):
@@ -32,17 +33,22 @@ class MLP(nn.Module):
   """One ReLU hidden layer of ``hidden`` units, then a linear classifier."""
   num_classes: int
   hidden: int = 64
+  dropout: float = 0.
 
   def setup(self):
     self.hidden_layer = nn.Dense(self.hidden)
     self.out = nn.Dense(self.num_classes)
+    if self.dropout:
+      self.drop = nn.Dropout(self.dropout)
 
   def features(self, x):
     return nn.relu(self.hidden_layer(x.reshape((x.shape[0], -1))))
 
-  def __call__(self, x):
-    return self.out(self.features(x))
+  def __call__(self, x, train: bool = False):
+    return self.out(dropped(self, self.features(x), train))
 
 
-def mlp(input_shape, num_classes: int) -> Model:
-  return from_linen('mlp', MLP(num_classes), tuple(input_shape), jnp.float32, num_classes)
+def mlp(input_shape, num_classes: int, dropout: float = 0.) -> Model:
+  """``MLP``; ``dropout`` on its hidden layer's activations in training (off by default)."""
+  return from_linen('mlp', MLP(num_classes, dropout=dropout), tuple(input_shape), jnp.float32,
+                    num_classes)

@@ -3,7 +3,8 @@
 Both read int32 token ids ``[B, L]`` and classify from the top LSTM's output at the LAST
 position (LEAF: one label per sequence). The LSTMs start from a zero carry and hold no state
 beyond ``'params'``, so ``apply`` is pure and vmaps over clients. Token ids must lie in
-``[0, vocab_size)``.
+``[0, vocab_size)``. ``dropout`` (off by default, as in LEAF's models; ``--dropout``) drops
+each LSTM's outputs in training: between the layers and before the classifier.
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ class StackedLSTM(nn.Module):
   layers: int = 2
   dense: int = 0
   fused: bool = True
+  dropout: float = 0.
 
   def setup(self):
     self.embed = nn.Embed(self.vocab_size, self.embed_dim)
@@ -48,23 +50,29 @@ class StackedLSTM(nn.Module):
     if self.dense:
       self.fc = nn.Dense(self.dense)
     self.out = nn.Dense(self.num_classes)
+    if self.dropout:
+      self.drop = nn.Dropout(self.dropout)
 
-  def features(self, tokens):
+  def features(self, tokens, train: bool = False):
     h = self.embed(tokens)
-    for lstm in self.lstms:
+    for i, lstm in enumerate(self.lstms):
       if self.fused and not self.is_initializing():
         h = layers.lstm(h, *lstm_kernels(lstm.variables['params']['cell']))
       else:
         h = lstm(h)
-    h = h[:, -1]
+      if self.dropout and i < len(self.lstms) - 1:
+        h = self.drop(h, deterministic=not train)
+    h = h[:, -1]   # the top layer's outputs are read at the last position only
+    if self.dropout:
+      h = self.drop(h, deterministic=not train)
     return self.fc(h) if self.dense else h
 
-  def __call__(self, tokens):
-    return self.out(self.features(tokens))
+  def __call__(self, tokens, train: bool = False):
+    return self.out(self.features(tokens, train))
 
 
 def shakespeare_lstm(input_shape, num_classes: int, vocab_size: int | None = None,
-                     fused: bool = True) -> Model:
+                     fused: bool = True, dropout: float = 0.) -> Model:
   """LEAF's Shakespeare next-character model (Caldas et al. 2018; also GeL's, Boukhari et al. 2023):
   embedding 8, two stacked LSTMs of 256 units, dense ``num_classes`` on the last position.
 
@@ -73,11 +81,12 @@ def shakespeare_lstm(input_shape, num_classes: int, vocab_size: int | None = Non
   ``fused``: ``StackedLSTM.fused``.
   """
   vocab = num_classes if vocab_size is None else vocab_size
-  module = StackedLSTM(num_classes, vocab, embed_dim=8, hidden=256, fused=fused)
+  module = StackedLSTM(num_classes, vocab, embed_dim=8, hidden=256, fused=fused, dropout=dropout)
   return from_linen('shakespeare_lstm', module, tuple(input_shape), jnp.int32, num_classes)
 
 
-def sent140_lstm(input_shape, num_classes: int, vocab_size: int | None = None) -> Model:
+def sent140_lstm(input_shape, num_classes: int, vocab_size: int | None = None,
+                 dropout: float = 0.) -> Model:
   """LEAF's Sent140 stacked LSTM (Caldas et al. 2018, ``models/sent140/stacked_lstm.py``):
   learned embedding 100, two LSTMs of 100 units, linear dense 128, dense ``num_classes``, read
   at the last of ``input_shape = (L,)`` positions (25 in LEAF, padding included).
@@ -88,5 +97,5 @@ def sent140_lstm(input_shape, num_classes: int, vocab_size: int | None = None) -
   parameters (1,000,000 in the embedding).
   """
   vocab = 10_000 if vocab_size is None else vocab_size
-  module = StackedLSTM(num_classes, vocab, embed_dim=100, hidden=100, dense=128)
+  module = StackedLSTM(num_classes, vocab, embed_dim=100, hidden=100, dense=128, dropout=dropout)
   return from_linen('sent140_lstm', module, tuple(input_shape), jnp.int32, num_classes)
