@@ -200,7 +200,7 @@ def all_finite(tree) -> jax.Array:
 
 def tree_bytes(tree) -> int:
   """Bytes of a pytree of arrays or shape structs (static)."""
-  return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+  return sum(int(np.prod(x.shape)) * x.dtype.itemsize
              for x in jax.tree_util.tree_leaves(tree))
 
 

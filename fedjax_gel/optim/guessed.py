@@ -37,11 +37,11 @@ Lemma 1 (GeL, eq. 6): with momentum and zero proxy, the accumulated client updat
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
 import numbers
 import operator
+import re
 from typing import Any, NamedTuple
 
 import jax
@@ -49,6 +49,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import serialization
+
+from fedjax_gel.optim import guess_wrappers
+from fedjax_gel.optim.guess_wrappers import GuessRefusedError
 
 PROXIES = ('zero', 'last_gradient')
 MAX_INFINITE_GUESSES = 10_000   # steps an infinite count may take before it is declared NaN
@@ -279,8 +282,19 @@ def _guess_generic(state: GuessState, params, count):
     return i + 1, new_total, inner_state, optax.apply_updates(p, u), settled
 
   zeros = optax.tree_utils.tree_zeros_like(params)
-  _, total, inner_state, _, settled = jax.lax.while_loop(
-      cond, body, (jnp.int32(0), zeros, state.inner_state, params, jnp.bool_(False)))
+  try:
+    _, total, inner_state, _, settled = jax.lax.while_loop(
+        cond, body, (jnp.int32(0), zeros, state.inner_state, params, jnp.bool_(False)))
+  except TypeError as err:
+    missing = re.search(r'required keyword-only arguments?: (.*)', str(err))
+    if missing is None:
+      raise
+    raise GuessRefusedError(
+        f'guess: guessing(inner)\'s inner optimiser needs {missing.group(1)} in its update, which '
+        'a guessed step cannot give (it computes no loss, e.g. for optax.contrib.'
+        'reduce_on_plateau\'s value); put that transformation after guessing in an optax.chain, '
+        'e.g. optax.chain(guessing(optax.sgd(lr, momentum=0.9)), optax.contrib.reduce_on_plateau())'
+        ', whose scale guess holds') from err
   unknown = (infinite & ~settled) | jnp.isnan(count)   # NaN, as gel_sgdm's closed form gives
   total = jax.tree.map(lambda t: jnp.where(unknown, jnp.nan, t).astype(t.dtype), total)
   return total, dataclasses.replace(state, inner_state=inner_state)
@@ -292,12 +306,9 @@ def all_equal(a, b) -> jax.Array:
       jax.tree.leaves(a), jax.tree.leaves(b))]))
 
 
-_GUESSES = {GeLSGDMState: _guess_sgdm, GuessState: _guess_generic}
-
-
 def is_guess_state(x) -> bool:
   """Whether ``x`` is the state of a GeL transformation (``gel_sgdm`` or ``guessing``)."""
-  return type(x) in _GUESSES
+  return isinstance(x, (GeLSGDMState, GuessState))
 
 
 def has_guess_state(opt_state) -> bool:
@@ -305,55 +316,22 @@ def has_guess_state(opt_state) -> bool:
   return any(map(is_guess_state, jax.tree.leaves(opt_state, is_leaf=is_guess_state)))
 
 
-def _is_masked(x) -> bool:
-  return isinstance(x, optax.MaskedNode)
+_KINDS = {
+    GeLSGDMState: guess_wrappers.GeLKind(
+        guess=_guess_sgdm, mirror=lambda s: s.velocity, scalar_leaves=lambda s: False,
+        last_gradient=lambda s: s.last_grad is not None),
+    GuessState: guess_wrappers.GeLKind(
+        guess=_guess_generic, mirror=lambda s: s.proxy_grad,
+        scalar_leaves=lambda s: s.proxy == 'zero', last_gradient=lambda s: s.proxy != 'zero'),
+}
 
 
-def _acts_on(opt_state) -> set:
-  """The parameters (paths) the GeL states in ``opt_state`` act on: all but those an
-  ``optax.masked`` leaves out (``MaskedNode`` in the state's parameter-shaped tree)."""
-  paths = set()
-  for state in jax.tree.leaves(opt_state, is_leaf=is_guess_state):
-    if is_guess_state(state):
-      mirror = state.velocity if isinstance(state, GeLSGDMState) else state.proxy_grad
-      flat, _ = jax.tree_util.tree_flatten_with_path(mirror, is_leaf=_is_masked)
-      paths |= {jax.tree_util.keystr(path) for path, leaf in flat if not _is_masked(leaf)}
-  return paths
-
-
-def check_last_in_chains(opt_state) -> None:
-  """Raises ``ValueError`` when a GeL state is followed by another transformation in an
-  ``optax.chain`` (whose state is a plain tuple) or an ``optax.named_chain`` (an
-  ``OrderedDict``; ``partition``'s groups are a plain dict, side by side): the guessed steps are
-  the GeL transformation's own updates, which a later transformation of the chain (e.g.
-  ``optax.scale(-lr)`` after ``guessing(optax.scale_by_adam())``) would change but never sees,
-  so the guesses would have the wrong scale or sign. Chains inside ``guessing``'s inner
-  optimiser are its own."""
-  if is_guess_state(opt_state):
-    return
-  chained = (tuple(opt_state.values()) if type(opt_state) is collections.OrderedDict else
-             opt_state if type(opt_state) is tuple else None)   # pylint: disable=unidiomatic-typecheck
-  if chained is not None:
-    holders = [i for i, x in enumerate(chained) if has_guess_state(x)]
-    acts = [_acts_on(chained[i]) for i in holders]   # optax.masked groups side by side are fine
-    if any(a & b for j, a in enumerate(acts) for b in acts[j + 1:]):
-      # the later one changes the earlier one's updates, as any other transformation would
-      raise ValueError(
-          f'guess: an optax.chain holds {len(holders)} GeL transformations (gel_sgdm or '
-          'guessing) one after the other; the later one would change the earlier one\'s updates '
-          'but not its guessed steps: keep one, the whole optimiser inside it (e.g. '
-          'guessing(optax.chain(...)))')
-    if holders and holders[-1] < len(chained) - 1:
-      later = ', '.join(type(x).__name__ for x in chained[holders[-1] + 1:])
-      raise ValueError(
-          'guess: a GeL transformation (gel_sgdm or guessing) must be the last of its '
-          f'optax.chain, whose later transformations ({later}) would change its updates but '
-          'not its guessed steps; put them inside it, e.g. guessing(optax.chain('
-          'optax.scale_by_adam(), optax.scale(-lr))) or guessing(optax.adam(lr))')
-  children = (opt_state.values() if isinstance(opt_state, dict) else
-              opt_state if isinstance(opt_state, (tuple, list)) else ())
-  for child in children:
-    check_last_in_chains(child)
+def _check_count(count) -> None:
+  if not isinstance(count, jax.core.Tracer):
+    c = np.asarray(count)
+    if c.ndim or c.dtype.kind not in 'iuf' or not c >= 0 or np.isfinite(c) and c != np.floor(c):
+      raise ValueError(f'guess: count must be one whole number of steps >= 0 or inf, got '
+                       f'{count!r}')
 
 
 def guess(opt_state, params, count):
@@ -361,49 +339,41 @@ def guess(opt_state, params, count):
 
   Args:
     opt_state: the state of any optimiser holding a ``gel_sgdm`` or ``guessing`` state, at any
-      depth (``chain``, ``named_chain``, ``inject_hyperparams``, ``MultiSteps``, ``partition``).
+      depth of the wrappers ``guess_wrappers`` follows (``chain``, ``named_chain``, ``masked``,
+      ``partition``, ``inject_hyperparams``, ``apply_if_finite``; ``reduce_on_plateau`` after it).
     params: the current params (the guesses start from them).
     count: the number of guessed steps, a scalar (possibly traced; ``inf`` allowed). A concrete
       one must be a whole number >= 0 or ``inf`` (``gel_sgdm``'s closed form would take a
       fraction, ``guessing``'s steps would drop it).
 
   Returns:
-    ``(updates, opt_state)``: the summed updates of the guessed steps, like ``params`` (zero
-    where no GeL state acts, e.g. other ``partition`` groups), and the state after them; apply
-    them with ``optax.apply_updates``.
+    ``(updates, opt_state)``: the summed updates the optimiser would apply for the guessed steps,
+    like ``params`` (zero where no GeL state acts, e.g. other ``partition`` groups), and the
+    state after them; apply them with ``optax.apply_updates``.
 
   Raises:
     NoGuessStateError: ``opt_state`` holds no GeL state.
-    ValueError: a GeL state is followed by another transformation in an ``optax.chain``
-      (``check_last_in_chains``); a concrete ``count`` that is not one whole number >= 0 or
-      ``inf``.
+    GuessRefusedError: a wrapper whose state does not say what it applies for a guessed step
+      (one line naming it and what to use instead; see ``guess_wrappers``).
+    ValueError: a concrete ``count`` that is not one whole number >= 0 or ``inf``.
   """
   if params is None:
     raise ValueError('guess: pass the current params (the guessed steps start from them)')
-  if not isinstance(count, jax.core.Tracer):
-    c = np.asarray(count)
-    if c.ndim or c.dtype.kind not in 'iuf' or not c >= 0 or np.isfinite(c) and c != np.floor(c):
-      raise ValueError(f'guess: count must be one whole number of steps >= 0 or inf, got '
-                       f'{count!r}')
-  leaves, treedef = jax.tree.flatten(opt_state, is_leaf=is_guess_state)
-  found = [i for i, leaf in enumerate(leaves) if is_guess_state(leaf)]
-  if not found:
+  _check_count(count)
+  if not has_guess_state(opt_state):
     kinds = sorted({type(x).__name__ for x in jax.tree.leaves(
         opt_state, is_leaf=lambda x: isinstance(x, tuple) and hasattr(x, '_fields'))})
     raise NoGuessStateError(
         'guess: the optimiser state holds no GeL state (gel_sgdm or guessing); found '
         f'{", ".join(kinds) or "nothing"}. Build the client optimiser with '
         'fedjax_gel.optim.gel_sgdm(...) or fedjax_gel.optim.guessing(optax_optimizer)')
-  check_last_in_chains(opt_state)
-  total = optax.tree_utils.tree_zeros_like(params)
-  for i in found:
-    gel_state = leaves[i]
-    mirror = gel_state.velocity if isinstance(gel_state, GeLSGDMState) else gel_state.proxy_grad
-    part = jax.tree.map(lambda m, p: m if _is_masked(m) else p, mirror, params, is_leaf=_is_masked)
-    updates, leaves[i] = _GUESSES[type(gel_state)](gel_state, part, count)
-    total = jax.tree.map(lambda t, u: t if _is_masked(u) else (t + u).astype(t.dtype),
-                         total, updates, is_leaf=_is_masked)
-  return total, treedef.unflatten(leaves)
+  return guess_wrappers.follow(opt_state, params, count, _KINDS)
+
+
+def check_guessable(opt_state, params) -> None:
+  """Raises what ``guess(opt_state, params, count)`` would (``NoGuessStateError``,
+  ``GuessRefusedError``), computing nothing: shapes only, e.g. at a run's start."""
+  jax.eval_shape(lambda s, p: guess(s, p, jnp.float32(0.)), opt_state, params)
 
 
 def momentum_coefficients(tau: int, tau_prime, alpha: float) -> jax.Array:

@@ -1,0 +1,405 @@
+"""How ``guess`` follows GeL's guessed updates through optax's wrappers, reading only their states.
+
+A guessed step is the update the optimiser applies when the GeL transformation (``gel_sgdm``,
+``guessing``) is given its proxy (zero, or the last gradient it was given) in place of a gradient;
+parameters no GeL transformation acts on take no guessed steps (zero updates: e.g. the other
+groups of ``optax.partition``). ``guess`` has the optimiser's state, not the optimiser, so a
+wrapper is followed only where its state says what it does to a guessed update:
+
+* ``optax.chain`` (a tuple) and ``named_chain`` (an ``OrderedDict``): a GeL transformation's
+  guesses pass through the later members that act on its parameters. Members on other
+  parameters are skipped, which the state shows only through ``optax.masked``'s placeholders
+  (``MaskedNode``) in a parameter-shaped tree inside it (momentum, moments, a GeL state):
+  ``masked(optax.sgd(.1, momentum=.9), mask)`` shows its mask, ``masked(optax.sgd(.1), mask)``
+  (state ``(EmptyState(), EmptyState())``) does not, and is refused after a GeL transformation,
+  as its state is the same whether ``mask`` covers the GeL parameters or not.
+  A later member that acts on them is followed if it is ``optax.contrib.reduce_on_plateau``
+  (updates times the ``scale`` in its state; guessed steps compute no loss, so the plateau
+  detector sees nothing and the scale holds), ``snapshot``/``monitor`` (no change), or a chain,
+  ``masked`` or ``inject_hyperparams`` of those; anything else is refused (a stateless
+  ``optax.scale(c)`` keeps ``c`` out of its state).
+  A member *before* it must hand it the proxy unchanged when replayed: a stateless one
+  (``optax.EmptyState``: clipping, scaling) is taken as a function of the gradient alone, which
+  maps zero to zero and the last gradient to what the GeL transformation stored; one with state
+  that changes from step to step (Adam's moments, a schedule's count, noise) is refused.
+  Stateless transformations that read the parameters (``add_decayed_weights``,
+  ``keep_params_nonnegative``) cannot be told from clipping by their state: before a GeL
+  transformation their part of the replayed step is left out, so put them inside ``guessing``.
+* ``optax.masked``, ``partition``: the GeL state's own ``MaskedNode`` placeholders say which
+  parameters it acts on; the others get zero.
+* ``inject_hyperparams``: its updates are the wrapped transformation's.
+* ``apply_if_finite``: a proxy of zeros is finite, so it is applied. The last gradient was
+  applied if it was finite (``last_finite``); if it was not, the replayed steps would be
+  rejected up to ``max_consecutive_errors`` (not in the state) and applied after: NaN.
+* refused, the numbers they need being outside their states: ``optax.MultiSteps``
+  (``every_k_schedule``: which guessed steps complete an accumulation, the others applying
+  zeros), ``optax.lookahead`` (``sync_period``, ``slow_step_size``),
+  ``optax.contrib.schedule_free`` (its averaging weights ``max_lr ** weight_lr_power`` over
+  their running sum, Defazio et al. 2024, "The Road Less Scheduled"), and every other wrapper
+  (``conditionally_transform``, ``apply_every``, ``flatten``, ``contrib.mechanize``, ...).
+  ``guessing(wrapper(...))`` replays any of them but ``lookahead`` step by step.
+
+Refusals are one line, a ``GuessRefusedError`` (a ``ValueError``) naming the wrapper and what to
+use instead. All decisions are made on the state's types and tree structures, so they hold under
+``jit`` and ``vmap``.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+class GuessRefusedError(ValueError):
+  """``guess`` cannot tell the updates a wrapper would apply for guessed steps (one line)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GeLKind:
+  """How to guess with one kind of GeL state.
+
+  Attributes:
+    guess: ``(state, params, count) -> (updates, state)``, ``params`` and ``updates`` shaped like
+      ``mirror(state)`` (``MaskedNode`` where it does not act).
+    mirror: the state's parameter-shaped tree.
+    scalar_leaves: whether the mirror may hold a shape-``()`` leaf per parameter.
+    last_gradient: whether its proxy is the last gradient.
+  """
+  guess: Callable[..., tuple[Any, Any]]
+  mirror: Callable[[Any], Any]
+  scalar_leaves: Callable[[Any], bool]
+  last_gradient: Callable[[Any], bool]
+
+
+def _optional(module, *names):
+  return tuple(t for t in (getattr(module, n, None) for n in names) if isinstance(t, type))
+
+
+_MASKED = optax.MaskedState
+_PARTITION = optax.PartitionState
+_INJECTED = _optional(optax, 'InjectHyperparamsState', 'InjectStatefulHyperparamsState')
+_PLATEAU = _optional(optax.contrib, 'ReduceLROnPlateauState')
+_OBSERVERS = _optional(optax, 'SnapshotState', 'MonitorState')   # record, never change, updates
+_GRADIENT_ONLY = _optional(optax, 'ZeroNansState')               # zero stays zero, g stays f(g)
+_NAMES = {
+    'MaskedState': 'optax.masked', 'MultiStepsState': 'optax.MultiSteps',
+    'LookaheadState': 'optax.lookahead', 'ScheduleFreeState': 'optax.contrib.schedule_free',
+    'ApplyIfFiniteState': 'optax.apply_if_finite', 'ApplyEvery': 'optax.apply_every',
+    'ConditionallyTransformState': 'optax.conditionally_transform',
+    'ConditionallyMaskState': 'optax.conditionally_mask',
+    'MechanicState': 'optax.contrib.mechanize', 'SAMState': 'optax.contrib.sam',
+    'SplitRealAndImaginaryState': 'optax.contrib.split_real_and_imaginary',
+    'EmptyState': 'a stateless transformation (optax.scale, clip, add_decayed_weights, ...)',
+    'ScaleByScheduleState': 'optax.scale_by_schedule',
+}
+_WHY = {   # what a wrapper around a GeL transformation keeps out of its state, and instead
+    'MultiStepsState': (
+        'its every_k_schedule is not in its state, so which guessed steps would complete an '
+        'accumulation (the others apply zeros; the first mixes in the gradients accumulated so '
+        'far) cannot be told', 'guessing(optax.MultiSteps(inner, k).gradient_transformation())'
+        ', which replays it'),
+    'LookaheadState': (
+        'its sync_period and slow_step_size are not in its state, so whether a guessed step '
+        'syncs the fast and slow weights cannot be told', 'guess the fast weights alone: '
+        'guess(opt_state.fast_state, params.fast, count), as if no sync fell among the guesses'),
+    'ScheduleFreeState': (
+        'its averaging weights (max_lr ** weight_lr_power over their running sum) depend on its '
+        'weight_lr_power and learning-rate schedule, which are not in its state',
+        'guessing(optax.contrib.schedule_free(base, learning_rate)), which replays it'),
+}
+_ALL = None   # acts on every parameter, or on parameters that its state does not show
+
+
+def _is_masked(x) -> bool:
+  return isinstance(x, optax.MaskedNode)
+
+
+def _chain_members(state):
+  """The members of an ``optax.chain`` (a tuple) or ``named_chain`` (an ``OrderedDict``) state,
+  else None."""
+  if type(state) is tuple:   # pylint: disable=unidiomatic-typecheck
+    return list(state)
+  if type(state) is collections.OrderedDict:   # pylint: disable=unidiomatic-typecheck
+    return list(state.values())
+  return None
+
+
+def _rebuild_chain(state, members):
+  if type(state) is tuple:   # pylint: disable=unidiomatic-typecheck
+    return tuple(members)
+  return collections.OrderedDict(zip(state.keys(), members))
+
+
+def describe(state) -> str:
+  """A wrapper's name from its state's type (``optax.MultiSteps`` for ``MultiStepsState``)."""
+  name = type(state).__name__
+  return f'{_NAMES[name]} (state {name})' if name in _NAMES else f'the transformation of state {name}'
+
+
+
+def _meets(acts, paths) -> bool:
+  return bool(paths) if acts is _ALL else bool(acts & paths)
+
+
+class _Walk:
+  """One ``guess``: the params, the count and the GeL kinds, walked through a state."""
+
+  def __init__(self, kinds: dict, params, count):
+    self.kinds, self.params, self.count = kinds, params, count
+    flat, _ = jax.tree_util.tree_flatten_with_path(params)
+    self.shapes = {tuple(path): jnp.shape(leaf) for path, leaf in flat}
+
+  # -- which parameters a state acts on -----------------------------------------------------
+
+  def mirror_paths(self, tree, scalar_leaves=False):
+    """The parameters ``tree`` holds (not ``MaskedNode``) if it is shaped like params (masked
+    subtrees as ``MaskedNode``, leaves of the parameters' shapes), else None."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_masked)
+    if not flat:
+      return set() if not self.shapes else None
+    held, masked = set(), []
+    for path, leaf in flat:
+      path = tuple(path)
+      if _is_masked(leaf):
+        masked.append(path)
+      elif path in self.shapes and (jnp.shape(leaf) == self.shapes[path] or
+                                    scalar_leaves and jnp.shape(leaf) == ()):
+        held.add(path)
+      else:
+        return None
+    under = {p for p in self.shapes for m in masked if p[:len(m)] == m}
+    if held & under or held | under != set(self.shapes):
+      return None
+    return held
+
+  def gel_paths(self, state) -> set:
+    """The parameters the GeL states inside ``state`` guess on."""
+    kind = self.kinds.get(type(state))
+    if kind is not None:
+      held = self.mirror_paths(kind.mirror(state), kind.scalar_leaves(state))
+      if held is None:
+        raise GuessRefusedError(
+            'guess: a GeL state (gel_sgdm or guessing) holds other parameters than params: pass '
+            'the params the optimiser was given, and build it without optax.flatten or '
+            'optax.contrib.split_real_and_imaginary around the GeL transformation')
+      return held
+    paths = set()
+    for leaf in jax.tree.leaves(state, is_leaf=lambda x: type(x) in self.kinds):
+      if type(leaf) in self.kinds:
+        paths |= self.gel_paths(leaf)
+    return paths
+
+  def find_mirror(self, tree):
+    """The parameters of the first parameter-shaped tree inside ``tree`` (not looking inside a
+    nested ``masked`` or ``partition``, whose masks may be narrower), else None."""
+    if type(tree) in self.kinds:
+      return self.gel_paths(tree)
+    if isinstance(tree, (_MASKED, _PARTITION)):
+      return None
+    held = self.mirror_paths(tree)
+    if held is not None:
+      return held
+    children = jax.tree_util.tree_flatten(tree, is_leaf=lambda x: x is not tree)[0]
+    if len(children) == 1 and children[0] is tree:   # a leaf
+      return None
+    for child in children:
+      held = self.find_mirror(child)
+      if held is not None:
+        return held
+    return None
+
+  def acts(self, state):
+    """The parameters whose updates ``state``'s transformation may change (``_ALL``: any)."""
+    if type(state) in self.kinds:
+      return self.gel_paths(state)
+    if isinstance(state, _OBSERVERS):
+      return set()
+    if isinstance(state, _MASKED):
+      return self.find_mirror(state.inner_state)
+    if isinstance(state, _INJECTED):
+      return self.acts(state.inner_state)
+    members = _chain_members(state)
+    if members is not None:
+      union = set()
+      for member in members:
+        acts = self.acts(member)
+        if acts is _ALL:
+          return _ALL
+        union |= acts
+      return union
+    return _ALL
+
+  # -- the guessed updates --------------------------------------------------------------------
+
+  def zeros(self):
+    return optax.tree_utils.tree_zeros_like(self.params)
+
+  def embed(self, updates):
+    """Updates shaped like a GeL state's mirror, as params (zero where ``MaskedNode``)."""
+    return jax.tree.map(lambda u, p: optax.tree_utils.tree_zeros_like(p) if _is_masked(u) else u,
+                        updates, self.params, is_leaf=_is_masked)
+
+  def node(self, state):
+    """``(updates, state)`` of the guessed steps of a state holding a GeL state."""
+    kind = self.kinds.get(type(state))
+    if kind is not None:
+      self.gel_paths(state)   # checks its parameters are params'
+      mirror = kind.mirror(state)
+      part = jax.tree.map(lambda m, p: m if _is_masked(m) else p, mirror, self.params,
+                          is_leaf=_is_masked)
+      updates, state = kind.guess(state, part, self.count)
+      return self.embed(updates), state
+    members = _chain_members(state)
+    if members is not None:
+      updates, members = self.chain(members)
+      return updates, _rebuild_chain(state, members)
+    if isinstance(state, _MASKED):
+      updates, inner = self.node(state.inner_state)
+      return updates, state._replace(inner_state=inner)
+    if isinstance(state, _PARTITION):
+      total, groups = self.zeros(), dict(state.inner_states)
+      for label, group in groups.items():
+        if self.holds(group):
+          updates, groups[label] = self.node(group)
+          total = _add(total, updates)
+      return total, state._replace(inner_states=groups)
+    if isinstance(state, _INJECTED):
+      updates, inner = self.node(state.inner_state)
+      return updates, state._replace(inner_state=inner)
+    if isinstance(state, optax.ApplyIfFiniteState):
+      return self.if_finite(state)
+    why, instead = _WHY.get(type(state).__name__, (
+        'its state does not say what update it applies for a guessed step', 'guessing(wrapper(...)), which replays any optimiser'))
+    raise GuessRefusedError(f'guess: cannot follow a GeL transformation through '
+                            f'{describe(state)}: {why}; use {instead}')
+
+  def holds(self, state) -> bool:
+    return any(type(x) in self.kinds
+               for x in jax.tree.leaves(state, is_leaf=lambda x: type(x) in self.kinds))
+
+  def chain(self, members):
+    """A chain's guessed updates: each GeL member's, through the members after it."""
+    acts = [self.acts(member) for member in members]
+    total, members = self.zeros(), list(members)
+    original = list(members)
+    for i, member in enumerate(original):
+      if not self.holds(member):
+        continue
+      gel = self.gel_paths(member)
+      for before, acted in zip(original[:i], acts[:i]):
+        if _meets(acted, gel):
+          self.check_before(before, gel)
+      updates, members[i] = self.node(member)
+      for after, acted in zip(original[i + 1:], acts[i + 1:]):
+        if _meets(acted, gel):
+          updates = self.after(after, updates, gel)
+      total = _add(total, updates)
+    return total, members
+
+  def two_gel(self):
+    return GuessRefusedError(
+        'guess: an optax.chain holds 2 GeL transformations (gel_sgdm or guessing) on the same '
+        'parameters one after the other; the later one would change the earlier one\'s updates '
+        'but not its guessed steps: keep one, the whole optimiser inside it (e.g. '
+        'guessing(optax.chain(...)))')
+
+  def check_before(self, state, gel) -> None:
+    """Raises unless ``state``'s transformation, before a GeL one acting on ``gel``, would hand
+    it the proxy unchanged (see the module docstring)."""
+    acts = self.acts(state)
+    if not _meets(acts, gel):
+      return
+    if type(state) in self.kinds:
+      raise self.two_gel()
+    if isinstance(state, _OBSERVERS + _GRADIENT_ONLY + _PLATEAU) or not jax.tree.leaves(state):
+      return   # stateless (taken as a function of the gradient), or one known to pass the proxy
+    members = _chain_members(state)
+    if members is not None:
+      for member in members:
+        self.check_before(member, gel)
+      return
+    if isinstance(state, _MASKED) and not self.holds(state.inner_state):
+      self.check_before(state.inner_state, gel if acts is _ALL else gel & acts)
+      return
+    if isinstance(state, _PARTITION):
+      for group in state.inner_states.values():
+        self.check_before(group, gel)
+      return
+    if self.holds(state):
+      raise self.two_gel()
+    raise GuessRefusedError(
+        f'guess: {describe(state)} comes before a GeL transformation (gel_sgdm or guessing) in '
+        'its optax.chain and keeps state that changes from step to step, so replayed with the proxy gradient it would not hand the GeL transformation '
+        'the proxy (zero or the last gradient); put it inside: guessing(optax.chain(it, ...))')
+
+  def after(self, state, updates, gel):
+    """``updates`` (guessed, on ``gel``) as ``state``'s transformation, after the GeL one in a
+    chain, would change them over the guessed steps; raises where its state does not tell."""
+    acts = self.acts(state)
+    if not _meets(acts, gel):
+      return updates
+    if type(state) in self.kinds:
+      raise self.two_gel()
+    if isinstance(state, _PLATEAU):   # no loss is computed for a guess: the scale holds
+      return jax.tree.map(lambda u: (u * state.scale).astype(u.dtype), updates)
+    if isinstance(state, _INJECTED):
+      return self.after(state.inner_state, updates, gel)
+    members = _chain_members(state)
+    if members is not None:
+      for member in members:
+        updates = self.after(member, updates, gel)
+      return updates
+    if isinstance(state, _MASKED) and acts is not _ALL:
+      changed = self.after(state.inner_state, updates, gel & acts)
+      return jax.tree_util.tree_map_with_path(
+          lambda path, new, old: new if tuple(path) in acts else old, changed, updates)
+    if isinstance(state, _PARTITION):
+      for group in state.inner_states.values():
+        updates = self.after(group, updates, gel)
+      return updates
+    if self.holds(state):
+      raise self.two_gel()
+    if isinstance(state, _MASKED):
+      raise GuessRefusedError(
+          'guess: optax.masked(...) follows a GeL transformation (gel_sgdm or guessing) in its '
+          'optax.chain, and its state holds nothing shaped like the parameters, so whether its '
+          'mask covers the GeL transformation\'s parameters cannot be told; if it does not, '
+          'write the two as optax.partition({"gel": ..., "other": ...}, labels), else put it '
+          'inside: guessing(optax.chain(..., it))')
+    raise GuessRefusedError(
+        f'guess: {describe(state)} follows a GeL transformation (gel_sgdm or guessing) in its '
+        'optax.chain and would change its guessed updates in a way its state does not tell; put it inside: guessing(optax.chain(..., it)) '
+        '(e.g. guessing(optax.adam(lr)) for guessing(optax.scale_by_adam()) then optax.scale)')
+
+  def if_finite(self, state):
+    """``apply_if_finite``: zeros are finite; a last gradient that was not gives NaN."""
+    updates, inner = self.node(state.inner_state)
+    count = jnp.asarray(self.count, jnp.float32)
+    last = any(self.kinds[type(x)].last_gradient(x) for x in jax.tree.leaves(
+        state.inner_state, is_leaf=lambda x: type(x) in self.kinds) if type(x) in self.kinds)
+    guessed = count > 0
+    if last:
+      unknown = guessed & ~state.last_finite
+      updates = jax.tree.map(lambda u: jnp.where(unknown, jnp.nan, u).astype(u.dtype), updates)
+      guessed = guessed & state.last_finite
+    return updates, state._replace(
+        inner_state=inner,
+        notfinite_count=jnp.where(guessed, 0, state.notfinite_count).astype(
+            state.notfinite_count.dtype),
+        last_finite=jnp.where(guessed, True, state.last_finite))
+
+
+def _add(total, updates):
+  return jax.tree.map(lambda t, u: (t + u).astype(t.dtype), total, updates)
+
+
+def follow(opt_state, params, count, kinds: dict[type, GeLKind]):
+  """``(updates, opt_state)``: the summed updates of ``count`` guessed steps of every GeL state
+  in ``opt_state`` (its type a key of ``kinds``), as the wrappers around it apply them (zero on
+  parameters none acts on), and the state after them. Raises ``GuessRefusedError`` (see the
+  module docstring)."""
+  return _Walk(kinds, params, count).node(opt_state)
