@@ -1,47 +1,50 @@
 """How ``guess`` follows GeL's guessed updates through optax's wrappers, reading only their states.
 
-A guessed step is the update the optimiser applies when the GeL transformation (``gel_sgdm``,
-``guessing``) is given its proxy (zero, or the last gradient it was given) in place of a gradient;
-parameters no GeL transformation acts on take no guessed steps (zero updates: e.g. the other
-groups of ``optax.partition``). ``guess`` has the optimiser's state, not the optimiser, so a
-wrapper is followed only where its state says what it does to a guessed update:
+A guessed step is the update the optimiser applies when its GeL transformation (``gel_sgdm``,
+``guessing``) is handed its proxy (zero, or the last gradient it was given) in place of a
+gradient. Only GeL transformations guess: parameters none acts on get zero updates (e.g. the
+other groups of ``optax.partition``, even an SGD with momentum that would coast). ``guess`` has
+the optimiser's state, not the optimiser, so a wrapper is followed only where its state says what
+it does to a guessed update, and refused (``GuessRefusedError``) where it does not:
 
-* ``optax.chain`` (a tuple) and ``named_chain`` (an ``OrderedDict``): a GeL transformation's
-  guesses pass through the later members that act on its parameters. Members on other
-  parameters are skipped, which the state shows only through ``optax.masked``'s placeholders
-  (``MaskedNode``) in a parameter-shaped tree inside it (momentum, moments, a GeL state):
-  ``masked(optax.sgd(.1, momentum=.9), mask)`` shows its mask, ``masked(optax.sgd(.1), mask)``
-  (state ``(EmptyState(), EmptyState())``) does not, and is refused after a GeL transformation,
-  as its state is the same whether ``mask`` covers the GeL parameters or not.
-  A later member that acts on them is followed if it is ``optax.contrib.reduce_on_plateau``
-  (updates times the ``scale`` in its state; guessed steps compute no loss, so the plateau
-  detector sees nothing and the scale holds), ``snapshot``/``monitor`` (no change), or a chain,
-  ``masked`` or ``inject_hyperparams`` of those; anything else is refused (a stateless
-  ``optax.scale(c)`` keeps ``c`` out of its state).
-  A member *before* it must hand it the proxy unchanged when replayed: a stateless one
-  (``optax.EmptyState``: clipping, scaling) is taken as a function of the gradient alone, which
-  maps zero to zero and the last gradient to what the GeL transformation stored; one with state
-  that changes from step to step (Adam's moments, a schedule's count, noise) is refused.
-  Stateless transformations that read the parameters (``add_decayed_weights``,
-  ``keep_params_nonnegative``) cannot be told from clipping by their state: before a GeL
-  transformation their part of the replayed step is left out, so put them inside ``guessing``.
-* ``optax.masked``, ``partition``: the GeL state's own ``MaskedNode`` placeholders say which
-  parameters it acts on; the others get zero.
+* ``optax.chain`` (a tuple), ``named_chain`` (an ``OrderedDict``): the GeL member's guesses
+  ``u_1..u_c`` pass through the later members acting on its parameters. Members on other
+  parameters are skipped; the state shows which they are only through ``optax.masked``'s
+  ``MaskedNode`` placeholders in a parameter-shaped tree inside it (a trace, moments, a GeL
+  state). ``masked(optax.sgd(.1, momentum=.9), mask)`` shows its mask; ``masked(optax.sgd(.1),
+  mask)`` (state ``(EmptyState(), EmptyState())``) does not, and after a GeL member it is refused:
+  its state is the same whether ``mask`` covers the GeL parameters (the chain then scales their
+  updates by ``-0.1``) or not. Write such a chain as ``optax.partition``.
+  Later members acting on the GeL parameters that are followed: ``contrib.reduce_on_plateau``,
+  ``sum_k s u_k = s sum_k u_k`` with the ``scale`` ``s`` in its state (a guess computes no loss,
+  so the plateau detector sees nothing and ``s`` holds); ``snapshot``, ``monitor`` (no change);
+  a chain, ``masked`` or ``inject_hyperparams`` of those. Others are refused (a stateless
+  ``optax.scale(a)`` keeps ``a`` out of its state).
+  Members *before* the GeL one must hand it the proxy when replayed. A stateless one
+  (``optax.EmptyState``: clipping, scaling) is taken as a function of the gradient alone, mapping
+  zero to zero and the last gradient to what the GeL transformation stored; one whose state
+  changes from step to step (Adam's moments, a schedule's count, noise) is refused. Stateless
+  ones that read the parameters (``add_decayed_weights``, ``keep_params_nonnegative``) cannot be
+  told from clipping by their state; their share of a replayed step is left out: put them inside
+  ``guessing``.
+* ``optax.masked``, ``partition``: the GeL state's own placeholders say which parameters it acts
+  on; the others get zero.
 * ``inject_hyperparams``: its updates are the wrapped transformation's.
-* ``apply_if_finite``: a proxy of zeros is finite, so it is applied. The last gradient was
-  applied if it was finite (``last_finite``); if it was not, the replayed steps would be
-  rejected up to ``max_consecutive_errors`` (not in the state) and applied after: NaN.
-* refused, the numbers they need being outside their states: ``optax.MultiSteps``
-  (``every_k_schedule``: which guessed steps complete an accumulation, the others applying
-  zeros), ``optax.lookahead`` (``sync_period``, ``slow_step_size``),
-  ``optax.contrib.schedule_free`` (its averaging weights ``max_lr ** weight_lr_power`` over
-  their running sum, Defazio et al. 2024, "The Road Less Scheduled"), and every other wrapper
-  (``conditionally_transform``, ``apply_every``, ``flatten``, ``contrib.mechanize``, ...).
-  ``guessing(wrapper(...))`` replays any of them but ``lookahead`` step by step.
+* ``apply_if_finite``: a zero proxy is finite, so applied. The last gradient was applied if it was
+  finite (``last_finite``); if not, the replayed steps would be rejected (zero) up to
+  ``max_consecutive_errors``, which is not in the state, and applied after: NaN.
+* refused, what they need being outside their states: ``optax.MultiSteps`` (``every_k_schedule``:
+  which guessed steps complete an accumulation, the others applying zeros and the first mixing in
+  the gradients accumulated so far), ``optax.lookahead`` (``sync_period``, ``slow_step_size``),
+  ``contrib.schedule_free`` (Defazio et al. 2024, "The Road Less Scheduled": each step applies
+  ``(b1 c + 1 - b1) u - c (y - z)`` with ``c = w / (W + w)``, ``w = max_lr^weight_lr_power``, ``W``
+  the running sum; ``weight_lr_power`` and the learning-rate schedule are not in the state), and
+  every other wrapper (``conditionally_transform``, ``apply_every``, ``flatten``,
+  ``contrib.mechanize``, ...). ``guessing(wrapper(...))`` replays any of them step by step but
+  ``lookahead`` (whose params are ``LookaheadParams``).
 
-Refusals are one line, a ``GuessRefusedError`` (a ``ValueError``) naming the wrapper and what to
-use instead. All decisions are made on the state's types and tree structures, so they hold under
-``jit`` and ``vmap``.
+Refusals are one line naming the wrapper and what to use instead. Every decision is made on the
+state's types and tree structure, so it holds under ``jit`` and ``vmap``.
 """
 from __future__ import annotations
 
@@ -100,8 +103,8 @@ _WHY = {   # what a wrapper around a GeL transformation keeps out of its state, 
     'MultiStepsState': (
         'its every_k_schedule is not in its state, so which guessed steps would complete an '
         'accumulation (the others apply zeros; the first mixes in the gradients accumulated so '
-        'far) cannot be told', 'guessing(optax.MultiSteps(inner, k).gradient_transformation())'
-        ', which replays it'),
+        'far) cannot be told',
+        'use guessing(optax.MultiSteps(inner, k).gradient_transformation()), which replays it'),
     'LookaheadState': (
         'its sync_period and slow_step_size are not in its state, so whether a guessed step '
         'syncs the fast and slow weights cannot be told', 'guess the fast weights alone: '
@@ -109,7 +112,7 @@ _WHY = {   # what a wrapper around a GeL transformation keeps out of its state, 
     'ScheduleFreeState': (
         'its averaging weights (max_lr ** weight_lr_power over their running sum) depend on its '
         'weight_lr_power and learning-rate schedule, which are not in its state',
-        'guessing(optax.contrib.schedule_free(base, learning_rate)), which replays it'),
+        'use guessing(optax.contrib.schedule_free(base, learning_rate)), which replays it'),
 }
 _ALL = None   # acts on every parameter, or on parameters that its state does not show
 
@@ -137,8 +140,8 @@ def _rebuild_chain(state, members):
 def describe(state) -> str:
   """A wrapper's name from its state's type (``optax.MultiSteps`` for ``MultiStepsState``)."""
   name = type(state).__name__
-  return f'{_NAMES[name]} (state {name})' if name in _NAMES else f'the transformation of state {name}'
-
+  return (f'{_NAMES[name]} (state {name})' if name in _NAMES else
+          f'the transformation of state {name}')
 
 
 def _meets(acts, paths) -> bool:
@@ -273,9 +276,10 @@ class _Walk:
     if isinstance(state, optax.ApplyIfFiniteState):
       return self.if_finite(state)
     why, instead = _WHY.get(type(state).__name__, (
-        'its state does not say what update it applies for a guessed step', 'guessing(wrapper(...)), which replays any optimiser'))
+        'its state does not say what update it applies for a guessed step',
+        'use guessing(wrapper(...)), which replays any optimiser'))
     raise GuessRefusedError(f'guess: cannot follow a GeL transformation through '
-                            f'{describe(state)}: {why}; use {instead}')
+                            f'{describe(state)}: {why}; instead, {instead}')
 
   def holds(self, state) -> bool:
     return any(type(x) in self.kinds
@@ -333,8 +337,9 @@ class _Walk:
       raise self.two_gel()
     raise GuessRefusedError(
         f'guess: {describe(state)} comes before a GeL transformation (gel_sgdm or guessing) in '
-        'its optax.chain and keeps state that changes from step to step, so replayed with the proxy gradient it would not hand the GeL transformation '
-        'the proxy (zero or the last gradient); put it inside: guessing(optax.chain(it, ...))')
+        'its optax.chain and keeps state that changes from step to step, so replayed with the '
+        'proxy gradient it would not hand the GeL transformation the proxy (zero or the last '
+        'gradient); put it inside: guessing(optax.chain(it, ...))')
 
   def after(self, state, updates, gel):
     """``updates`` (guessed, on ``gel``) as ``state``'s transformation, after the GeL one in a
@@ -372,8 +377,9 @@ class _Walk:
           'inside: guessing(optax.chain(..., it))')
     raise GuessRefusedError(
         f'guess: {describe(state)} follows a GeL transformation (gel_sgdm or guessing) in its '
-        'optax.chain and would change its guessed updates in a way its state does not tell; put it inside: guessing(optax.chain(..., it)) '
-        '(e.g. guessing(optax.adam(lr)) for guessing(optax.scale_by_adam()) then optax.scale)')
+        'optax.chain and would change its guessed updates in a way its state does not tell; '
+        'put it inside: guessing(optax.chain(..., it)) (e.g. guessing(optax.adam(lr)) for '
+        'guessing(optax.scale_by_adam()) then optax.scale)')
 
   def if_finite(self, state):
     """``apply_if_finite``: zeros are finite; a last gradient that was not gives NaN."""

@@ -16,10 +16,13 @@ Resource-Constrained Networks", GeL; §3.1, Algorithm 1):
 
 The transformations are ordinary ``optax.GradientTransformationExtraArgs``; their *state* says how
 to guess. ``guess(opt_state, params, count)`` finds every GeL state inside an optimiser state,
-however it was built (``optax.chain``, ``named_chain``, ``inject_hyperparams``, ``MultiSteps``,
-``partition``, ...), takes ``count`` guessed steps with each and returns the summed updates and
-the new state; it raises ``NoGuessStateError`` when there is none. ``count`` may be a traced
-float, differ per call and per client under ``vmap``, and be ``inf``:
+takes ``count`` guessed steps with each and returns the summed updates the optimiser would apply
+for them, following the wrappers around it whose states say what they do to a guessed update
+(``optax.chain``, ``named_chain``, ``masked``, ``partition``, ``inject_hyperparams``,
+``apply_if_finite``; ``contrib.reduce_on_plateau`` after it) and refusing the others in one line
+(``GuessRefusedError``; ``guess_wrappers`` says which and why). It raises ``NoGuessStateError``
+when there is no GeL state. ``count`` may be a traced float, differ per call and per client under
+``vmap``, and be ``inf``:
 
 * ``gel_sgdm`` (SGDM, either proxy): closed forms, any ``count``. Its state keeps the momentum and
   the last step's learning rate as data, so ``inject_hyperparams(gel_sgdm)`` works under ``jit``.
@@ -28,7 +31,10 @@ float, differ per call and per client under ``vmap``, and be ``inf``:
   ``MAX_INFINITE_GUESSES`` steps; a sum that does not settle, e.g. the last-gradient proxy, is
   returned as NaN: never a silent zero). Its state holds ``inner`` as static pytree data, so
   hyper-parameters are injected into ``inner`` (``guessing(optax.inject_hyperparams(optax.adam)
-  (learning_rate=...))``), not around ``guessing``.
+  (learning_rate=...))``), not around ``guessing``. Replaying ``inner`` as it is, it follows any
+  wrapper inside it (``guessing(optax.MultiSteps(...))``, ``guessing(optax.contrib.
+  schedule_free(...))``) but one whose ``update`` needs an extra argument a guess cannot give
+  (``reduce_on_plateau``'s loss ``value``: put it after ``guessing`` in the chain instead).
 
 Lemma 1 (GeL, eq. 6): with momentum and zero proxy, the accumulated client update is
 ``-lr * sum_k a_k g_k`` with ``a_k = (1 - alpha^(tau' + tau_i - k)) / (1 - alpha)``;
