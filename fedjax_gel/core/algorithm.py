@@ -60,7 +60,9 @@ class FederatedAlgorithm(NamedTuple):
     server_init: ``params -> server_state``.
     broadcast: ``server_state -> what every client receives`` (e.g. the model ``x``).
     client_init: ``(broadcast, ClientContext) -> client_state``.
-    client_step: ``(client_state, batch, broadcast) -> (client_state, loss)``: one gradient step.
+    client_step: ``(client_state, batch, broadcast) -> (client_state, loss)``: one gradient step;
+      gradients taken with ``core.model_state.value_and_grad`` and its loss returned as it came
+      (for a model with mutable state it carries the new state: ``core.model_state``).
     client_final: ``(client_state, broadcast, ClientContext) -> upload`` (a pytree).
     server_update: ``(server_state, mean_upload, RoundInfo) -> server_state``, with
       ``mean_upload = sum_i w_i upload_i / sum_i w_i``.

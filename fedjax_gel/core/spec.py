@@ -133,7 +133,7 @@ class Setting(NamedTuple):
   ``client_lr``, ``client_momentum`` and the server optimiser's learning rate may be traced
   values when several runs train as one program (``core.runs``)."""
   model: Any                      # fedjax_gel.models.Model
-  loss: Callable                  # loss(params, batch) -> scalar, the model's cross-entropy
+  loss: Callable                  # loss(params, batch): the model's task loss (models.task_loss)
   client_lr: Any
   client_momentum: Any
   server: Any                     # optax.GradientTransformation applied to Delta

@@ -10,16 +10,18 @@ from fedjax_gel.optim.gbo import (KINDS as GBO_KINDS, GBOAdaptiveState, GBOCount
                                   GBOServerState, GBOStats, GlobalBiasedOptimizer, gbo, gbo_adam,
                                   gbo_adaptive, gbo_client, gbo_inverse, gbo_rmsprop, gbo_server,
                                   gbo_sgdm, gbo_track)
+from fedjax_gel.optim.guess_wrappers import GuessRefusedError
 from fedjax_gel.optim.guessed import (MAX_INFINITE_GUESSES, PROXIES, GeLSGDMState,
-                                      GuessState, NoGuessStateError, gel_sgdm, guess, guessing,
-                                      has_guess_state, momentum_coefficients,
+                                      GuessState, NoGuessStateError, check_guessable, gel_sgdm,
+                                      guess, guessing, has_guess_state, momentum_coefficients,
                                       momentum_coefficients_l1)
 
 __all__ = [
     'FedOptState', 'GBOAdaptiveState', 'GBOCountState', 'GBOServerState', 'GBOStats', 'GBO_KINDS',
-    'GeLSGDMState', 'GlobalBiasedOptimizer', 'GuessState', 'MAX_INFINITE_GUESSES',
+    'GeLSGDMState', 'GlobalBiasedOptimizer', 'GuessRefusedError', 'GuessState',
+    'MAX_INFINITE_GUESSES',
     'NoGuessStateError', 'PROXIES', 'fedadagrad', 'fedadam', 'fedyogi', 'gbo', 'gbo_adam',
     'gbo_adaptive', 'gbo_client', 'gbo_inverse', 'gbo_rmsprop', 'gbo_server', 'gbo_sgdm',
-    'gbo_track', 'gel_sgdm', 'guess', 'guessing', 'has_guess_state', 'momentum_coefficients',
+    'gbo_track', 'check_guessable', 'gel_sgdm', 'guess', 'guessing', 'has_guess_state', 'momentum_coefficients',
     'momentum_coefficients_l1',
 ]

@@ -301,3 +301,14 @@ MESH = textwrap.dedent('''
 def test_a_mesh_and_chunks_give_the_single_device_round():
   """BatchNorm and dropout, FedBN's store beside SCAFFOLD's, split by client over 2 devices."""
   helpers.run_on_cpu_devices(MESH, 'MESH OK', 2)
+
+
+def test_the_planner_counts_the_local_rows():
+  from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
+  model = models.from_linen('bn', BatchNormNet(), (FEATURES,), jnp.float32, CLASSES)
+  params = model.init(jax.random.key(0))
+  base = algorithms.fedavg(models.task_loss(model), optax.sgd(LR))
+  local = model_state.with_model_state(base, model, 'local', num_clients=1000)
+  row = 2 * 5 * 4 + 4   # BatchNorm's mean and variance of 5 float32 features, and the flag
+  assert planning.store_bytes(local, params) == 1000 * row
+  assert planning.store_bytes(model_state.with_model_state(base, model, 'average'), params) == 0

@@ -4,6 +4,7 @@ carries the statistics), and one-line refusals."""
 from __future__ import annotations
 
 import json
+import re
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -91,3 +92,18 @@ def test_bad_model_flags_are_one_line(tiny_leaf_file, tmp_path, flags, names):
   proc = helpers.cli_run(*command(tiny_leaf_file, tmp_path, *flags))
   helpers.assert_one_line_error(proc, *names)
   assert not (tmp_path / 'metrics.jsonl').exists()
+
+
+def test_the_readme_example_trains_a_batch_norm_model_with_dropout():
+  readme = helpers.REPO / 'README.md'
+  block = next(b for b in re.findall(r'```python\n(.*?)```', readme.read_text(), re.S)
+               if "register_model('normed_net'" in b)
+  scope = {}
+  try:
+    exec(compile(block.replace('num_rounds=20', 'num_rounds=4').replace('eval_every=10',
+                                                                          'eval_every=2'),
+                 'README.md', 'exec'), scope)   # pylint: disable=exec-used
+  finally:
+    models.MODELS.pop('normed_net', None)
+  summary = scope['summaries'][0]
+  assert summary['status'] == 'finished' and summary['rounds'] == 4

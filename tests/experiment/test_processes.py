@@ -308,3 +308,20 @@ def test_a_stop_signal_to_one_process_stops_every_process_after_the_same_round(
     assert code == 0, err[-2000:]
   assert timeless(records(stopped)) == timeless(records(whole))
   assert (stopped / 'model.msgpack').read_bytes() == (whole / 'model.msgpack').read_bytes()
+
+
+def test_two_processes_train_batch_norm_and_dropout_as_one(tmp_path, leaf_writer):
+  """The CelebA CNN with LEAF's BatchNorm, its statistics a row per client (FedBN) split over
+  the processes' devices, and dropout: 2 processes of 1 device give one process's metrics (the
+  clients' keys and rows do not depend on where they train)."""
+  data = leaf_writer(tmp_path / 'images.json', dim=16)   # 4 x 4 one-channel images
+  more = ('--num_rounds=4', '--model=celeba_cnn', '--batch_norm', '--model_state=local',
+          '--dropout=0.3', '--algorithm=fedavg', '--noplots')
+  for code, _, err in together(2, 1, data, tmp_path / 'two', *more):
+    assert code == 0, err[-2000:]
+  alone(data, tmp_path / 'one', *more)
+  mine, theirs = records(tmp_path / 'two'), records(tmp_path / 'one')
+  assert [r['round'] for r in mine] == [r['round'] for r in theirs] == [0, 2, 4]
+  for key in ('test_loss', 'train_loss', 'test_accuracy'):
+    np.testing.assert_allclose([r[key] for r in mine], [r[key] for r in theirs], rtol=1e-5,
+                               err_msg=key)
