@@ -84,6 +84,12 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
       ``counts``): after its budget each client takes ``ctx.guesses`` guessed steps with
       ``fedjax_gel.optim.guess`` (GeL, Alg. 1 lines 19-20), which needs a GeL state in the client
       optimiser's state (``gel_sgdm``, ``guessing``; at any depth of ``optax.chain`` and co.).
+      Where that state does not say what a wrapper does to a guessed update (``optax.scale`` or
+      a stateless ``masked`` member after the GeL one, ``MultiSteps``, ``lookahead``, ...), the
+      client optimiser itself is replayed with the proxy (``guess``'s ``optimizer=``); refused
+      (when the first round is traced) only where a replay cannot give it either: the
+      last-gradient proxy with members before the GeL transformation, whose stored gradient is
+      then not the optimiser's input.
     name: display name.
 
   Raises (from ``server_init``, before any round): ``ValueError`` when ``client_guesses`` is
@@ -118,7 +124,7 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
   def client_final(state: ClientState, x, ctx: ClientContext):
     y = state.params
     if client_guesses is not None:
-      updates, _ = guessed.guess(state.opt_state, y, ctx.guesses)
+      updates, _ = guessed.guess(state.opt_state, y, ctx.guesses, optimizer=client_optimizer)
       y = optax.apply_updates(y, updates)
     delta = optax.tree_utils.tree_sub(x, y)
     if normalizer is None:

@@ -45,6 +45,18 @@ it does to a guessed update, and refused (``GuessRefusedError``) where it does n
 
 Refusals are one line naming the wrapper and what to use instead. Every decision is made on the
 state's types and tree structure, so it holds under ``jit`` and ``vmap``.
+
+Given the optimiser as well (``guess(..., optimizer=tx)``), ``guess`` replays it where its state
+would be refused: ``tx.update`` called ``count`` times with the proxy, the params advanced by
+each update (exact with the zero proxy: the whole optimiser is handed zeros). The last-gradient
+proxy needs the optimiser's own input, which no state stores: it is the gradient a GeL
+transformation stored only where the input reaches it unchanged (``replay_gradient``: the
+optimiser itself, the first member of a chain, inside ``masked``, ``partition``,
+``inject_hyperparams``, ``lookahead``, ``contrib.schedule_free``, ``contrib.mechanize``; zero on
+the parameters no GeL transformation acts on); after clipping, a scale, ``MultiSteps``'
+accumulation, ... it is refused with ``optimizer=`` too. An update needing the loss ``value``
+(``reduce_on_plateau`` anywhere in the replayed optimiser) is refused. Without ``optimizer``, a
+refusal that it would resolve ends "or pass optimizer= to guess".
 """
 from __future__ import annotations
 
@@ -71,11 +83,14 @@ class GeLKind:
     mirror: the state's parameter-shaped tree.
     scalar_leaves: whether the mirror may hold a shape-``()`` leaf per parameter.
     last_gradient: whether its proxy is the last gradient.
+    stored_gradient: the last gradient it was given, shaped like ``mirror`` (last-gradient
+      proxy; ``None`` for the zero proxy).
   """
   guess: Callable[..., tuple[Any, Any]]
   mirror: Callable[[Any], Any]
   scalar_leaves: Callable[[Any], bool]
   last_gradient: Callable[[Any], bool]
+  stored_gradient: Callable[[Any], Any]
 
 
 def _optional(module, *names):
@@ -88,6 +103,15 @@ _INJECTED = _optional(optax, 'InjectHyperparamsState', 'InjectStatefulHyperparam
 _PLATEAU = _optional(optax.contrib, 'ReduceLROnPlateauState')
 _OBSERVERS = _optional(optax, 'SnapshotState', 'MonitorState')   # record, never change, updates
 _GRADIENT_ONLY = _optional(optax, 'ZeroNansState')               # zero stays zero, g stays f(g)
+# Wrappers handing their inner transformation the gradient they are given, unchanged, at every
+# step, and the field holding its state (``masked`` and ``partition`` on its parameters).
+_PASS_GRADIENT = tuple((t, field) for t, field in (
+    (optax.MaskedState, 'inner_state'),
+    *((t, 'inner_state') for t in _INJECTED),
+    (getattr(optax, 'LookaheadState', None), 'fast_state'),
+    (getattr(optax.contrib, 'ScheduleFreeState', None), 'base_optimizer_state'),
+    (getattr(optax.contrib, 'MechanicState', None), 'base_optimizer_state'),
+) if isinstance(t, type))
 _NAMES = {
     'MaskedState': 'optax.masked', 'MultiStepsState': 'optax.MultiSteps',
     'LookaheadState': 'optax.lookahead', 'ScheduleFreeState': 'optax.contrib.schedule_free',
@@ -397,6 +421,71 @@ class _Walk:
         notfinite_count=jnp.where(guessed, 0, state.notfinite_count).astype(
             state.notfinite_count.dtype),
         last_finite=jnp.where(guessed, True, state.last_finite))
+
+
+def _handed(state, kinds, first: bool):
+  """``(gel_state, handed)`` for every GeL state in ``state``: ``handed`` when the optimiser's own
+  input gradient reaches it unchanged (on its parameters): ``state`` itself, the first member of
+  a chain, inside the wrappers of ``_PASS_GRADIENT`` and ``partition``'s groups."""
+  if type(state) in kinds:
+    yield state, first
+    return
+  members = _chain_members(state)
+  if members is not None:
+    for i, member in enumerate(members):
+      yield from _handed(member, kinds, first and i == 0)
+    return
+  if isinstance(state, _PARTITION):
+    for group in state.inner_states.values():
+      yield from _handed(group, kinds, first)
+    return
+  for kind, field in _PASS_GRADIENT:
+    if isinstance(state, kind):
+      yield from _handed(getattr(state, field), kinds, first)
+      return
+  for leaf in jax.tree.leaves(state, is_leaf=lambda x: type(x) in kinds):
+    if type(leaf) in kinds:
+      yield leaf, False
+
+
+def holds_plateau(opt_state) -> bool:
+  """Whether ``opt_state`` holds a ``contrib.reduce_on_plateau`` state (its ``update`` needs the
+  loss ``value``, which a replayed guess cannot give)."""
+  is_plateau = lambda x: isinstance(x, _PLATEAU)
+  return any(map(is_plateau, jax.tree.leaves(opt_state, is_leaf=is_plateau)))
+
+
+def gradient_like(params):
+  """The tree the optimiser's gradients are shaped like: ``params``, or the fast parameters of
+  ``optax.LookaheadParams``."""
+  return params.fast if isinstance(params, optax.LookaheadParams) else params
+
+
+def replay_gradient(opt_state, params, kinds: dict[type, GeLKind]):
+  """The proxy gradient that replaying the whole optimiser (``guess(..., optimizer=tx)``) hands
+  it, shaped like ``gradient_like(params)``: zero, but for the last gradient stored by each
+  last-gradient GeL state on its parameters. That is the optimiser's own input only where the
+  input reached the GeL transformation unchanged (``_handed``); raises ``GuessRefusedError``
+  (the reason, without ``guess:``) where a member before it (clipping, a scale, another
+  optimiser) changed it or a wrapper kept it back (``MultiSteps``' accumulation)."""
+  like = gradient_like(params)
+  walk = _Walk(kinds, like, None)
+  proxy = walk.zeros()
+  for state, handed in _handed(opt_state, kinds, True):
+    kind = kinds[type(state)]
+    if not kind.last_gradient(state):
+      continue
+    if not handed:
+      raise GuessRefusedError(
+          'with the last-gradient proxy a replay needs the optimiser\'s own last input '
+          'gradient, but its GeL transformation (gel_sgdm or guessing) stored that gradient as '
+          'the members or wrappers before it changed it; make the GeL transformation the '
+          'chain\'s first member, or put the whole optimiser inside: guessing(optax.chain(...), '
+          '"last_gradient")')
+    walk.gel_paths(state)   # its stored gradient is shaped like the parameters
+    proxy = jax.tree.map(lambda s, z: z if _is_masked(s) else jnp.asarray(s, z.dtype),
+                         kind.stored_gradient(state), proxy, is_leaf=_is_masked)
+  return proxy
 
 
 def _add(total, updates):

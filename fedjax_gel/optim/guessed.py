@@ -20,21 +20,24 @@ takes ``count`` guessed steps with each and returns the summed updates the optim
 for them, following the wrappers around it whose states say what they do to a guessed update
 (``optax.chain``, ``named_chain``, ``masked``, ``partition``, ``inject_hyperparams``,
 ``apply_if_finite``; ``contrib.reduce_on_plateau`` after it) and refusing the others in one line
-(``GuessRefusedError``; ``guess_wrappers`` says which and why). It raises ``NoGuessStateError``
-when there is no GeL state. ``count`` may be a traced float, differ per call and per client under
-``vmap``, and be ``inf``:
+(``GuessRefusedError``; ``guess_wrappers`` says which and why), or, given the optimiser too
+(``guess(..., optimizer=tx)``), replaying ``tx`` itself with the proxy where its state would be
+refused. It raises ``NoGuessStateError`` when there is no GeL state. ``count`` may be a traced
+float, differ per call and per client under ``vmap``, and be ``inf``:
 
 * ``gel_sgdm`` (SGDM, either proxy): closed forms, any ``count``. Its state keeps the momentum and
   the last step's learning rate as data, so ``inject_hyperparams(gel_sgdm)`` works under ``jit``.
 * ``guessing(inner, proxy)`` (any optax optimiser): ``inner`` re-applied ``count`` times. An
   infinite count runs until the sum stops changing in floating point (at most
   ``MAX_INFINITE_GUESSES`` steps; a sum that does not settle, e.g. the last-gradient proxy, is
-  returned as NaN: never a silent zero). Its state holds ``inner`` as static pytree data, so
-  hyper-parameters are injected into ``inner`` (``guessing(optax.inject_hyperparams(optax.adam)
-  (learning_rate=...))``), not around ``guessing``. Replaying ``inner`` as it is, it follows any
-  wrapper inside it (``guessing(optax.MultiSteps(...))``, ``guessing(optax.contrib.
-  schedule_free(...))``) but one whose ``update`` needs an extra argument a guess cannot give
-  (``reduce_on_plateau``'s loss ``value``: put it after ``guessing`` in the chain instead).
+  returned as NaN: never a silent zero; steps applying exact zeros, e.g. ``MultiSteps``
+  accumulating, settle it only ``ZERO_RUN`` in a row). Its state holds ``inner`` as static
+  pytree data, so hyper-parameters are injected into ``inner`` (``guessing(optax.
+  inject_hyperparams(optax.adam)(learning_rate=...))``), not around ``guessing``. Replaying
+  ``inner`` as it is, it follows any wrapper inside it (``guessing(optax.MultiSteps(...))``,
+  ``guessing(optax.contrib.schedule_free(...))``) but one whose ``update`` needs an extra
+  argument a guess cannot give (``reduce_on_plateau``'s loss ``value``: put it after
+  ``guessing`` in the chain instead).
 
 Lemma 1 (GeL, eq. 6): with momentum and zero proxy, the accumulated client update is
 ``-lr * sum_k a_k g_k`` with ``a_k = (1 - alpha^(tau' + tau_i - k)) / (1 - alpha)``;
@@ -61,6 +64,7 @@ from fedjax_gel.optim.guess_wrappers import GuessRefusedError
 
 PROXIES = ('zero', 'last_gradient')
 MAX_INFINITE_GUESSES = 10_000   # steps an infinite count may take before it is declared NaN
+ZERO_RUN = 128   # exact-zero steps in a row that settle an infinite count (see ``replay``)
 
 
 class NoGuessStateError(ValueError):
@@ -267,42 +271,74 @@ def guessing(inner: optax.GradientTransformation, proxy: str = 'zero'
   return optax.GradientTransformationExtraArgs(init, update)
 
 
-def _guess_generic(state: GuessState, params, count):
-  """``count`` updates of ``state.inner`` with the proxy gradient, summed (see ``guessing``)."""
-  proxy = (state.proxy_grad if state.proxy == 'last_gradient' else
-           jax.tree.map(lambda z, p: jnp.zeros_like(p), state.proxy_grad, params))
+_AFTER_GUESSING = (
+    'put that transformation after guessing in an optax.chain, e.g. optax.chain(guessing('
+    'optax.sgd(lr, momentum=0.9)), optax.contrib.reduce_on_plateau()), whose scale guess holds')
+
+
+def _needs_extra_args(err: TypeError, who: str, instead: str) -> GuessRefusedError | None:
+  """The refusal for an ``update`` that needs a keyword argument a guessed step cannot give
+  (``reduce_on_plateau``'s loss ``value``), else None."""
+  missing = re.search(r'required keyword-only arguments?: (.*)', str(err))
+  if missing is None:
+    return None
+  refusal = GuessRefusedError(
+      f'guess: {who} needs {missing.group(1)} in its update, which a guessed step cannot give '
+      f'(it computes no loss, e.g. for optax.contrib.reduce_on_plateau\'s value){instead}')
+  refusal.replayable = False   # replaying the whole optimiser needs it too
+  return refusal
+
+
+def replay(update, state, params, proxy, count, who: str, instead: str = ''):
+  """``count`` calls ``update(proxy, state, params)``, the params advanced by each update as a
+  step applies it; returns ``(summed updates, state)``.
+
+  ``count`` may be traced (per client under ``vmap``) and ``inf``: then it runs until the sum
+  settles, at most ``MAX_INFINITE_GUESSES`` steps, else NaN (never a silent number). A step
+  whose update, not all zero, leaves the sum unchanged settles it (the terms fell below its
+  rounding); steps applying exact zeros (``MultiSteps`` accumulating, ``apply_every``) settle it
+  only after ``ZERO_RUN`` of them in a row. A NaN ``count`` gives NaN. ``who`` names the
+  optimiser in the refusal of an ``update`` needing an argument a guess cannot give, ``instead``
+  (``'; ...'``) what to do."""
   count = _f32(count)
   infinite = jnp.isposinf(count)
   trips = jnp.where(infinite, MAX_INFINITE_GUESSES,
                     jnp.clip(jnp.nan_to_num(count), 0, np.iinfo(np.int32).max)).astype(jnp.int32)
 
   def cond(carry):
-    i, _, _, _, settled = carry
+    i, _, _, _, _, settled = carry
     return (i < trips) & ~settled
 
   def body(carry):
-    i, total, inner_state, p, _ = carry
-    u, inner_state = state.inner.update(proxy, inner_state, p)
+    i, total, state, p, zero_run, _ = carry
+    u, state = update(proxy, state, p)
     new_total = jax.tree.map(lambda t, u: (t + u).astype(t.dtype), total, u)
-    settled = infinite & all_equal(new_total, total)
-    return i + 1, new_total, inner_state, optax.apply_updates(p, u), settled
+    unchanged = all_equal(new_total, total)
+    zero = all_equal(u, optax.tree_utils.tree_zeros_like(u))
+    zero_run = jnp.where(unchanged & zero, zero_run + 1, 0)
+    settled = infinite & unchanged & (~zero | (zero_run >= ZERO_RUN))
+    return i + 1, new_total, state, optax.apply_updates(p, u), zero_run, settled
 
   zeros = optax.tree_utils.tree_zeros_like(params)
   try:
-    _, total, inner_state, _, settled = jax.lax.while_loop(
-        cond, body, (jnp.int32(0), zeros, state.inner_state, params, jnp.bool_(False)))
+    _, total, state, _, _, settled = jax.lax.while_loop(
+        cond, body, (jnp.int32(0), zeros, state, params, jnp.int32(0), jnp.bool_(False)))
   except TypeError as err:
-    missing = re.search(r'required keyword-only arguments?: (.*)', str(err))
-    if missing is None:
+    refusal = _needs_extra_args(err, who, instead)
+    if refusal is None:
       raise
-    raise GuessRefusedError(
-        f'guess: guessing(inner)\'s inner optimiser needs {missing.group(1)} in its update, which '
-        'a guessed step cannot give (it computes no loss, e.g. for optax.contrib.'
-        'reduce_on_plateau\'s value); put that transformation after guessing in an optax.chain, '
-        'e.g. optax.chain(guessing(optax.sgd(lr, momentum=0.9)), optax.contrib.reduce_on_plateau())'
-        ', whose scale guess holds') from err
+    raise refusal from err
   unknown = (infinite & ~settled) | jnp.isnan(count)   # NaN, as gel_sgdm's closed form gives
   total = jax.tree.map(lambda t: jnp.where(unknown, jnp.nan, t).astype(t.dtype), total)
+  return total, state
+
+
+def _guess_generic(state: GuessState, params, count):
+  """``count`` updates of ``state.inner`` with the proxy gradient, summed (see ``guessing``)."""
+  proxy = (state.proxy_grad if state.proxy == 'last_gradient' else
+           jax.tree.map(lambda z, p: jnp.zeros_like(p), state.proxy_grad, params))
+  total, inner_state = replay(state.inner.update, state.inner_state, params, proxy, count,
+                              "guessing(inner)'s inner optimiser", f'; {_AFTER_GUESSING}')
   return total, dataclasses.replace(state, inner_state=inner_state)
 
 
@@ -325,10 +361,11 @@ def has_guess_state(opt_state) -> bool:
 _KINDS = {
     GeLSGDMState: guess_wrappers.GeLKind(
         guess=_guess_sgdm, mirror=lambda s: s.velocity, scalar_leaves=lambda s: False,
-        last_gradient=lambda s: s.last_grad is not None),
+        last_gradient=lambda s: s.last_grad is not None, stored_gradient=lambda s: s.last_grad),
     GuessState: guess_wrappers.GeLKind(
         guess=_guess_generic, mirror=lambda s: s.proxy_grad,
-        scalar_leaves=lambda s: s.proxy == 'zero', last_gradient=lambda s: s.proxy != 'zero'),
+        scalar_leaves=lambda s: s.proxy == 'zero', last_gradient=lambda s: s.proxy != 'zero',
+        stored_gradient=lambda s: s.proxy_grad if s.proxy != 'zero' else None),
 }
 
 
@@ -340,27 +377,86 @@ def _check_count(count) -> None:
                        f'{count!r}')
 
 
-def guess(opt_state, params, count):
+def _reason(refusal: Exception) -> str:
+  return str(refusal).removeprefix('guess: ')
+
+
+def _check_optimizer(optimizer, opt_state, params) -> None:
+  """Raises unless ``optimizer.init(params)`` has ``opt_state``'s tree structure and shapes."""
+  if not (callable(getattr(optimizer, 'init', None)) and
+          callable(getattr(optimizer, 'update', None))):
+    what = getattr(optimizer, '__name__', optimizer)
+    raise TypeError('guess: optimizer= must be the optax transformation whose state opt_state '
+                    f'is (built, not the factory), got {what!r}')
+  try:
+    made = jax.eval_shape(optimizer.init, params)
+  except Exception as err:   # pylint: disable=broad-except
+    first = str(err).splitlines()[0] if str(err) else ''
+    raise GuessRefusedError(
+        'guess: optimizer= is not the optimiser whose state opt_state is: its init(params) '
+        f'fails ({type(err).__name__}: {first})') from err
+  want, got = jax.tree.structure(made), jax.tree.structure(opt_state)
+  if want != got or [jnp.shape(x) for x in jax.tree.leaves(made)] != [
+      jnp.shape(x) for x in jax.tree.leaves(opt_state)]:
+    how = 'structure' if want != got else 'array shapes'
+    raise GuessRefusedError(
+        f'guess: optimizer= is not the optimiser whose state opt_state is: its init(params) has '
+        f'another state {how}; pass the very transformation that made opt_state (the same '
+        'object: guessing(...) states hold it) and the params it steps')
+
+
+def _replayable(opt_state, params, refusal: GuessRefusedError) -> bool:
+  """Whether ``guess(..., optimizer=tx)`` would replay what ``refusal`` refused (statically: not
+  an optimiser needing a loss value, nor a last gradient the optimiser was not given)."""
+  if not getattr(refusal, 'replayable', True) or guess_wrappers.holds_plateau(opt_state):
+    return False
+  try:
+    guess_wrappers.replay_gradient(opt_state, params, _KINDS)
+  except GuessRefusedError:
+    return False
+  return True
+
+
+def guess(opt_state, params, count, *, optimizer=None):
   """Takes ``count`` guessed steps with every GeL state inside ``opt_state``.
 
   Args:
     opt_state: the state of any optimiser holding a ``gel_sgdm`` or ``guessing`` state, at any
       depth of the wrappers ``guess_wrappers`` follows (``chain``, ``named_chain``, ``masked``,
       ``partition``, ``inject_hyperparams``, ``apply_if_finite``; ``reduce_on_plateau`` after it).
-    params: the current params (the guesses start from them).
+    params: the current params (the guesses start from them; ``optax.LookaheadParams`` for
+      ``lookahead``).
     count: the number of guessed steps, a scalar (possibly traced; ``inf`` allowed). A concrete
       one must be a whole number >= 0 or ``inf`` (``gel_sgdm``'s closed form would take a
       fraction, ``guessing``'s steps would drop it).
+    optimizer: the ``optax.GradientTransformation`` whose state ``opt_state`` is (optional).
+      Where the state alone does not say what a wrapper does to a guessed update (``optax.scale``
+      or a stateless ``masked`` member after the GeL one, ``MultiSteps``, ``lookahead``,
+      ``schedule_free``, ``conditionally_transform``, ...), ``guess`` then replays the optimiser
+      itself: ``count`` calls ``optimizer.update(proxy, state, params)``, the params advanced by
+      each update as a step would, and the updates summed: exactly what the optimiser would
+      apply for the guessed steps. The proxy is zero, but on the parameters of a last-gradient
+      GeL transformation the gradient it stored; that is the optimiser's input only where the
+      input reaches it unchanged (the chain's first member, inside ``masked``, ``partition``,
+      ``inject_hyperparams``, ``lookahead``, ``schedule_free``, ``mechanize``): else refused. An
+      infinite count runs as ``guessing``'s does (``replay``). The closed forms and the wrappers'
+      states are used first; the replay only where they would refuse.
 
   Returns:
     ``(updates, opt_state)``: the summed updates the optimiser would apply for the guessed steps,
-    like ``params`` (zero where no GeL state acts, e.g. other ``partition`` groups), and the
-    state after them; apply them with ``optax.apply_updates``.
+    like ``params`` (zero where no GeL state acts, e.g. other ``partition`` groups; a replay
+    gives every parameter what the optimiser applies when handed the proxy), and the state after
+    them; apply them with ``optax.apply_updates``.
 
   Raises:
     NoGuessStateError: ``opt_state`` holds no GeL state.
     GuessRefusedError: a wrapper whose state does not say what it applies for a guessed step
-      (one line naming it and what to use instead; see ``guess_wrappers``).
+      (one line naming it and what to use instead, ending "or pass optimizer= to guess ..."
+      where that replays it; see ``guess_wrappers``); with ``optimizer``: what a replay cannot
+      give either (an update needing a loss value; the last-gradient proxy where the GeL
+      transformation was not handed the optimiser's own input), or an ``optimizer`` whose
+      ``init(params)`` is not shaped like ``opt_state``.
+    TypeError: an ``optimizer`` that is not an optax transformation.
     ValueError: a concrete ``count`` that is not one whole number >= 0 or ``inf``.
   """
   if params is None:
@@ -373,13 +469,35 @@ def guess(opt_state, params, count):
         'guess: the optimiser state holds no GeL state (gel_sgdm or guessing); found '
         f'{", ".join(kinds) or "nothing"}. Build the client optimiser with '
         'fedjax_gel.optim.gel_sgdm(...) or fedjax_gel.optim.guessing(optax_optimizer)')
-  return guess_wrappers.follow(opt_state, params, count, _KINDS)
+  if optimizer is not None:
+    _check_optimizer(optimizer, opt_state, params)
+  try:
+    return guess_wrappers.follow(opt_state, params, count, _KINDS)
+  except GuessRefusedError as refusal:
+    if optimizer is None:
+      if _replayable(opt_state, params, refusal):
+        raise GuessRefusedError(f'{refusal}; or pass optimizer= to guess (the optimiser whose '
+                                'state this is), which replays it with the proxy') from refusal
+      raise
+    if not getattr(refusal, 'replayable', True):
+      raise   # the optimiser's update needs what the refused part of it needs
+    try:
+      proxy = guess_wrappers.replay_gradient(opt_state, params, _KINDS)
+      return replay(optax.with_extra_args_support(optimizer).update, opt_state, params, proxy,
+                    count, 'the optimiser (optimizer=)')
+    except GuessRefusedError as failed:
+      if _reason(failed) == _reason(refusal):
+        raise refusal from failed
+      raise GuessRefusedError(f'{refusal}; and optimizer= cannot replay it: '
+                              f'{_reason(failed)}') from failed
 
 
-def check_guessable(opt_state, params) -> None:
-  """Raises what ``guess(opt_state, params, count)`` would (``NoGuessStateError``,
-  ``GuessRefusedError``), computing nothing: shapes only, e.g. at a run's start."""
-  jax.eval_shape(lambda s, p: guess(s, p, jnp.float32(0.)), opt_state, params)
+def check_guessable(opt_state, params, *, optimizer=None) -> None:
+  """Raises what ``guess(opt_state, params, count, optimizer=optimizer)`` would
+  (``NoGuessStateError``, ``GuessRefusedError``), computing nothing: shapes only, e.g. at a run's
+  start."""
+  jax.eval_shape(lambda s, p: guess(s, p, jnp.float32(0.), optimizer=optimizer), opt_state,
+                 params)
 
 
 def momentum_coefficients(tau: int, tau_prime, alpha: float) -> jax.Array:
