@@ -94,12 +94,14 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
 
   Raises (from ``server_init``, before any round): ``ValueError`` when ``client_guesses`` is
   given but the client optimiser holds no GeL state, or when it holds one but ``client_guesses``
-  is ``None`` (its guesses would silently never be taken).
+  is ``None`` (its guesses would silently never be taken); ``optim.GuessRefusedError`` when
+  ``optim.guess`` cannot take its guesses (``check_guessable``).
   """
   server_optimizer = server_optimizer or optax.sgd(1.0)
 
   def server_init(params):
-    holds_gel = guessed.has_guess_state(jax.eval_shape(client_optimizer.init, params))
+    opt_state = jax.eval_shape(client_optimizer.init, params)
+    holds_gel = guessed.has_guess_state(opt_state)
     if client_guesses is not None and not holds_gel:
       raise ValueError(f'{name}: guessed steps need a GeL client optimiser '
                        '(fedjax_gel.optim.gel_sgdm or guessing(...)); this one holds no GeL state')
@@ -107,6 +109,8 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
       raise ValueError(f'{name}: the client optimiser takes guessed steps but the algorithm has '
                        'no guess policy, so none would be taken; use fedjax_gel.algorithms.gel '
                        '(or local_sgd(..., client_guesses=GuessPolicy(...).counts))')
+    if holds_gel:   # a wrapper guess cannot follow is refused here, not in the first round
+      guessed.check_guessable(opt_state, params, optimizer=client_optimizer)
     return ServerState(params, server_optimizer.init(params))
 
   def client_init(x, ctx: ClientContext):

@@ -19,9 +19,8 @@ from fedjax_gel.optim.guessed import (MAX_INFINITE_GUESSES, PROXIES, GeLSGDMStat
 __all__ = [
     'FedOptState', 'GBOAdaptiveState', 'GBOCountState', 'GBOServerState', 'GBOStats', 'GBO_KINDS',
     'GeLSGDMState', 'GlobalBiasedOptimizer', 'GuessRefusedError', 'GuessState',
-    'MAX_INFINITE_GUESSES',
-    'NoGuessStateError', 'PROXIES', 'fedadagrad', 'fedadam', 'fedyogi', 'gbo', 'gbo_adam',
-    'gbo_adaptive', 'gbo_client', 'gbo_inverse', 'gbo_rmsprop', 'gbo_server', 'gbo_sgdm',
-    'gbo_track', 'check_guessable', 'gel_sgdm', 'guess', 'guessing', 'has_guess_state', 'momentum_coefficients',
-    'momentum_coefficients_l1',
+    'MAX_INFINITE_GUESSES', 'NoGuessStateError', 'PROXIES', 'check_guessable', 'fedadagrad',
+    'fedadam', 'fedyogi', 'gbo', 'gbo_adam', 'gbo_adaptive', 'gbo_client', 'gbo_inverse',
+    'gbo_rmsprop', 'gbo_server', 'gbo_sgdm', 'gbo_track', 'gel_sgdm', 'guess', 'guessing',
+    'has_guess_state', 'momentum_coefficients', 'momentum_coefficients_l1',
 ]
