@@ -17,13 +17,16 @@ optimise the parameters only; ``with_model_state`` wraps any ``FederatedAlgorith
   clients start from the server's state and upload their final state; the server's becomes
   their weighted mean ``sum_i w_i s_i / sum_i w_i``, the weights of the parameters' mean.
 
-  ``local`` (FedBN: Li et al. 2021, "FedBN: Federated Learning on Non-IID Features via Local
-  Batch Normalization"): each client keeps its own state in a per-client store, a row per
+  ``local``: each client keeps its own state in a per-client store, a row per
   client (``core.store.by_client``, split over a mesh with the clients' data); a client starts
   from its row, or from the server's initial state the first time it is sampled, and writes
   its final state back. Nothing is uploaded. The global model is evaluated with the mean of
   the states of the clients sampled so far (a pooled test set belongs to no client); the
-  initial state before any.
+  initial state before any. These are local *statistics*, as SiloBN keeps them (Andreux et al.
+  2020, "Siloed Federated Learning for Multi-Centric Histopathology Datasets"); FedBN (Li et
+  al. 2021, "FedBN: Federated Learning on Non-IID Features via Local Batch Normalization")
+  keeps the BatchNorm layers' scales and biases local too, which here are parameters the
+  algorithm averages like the others.
 
   ``frozen``: the state is never changed: clients start from the server's initial state, their
   updates are dropped, and evaluation uses the initial state. (BatchNorm in training mode still
@@ -37,8 +40,12 @@ module (``jax``'s, with ``has_aux`` when the batch asks for it) and returns the 
 a ``StepLoss`` then, as ``client_step``'s second output. Every algorithm of
 ``fedjax_gel.algorithms`` does; an algorithm that takes ``jax.value_and_grad`` itself is refused
 with one line when its model has state. The pre-pass of an algorithm (Mime's gradient at the
-broadcast model) runs the model in evaluation mode: no key, the broadcast state read, not
-written.
+broadcast model) trains the model as a local step does (minibatch statistics, the key
+``fold_in(fold_in(ctx.key, MODEL_KEY), PRE_PASS_STEP)``; the engine hands a pre-pass batch the
+client's ``ctx.key`` as ``batch['key']``), reading the broadcast state and writing nothing.
+
+A batch-statistics collection and ``--budget_unit=epochs`` are refused: an epoch's short last
+minibatch is padded, and the statistics would take the padding in.
 
 A model without streams or collections needs no wrapper: ``with_model_state`` returns the
 algorithm itself, so runs of such models are the same programs as before.
@@ -59,6 +66,7 @@ POLICIES = ('average', 'local', 'frozen')
 MODEL_KEY = 0x6d6f64   # folded into a client's key for its model's draws (part of the
                        # reproducibility contract, as the purposes of ``core.keys``)
 BATCH_ENTRY = 'model'  # the minibatch entry the wrapper adds
+PRE_PASS_STEP = 2**31 - 1   # the pre-pass's step in its key (local steps count from 0)
 
 
 class ModelInputs(NamedTuple):
@@ -165,7 +173,7 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
         f'model {model.name!r} keeps the mutable collection{"s" * (len(collections) > 1)} '
         f'{", ".join(map(repr, collections))}; choose what the server does with '
         f'{"them" if len(collections) > 1 else "it"}: --model_state=average (FedAvg), local '
-        f'(FedBN) or frozen' + (f' (got {policy!r})' if policy not in (None, 'none') else ''))
+        f'(statistics per client, as SiloBN and FedBN) or frozen' + (f' (got {policy!r})' if policy not in (None, 'none') else ''))
   if not collections:
     policy = None
   inner_store = algorithm.store_row is not None
@@ -218,16 +226,21 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
                        jax.random.fold_in(ctx.key, MODEL_KEY), jnp.zeros((), jnp.int32))
 
   def client_step(client: ModelClient, batch, bcast: ModelBroadcast):
+    if collections and 'mask' in batch:
+      raise ValueError(
+          f'model {model.name!r} keeps {", ".join(map(repr, collections))}, whose batch '
+          "statistics would take in the padding rows of an epoch's short last minibatch "
+          '(--budget_unit=epochs); count the budgets in steps')
     batch = dict(batch, **{BATCH_ENTRY: ModelInputs(
         True, jax.random.fold_in(client.key, client.step), client.state)})
     try:
       inner, loss = algorithm.client_step(client.inner, batch, bcast.inner)
     except TypeError as e:
-      if collections and 'scalar' in str(e):
+      if collections and 'Gradient only defined for scalar-output functions' in str(e):
         raise TypeError(
             f'{algorithm.name}: model {model.name!r} has mutable state, whose loss returns '
             '(loss, new state); take its gradients with fedjax_gel.core.model_state.'
-            'value_and_grad, not jax.value_and_grad') from None
+            'value_and_grad, not jax.value_and_grad') from e
       raise
     state = client.state
     if collections:
@@ -273,7 +286,9 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
     return mean
 
   def pre_pass_fn(bcast: ModelBroadcast, batch):
-    batch = dict(batch, **{BATCH_ENTRY: ModelInputs(False, None, bcast.state)})
+    batch = dict(batch)
+    key = jax.random.fold_in(jax.random.fold_in(batch.pop('key'), MODEL_KEY), PRE_PASS_STEP)
+    batch[BATCH_ENTRY] = ModelInputs(True, key, bcast.state)
     return algorithm.pre_pass_fn(bcast.inner, batch)
 
   def diagnostics(state: ModelServer, upload, info: RoundInfo):

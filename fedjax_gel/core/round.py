@@ -290,10 +290,13 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     batch_size, max_budget = spec.batch_size, spec.max_budget
     epochs = spec.budget_unit == 'epochs'
 
-    def pre_pass_values(bcast, data: FederatedData, n, offsets, rows, real):
+    def pre_pass_values(bcast, data: FederatedData, n, offsets, rows, real, client_keys):
       """Each client's ``pre_pass_fn`` at the broadcast model (the algorithm's per-client extra,
-      e.g. Mime's gradient): ``(values, gradient computations, examples)``."""
-      fn = jax.vmap(algorithm.pre_pass_fn, in_axes=(None, 0))
+      e.g. Mime's gradient): ``(values, gradient computations, examples)``. Its batches carry
+      the client's key (``ClientContext.key``) as ``batch['key']``, for a model's draws."""
+      keyed = jax.vmap(lambda b, batch, k: algorithm.pre_pass_fn(b, dict(batch, key=k)),
+                       in_axes=(None, 0, 0))
+      fn = lambda b, batch: keyed(b, batch, client_keys)
       if algorithm.pre_pass == 'minibatch':
         # The client's first minibatch at the broadcast model: for a gradient, that of its first
         # local step, which a real client reuses; recomputed here, so it is not counted again.
@@ -347,7 +350,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       extra, extra_grads, extra_examples = None, jnp.int32(0), jnp.int32(0)
       if algorithm.pre_pass != 'none':
         extra, extra_grads, extra_examples = pre_pass_values(bcast, data, n, offsets, rows,
-                                                                 real)
+                                                                 real, algo_keys)
       ctx = ClientContext(cohort.client_ids, n, budgets, jnp.where(real, cohort.guesses, 0.),
                           cohort.weights, algo_keys, extra, stored)
       state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)

@@ -177,8 +177,9 @@ class ModelConfig:
   model_state: str = hparam(
       'none', 'What the server does with a model\'s mutable collections (BatchNorm\'s '
       'statistics): average them as FedAvg does the parameters; keep them local, a row per '
-      'client (FedBN); or frozen at their initial values; none: the model has none (a model '
-      'with some is refused).', one_of('none', 'average', 'local', 'frozen'))
+      'client (as SiloBN; FedBN keeps BatchNorm\'s scales and biases local too); or frozen at '
+      'their initial values; none: the model has none (a model with some is refused).',
+      one_of('none', 'average', 'local', 'frozen'))
 
 
 @dataclasses.dataclass(frozen=True)

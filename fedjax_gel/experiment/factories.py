@@ -241,8 +241,11 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
   except models.OptionError as e:
     raise ConfigError(str(e)) from None
   except Exception as e:  # pylint: disable=broad-except
-    if name in models.BUILTIN_MODELS:
-      raise
+    if name in models.BUILTIN_MODELS:   # traced when built: e.g. a CNN given 60 features
+      if not isinstance(e, (ValueError, TypeError)):
+        raise
+      raise ConfigError(f'--model={name} does not take the examples of {where} (shape '
+                        f'{x.shape[1:]}): {first_line(e)}') from None
     raise ConfigError(f'--model={name}: building it for inputs {x.shape[1:]} and {outputs} '
                       f'outputs failed {raised_at(e)}') from None
   policy = c.model.model_state
@@ -250,7 +253,12 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
     raise ConfigError(f'--model={name} keeps the mutable collection'
                       f'{"s" * (len(model.collections) > 1)} '
                       f'{", ".join(map(repr, model.collections))}; choose what the server does '
-                      'with it: --model_state=average (FedAvg), local (FedBN) or frozen')
+                      'with it: --model_state=average (FedAvg), local (per client, as SiloBN) or '
+                      'frozen')
+  if model.collections and c.cohort.budget_unit == 'epochs':
+    raise ConfigError(f'--model={name} keeps {", ".join(map(repr, model.collections))}, whose '
+                      "batch statistics would take in the padding rows of an epoch's short last "
+                      'minibatch; --budget_unit=epochs is for models without (use steps)')
   if not model.collections and policy != 'none':
     raise ConfigError(f'--model_state={policy}: --model={name} keeps no mutable collections '
                       '(no BatchNorm statistics); leave --model_state=none')

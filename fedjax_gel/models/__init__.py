@@ -70,8 +70,9 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
     takes = {}
   given = {k: v for k, v in options.items() if v}
   own = [p for p in takes if p not in ('input_shape', 'num_classes', 'vocab_size')]
+  forwards = any(p.kind == p.VAR_KEYWORD for p in takes.values())   # ``**options``
   for option in given:
-    if option not in takes:
+    if option not in takes and not forwards:
       raise OptionError(f'--{option}: model {name!r} has no such option (its own: '
                        f'{", ".join(own) or "none"})')
   if name in TOKEN_MODELS:

@@ -58,9 +58,10 @@ class Model(NamedTuple):
   collections: tuple = ()
 
 
-# Collections a linen module may write that are not model state: ``sow``'s intermediates are
-# made mutable in training (so that sowing works) and dropped.
-NOT_STATE = ('params', 'intermediates')
+# Collections a linen module may write that are not model state: ``sow``'s intermediates and
+# ``perturb``'s perturbations are made mutable in training (so that they work) and dropped, as is
+# any collection a training step changes the structure of (``sow`` into a name of its own).
+NOT_STATE = ('params', 'intermediates', 'perturbations')
 MAX_STREAMS = 16   # rng streams a module may ask for before ``from_linen`` gives up
 
 
@@ -77,7 +78,7 @@ def takes_train(module) -> bool:
     params = inspect.signature(module.__call__).parameters
   except (TypeError, ValueError):
     return False
-  return 'train' in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+  return 'train' in params   # by name: ``**kwargs`` may be forwarded to layers that refuse it
 
 
 def missing_stream(error) -> str | None:
@@ -132,6 +133,7 @@ def from_linen(name: str, module, input_shape, input_dtype, num_classes: int,
                                   'its init')
   shapes = jax.eval_shape(lambda: init_with(jax.random.key(0), init_streams))
   collections = tuple(c for c in shapes if c not in NOT_STATE)
+  written = [*NOT_STATE[1:], *collections]   # mutable in training
 
   def variables(params):
     if collections:
@@ -141,11 +143,10 @@ def from_linen(name: str, module, input_shape, input_dtype, num_classes: int,
   def apply(params, x):
     return module.apply(variables(params), x, **train_kw(False))
 
-  def run_train(params, state, x, rngs):
+  def run_train(params, state, x, rngs, keep=None):
     vs = {'params': params, **(state or {})}
-    out, new = module.apply(vs, x, rngs=rngs, mutable=[*collections, 'intermediates'],
-                            **train_kw(True))
-    return out, {c: new[c] for c in collections}
+    out, new = module.apply(vs, x, rngs=rngs, mutable=written, **train_kw(True))
+    return out, {c: new[c] for c in (collections if keep is None else keep)}
 
   def init(key):
     vs = init_with(key, init_streams)
@@ -168,6 +169,15 @@ def from_linen(name: str, module, input_shape, input_dtype, num_classes: int,
   streams = discover_streams(
       name, lambda rngs, p, st: run_train(p, st, dummy, rngs), 'its training', abstract_params,
       abstract_state)
+  stepped = jax.eval_shape(lambda p, st: run_train(p, st, dummy, stream_keys(
+      jax.random.key(0), streams), keep=written[2:])[1], abstract_params, abstract_state)
+  same = lambda c: (jax.tree.structure(stepped[c]) == jax.tree.structure(abstract_state[c]) and
+                    jax.tree.leaves(stepped[c]) == jax.tree.leaves(abstract_state[c]))
+  collections = tuple(c for c in collections if same(c))   # a growing one is sown, not state
+  if collections:
+    abstract_state = {c: abstract_state[c] for c in collections}
+  else:
+    abstract, abstract_state = abstract_params, {}
 
   train_apply = None
   if train_kw(True) or streams or collections:

@@ -312,3 +312,55 @@ def test_the_planner_counts_the_local_rows():
   row = 2 * 5 * 4 + 4   # BatchNorm's mean and variance of 5 float32 features, and the flag
   assert planning.store_bytes(local, params) == 1000 * row
   assert planning.store_bytes(model_state.with_model_state(base, model, 'average'), params) == 0
+
+
+def test_modules_forwarding_kwargs_or_sowing_are_not_state(pool):
+  """A ``**kwargs`` module is called without ``train``; a collection ``sow`` grows is dropped,
+  not carried (its structure changes every step)."""
+  _, data = pool
+
+  class Forwards(nn.Module):
+    @nn.compact
+    def __call__(self, x, **kw):
+      return nn.Dense(CLASSES)(x, **kw)
+
+  class Sows(nn.Module):
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+      h = nn.Dense(8)(x)
+      self.sow('activations', 'h', h)
+      return nn.Dense(CLASSES)(h)
+
+  for module in (Forwards(), Sows()):
+    model = models.from_linen('m', module, (FEATURES,), jnp.float32, CLASSES)
+    assert (model.rngs, model.collections) == ((), ())
+    alg = model_state.with_model_state(
+        algorithms.fedavg(models.task_loss(model), optax.sgd(LR)), model)
+    assert bool(engine_rounds(alg, model, data, rounds=1)[1].finite)
+
+
+def test_mime_takes_its_anchor_gradient_in_training_mode(pool):
+  """Mimelite's full-batch pre-pass on a BatchNorm and dropout model: trains, under local
+  statistics (whose broadcast state is the initial one: in evaluation mode it would normalise
+  nothing)."""
+  from fedjax_gel import optim  # pylint: disable=g-import-not-at-top
+  _, data = pool
+  model = models.from_linen('bn', BatchNormNet(0.3), (FEATURES,), jnp.float32, CLASSES)
+  alg = model_state.with_model_state(
+      algorithms.mime(models.task_loss(model), optim.gbo_sgdm(LR, 0.9)), model, 'local',
+      num_clients=5)
+  state, metrics = engine_rounds(alg, model, data, rounds=2)
+  assert bool(metrics.finite) and float(metrics.grad_computations) > 0
+
+
+def test_epoch_budgets_are_refused_for_batch_statistics(pool):
+  _, data = pool
+  model = models.from_linen('bn', BatchNormNet(), (FEATURES,), jnp.float32, CLASSES)
+  alg = model_state.with_model_state(
+      algorithms.fedavg(models.task_loss(model), optax.sgd(LR)), model, 'average')
+  root = keys.root_key(0)
+  spec = sampling.CohortSpec(3, (1, 1), 4, budget_unit='epochs', max_examples=N)
+  with pytest.raises(ValueError, match="padding rows of an epoch's short last minibatch"):
+    build_round(alg, chunk_size=2)(alg.server_init(model.init(root)),
+                                   sampling.sample_cohort(root, 0, data.counts, spec), data, root,
+                                   0)

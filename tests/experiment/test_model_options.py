@@ -25,8 +25,8 @@ class NormedMLP(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
-def normed_mlp(input_shape, num_classes, dropout: float = 0.):
-  return models.from_linen('normed_mlp', NormedMLP(num_classes, dropout), input_shape,
+def normed_mlp(input_shape, num_classes, **options):   # takes --dropout through **options
+  return models.from_linen('normed_mlp', NormedMLP(num_classes, **options), input_shape,
                            jnp.float32, num_classes)
 
 
@@ -85,6 +85,8 @@ def test_dropout_changes_the_run(tiny_leaf_file, tmp_path):
     (('--model=mlp', '--model_state=average'), ('--model_state=average', 'no mutable')),
     (('--model=mlp', '--batch_norm'), ('--batch_norm', 'mlp')),
     (('--model=mlp', '--dropout=1'), ('--dropout',)),
+    (('--model=normed_mlp', '--model_state=average', '--budget_unit=epochs'),
+     ("'batch_stats'", '--budget_unit=epochs')),
     (('--model=normed_mlp', '--model_state=local', '--algorithm=cluster_fedvarp',
       '--fedvarp_clusters=2'), ('--model_state=local', 'cluster')),
 ])
