@@ -87,15 +87,16 @@ def missing_stream(error) -> str | None:
   return found.group(1) if found else None
 
 
-def discover_streams(name: str, run: Callable, where: str, *args) -> tuple:
+def discover_streams(name: str, run: Callable, where: str, *args) -> tuple[tuple, Any]:
   """The rng streams ``run(rngs, *args)`` asks for, found by tracing it (``jax.eval_shape``;
-  ``args`` may be shape structs) with the streams asked so far until it asks for none."""
+  ``args`` may be shape structs) with the streams asked so far until it asks for none; and the
+  shapes of what it returned then."""
   from flax import errors  # pylint: disable=g-import-not-at-top
   streams = []
   for _ in range(MAX_STREAMS):
     try:
-      jax.eval_shape(lambda *a: run(stream_keys(jax.random.key(0), streams), *a), *args)
-      return tuple(streams)
+      out = jax.eval_shape(lambda *a: run(stream_keys(jax.random.key(0), streams), *a), *args)
+      return tuple(streams), out
     except errors.InvalidRngError as e:
       stream = missing_stream(e)
       if stream is None or stream in streams:
@@ -129,9 +130,9 @@ def from_linen(name: str, module, input_shape, input_dtype, num_classes: int,
     return module.init({'params': key, **stream_keys(jax.random.fold_in(key, 1), streams)},
                        dummy, **train_kw(False))
 
-  init_streams = discover_streams(name, lambda rngs: init_with(jax.random.key(0), rngs),
-                                  'its init')
-  shapes = jax.eval_shape(lambda: init_with(jax.random.key(0), init_streams))
+  # Traced once each (a model's build is part of a run's start-up): init, then a training step.
+  init_streams, shapes = discover_streams(
+      name, lambda rngs: init_with(jax.random.key(0), rngs), 'its init')
   collections = tuple(c for c in shapes if c not in NOT_STATE)
   written = [*NOT_STATE[1:], *collections]   # mutable in training
 
@@ -154,30 +155,25 @@ def from_linen(name: str, module, input_shape, input_dtype, num_classes: int,
       return Variables(vs['params'], {c: vs[c] for c in collections})
     return vs['params']
 
-  abstract = jax.eval_shape(init, jax.random.key(0))
-  abstract_params = abstract.params if collections else abstract
-  abstract_state = abstract.state if collections else {}
-  drawn = discover_streams(name, lambda rngs, vs: module.apply(variables(vs), dummy, rngs=rngs,
-                                                               **train_kw(False)),
-                           'its evaluation', abstract)
-  if drawn:
-    raise ValueError(
-        f'model {name!r} draws the rng stream {drawn[0]!r} in evaluation ('
-        + ('train=False' if train_kw(False) else 'its __call__ takes no train argument')
-        + '), where nothing is drawn: give its __call__ a train argument and its dropout '
-        'deterministic=not train')
-  streams = discover_streams(
-      name, lambda rngs, p, st: run_train(p, st, dummy, rngs), 'its training', abstract_params,
-      abstract_state)
-  stepped = jax.eval_shape(lambda p, st: run_train(p, st, dummy, stream_keys(
-      jax.random.key(0), streams), keep=written[2:])[1], abstract_params, abstract_state)
+  abstract_state = {c: shapes[c] for c in collections}
+  streams, (_, stepped) = discover_streams(
+      name, lambda rngs, p, st: run_train(p, st, dummy, rngs, keep=written[2:]),
+      'its training', shapes['params'], abstract_state)
   same = lambda c: (jax.tree.structure(stepped[c]) == jax.tree.structure(abstract_state[c]) and
                     jax.tree.leaves(stepped[c]) == jax.tree.leaves(abstract_state[c]))
   collections = tuple(c for c in collections if same(c))   # a growing one is sown, not state
-  if collections:
-    abstract_state = {c: abstract_state[c] for c in collections}
-  else:
-    abstract, abstract_state = abstract_params, {}
+  if streams:   # one that draws in training may draw in evaluation too: refused
+    evaluation = Variables(shapes['params'], {c: shapes[c] for c in collections})
+    drawn, _ = discover_streams(
+        name, lambda rngs, vs: module.apply(variables(vs if collections else vs.params), dummy,
+                                            rngs=rngs, **train_kw(False)),
+        'its evaluation', evaluation)
+    if drawn:
+      raise ValueError(
+          f'model {name!r} draws the rng stream {drawn[0]!r} in evaluation ('
+          + ('train=False' if train_kw(False) else 'its __call__ takes no train argument')
+          + '), where nothing is drawn: give its __call__ a train argument and its dropout '
+          'deterministic=not train')
 
   train_apply = None
   if train_kw(True) or streams or collections:
