@@ -69,6 +69,14 @@ BATCH_ENTRY = 'model'  # the minibatch entry the wrapper adds
 PRE_PASS_STEP = 2**31 - 1   # the pre-pass's step in its key (local steps count from 0)
 
 
+class Variables(NamedTuple):
+  """The variables of a model with mutable collections: its trainable ``params`` and its
+  ``state`` (``{collection: pytree}``, e.g. ``{'batch_stats': ...}``). Algorithms optimise the
+  params; the server treats the state by a policy (``POLICIES``). (``models.Variables``.)"""
+  params: Any
+  state: Any
+
+
 class ModelInputs(NamedTuple):
   """What the wrapper adds to a minibatch (``batch['model']``) for the model's loss.
 
@@ -271,7 +279,6 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
     params = algorithm.server_params(joined(state))
     if not collections:
       return params
-    from fedjax_gel.models.base import Variables  # pylint: disable=g-import-not-at-top
     return Variables(params, evaluated_state(state))
 
   def evaluated_state(state: ModelServer):

@@ -14,18 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_gel.core.model_state import BATCH_ENTRY, ModelInputs
+from fedjax_gel.core.model_state import BATCH_ENTRY, ModelInputs, Variables
 from fedjax_gel.models.tasks import CLASSIFICATION, Task, batch_mean
 
 Params = Any
-
-
-class Variables(NamedTuple):
-  """The variables of a model with mutable collections: its trainable ``params`` and its
-  ``state`` (``{collection: pytree}``, e.g. ``{'batch_stats': ...}``). Algorithms optimise the
-  params; the server treats the state by a policy (``core.model_state``)."""
-  params: Any
-  state: Any
 
 
 class Model(NamedTuple):
