@@ -1,6 +1,7 @@
 """Flax models and a registry by name (``register_model`` adds your own)."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 from fedjax_gel.core.checks import is_whole, positive_int
@@ -21,6 +22,16 @@ MODELS = {'logistic': logistic, 'mlp': mlp, 'femnist_cnn': femnist_cnn,
 BUILTIN_MODELS = tuple(MODELS)   # all scored by accuracy (classification, next token)
 # Models of token ids (int inputs), built with the vocabulary size.
 TOKEN_MODELS = ('shakespeare_lstm', 'sent140_lstm')
+
+
+BUILT_IN = dict(MODELS)
+
+
+@functools.lru_cache(maxsize=64)
+def _built_in(name: str, input_shape: tuple, num_classes: int, options: tuple) -> Model:
+  """A built-in model, built once per shape, classes and options: building traces it
+  (``from_linen``), and a ``Model`` is immutable pure functions, safe to share."""
+  return BUILT_IN[name](input_shape, num_classes, **dict(options))
 
 
 class OptionError(ValueError):
@@ -77,7 +88,10 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
                        f'{", ".join(own) or "none"})')
   if name in TOKEN_MODELS:
     given['vocab_size'] = vocab_size
-  model = MODELS[name](input_shape, num_classes, **given)
+  if MODELS[name] is BUILT_IN.get(name):
+    model = _built_in(name, input_shape, num_classes, tuple(sorted(given.items())))
+  else:
+    model = MODELS[name](input_shape, num_classes, **given)
   if not isinstance(model, Model):
     raise TypeError(f'get_model: {name!r} was built as a {type(model).__name__}, not a '
                     'fedjax_gel Model (models.from_linen or from_nnx wraps a Flax module)')
