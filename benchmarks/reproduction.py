@@ -23,7 +23,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from fedjax_gel.experiment import report
-from fedjax_gel.models.tasks import Metric
+from fedjax_gel.core.tasks import Metric
 
 ACCURACY = Metric()   # the reproductions are of classifiers
 

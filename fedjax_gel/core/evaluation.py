@@ -10,6 +10,7 @@ import numpy as np
 from fedjax_gel.core import federated_data
 from fedjax_gel.core.checks import positive_int, whole_at_least
 from fedjax_gel.core.federated_data import FederatedData
+from fedjax_gel.core.tasks import CLASSIFICATION, Task
 
 
 class EvalPool(NamedTuple):
@@ -71,7 +72,6 @@ def build_evaluate(apply_fn: Callable, task=None) -> Callable:
   classification: ``loss`` and ``accuracy``). For a pool that names its examples' clients, also
   ``client_sum`` and ``client_weight`` (``[num_clients]``: each client's sum of the task's main
   metric, e.g. its correct predictions, and the weight it is out of: examples, or tokens)."""
-  from fedjax_gel.models.tasks import CLASSIFICATION, Task  # pylint: disable=g-import-not-at-top
   if task is None:
     task = CLASSIFICATION
   if not callable(apply_fn):   # e.g. a Model itself, whose apply is the function

@@ -24,7 +24,7 @@ from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import files, outputs, workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError, first_line
 from fedjax_gel.experiment.report import CLIENT_SPREAD
-from fedjax_gel.models.tasks import Metric
+from fedjax_gel.core.tasks import Metric
 
 
 def find_runs(directory: str) -> list[str]:

@@ -31,7 +31,7 @@ import numpy as np
 from fedjax_gel.experiment import callbacks, plots, report, workdir as workdir_lib
 from fedjax_gel.experiment.callbacks import run_fields
 from fedjax_gel.experiment.config import Config, ConfigError
-from fedjax_gel.models.tasks import Metric
+from fedjax_gel.core.tasks import Metric
 
 
 def check_grid(c: Config, exp=None):

@@ -7,7 +7,7 @@ import time
 
 from fedjax_gel.experiment import factories, grid as grid_lib, plots, report
 from fedjax_gel.experiment import workdir as workdir_lib
-from fedjax_gel.models.tasks import Metric
+from fedjax_gel.core.tasks import Metric
 
 # Settings every report shows, in this order; any other flag shows when the runs differ in it
 # or it is not at its default.

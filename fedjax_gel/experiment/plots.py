@@ -28,7 +28,7 @@ import numpy as np
 
 from fedjax_gel.experiment import files
 from fedjax_gel.experiment.report import mean_ci
-from fedjax_gel.models.tasks import Metric
+from fedjax_gel.core.tasks import Metric
 
 
 def available() -> bool:

@@ -11,7 +11,7 @@ import math
 import statistics
 from typing import Sequence
 
-from fedjax_gel.models.tasks import Metric
+from fedjax_gel.core.tasks import Metric
 
 # Two-sided 95% quantiles of Student's t with 1..30 degrees of freedom (beyond: ``t_95``).
 T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,

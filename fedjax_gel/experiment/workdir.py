@@ -26,7 +26,7 @@ from fedjax_gel.core import paths
 from fedjax_gel.experiment import checkpoint, cluster, files, report
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment.config import Config, ConfigError, json_extras
-from fedjax_gel.models import tasks
+from fedjax_gel.core import tasks
 
 
 def check_folder(workdir: str):

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_gel.core.model_state import BATCH_ENTRY, ModelInputs, Variables
-from fedjax_gel.models.tasks import CLASSIFICATION, Task, batch_mean
+from fedjax_gel.core.tasks import CLASSIFICATION, Task, batch_mean
 
 Params = Any
 
