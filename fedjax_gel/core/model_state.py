@@ -33,7 +33,7 @@ optimise the parameters only; ``with_model_state`` wraps any ``FederatedAlgorith
   normalises with each minibatch's statistics.)
 
 The loss carries the state out of the step. The wrapper hands the inner ``client_step`` a
-minibatch with one more entry, ``batch['model'] = ModelInputs(train, rng, state)``; the model's
+minibatch with one more entry, ``batch['model'] = ModelInputs(rng, state)``; the model's
 loss (``models.task_loss``) reads it and, training a model with state, returns ``(loss,
 new_state)``. An algorithm takes its gradients with ``value_and_grad`` / ``grad`` of this
 module (``jax``'s, with ``has_aux`` when the batch asks for it) and returns the loss it got,
@@ -78,16 +78,15 @@ class Variables(NamedTuple):
 
 
 class ModelInputs(NamedTuple):
-  """What the wrapper adds to a minibatch (``batch['model']``) for the model's loss.
+  """What the wrapper adds to a minibatch (``batch['model']``) for the model's loss, which then
+  trains the model (``train=True``).
 
   Attributes:
-    train: training mode (local steps) or evaluation mode (a pre-pass).
-    rng: the step's key (training), else None.
+    rng: the step's key.
     state: the model's mutable collections (``{collection: pytree}``), or None for a model
       without.
   """
-  train: bool
-  rng: Any = None
+  rng: Any
   state: Any = None
 
 
@@ -102,7 +101,7 @@ def returns_state(batch) -> bool:
   """Whether a loss of ``batch`` returns ``(loss, new_state)``: a training step of a model with
   mutable collections."""
   inputs = batch.get(BATCH_ENTRY) if isinstance(batch, dict) else None
-  return inputs is not None and inputs.train and inputs.state is not None
+  return inputs is not None and inputs.state is not None
 
 
 def value_and_grad(loss_fn: Callable) -> Callable:
@@ -158,6 +157,15 @@ class LocalRow(NamedTuple):
   written: jax.Array   # float32 1 once the client wrote its state
 
 
+def check_budget_unit(model, budget_unit: str) -> None:
+  """A ValueError (one line) for a model with batch statistics trained in epochs: an epoch's
+  short last minibatch is padded, and the statistics would take the padding in."""
+  if model.collections and budget_unit == 'epochs':
+    raise ValueError(f'model {model.name!r} keeps {", ".join(map(repr, model.collections))}, '
+                     "whose batch statistics would take in the padding rows of an epoch's short "
+                     'last minibatch: --budget_unit=epochs is for models without (use steps)')
+
+
 def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = None,
                      num_clients: int | None = None) -> FederatedAlgorithm:
   """``algorithm`` training ``model`` with its rng streams and mutable collections.
@@ -174,6 +182,10 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
   an algorithm whose own store is not a row per client are ValueErrors (one line).
   """
   rngs, collections = tuple(model.rngs), tuple(model.collections)
+  unset = policy in (None, 'none')
+  if not collections and not unset:
+    raise ValueError(f'--model_state={policy}: model {model.name!r} keeps no mutable '
+                     'collections (no BatchNorm statistics); leave --model_state=none')
   if not rngs and not collections:
     return algorithm
   if collections and policy not in POLICIES:
@@ -181,9 +193,7 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
         f'model {model.name!r} keeps the mutable collection{"s" * (len(collections) > 1)} '
         f'{", ".join(map(repr, collections))}; choose what the server does with '
         f'{"them" if len(collections) > 1 else "it"}: --model_state=average (FedAvg), local '
-        f'(statistics per client, as SiloBN and FedBN) or frozen' + (f' (got {policy!r})' if policy not in (None, 'none') else ''))
-  if not collections:
-    policy = None
+        '(per client, as SiloBN) or frozen' + ('' if unset else f' (got {policy!r})'))
   inner_store = algorithm.store_row is not None
   local = policy == 'local'
   if local and (num_clients is None or int(num_clients) < 1):
@@ -234,13 +244,10 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
                        jax.random.fold_in(ctx.key, MODEL_KEY), jnp.zeros((), jnp.int32))
 
   def client_step(client: ModelClient, batch, bcast: ModelBroadcast):
-    if collections and 'mask' in batch:
-      raise ValueError(
-          f'model {model.name!r} keeps {", ".join(map(repr, collections))}, whose batch '
-          "statistics would take in the padding rows of an epoch's short last minibatch "
-          '(--budget_unit=epochs); count the budgets in steps')
-    batch = dict(batch, **{BATCH_ENTRY: ModelInputs(
-        True, jax.random.fold_in(client.key, client.step), client.state)})
+    if 'mask' in batch:   # only an epoch's minibatches are masked
+      check_budget_unit(model, 'epochs')
+    batch = dict(batch, **{BATCH_ENTRY: ModelInputs(jax.random.fold_in(client.key, client.step),
+                                                    client.state)})
     try:
       inner, loss = algorithm.client_step(client.inner, batch, bcast.inner)
     except TypeError as e:
@@ -286,16 +293,14 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
       return state.state
     rows = state.clients.local
     count = jnp.sum(rows.written)
-    mean = tree_map(
-        lambda s, first: jnp.where(count > 0, jnp.tensordot(
-            rows.written, s.astype(jnp.float32), axes=1) / jnp.maximum(count, 1.),
-                                   first).astype(first.dtype), rows.state, state.state)
-    return mean
+    mean = lambda s: jnp.tensordot(rows.written, s.astype(jnp.float32), axes=1) / count
+    return tree_map(lambda s, first: jnp.where(count > 0, mean(s), first).astype(first.dtype),
+                    rows.state, state.state)
 
   def pre_pass_fn(bcast: ModelBroadcast, batch):
     batch = dict(batch)
     key = jax.random.fold_in(jax.random.fold_in(batch.pop('key'), MODEL_KEY), PRE_PASS_STEP)
-    batch[BATCH_ENTRY] = ModelInputs(True, key, bcast.state)
+    batch[BATCH_ENTRY] = ModelInputs(key, bcast.state)
     return algorithm.pre_pass_fn(bcast.inner, batch)
 
   def diagnostics(state: ModelServer, upload, info: RoundInfo):

@@ -248,20 +248,10 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
                         f'{x.shape[1:]}): {first_line(e)}') from None
     raise ConfigError(f'--model={name}: building it for inputs {x.shape[1:]} and {outputs} '
                       f'outputs failed {raised_at(e)}') from None
-  policy = c.model.model_state
-  if model.collections and policy == 'none':
-    raise ConfigError(f'--model={name} keeps the mutable collection'
-                      f'{"s" * (len(model.collections) > 1)} '
-                      f'{", ".join(map(repr, model.collections))}; choose what the server does '
-                      'with it: --model_state=average (FedAvg), local (per client, as SiloBN) or '
-                      'frozen')
-  if model.collections and c.cohort.budget_unit == 'epochs':
-    raise ConfigError(f'--model={name} keeps {", ".join(map(repr, model.collections))}, whose '
-                      "batch statistics would take in the padding rows of an epoch's short last "
-                      'minibatch; --budget_unit=epochs is for models without (use steps)')
-  if not model.collections and policy != 'none':
-    raise ConfigError(f'--model_state={policy}: --model={name} keeps no mutable collections '
-                      '(no BatchNorm statistics); leave --model_state=none')
+  try:   # before any round (the round refuses it too, when traced)
+    model_state.check_budget_unit(model, c.cohort.budget_unit)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
   task = model.task
   if task.main not in task.metrics:
     raise ConfigError(f'--model={name}: its task ({task.name}) names {task.main!r} its main '

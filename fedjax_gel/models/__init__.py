@@ -24,14 +24,12 @@ BUILTIN_MODELS = tuple(MODELS)   # all scored by accuracy (classification, next 
 TOKEN_MODELS = ('shakespeare_lstm', 'sent140_lstm')
 
 
-BUILT_IN = dict(MODELS)
-
-
 @functools.lru_cache(maxsize=64)
 def _built_in(name: str, input_shape: tuple, num_classes: int, options: tuple) -> Model:
   """A built-in model, built once per shape, classes and options: building traces it
-  (``from_linen``), and a ``Model`` is immutable pure functions, safe to share."""
-  return BUILT_IN[name](input_shape, num_classes, **dict(options))
+  (``from_linen``), and a ``Model`` is immutable pure functions, safe to share (a built-in
+  name is never registered again: ``register_model``)."""
+  return MODELS[name](input_shape, num_classes, **dict(options))
 
 
 class OptionError(ValueError):
@@ -88,7 +86,7 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
                        f'{", ".join(own) or "none"})')
   if name in TOKEN_MODELS:
     given['vocab_size'] = vocab_size
-  if MODELS[name] is BUILT_IN.get(name):
+  if name in BUILTIN_MODELS:
     model = _built_in(name, input_shape, num_classes, tuple(sorted(given.items())))
   else:
     model = MODELS[name](input_shape, num_classes, **given)
@@ -98,9 +96,11 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
   return model
 
 
-__all__ = ['BUILTIN_MODELS', 'CLASSIFICATION', 'CelebACNN', 'MLP', 'NEXT_TOKEN', 'OptionError', 'REGRESSION', 'Task', 'task_loss',
-           'tasks', 'MODELS', 'LogisticRegression', 'Model', 'StackedLSTM', 'TOKEN_MODELS',
-           'TwoConvCNN', 'Variables', 'celeba_cnn', 'cifar_cnn', 'cross_entropy_loss', 'femnist_cnn',
-           'from_linen', 'from_nnx', 'gel_femnist_cnn', 'get_model', 'logistic', 'masked_mean',
-           'max_entropy_loss', 'max_pool_2x2', 'mlp', 'patches_conv', 'num_params',
-           'per_example_loss', 'register_model', 'sent140_lstm', 'shakespeare_lstm']
+__all__ = [
+    'BUILTIN_MODELS', 'CLASSIFICATION', 'CelebACNN', 'LogisticRegression', 'MLP', 'MODELS',
+    'Model', 'NEXT_TOKEN', 'OptionError', 'REGRESSION', 'StackedLSTM', 'TOKEN_MODELS', 'Task',
+    'TwoConvCNN', 'Variables', 'celeba_cnn', 'cifar_cnn', 'cross_entropy_loss', 'femnist_cnn',
+    'from_linen', 'from_nnx', 'gel_femnist_cnn', 'get_model', 'logistic', 'masked_mean',
+    'max_entropy_loss', 'max_pool_2x2', 'mlp', 'num_params', 'patches_conv', 'per_example_loss',
+    'register_model', 'sent140_lstm', 'shakespeare_lstm', 'task_loss', 'tasks',
+]

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_gel.core.model_state import BATCH_ENTRY, ModelInputs, Variables
+from fedjax_gel.core.model_state import BATCH_ENTRY, Variables
 from fedjax_gel.core.tasks import CLASSIFICATION, Task, batch_mean
 
 Params = Any
@@ -241,11 +241,10 @@ def from_nnx(name: str, make_module: Callable, num_classes: int,
 
 
 def training_outputs(model: Model, params, batch):
-  """The model's outputs on ``batch['x']`` in a client's step, and its new state (None when it
-  has none to return): in training mode with the step's key and state the engine put in the
-  batch (``batch['model']``, ``core.model_state``), in evaluation mode for a pre-pass; a model
-  without streams or collections in training mode by itself. A model that needs a key or state
-  the batch does not carry is a ValueError (one line)."""
+  """The model's outputs on ``batch['x']`` in training mode, and its new state (None when it has
+  none to return): with the step's key and state the engine put in the batch (``batch['model']``,
+  ``core.model_state``); a model without streams or collections by itself. A model that needs a
+  key or state the batch does not carry is a ValueError (one line)."""
   inputs = batch.get(BATCH_ENTRY)
   if inputs is None:
     if model.rngs or model.collections:
@@ -257,9 +256,6 @@ def training_outputs(model: Model, params, batch):
     if model.train_apply is None:
       return model.apply(params, batch['x']), None
     return model.train_apply(params, {}, batch['x'], None)[0], None
-  if not inputs.train:
-    variables = Variables(params, inputs.state) if model.collections else params
-    return model.apply(variables, batch['x']), None
   outputs, state = model.train_apply(params, inputs.state or {}, batch['x'], inputs.rng)
   return outputs, (state if model.collections else None)
 
