@@ -522,5 +522,5 @@ def make_runs(exp: Experiment, configs, chunk_size: int) -> tuple[runs_lib.RunsP
       algorithm, lambda root: exp.model.init(keys.init_key(root)), make_sampler(exp),
       chunk_size=chunk_size, batched=len(configs) > 1,
       shared_key=len({x.run.seed for x in configs}) == 1, mesh=exp.mesh,
-      fuse_dots=planning.fuse_dots(base), compiler_options=exp.compiler_options)
+      fuse_dots=None if base.run.fuse_small_dots else False, compiler_options=exp.compiler_options)
   return program, hparams

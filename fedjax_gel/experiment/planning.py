@@ -302,21 +302,6 @@ def check_runs_fit(exp, num_runs: int, what: str) -> int:
   return chunk
 
 
-# Fusing the small batched products (``core.small_dots``) costs start-up and pays back per round:
-# on the quickstart's GeL round (20 clients, logistic regression, 2-core CPU) it adds about 0.7 s
-# of tracing and 0.5 s of compilation and saves about 0.4-0.9 ms a round, and a program of
-# several vmapped runs saves that per run (40 seeds of GeL's Synthetic setting: 5.8 s of training
-# fused against 24.8 s not). Below this many client-rounds of one run (its rounds x its cohort)
-# its programs are built without it: the quickstart's 4,000 keep their start-up, a run of GeL's
-# Synthetic setting (300 rounds of 20 clients) fuses, alone or among other seeds. The rule reads
-# a run's own plan, not how many runs share its program: the fused products sum in another order
-# than XLA's library product, so a rule that counted the runs (it did, from 20,000 client-rounds
-# of a program) gave a seed run in a group of seeds other numbers than the same seed alone,
-# which long runs at large learning rates amplify (an outside check: 210 against 255 rounds to
-# 85%).
-FUSE_MIN_CLIENT_ROUNDS = 5_000
-
-
 # A round of at most this many multiply-adds of a forward pass (clients x mean budget x batch x
 # parameters; 20 clients of the quickstart: 260,000) is compiled for compile time
 # (``core.devices.QUICK_COMPILE``): it saves 0.3-0.5 s per program, and XLA's legacy emitters run
@@ -337,14 +322,3 @@ def quick_compile(k: CohortConfig, params, counts=None) -> bool:
   if k.budget_unit == 'epochs':
     mean_budget *= float(np.mean(shuffle.epoch_steps(np.asarray(counts), k.batch_size)))
   return k.clients_per_round * mean_budget * k.batch_size * size <= QUICK_COMPILE_MAX_ROUND_WORK
-
-
-def fuse_dots(c: Config) -> bool | None:
-  """Whether the rounds of a run of config ``c`` fuse their small batched products: ``None``
-  (the engine's choice: on CPU) for a long enough run, else False; the same for the run alone
-  or among others in one program. It reads the planned rounds, so ``--num_rounds`` changes a
-  run's last bits across the threshold, and a run extended across it runs its added rounds
-  with the other program (README, "Determinism")."""
-  if c.run.num_rounds * c.cohort.clients_per_round >= FUSE_MIN_CLIENT_ROUNDS:
-    return None
-  return False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -116,7 +117,9 @@ def test_the_unbounded_loop_stalls_and_the_watchdog_ends_it_with_one_line(tmp_pa
   assert out.returncode == 3, out.stderr[-3000:]
   line = out.stderr.splitlines()[-1]
   assert line.startswith('error: round') and 'made no progress for' in line, line
-  assert 'on cpu devices 0-1' in line and 'run the same command to resume from the start' in line
+  # where the deadlock strikes is XLA's (on a loaded machine it came after the checkpoint of 30)
+  assert 'on cpu devices 0-1' in line and re.search(
+      r'run the same command to resume from (the start|the checkpoint of round \d+)', line)
   out = run_script(COMMAND.format(patch=''), 2, tmp_path)
   assert out.returncode == 0, out.stderr[-3000:]
   assert_same_metrics(records(tmp_path), one_device)

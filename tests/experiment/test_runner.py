@@ -578,19 +578,15 @@ def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
   assert records[-1]['test_accuracy'] > records[0]['test_accuracy']
 
 
-@pytest.mark.parametrize('emitters,fuse_between', [('quick', False), ('default', False),
-                                                    ('quick', True)])
-def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path, emitters, fuse_between,
-                                             monkeypatch):
+@pytest.mark.parametrize('emitters,fused', [('quick', True), ('default', True),
+                                             ('quick', False)])
+def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path, emitters, fused):
   """Three seeds as one vmapped program write exactly the metrics of three separate runs,
   whether compiled for compile time (``QUICK_COMPILE``) or with XLA's defaults; both at the LLVM
-  level runs compile at (not the suite's). ``fuse_between``: the fused products' threshold
-  between one run's client-rounds and the three runs' (the rule counted a program's runs, and
-  fused the group alone: other sums, other numbers)."""
-  configs = [base_config.replace(algorithm='gel', seed=s) for s in (0, 1, 2)]
-  if fuse_between:
-    one_run = base_config.run.num_rounds * base_config.cohort.clients_per_round
-    monkeypatch.setattr(planning, 'FUSE_MIN_CLIENT_ROUNDS', 2 * one_run)
+  level runs compile at (not the suite's); with the library's products (the default) and with
+  the fused small products (``--fuse_small_dots``)."""
+  configs = [base_config.replace(algorithm='gel', seed=s, fuse_small_dots=fused)
+             for s in (0, 1, 2)]
   exp = factories.prepare(configs[0])
   assert exp.compiler_options == devices.compiler_options(True)   # a small round
   if emitters == 'default':
@@ -610,6 +606,27 @@ def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path, emitters, fu
         read_jsonl(tmp_path / f's{s}' / 'metrics.jsonl'))
     for key in ('final_accuracy', 'best_accuracy', 'rounds_to_target', 'grad_computations'):
       assert together[s][key] == alone[key]
+
+
+def round_program(config) -> str:
+  """The StableHLO of the round program the experiment layer builds for ``config``'s run."""
+  exp = factories.prepare(config)
+  program, hparams = factories.make_runs(exp, [config], exp.chunk_size)
+  root, r = keys.root_key(config.run.seed), np.int32(0)
+  state = program.init(root, hparams)
+  cohort = program.sample(root, r, None)
+  return program.round.lower(state, hparams, cohort, exp.train, root, r).lowered.as_text()
+
+
+def test_the_round_program_does_not_depend_on_the_number_of_rounds(base_config):
+  """Tuning never changes numbers: a run of 40 rounds and one of 10**6 compile the same round
+  (a rule reading --num_rounds chose the fused products from 5,000 client-rounds, so a run
+  extended across it ran its added rounds with another program than the longer run), and
+  ``--fuse_small_dots`` is what chooses them."""
+  for fused in (False, True):
+    short = round_program(base_config.replace(num_rounds=40, fuse_small_dots=fused))
+    assert round_program(base_config.replace(num_rounds=10**6, fuse_small_dots=fused)) == short
+  assert round_program(base_config.replace(num_rounds=40)) != short
 
 
 def test_what_can_be_one_program(base_config):
