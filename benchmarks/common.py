@@ -2,6 +2,7 @@
 step's product FLOPs and the machine's matrix-product speed, integer-list flags, output."""
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import platform
@@ -15,15 +16,15 @@ def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
   """LEAF Synthetic's training pool on device, the logistic model (60 -> 5), its loss, the root
   key of seed 0 and the initial params: ``(split, data, model, loss, root, params)``.
 
-  Sets XLA's CPU backend up first as ``launch/run.py`` does (``devices.configure_cpu``: every
+  Sets XLA's CPU backend up first as ``launch/run.py`` does (``xla.configure_cpu``: every
   core a device, small loops one kernel; no effect on GPU or TPU), so it must run before JAX
   starts; ``cpu_devices`` presents that many instead of one per
   core. ``population`` > 1,000 repeats the clients: client ``j`` holds a copy of LEAF client
   ``j mod 1000``'s rows (the pool grows with the population, as a real one would: about 23 MB
   per 1,000 clients; clients' rows must follow one another, ``federated_data.check_pool``).
   """
-  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
-  devices.configure_cpu(cpu_devices)
+  from fedjax_gel.core.backend import xla  # pylint: disable=g-import-not-at-top
+  xla.configure_cpu(cpu_devices)
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import models  # pylint: disable=g-import-not-at-top
@@ -75,8 +76,8 @@ def random_clients_workload(num_clients: int, per_client: int, examples, build_m
   client's ``{'x', 'y'}`` arrays; numpy generator of seed 0) and the model ``build_model()``,
   built after every CPU core is presented as a device (as ``synthetic_workload``). Returns
   ``(host pool, pool on device, model, loss, root key, initial params)``."""
-  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
-  devices.configure_cpu(cpu_devices)
+  from fedjax_gel.core.backend import xla  # pylint: disable=g-import-not-at-top
+  xla.configure_cpu(cpu_devices)
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import models  # pylint: disable=g-import-not-at-top
@@ -227,13 +228,26 @@ def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
   return 2 * size ** 3 / best / 1e9
 
 
+def built_round(round_lib, algorithm, chunk: int, mesh=None, compiler_options=None,
+                fuse_small_dots: bool = True):
+  """``round_lib.build_round`` (this checkout's or an earlier one's, before the ``Backend``
+  record) with the fused small products on CPU, as the published configurations run it."""
+  if 'backend' not in inspect.signature(round_lib.build_round).parameters:
+    return round_lib.build_round(algorithm, chunk_size=chunk, mesh=mesh,
+                                 fuse_dots=None if fuse_small_dots else False,
+                                 compiler_options=compiler_options)
+  from fedjax_gel.core.backend import Backend  # pylint: disable=g-import-not-at-top
+  return round_lib.build_round(algorithm, chunk_size=chunk, mesh=mesh, backend=Backend(
+      fuse_small_dots=fuse_small_dots, compiler_options=compiler_options))
+
+
 def launch_compiler_options(params, cohort: int, budgets: tuple[int, int], batch: int):
   """The XLA options ``launch/run.py`` compiles a round of ``cohort`` clients with
   (``experiment.planning.quick_compile``: compiled for compile time when the round is small)."""
-  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core.backend import xla  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
   k = config.CohortConfig(clients_per_round=cohort, batch_size=batch, budget_range=budgets)
-  return devices.compiler_options(planning.quick_compile(k, params))
+  return xla.compiler_options(planning.quick_compile(k, params))
 
 
 def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
@@ -257,9 +271,8 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
   mesh, chunk = planning.devices_and_chunk(algorithm, params, data, cohort, batch,
                                            budgets[0] == budgets[1])
   num_used = 1 if mesh is None else mesh.size
-  round_fn = round_lib.build_round(
-      algorithm, chunk_size=chunk, mesh=mesh,
-      compiler_options=launch_compiler_options(params, cohort, budgets, batch))
+  round_fn = built_round(round_lib, algorithm, chunk, mesh,
+                         launch_compiler_options(params, cohort, budgets, batch))
   spec = sampling.CohortSpec(cohort, budgets, batch, replace=replace,
                              weighting='samples_seen')
 

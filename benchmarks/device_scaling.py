@@ -57,7 +57,7 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
       state = store.place_state(alg.server_init(params), alg, mesh)
       pool = federated_data.to_device(data, mesh)
       t = time.perf_counter()
-      compiled = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh).lower(
+      compiled = common.built_round(round_lib, alg, chunk, mesh).lower(
           state, samples[0], pool, root, np.int32(0)).compile()
       compile_s = time.perf_counter() - t
       out = jax.block_until_ready(compiled(state, samples[0], pool, root, np.int32(0))[0])

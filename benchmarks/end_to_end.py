@@ -106,13 +106,14 @@ def launch(cohort: int, rounds: int, workdir: str) -> tuple[float, dict]:
 def compiled_round(cohort: int, rounds: int) -> dict:
   """Runs in a fresh process: the experiment's own round, ``rounds`` rounds back to back."""
   os.chdir(REPO)   # the flag file's path is the repository's
-  from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
-  devices.configure_cpu()   # as launch/run.py, before JAX starts
+  from fedjax_gel.core.backend import xla  # pylint: disable=g-import-not-at-top
+  xla.configure_cpu()   # as launch/run.py, before JAX starts
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from absl import flags  # pylint: disable=g-import-not-at-top
 
-  from fedjax_gel.experiment import cli, compilation_cache, factories  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core.backend import compilation_cache  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import cli, factories  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment import loop as loop_lib, planning, sweep  # pylint: disable=g-import-not-at-top
 
   compilation_cache.enable(compilation_cache.default_dir())

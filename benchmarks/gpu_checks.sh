@@ -2,7 +2,7 @@
 # The GPU figures of benchmarks/RESULTS.md ("On a GPU"), in one run on a machine with one GPU:
 #   1. GeL's FEMNIST CNN at 1,000 clients a round against FedJAX on the same GPU (vs_fedjax.py),
 #   2. the LEAF Synthetic round against the batched limit (round_throughput.py), again with the
-#      fused small products of core/small_dots.py (CPU only by default: do they pay on a GPU?)
+#      fused small products of core/backend/small_dots.py (CPU only by default: do they pay on a GPU?)
 #      and again with XLA's loops captured as CUDA graphs (is the round launch-bound?), and
 #      against the naive vmap round (vs_naive_vmap.py),
 #   3. where the CNN round's (with the patches convolution, then XLA's) and the Synthetic

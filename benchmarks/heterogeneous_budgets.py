@@ -48,6 +48,7 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
 
   from fedjax_gel import algorithms
   from fedjax_gel.core import devices, federated_data, round as round_lib, sampling
+  from fedjax_gel.core.backend import Backend
   from fedjax_gel.experiment import planning
 
   alg = algorithms.fedavg(loss, optax.sgd(0.01))
@@ -74,7 +75,8 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   rows = []
   for chunk_size in chunk_sizes:
     chunk = plan(chunk_size)[1]
-    rf = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh, static_steps=static_steps)
+    rf = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh, backend=Backend(
+        fuse_small_dots=True, static_steps=static_steps))
     t = time.perf_counter()
     compiled = rf.lower(state, cohorts['heterogeneous'][0], data, root, np.int32(0)).compile()
     compile_s = time.perf_counter() - t

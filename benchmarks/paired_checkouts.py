@@ -70,9 +70,8 @@ def measure(repo: str, workload: str, clients: int, rounds: int,
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
   chunk = planning.default_chunk_size(clients, params, planning.example_bytes(data), batch,
                                       equal_budgets=spec.equal_budgets)
-  rf = round_lib.build_round(alg, chunk_size=chunk,
-                             compiler_options=common.launch_compiler_options(
-                                 params, clients, budgets, batch))
+  rf = common.built_round(round_lib, alg, chunk, None,
+                          common.launch_compiler_options(params, clients, budgets, batch))
   t = time.perf_counter()
   compiled = rf.lower(state, cohorts[0], data, root, np.int32(0)).compile()
   compile_s = time.perf_counter() - t

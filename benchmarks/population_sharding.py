@@ -64,7 +64,7 @@ def worker(args):
   if args.rounds:
     _, chunk = planning.devices_and_chunk(alg, params, data, args.cohort, BATCH, True,
                                           num_devices=num)
-    round_fn = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh)
+    round_fn = common.built_round(round_lib, alg, chunk, mesh)
     spec = sampling.CohortSpec(args.cohort, (TAU, TAU), BATCH,
                                replace=True, weighting='samples_seen')   # the GeL code's
     cohorts = [devices.replicate(sampling.sample_cohort(root, r, pool.counts, spec), mesh)

@@ -9,7 +9,7 @@ for this model), ``--xla_layers`` building it with XLA's own convolution and max
 ``B = 10``; ``common.shakespeare_like_workload``), the default chunk too (one client),
 ``--xla_layers`` running Flax's own LSTM cell. The round is compiled with the planner's options,
 as ``launch/run.py`` compiles it (for a round as small as 20 synthetic clients, XLA's legacy
-emitters, its local-step loop one kernel: ``core.devices.configure_cpu``). Every kernel's name
+emitters, its local-step loop one kernel: ``core.backend.xla.configure_cpu``). Every kernel's name
 is followed by the shape it writes. After a warm-up round, ``--rounds`` rounds run under
 ``jax.profiler.trace``; the trace's events are summed per kernel name (thunk runtime events on
 CPU; the wrappers of loops and whole executions are left out) and divided by the rounds.
@@ -22,8 +22,8 @@ host's dispatch, the wait for the first kernel (XLA's runtime hands the program 
 pool), the kernels' span and the wait after the last one until the caller sees the result.
 
 Usage: ``python benchmarks/profile_round.py [--workload synthetic|cnn|lstm] [--clients 200]
-[--fuse_dots auto|true|false] [--xla_layers] [--top 12] [--timeline]`` (``--fuse_dots auto``: the
-library's choice, fused small products on CPU only, as ``launch/run.py`` runs the round)
+[--fuse_dots true|false] [--xla_layers] [--top 12] [--timeline]`` (``--fuse_dots true``, the
+default: fused small products on CPU, as the published configurations run the round)
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ WRAPPERS = ('ThunkExecutor', 'while', 'PjitFunction', 'block_until_ready')
 ROUND = 'profile_round: a round and the wait for it'   # the host's event around each round
 
 
-def profile(workload: str, clients: int, fuse_dots: bool | None, xla_layers: bool,
+def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool,
             rounds: int):
   """``(median round ms, [(kernel, us per round, calls per round)], chunk, compiled HLO text)``,
   slowest first."""
@@ -62,9 +62,9 @@ def profile(workload: str, clients: int, fuse_dots: bool | None, xla_layers: boo
   state = alg.server_init(params)
   chunk = (clients if workload == 'synthetic' else planning.default_chunk_size(
       clients, params, planning.example_bytes(data), batch))
-  rf = round_lib.build_round(
-      alg, chunk_size=chunk, fuse_dots=fuse_dots,
-      compiler_options=common.launch_compiler_options(params, clients, (tau, tau), batch))
+  rf = common.built_round(round_lib, alg, chunk, None,
+                          common.launch_compiler_options(params, clients, (tau, tau), batch),
+                          fuse_small_dots=fuse_dots)
   spec = sampling.CohortSpec(clients, (tau, tau), batch,
                              replace=True, weighting='samples_seen')   # the GeL code's
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(rounds + 1)]
@@ -154,9 +154,9 @@ def main(argv=None):
   p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS))
   p.add_argument('--clients', type=int, default=0,
                  help='clients per round (default: 200 for synthetic, 20 for cnn and lstm)')
-  p.add_argument('--fuse_dots', default='auto', choices=('auto', 'true', 'false'),
-                 help="the round's fused small products (core.small_dots); auto: the "
-                      "library's choice (on CPU only)")
+  p.add_argument('--fuse_dots', default='true', choices=('true', 'false'),
+                 help="the round's fused small products on CPU (core.backend.small_dots), as "
+                 'the published configurations run them')
   p.add_argument('--xla_layers', action='store_true',
                  help="cnn: XLA's own convolution and max pool instead of models.layers; "
                       "lstm: Flax's LSTM cell instead of models.layers.lstm")
@@ -173,7 +173,7 @@ def main(argv=None):
   common.at_least(p, 1, clients=clients, rounds=rounds, top=a.top)
   if a.xla_layers and not model:
     p.exit(2, 'error: --xla_layers: only with --workload cnn or lstm\n')
-  fuse = {'auto': None, 'true': True, 'false': False}[a.fuse_dots]
+  fuse = a.fuse_dots == 'true'
   round_ms, ranked, chunk, hlo, trace = profile(a.workload, clients, fuse, a.xla_layers,
                                                 rounds)
   summed = sum(us for _, us, _ in ranked)

@@ -8,7 +8,7 @@ gathered and written inside the round). Reported:
 * compile time of the round (separately, never inside throughput); the round is compiled with
   the options ``launch/run.py`` gives it (``experiment.planning.quick_compile``: XLA's legacy
   emitters for a round as small as 20 clients here, whose local-step loop XLA then compiles as
-  one kernel, ``core.devices.configure_cpu``; XLA's defaults from 200 clients);
+  one kernel, ``core.backend.xla.configure_cpu``; XLA's defaults from 200 clients);
 * round time, two ways, each round's state fed to the next (``common.chained_rounds``): each
   round waited for (``block_until_ready``) before the next is dispatched, the median round
   (its latency; ``launch/run.py``'s loop runs so with several processes), and *in a row*, the
@@ -27,7 +27,7 @@ gathered and written inside the round). Reported:
   the device's peak bytes where the backend reports them (GPU/TPU).
 
 Usage: ``python benchmarks/round_throughput.py [--cohorts 20,200,2000,10000] [--repeats 10]
-[--algorithm fedavg|scaffold|fedvarp] [--fuse_dots auto|true|false] [--plot PNG]``
+[--algorithm fedavg|scaffold|fedvarp] [--fuse_dots true|false] [--plot PNG]``
 (``pip install -e '.[bench]'`` adds psutil, used to name the host's memory).
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ BLOCKS = 3   # alternations of the round and the batched step, each way of timin
 
 def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
             num_devices: int, algorithm: str = 'fedavg', population: int = 0,
-            fuse_dots: bool | None = None) -> dict:
+            fuse_dots: bool = True) -> dict:
   """Runs in a fresh process: one cohort size, engine round vs batched limit."""
   _, data, _, loss, root, params = common.synthetic_workload(population)
   import jax
@@ -79,9 +79,9 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   if chunk_size == 0:
     chunk_size = planning.default_chunk_size(cohort, params, planning.example_bytes(data),
                                              batch, num_used)
-  rf = round_lib.build_round(
-      alg, chunk_size=chunk_size, mesh=mesh, fuse_dots=fuse_dots,
-      compiler_options=common.launch_compiler_options(params, cohort, (tau, tau), batch))
+  rf = common.built_round(round_lib, alg, chunk_size, mesh,
+                          common.launch_compiler_options(params, cohort, (tau, tau), batch),
+                          fuse_small_dots=fuse_dots)
   spec = sampling.CohortSpec(cohort, (tau, tau), batch,
                              replace=True, weighting='samples_seen')   # the GeL code's
   cohorts = [sampling.sample_cohort(root, r, data.counts, spec) for r in range(repeats + 1)]
@@ -126,7 +126,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
     device_peak = int(stats['peak_bytes_in_use'])
   return {
       'algorithm': algorithm, 'population': data.num_clients, 'cohort': cohort, 'tau': tau,
-      'fuse_dots': jax.default_backend() == 'cpu' if fuse_dots is None else fuse_dots,
+      'fuse_dots': fuse_dots and jax.default_backend() == 'cpu',
       'batch': batch,
       'devices': num_used,
       'chunk_size': common.device_chunk(cohort, chunk_size, mesh),
@@ -175,8 +175,9 @@ def main(argv=None):
   p.add_argument('--population', type=int, default=0,
                  help='clients to sample from (copies of the 1,000 LEAF Synthetic clients); '
                       '0: the 1,000 themselves')
-  p.add_argument('--fuse_dots', default='auto', choices=('auto', 'true', 'false'),
-                 help="the round's fused small products (core.small_dots); auto: on CPU")
+  p.add_argument('--fuse_dots', default='true', choices=('true', 'false'),
+                 help="the round's fused small products on CPU (core.backend.small_dots), as "
+                 'the published configurations run them')
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--plot', help='also plot examples/s of the round and of the batched limit '
                                 'against the cohort size (PNG)')
@@ -190,7 +191,7 @@ def main(argv=None):
   common.at_least(p, 0, chunk_size=a.chunk_size, population=a.population,
                   num_devices=a.num_devices)
   if a.single:
-    fuse = {'auto': None, 'true': True, 'false': False}[a.fuse_dots]
+    fuse = a.fuse_dots == 'true'
     print(json.dumps(measure(a.single, a.tau, a.batch_size, a.repeats, a.chunk_size,
                              a.num_devices, a.algorithm, a.population, fuse)))
     return

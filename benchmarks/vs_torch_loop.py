@@ -266,7 +266,7 @@ def check(s: Setting, algorithm, params, host, round_fn, weights):
   cohort = sampling.sample_cohort(root, 0, data.counts,
                                   sampling.CohortSpec(20, (1, 1), s.batch, replace=False,
                                                      weighting='samples_seen'))
-  rf = round_lib.build_round(algorithm, chunk_size=20)
+  rf = common.built_round(round_lib, algorithm, 20)
   ours = rf(algorithm.server_init(params), cohort, data, root, np.int32(0))[0].params
   ours = weights(jax.device_get(ours))
   theirs = round_fn(weights(params), to_torch(small, np.asarray(cohort.client_ids)), 1,

@@ -19,12 +19,12 @@ os.environ['FEDJAX_GEL_COMPILATION_CACHE'] = os.environ[SESSION_CACHE]
 # Generated datasets are cached in the same session folder (``fedjax_gel.data.cache``).
 os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'data')
 # The tests' programs are small, so every one is compiled for compile time, as the experiment
-# layer compiles small programs (``core.devices.QUICK_COMPILE``, as XLA flags; jaxlib < 0.11,
+# layer compiles small programs (``core.backend.xla.QUICK_COMPILE``, as XLA flags; jaxlib < 0.11,
 # whose XLA has the legacy emitters): the suite takes a quarter less time. Tests that name XLA's
 # default emitters (``DEFAULT_EMITTERS`` in ``helpers``) override it per program:
 # tests/core/test_compile_options.py and the vmapped-seeds test.
 # Small loops are compiled as one kernel, as ``launch/run.py`` has XLA do
-# (``core.devices.configure_cpu``, which also presents every core as a device: not here, the
+# (``core.backend.xla.configure_cpu``, which also presents every core as a device: not here, the
 # tests choose their devices).
 # LLVM's optimisations are off (XLA's backend optimisation level 0; the suite's choice, not a
 # run's): its programs are small and run few steps, so optimising their machine code costs more
@@ -38,20 +38,20 @@ os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'd
 # idle cores compiles faster split, so runs keep XLA's default).
 # XLA's HLO verifier (an invariant check run after its passes: it changes no program) is off,
 # about a tenth of a small program's compile time; and, with the jaxlib this was measured on
-# (< 0.11, ``devices.LEGACY_EMITTERS``), XLA's CPU preset for compile time, which skips passes
+# (< 0.11, ``xla.LEGACY_EMITTERS``), XLA's CPU preset for compile time, which skips passes
 # that spend compile time to buy run time (a run's programs keep XLA's default preset;
 # ``helpers.as_runs_compile`` restores it).
-from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
+from fedjax_gel.core.backend import xla  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_quick = [f'--{name}={str(value).lower()}' for name, value in devices.QUICK_COMPILE.items()]
-_preset = ['--xla_cpu_opt_preset=CPU_OPT_PRESET_FAST_COMPILE'] if devices.LEGACY_EMITTERS else []
-for _flag in _quick + _preset + [devices.SMALL_LOOP_FLAG, '--xla_backend_optimization_level=0',
+_quick = [f'--{name}={str(value).lower()}' for name, value in xla.QUICK_COMPILE.items()]
+_preset = ['--xla_cpu_opt_preset=CPU_OPT_PRESET_FAST_COMPILE'] if xla.LEGACY_EMITTERS else []
+for _flag in _quick + _preset + [xla.SMALL_LOOP_FLAG, '--xla_backend_optimization_level=0',
                                  '--xla_cpu_parallel_codegen_split_count=1',
                                  '--xla_disable_hlo_passes=hlo-verifier']:
   if _flag.split('=')[0] not in os.environ.get('XLA_FLAGS', ''):
     os.environ['XLA_FLAGS'] = f"{os.environ.get('XLA_FLAGS', '')} {_flag}".strip()
 
-from fedjax_gel.experiment import compilation_cache  # pylint: disable=g-import-not-at-top,wrong-import-position
+from fedjax_gel.core.backend import compilation_cache  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 compilation_cache.enable(os.environ[SESSION_CACHE])   # for this process' own compilations too
 

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_gel import models
-from fedjax_gel.core import devices
+from fedjax_gel.core.backend import xla
+from fedjax_gel.core.backend import Backend
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core.round import build_round
@@ -27,14 +28,14 @@ B, TAU_MAX = 3, 6
 EMPTY_CLIENT = 12
 # XLA's CPU defaults, for a program of a test (the suite compiles with ``QUICK_COMPILE``'s
 # emitters: tests/conftest.py; None where jaxlib has no other emitters).
-DEFAULT_EMITTERS = {'xla_cpu_use_fusion_emitters': True} if devices.LEGACY_EMITTERS else None
+DEFAULT_EMITTERS = {'xla_cpu_use_fusion_emitters': True} if xla.LEGACY_EMITTERS else None
 # XLA's default LLVM optimisation level. The suite compiles at level 0 (tests/conftest.py), which
 # can change a float result in its last bits (e.g. where a multiply and an add become one
 # instruction), so a test of a bit-identity that runs promise between two different programs
 # compiles both as a run does: ``as_runs_compile(options)`` (with XLA's default CPU preset too,
 # which the suite also changes).
 RUNS_COMPILE = {'xla_backend_optimization_level': 3,
-                 **({'xla_cpu_opt_preset': 'CPU_OPT_PRESET_DEFAULT'} if devices.LEGACY_EMITTERS
+                 **({'xla_cpu_opt_preset': 'CPU_OPT_PRESET_DEFAULT'} if xla.LEGACY_EMITTERS
                     else {})}
 
 
@@ -88,8 +89,8 @@ def with_guesses(alg, guesses):
 def run(alg, data, c, params, chunk_size, seed=0, round_idx=3, static_steps=None,
         compiler_options=None):
   """One engine round from ``params``; returns ``(server_state, metrics)``."""
-  rf = build_round(alg, chunk_size=chunk_size, static_steps=static_steps,
-                   compiler_options=compiler_options)
+  rf = build_round(alg, chunk_size=chunk_size, backend=Backend(
+      static_steps=static_steps, compiler_options=compiler_options))
   return rf(alg.server_init(params), c, data, keys.root_key(seed), jnp.int32(round_idx))
 
 

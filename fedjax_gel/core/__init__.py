@@ -1,6 +1,7 @@
 """The engine: the algorithm interface, federated data pools, samplers, the jitted round,
 evaluation."""
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
+from fedjax_gel.core.backend import Backend, fuse_small_dots
 from fedjax_gel.core.evaluation import EvalPool, build_evaluate, make_eval_pool
 from fedjax_gel.core.federated_data import (FederatedData, FederatedSplit, client_examples,
                                             from_client_arrays, to_device)
@@ -9,10 +10,9 @@ from fedjax_gel.core.sampling import (SELECTIONS, WEIGHTINGS, Cohort, CohortSpec
                                       aggregation_weights, sample_budgets, sample_clients,
                                       sample_cohort)
 from fedjax_gel.core.shuffle import cycled_permutation
-from fedjax_gel.core.small_dots import fuse_small_dots
 
 __all__ = [
-    'ClientContext', 'Cohort', 'CohortSpec', 'EvalPool', 'FederatedAlgorithm', 'FederatedData',
+    'Backend', 'ClientContext', 'Cohort', 'CohortSpec', 'EvalPool', 'FederatedAlgorithm', 'FederatedData',
     'FederatedSplit', 'RoundInfo', 'RoundMetrics', 'SELECTIONS', 'WEIGHTINGS',
     'aggregation_weights', 'build_evaluate', 'build_round', 'client_examples',
     'cycled_permutation', 'from_client_arrays', 'fuse_small_dots',

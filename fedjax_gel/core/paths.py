@@ -97,3 +97,12 @@ def open_regular(path, mode: str = 'rb', **kwargs):
   except BaseException:
     os.close(fd)
     raise
+
+
+def user_cache_dir(env: str, name: str) -> str:
+  """``$env`` if set (``''``: off), else ``$XDG_CACHE_HOME/fedjax_gel/<name>``
+  (``~/.cache/fedjax_gel/<name>``): where fedjax_gel keeps what later processes reuse."""
+  if env in os.environ:
+    return os.environ[env]
+  base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
+  return os.path.join(base, 'fedjax_gel', name)

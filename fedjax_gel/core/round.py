@@ -56,8 +56,9 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
-from fedjax_gel.core import federated_data, keys, small_dots, threefry
+from fedjax_gel.core import federated_data, keys
 from fedjax_gel.core import store as store_lib
+from fedjax_gel.core.backend import Backend
 from fedjax_gel.core.checks import positive_int
 from fedjax_gel.core.devices import CLIENT_AXIS
 from fedjax_gel.core.federated_data import FederatedData, gather_rows
@@ -226,19 +227,8 @@ def routed_chunk(cohort_size: int, chunk_size: int, num_devices: int) -> int:
              max(1, -(-cohort_size // (num_devices * ROUTED_CHUNKS))))
 
 
-def default_static_steps(equal_budgets: bool) -> bool:
-  """``build_round``'s default ``static_steps``: a trip count fixed at compile time when every
-  budget is equal (no step is wasted) or on an accelerator, where the data-dependent loop may
-  read its predicate back on the host once per step (an H100 with a 10,000-client LEAF
-  Synthetic round of ``tau_i ~ U{1..50}`` in one chunk: 5.2 ms against 4.3 ms with the static
-  count, about 18 us a step, ``benchmarks/RESULTS.md``); each chunk's own largest budget on CPU
-  otherwise."""
-  return equal_budgets or jax.default_backend() != 'cpu'
-
-
 def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | None = None,
-                donate_state: bool = False, fuse_dots: bool | None = None,
-                compiler_options: dict | None = None, static_steps: bool | None = None):
+                donate_state: bool = False, backend: Backend = Backend()):
   """Builds the jitted round function.
 
   The batch size ``B`` and the largest budget ``b`` are read from the cohort's ``CohortSpec``
@@ -259,18 +249,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       The old state's arrays are deleted by the call, those ``server_init`` took from the
       initial parameters too: keep a copy (``jax.tree.map(jnp.copy, params)``) to start
       another algorithm from them.
-    fuse_dots: run the vmapped local step's batched short-contraction products as fused
-      multiply-adds (``core.small_dots``); ``None``: on the CPU backend only.
-    compiler_options: XLA options of the compilation (``jax.jit``'s; e.g.
-      ``core.devices.QUICK_COMPILE``); None: XLA's defaults.
-    static_steps: loop every chunk's local steps ``b`` times, a trip count fixed at compile
-      time (steps beyond a client's ``tau_i`` masked), rather than to the chunk's own largest
-      ``tau_i``, a data-dependent ``while`` loop that on an accelerator may read its predicate
-      back on the host once per step. ``None``: ``default_static_steps`` (static when every
-      budget is equal or on an accelerator; the chunk's own largest budget on CPU otherwise).
-
-  On CPU, building a round also registers the unrolled Threefry lowering for the process
-  (``core.threefry``: the same random bits, one kernel per hash instead of a loop).
+    backend: how the round is compiled (``core.backend.Backend``: fused small products, static
+      step counts, XLA options, the Threefry lowering); nothing it holds reads the run's
+      length, and only ``fuse_small_dots`` changes numbers.
 
   Returns:
     ``round_fn(server_state, cohort, data, root_key, round_idx)``, jitted; it compiles once per
@@ -278,9 +259,6 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     (``fedjax_gel.to_device``); host data raises ``TypeError``.
   """
   chunk_size = positive_int('build_round', 'chunk_size', chunk_size)
-  if fuse_dots is None:
-    fuse_dots = jax.default_backend() == 'cpu'
-  threefry.register_cpu_lowering()   # the clients' keys and data orders: one kernel per hash
   stateful = algorithm.store_row is not None
 
   def kernels(spec, static_trips: bool):
@@ -355,9 +333,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
                           cohort.weights, algo_keys, extra, stored)
       state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
       start = jax.vmap(algorithm.client_model)(state)
-      step = jax.vmap(algorithm.client_step, in_axes=(0, 0, None))
-      if fuse_dots:
-        step = small_dots.fuse_small_dots(step)
+      step = backend.step(jax.vmap(algorithm.client_step, in_axes=(0, 0, None)))
 
       def local_step(k, carry):
         state, loss_sum = carry
@@ -506,10 +482,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx,
                replicated: bool = False):
     spec = cohort.spec
-    static = static_steps
-    if static is None:
-      static = default_static_steps(spec.equal_budgets)
-    train_chunk, chunk_totals, accumulate = kernels(spec, static)
+    train_chunk, chunk_totals, accumulate = kernels(spec,
+                                                    backend.loops_statically(spec.equal_budgets))
     size = cohort.budgets.shape[0]
     if algorithm.client_guesses is None:
       guesses = jnp.zeros(cohort.budgets.shape, jnp.float32)
@@ -552,9 +526,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
                            {k: jnp.asarray(v, jnp.float32) for k, v in diagnostics.items()})
     return new_state, metrics
 
-  return RoundFunction(jax.jit(round_fn, donate_argnums=(0,) if donate_state else (),
-                               static_argnames=('replicated',),
-                               compiler_options=compiler_options), mesh, algorithm)
+  return RoundFunction(backend.jit(round_fn, donate_argnums=(0,) if donate_state else (),
+                                   static_argnames=('replicated',)), mesh, algorithm)
 
 
 class RoundFunction:

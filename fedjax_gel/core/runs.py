@@ -18,12 +18,12 @@ read the model (power-of-d).
 """
 from __future__ import annotations
 
-import functools
 from typing import Callable, NamedTuple
 
 import jax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
+from fedjax_gel.core.backend import Backend
 from fedjax_gel.core.round import build_round
 
 
@@ -48,8 +48,7 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
                init_params: Callable[[jax.Array], object],
                sample: Callable, *, chunk_size: int,
                batched: bool = True, shared_key: bool = False, mesh=None,
-               donate_state: bool = True, fuse_dots: bool | None = None,
-               compiler_options: dict | None = None) -> RunsProgram:
+               donate_state: bool = True, backend: Backend = Backend()) -> RunsProgram:
   """The functions that train R runs as one program.
 
   Args:
@@ -65,12 +64,11 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
       runs (``roots`` is then one key, and ``sample`` returns one cohort).
     mesh: devices for one run's cohort (``build_round``); only when not ``batched``.
     donate_state: the round reuses the buffers of the states it is given.
-    fuse_dots: ``build_round``'s (None: on CPU).
-    compiler_options: XLA options of ``init``, ``sample`` and ``round`` (``build_round``'s;
+    backend: how ``init``, ``sample`` and ``round`` are compiled (``build_round``'s;
       ``server_params``, a trivial program also called inside other traces, takes XLA's
       defaults).
   """
-  jit = functools.partial(jax.jit, compiler_options=compiler_options)
+  jit = backend.jit
   def init(root, hp):
     return make_algorithm(hp).server_init(init_params(root))
 
@@ -80,10 +78,12 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
   if not batched:   # one run: its hyper-parameters are constants (``hparams`` is ``{}``)
     return RunsProgram(jit(init), jit(sample), _OneRun(build_round(
         make_algorithm({}), chunk_size=chunk_size, mesh=mesh, donate_state=donate_state,
-        fuse_dots=fuse_dots, compiler_options=compiler_options)), jax.jit(server_params), False)
+        backend=backend)), jax.jit(server_params), False)
 
   def one_round(state, hp, cohort, data, root, r):
-    return build_round(make_algorithm(hp), chunk_size=chunk_size, fuse_dots=fuse_dots)(
+    # traced inside the vmapped program, whose options are the outer jit's
+    return build_round(make_algorithm(hp), chunk_size=chunk_size,
+                       backend=backend._replace(compiler_options=None))(
         state, cohort, data, root, r)
 
   def init_runs(roots, hp):

@@ -26,17 +26,8 @@ from fedjax_gel.core.federated_data import FederatedData, FederatedSplit
 ENV = 'FEDJAX_GEL_DATA_CACHE'
 
 
-def user_cache_dir(env: str, name: str) -> str:
-  """``$env`` if set (``''``: off), else ``$XDG_CACHE_HOME/fedjax_gel/<name>``
-  (``~/.cache/fedjax_gel/<name>``): where fedjax_gel keeps what later processes reuse."""
-  if env in os.environ:
-    return os.environ[env]
-  base = os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache')
-  return os.path.join(base, 'fedjax_gel', name)
-
-
 def default_dir() -> str:
-  return user_cache_dir(ENV, 'data')
+  return paths.user_cache_dir(ENV, 'data')
 
 
 def file_name(name: str, settings: dict, sources: Sequence) -> str:

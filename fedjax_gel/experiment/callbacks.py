@@ -87,7 +87,7 @@ class Evaluate(Callback):
         both = lambda params, test, train: (evaluate(params, test), evaluate(params, train))
         if together:
           both = jax.vmap(both, in_axes=(0, None, None))
-        loop.exp.compiled[key] = jax.jit(both, compiler_options=loop.exp.compiler_options).lower(
+        loop.exp.compiled[key] = loop.exp.backend.jit(both).lower(
             shape, self.test_pool, self.train_pool).compile()
       self.fn, self.fn_together = loop.exp.compiled[key], together
     if not loop.start:

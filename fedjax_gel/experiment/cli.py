@@ -28,7 +28,8 @@ import time
 
 from absl import flags, logging
 
-from fedjax_gel.experiment import api, cluster, compilation_cache, files, loop as loop_lib
+from fedjax_gel.core.backend import compilation_cache
+from fedjax_gel.experiment import api, cluster, files, loop as loop_lib
 from fedjax_gel.experiment import watchdog
 from fedjax_gel.experiment import sweep as sweep_lib
 from fedjax_gel.algorithms import registry
@@ -502,7 +503,7 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     check_command(values, argv)
   except ConfigError as e:
     return fail(str(e))
-  from fedjax_gel.core.devices import configure_cpu  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core.backend.xla import configure_cpu  # pylint: disable=g-import-not-at-top
   try:   # before JAX starts its backends
     cluster.initialize(values.coordinator_address, values.num_processes, values.process_id,
                        values.heartbeat_timeout, values.initialization_timeout)

@@ -26,6 +26,7 @@ import itertools
 import json
 import time
 
+from fedjax_gel.core.backend import jax_private
 from fedjax_gel.experiment.config import ConfigError, first_line
 
 
@@ -153,10 +154,7 @@ def gather(record) -> list:
   import jax  # pylint: disable=g-import-not-at-top
   if jax.process_count() == 1:
     return [record]
-  # JAX's own client of the coordination service, as jax.experimental.multihost_utils and
-  # orbax reach it (JAX exports no public handle)
-  from jax._src import distributed  # pylint: disable=g-import-not-at-top
-  client = distributed.global_state.client
+  client = jax_private.distributed_client()   # JAX's own (it exports no public handle)
   key = f'fedjax_gel/gather/{next(_gathers)}'
   client.key_value_set(f'{key}/{jax.process_index()}', json.dumps(record, sort_keys=True))
   return [json.loads(client.blocking_key_value_get(f'{key}/{i}', GATHER_TIMEOUT_MS))
@@ -203,14 +201,12 @@ INTERRUPTED = 'interrupted (Ctrl-C or a stop signal)'
 def agrees_on_stops() -> bool:
   """Whether the processes stop together on a stop signal (``stop_agreed``): several
   processes with JAX's preemption service (``jax_enable_preemption_service``, on by default)."""
-  from jax._src import distributed  # pylint: disable=g-import-not-at-top
   # not jax.process_count() first: it starts JAX's backends, which one process must not do
-  # before ``devices.configure_cpu``
-  if distributed.global_state.client is None:
+  # before ``xla.configure_cpu``
+  if jax_private.distributed_client() is None:
     return False
   import jax  # pylint: disable=g-import-not-at-top
-  return (jax.process_count() > 1 and
-          distributed.global_state.preemption_sync_manager is not None)
+  return jax.process_count() > 1 and jax_private.preemption_sync_manager() is not None
 
 
 _rounds = itertools.count(1)   # the rounds stepped by this process (every process: the same)

@@ -306,7 +306,7 @@ class RunConfig:
       'it for accuracy, at or below it for a lower-is-better metric such as mse.')
   fuse_small_dots: bool = hparam(
       False, "On CPU, the local step's small batched matrix products as fused multiply-adds "
-      '(fedjax_gel.core.small_dots): rounds of hundreds of clients, or of many vmapped seeds, '
+      '(fedjax_gel.core.backend.small_dots): rounds of hundreds of clients, or of many vmapped seeds, '
       "up to 2x faster for about a second more compile time; other last bits than XLA's "
       'library products (the default). GPUs and TPUs always run the library products.')
   chunk_size: int = hparam(0, 'Clients vmapped together; 0 = automatic.',

@@ -15,7 +15,8 @@ import numpy as np
 import optax
 
 from fedjax_gel import algorithms, models, optim
-from fedjax_gel.core import devices, evaluation, federated_data, sampling
+from fedjax_gel.core import evaluation, federated_data, sampling
+from fedjax_gel.core.backend import Backend, xla
 from fedjax_gel.core import keys, model_state, paths, runs as runs_lib, selection
 from fedjax_gel.core import spec as spec_lib
 from fedjax_gel.data import registry as data_registry
@@ -315,8 +316,9 @@ class Experiment(NamedTuple):
   # Compiled programs that depend on the data and the model only (evaluation, the sampler),
   # shared by every algorithm and seed of the experiment (``with_config`` keeps the dict).
   compiled: dict | None = None
-  # XLA options of every program of the experiment (``planning.quick_compile``).
-  compiler_options: dict | None = None
+  # How every program of the experiment is compiled: its XLA options (``planning.quick_compile``);
+  # a run's program adds its config's ``--fuse_small_dots`` (``make_runs``).
+  backend: Backend = Backend()
   # --budget_draw=per_client: every training client's budget (``load_client_budgets``).
   client_budgets: np.ndarray | None = None
   # ``federated_data.digest`` of the train and test pools as loaded: a run's config.json
@@ -361,8 +363,8 @@ def prepare(c: Config, grid: bool = False) -> Experiment:
   plan = planning.memory_plan(c, params, algorithm, split.train, (test_pool, train_pool),
                               num_devices, replicate)
   exp = Experiment(c, model, algorithm, split.train, test_pool, train_pool, chunk, mesh, plan,
-                   compiled={}, compiler_options=devices.compiler_options(
-                       planning.quick_compile(k, params, split.train.counts)),
+                   compiled={}, backend=Backend(compiler_options=xla.compiler_options(
+                       planning.quick_compile(k, params, split.train.counts))),
                    client_budgets=load_client_budgets(k, split.train),
                    data_sha256=federated_data.digest(split.train, split.test))
   exp = planning.fit_memory(exp)
@@ -522,5 +524,5 @@ def make_runs(exp: Experiment, configs, chunk_size: int) -> tuple[runs_lib.RunsP
       algorithm, lambda root: exp.model.init(keys.init_key(root)), make_sampler(exp),
       chunk_size=chunk_size, batched=len(configs) > 1,
       shared_key=len({x.run.seed for x in configs}) == 1, mesh=exp.mesh,
-      fuse_dots=None if base.run.fuse_small_dots else False, compiler_options=exp.compiler_options)
+      backend=exp.backend._replace(fuse_small_dots=base.run.fuse_small_dots))
   return program, hparams

@@ -15,7 +15,8 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from fedjax_gel.core import devices, federated_data, memory, round as round_lib, shuffle, store
+from fedjax_gel.core import backend, devices, federated_data, memory, shuffle, store
+from fedjax_gel.core import round as round_lib
 from fedjax_gel.experiment.config import CohortConfig, Config, ConfigError
 from fedjax_gel.models.base import num_params
 
@@ -161,7 +162,7 @@ def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size:
   memory, or on CPU ``CPU_CHUNK_BYTES`` per device (cache-sized chunks are fastest there; larger
   ones only add memory traffic). With budgets that differ (``equal_budgets`` False) and each
   chunk looping to its own largest budget (the round's default on CPU,
-  ``core.round.default_static_steps``) the cohort is also cut into about
+  ``core.backend.default_static_steps``) the cohort is also cut into about
   ``HETEROGENEOUS_CHUNKS`` chunks, so that few masked steps are computed. On an accelerator every
   chunk loops to the largest budget, so more chunks only run more, smaller loops (an H100,
   10,000 LEAF Synthetic clients of ``tau_i ~ U{1..50}``: 14.0 ms in 16 chunks, 4.3 ms in one,
@@ -177,7 +178,7 @@ def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size:
   model_bytes = round_lib.tree_bytes(params)
   per_client = state_copies * model_bytes + 2 * batch_size * example_bytes
   chunk = max(1, min(cohort_size, budget // max(per_client, 1)))
-  if not round_lib.default_static_steps(equal_budgets):
+  if not backend.default_static_steps(equal_budgets):
     floor = MIN_CHUNK_PER_DEVICE * num_devices
     chunk = min(chunk, max(floor, math.ceil(cohort_size / HETEROGENEOUS_CHUNKS)))
   return chunk
@@ -304,7 +305,7 @@ def check_runs_fit(exp, num_runs: int, what: str) -> int:
 
 # A round of at most this many multiply-adds of a forward pass (clients x mean budget x batch x
 # parameters; 20 clients of the quickstart: 260,000) is compiled for compile time
-# (``core.devices.QUICK_COMPILE``): it saves 0.3-0.5 s per program, and XLA's legacy emitters run
+# (``core.backend.xla.QUICK_COMPILE``): it saves 0.3-0.5 s per program, and XLA's legacy emitters run
 # a round this small as fast; larger rounds run up to 1.4x faster with XLA's defaults
 # (benchmarks/RESULTS.md, start-up; jaxlib < 0.11, which has the legacy emitters: with a later
 # one every program is compiled with XLA's defaults). The rule reads neither the rounds nor the

@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 
+from fedjax_gel.core.backend import jax_private
 from fedjax_gel.experiment import callbacks, checkpoint
 
 EXIT_STALLED = 3   # the run stopped making progress (or lost a process): resumable
@@ -168,8 +169,7 @@ def for_command(stall_timeout: float, heartbeat_timeout: float) -> 'Watchdog':
   import jax  # pylint: disable=g-import-not-at-top
   peers = None
   if jax.process_count() > 1:
-    from jax._src import distributed  # pylint: disable=g-import-not-at-top
-    peers = Peers(distributed.global_state.client, jax.process_index(), jax.process_count(),
+    peers = Peers(jax_private.distributed_client(), jax.process_index(), jax.process_count(),
                   peer_timeout(heartbeat_timeout))
   watch = Watchdog(stall_timeout, peers)
   if peers is not None:

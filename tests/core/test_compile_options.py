@@ -1,4 +1,4 @@
-"""Programs compiled for compile time (``core.devices.QUICK_COMPILE``) compute what XLA's
+"""Programs compiled for compile time (``core.backend.xla.QUICK_COMPILE``) compute what XLA's
 defaults compute, and the experiment layer picks them for small rounds only."""
 import jax
 import jax.numpy as jnp
@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from fedjax_gel import algorithms
-from fedjax_gel.core import devices, keys
+from fedjax_gel.core import keys
+from fedjax_gel.core.backend import Backend, xla
 from fedjax_gel.core.round import build_round
 from fedjax_gel.experiment import planning
 from fedjax_gel.experiment.config import make
@@ -15,16 +16,16 @@ from helpers import DEFAULT_EMITTERS, as_runs_compile, cohort, init_params
 
 @pytest.mark.parametrize('name', ['fedavgcm', 'gel'])
 def test_a_quick_round_equals_the_default_one(data, loss, model, name):
-  if devices.compiler_options(True) is None:
+  if xla.compiler_options(True) is None:
     pytest.skip("one program either way: no XLA CPU legacy emitters here (jaxlib >= 0.11 or "
                 "not CPU)")
   alg = {'fedavgcm': algorithms.fedavgcm(loss, 0.1, 0.9), 'gel': algorithms.gel(loss, 0.1)}[name]
   c = cohort([0, 1, 2, 3, 4, 5, 12], [1, 2, 3, 4, 5, 6, 3])
   out = {}
-  for label, options in (('quick', devices.compiler_options(True)),
+  for label, options in (('quick', xla.compiler_options(True)),
                          ('default', DEFAULT_EMITTERS)):
     state = alg.server_init(init_params(model))
-    rf = build_round(alg, chunk_size=3, compiler_options=as_runs_compile(options))
+    rf = build_round(alg, chunk_size=3, backend=Backend(compiler_options=as_runs_compile(options)))
     for r in range(3):
       state, metrics = rf(state, c, data, keys.root_key(0), jnp.int32(r))
     out[label] = (state.params, metrics.train_loss)
@@ -46,34 +47,34 @@ def test_only_small_rounds_are_compiled_for_compile_time():
   cnn = {'w': jax.ShapeDtypeStruct((608_702,), jnp.float32)}          # GeL's FEMNIST CNN
   assert not planning.quick_compile(make(clients_per_round=20, budget_range=(4, 13),
                                          batch_size=20).cohort, cnn)
-  assert devices.compiler_options(False) is None
+  assert xla.compiler_options(False) is None
 
 
 def test_cpu_compile_options_go_to_the_cpu_backend_only(monkeypatch):
   """XLA CPU's option is passed on CPU only, and only where jaxlib has it (0.11 removed the
   legacy emitters; an unknown option is an error there)."""
-  if devices.QUICK_COMPILE:   # this jaxlib knows the option: a program compiles with it
-    compiled = jax.jit(lambda x: x + 1, compiler_options=devices.QUICK_COMPILE)
+  if xla.QUICK_COMPILE:   # this jaxlib knows the option: a program compiles with it
+    compiled = jax.jit(lambda x: x + 1, compiler_options=xla.QUICK_COMPILE)
     np.testing.assert_array_equal(compiled(jnp.ones(2)), 2.)
   options = {'xla_cpu_use_fusion_emitters': False}
-  monkeypatch.setattr(devices, 'QUICK_COMPILE', options)
+  monkeypatch.setattr(xla, 'QUICK_COMPILE', options)
   monkeypatch.setattr(jax, 'default_backend', lambda: 'cpu')
-  assert devices.compiler_options(True) == options and devices.compiler_options(False) is None
+  assert xla.compiler_options(True) == options and xla.compiler_options(False) is None
   monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
-  assert devices.compiler_options(True) is None
+  assert xla.compiler_options(True) is None
   monkeypatch.setattr(jax, 'default_backend', lambda: 'cpu')
-  monkeypatch.setattr(devices, 'QUICK_COMPILE', {})   # jaxlib >= 0.11
-  assert devices.compiler_options(True) is None
+  monkeypatch.setattr(xla, 'QUICK_COMPILE', {})   # jaxlib >= 0.11
+  assert xla.compiler_options(True) is None
 
 
 CONFIGURE = """
 import os, sys
-from fedjax_gel.core import devices
-first = devices.configure_cpu(3)
+from fedjax_gel.core.backend import xla
+first = xla.configure_cpu(3)
 import jax, jax.numpy as jnp
 loop = lambda x: jax.lax.fori_loop(0, 5, lambda i, c: c * 1.5 + 1., x)   # 8 KiB a step
 hlo = jax.jit(loop).lower(jnp.ones(1024)).compile().as_text()
-print(first, devices.configure_cpu(3), jax.device_count(), 'xla_cpu_small_call' in hlo)
+print(first, xla.configure_cpu(3), jax.device_count(), 'xla_cpu_small_call' in hlo)
 print(os.environ['XLA_FLAGS'])
 """
 
@@ -95,18 +96,18 @@ def test_configure_cpu_sets_devices_and_small_loops_unless_xla_flags_do(preset):
     assert out == ['True False 2 False', preset]
   else:
     assert out[0] == 'True False 3 True'
-    assert out[1] == f'{devices.CPU_DEVICES_FLAG}=3 {devices.SMALL_LOOP_FLAG}'
+    assert out[1] == f'{xla.CPU_DEVICES_FLAG}=3 {xla.SMALL_LOOP_FLAG}'
 
 
 def test_a_small_quick_round_runs_its_local_steps_as_one_kernel(data, loss, model):
-  """The local-step loop of a small model, its products fused (``core.small_dots``), compiled
+  """The local-step loop of a small model, its products fused (``core.backend.small_dots``), compiled
   for compile time: nothing in it calls a library, so with the suite's (and ``launch/run.py``'s)
   threshold XLA compiles the whole loop, which carries the data pool, as one kernel."""
-  if devices.compiler_options(True) is None:
+  if xla.compiler_options(True) is None:
     pytest.skip("XLA CPU's legacy emitters only (jaxlib < 0.11, the CPU backend)")
   alg = algorithms.fedavgcm(loss, 0.1, 0.9)
-  rf = build_round(alg, chunk_size=7, fuse_dots=True,
-                   compiler_options=devices.compiler_options(True))
+  rf = build_round(alg, chunk_size=7, backend=Backend(
+      fuse_small_dots=True, compiler_options=xla.compiler_options(True)))
   c = cohort([0, 1, 2, 3, 4, 5, 12], [4] * 7)
   hlo = rf.lower(alg.server_init(init_params(model)), c, data, keys.root_key(0),
                  jnp.int32(0)).compile().as_text()

@@ -10,6 +10,7 @@ from fedjax_gel import algorithms, models
 from fedjax_gel.algorithms import registry
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import memory
+from fedjax_gel.core.backend import Backend
 from fedjax_gel.core.spec import Setting
 from fedjax_gel.core.round import build_round
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
@@ -35,12 +36,12 @@ def test_peak_bytes_adds_an_inner_programs_peak():
   assert memory.peak_bytes(jaxpr) == 16000
 
 
-def xla_bytes_per_client(alg, params, pool, tau, batch, chunks=(4, 12), fuse_dots=None):
+def xla_bytes_per_client(alg, params, pool, tau, batch, chunks=(4, 12), fuse_dots=True):
   """The growth of the compiled round's temporary memory per client added to the chunk."""
   temp = []
   for k in chunks:
     cohort = sample_cohort(jax.random.key(0), 0, pool.counts, CohortSpec(k, (tau, tau), batch))
-    round_fn = build_round(alg, chunk_size=k, fuse_dots=fuse_dots)
+    round_fn = build_round(alg, chunk_size=k, backend=Backend(fuse_small_dots=fuse_dots))
     compiled = round_fn.lower(alg.server_init(params), cohort, pool, jax.random.key(1),
                               jnp.int32(0)).compile()
     analysis = compiled.memory_analysis()

@@ -12,6 +12,7 @@ from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core import round as round_lib
+from fedjax_gel.core.backend import Backend
 from fedjax_gel.core.round import build_round, chunk_layout
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 
@@ -140,11 +141,12 @@ def test_static_step_count_gives_the_same_round(data, model, budget_range):
   c = sample_cohort(keys.root_key(5), 2, data.counts, spec)
   out = {}
   for static in (None, True, False):   # compiled as runs compile, not as the suite does
-    rf = build_round(alg, chunk_size=3, static_steps=static, compiler_options=as_runs_compile(None))
+    rf = build_round(alg, chunk_size=3, backend=Backend(static_steps=static,
+                                                       compiler_options=as_runs_compile(None)))
     args = (alg.server_init(params), c, data, keys.root_key(5), jnp.int32(2))
     out[static] = rf(*args)
     if static is not None:
-      traced = build_round(alg, chunk_size=3, static_steps=static).jitted
+      traced = build_round(alg, chunk_size=3, backend=Backend(static_steps=static)).jitted
       assert _has_while(jax.make_jaxpr(traced)(*args).jaxpr) == (not static)
   for other in (True, None):
     jax.tree_util.tree_map(np.testing.assert_array_equal, out[False][0], out[other][0])

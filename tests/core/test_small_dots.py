@@ -8,7 +8,7 @@ import pytest
 from jax import lax
 
 from fedjax_gel import algorithms, models
-from fedjax_gel.core import small_dots
+from fedjax_gel.core.backend import Backend, small_dots
 from fedjax_gel.core.round import build_round
 
 from helpers import TAU_MAX, cohort, init_params
@@ -152,7 +152,7 @@ def test_round_with_fused_dots_equals_the_library_round(data, model):
   c = cohort([1, 4, 9, 4], [3, TAU_MAX, 1, 2])
   out = {}
   for fuse in (False, True):
-    rf = build_round(alg, chunk_size=2, fuse_dots=fuse)
+    rf = build_round(alg, chunk_size=2, backend=Backend(fuse_small_dots=fuse))
     out[fuse] = rf(alg.server_init(params), c, data, jax.random.key(0), jnp.int32(3))
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
                out[True], out[False])

@@ -1,10 +1,15 @@
-"""The unrolled Threefry-2x32 lowering on CPU: the same function as JAX's, one kernel."""
+"""The unrolled Threefry-2x32 lowering on CPU: the same function as JAX's, one kernel, and only
+within a ``Backend``'s lowering (nothing process-wide outlives it)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.random import threefry_2x32
 
-from fedjax_gel.core import threefry
+from fedjax_gel import algorithms, models
+from fedjax_gel.core.backend import Backend, threefry
+from fedjax_gel.core.round import build_round
+
+from helpers import cohort, init_params
 
 # Known-answer vectors of Threefry-2x32 with 20 rounds (Salmon et al. 2011, Random123's
 # kat_vectors): (key, counter, output).
@@ -15,7 +20,7 @@ KAT = [((0x00000000, 0x00000000), (0x00000000, 0x00000000), (0x6b200159, 0x99ba4
 
 def numpy_threefry(key, x1, x2):
   """An oracle in NumPy uint64 arithmetic reduced mod 2^32, written from the paper's
-  description (rounds, rotations, key schedule) rather than from ``core.threefry``."""
+  description (rounds, rotations, key schedule) rather than from ``core.backend.threefry``."""
   m = np.uint64(0xFFFFFFFF)
   k = [np.uint64(key[0]), np.uint64(key[1])]
   k.append(k[0] ^ k[1] ^ np.uint64(0x1BD11BDA))
@@ -32,22 +37,21 @@ def numpy_threefry(key, x1, x2):
   return x[0].astype(np.uint32), x[1].astype(np.uint32)
 
 
-def test_known_answers_of_the_registered_lowering_and_the_oracle():
-  assert threefry.register_cpu_lowering()
+def test_known_answers_of_the_unrolled_lowering_and_the_oracle():
   for key, ctr, out in KAT:
     u = lambda v: np.array([v], np.uint32)
-    got = jax.jit(threefry_2x32)(np.array(key, np.uint32), np.array(ctr, np.uint32))
+    with threefry.unrolled_on_cpu():
+      got = jax.jit(threefry_2x32)(np.array(key, np.uint32), np.array(ctr, np.uint32))
     assert tuple(int(v) for v in np.asarray(got)) == out
     ref = numpy_threefry(key, u(ctr[0]), u(ctr[1]))
     assert (int(ref[0][0]), int(ref[1][0])) == out
 
 
-def test_registered_lowering_computes_threefry_in_one_loopless_program():
-  assert threefry.register_cpu_lowering()
+def test_unrolled_lowering_computes_threefry_in_one_loopless_program():
   rng = np.random.default_rng(0)
   key = rng.integers(0, 2**32, 2, dtype=np.uint64).astype(np.uint32)
   count = rng.integers(0, 2**32, 2000, dtype=np.uint64).astype(np.uint32)
-  fn = jax.jit(threefry_2x32)
+  fn = Backend().jit(threefry_2x32)
   got = np.asarray(fn(key, count))
   ref = numpy_threefry(key, count[:1000], count[1000:])
   np.testing.assert_array_equal(got, np.concatenate(ref))
@@ -57,15 +61,24 @@ def test_registered_lowering_computes_threefry_in_one_loopless_program():
   np.testing.assert_array_equal(np.asarray(fn(key, grid)).reshape(100, 20), want)
   assert fn(key, count[:0]).shape == (0,)
   if jax.default_backend() == 'cpu':
-    hlo = fn.lower(key, count).compile().as_text()
-    assert ' while(' not in hlo
-    # and so does every jax.random call lowered from now on
-    draws = jax.jit(lambda k: jax.random.randint(k, (50,), 0, 7))
-    assert ' while(' not in draws.lower(jax.random.key(0)).compile().as_text()
+    assert ' while(' not in fn.lower(key, count).compile().as_text()
+    with threefry.unrolled_on_cpu(), threefry.unrolled_on_cpu():   # nested
+      draws = jax.jit(lambda k: jax.random.randint(k, (50,), 0, 7))
+      assert ' while(' not in draws.lower(jax.random.key(0)).compile().as_text()
     assert set(np.asarray(draws(jax.random.key(0))).tolist()) <= set(range(7))
 
 
-def test_registering_twice_is_harmless():
-  assert threefry.register_cpu_lowering() and threefry.register_cpu_lowering()
-  a = jax.random.bits(jax.random.key(5), (8,), jnp.uint32)
-  np.testing.assert_array_equal(a, jax.random.bits(jax.random.key(5), (8,), jnp.uint32))
+def test_building_and_running_a_round_leaves_jax_lowering_as_it_was(data, model):
+  """A round lowers its hashes unrolled; the user's own programs, lowered after it, keep JAX's
+  rule (on CPU a loop), and draw the same bits."""
+  alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.1, 0.9)
+  params = init_params(model)
+  rf = build_round(alg, chunk_size=2)
+  rf(alg.server_init(params), cohort([1, 4], [2, 3]), data, jax.random.key(0), jnp.int32(1))
+  mine = jax.jit(lambda k: jax.random.bits(k, (8,), jnp.uint32))
+  if jax.default_backend() == 'cpu':
+    assert ' while(' in mine.lower(jax.random.key(5)).compile().as_text()
+    with Backend().lowering():
+      unrolled = jax.jit(lambda k: jax.random.bits(k, (8,), jnp.uint32))
+      assert ' while(' not in unrolled.lower(jax.random.key(5)).compile().as_text()
+    np.testing.assert_array_equal(mine(jax.random.key(5)), unrolled(jax.random.key(5)))

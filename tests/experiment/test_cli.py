@@ -20,7 +20,7 @@ from absl import flags
 
 import helpers
 from fedjax_gel.algorithms import registry
-from fedjax_gel.core import devices
+from fedjax_gel.core.backend import xla
 from fedjax_gel.experiment import cli
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import report
@@ -756,7 +756,7 @@ def test_the_command_presents_the_cores_as_devices(tiny_leaf_file, tmp_path):
                        capture_output=True, check=False)
   code, count, xla_flags = out.stdout.strip().splitlines()[-1].split(' ', 2)
   assert code == '0', out.stderr[-2000:]
-  assert int(count) == (os.cpu_count() or 1) and devices.SMALL_LOOP_FLAG in xla_flags
+  assert int(count) == (os.cpu_count() or 1) and xla.SMALL_LOOP_FLAG in xla_flags
 
 
 

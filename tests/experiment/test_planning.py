@@ -3,7 +3,7 @@ the budget-sorted chunks of cohorts whose budgets differ; its device rule by han
 CPU devices."""
 import jax
 
-from fedjax_gel.core import round as round_lib
+from fedjax_gel.core import backend
 from fedjax_gel.experiment.planning import default_chunk_size
 
 import helpers
@@ -39,14 +39,14 @@ def test_accelerators_keep_heterogeneous_cohorts_in_one_chunk(model, monkeypatch
   alone sets the chunk."""
   params = model.init(jax.random.key(0))   # 15 float32 = 60 bytes
   monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
-  assert round_lib.default_static_steps(False) and round_lib.default_static_steps(True)
+  assert backend.default_static_steps(False) and backend.default_static_steps(True)
   assert default_chunk_size(2000, params, 16, 5, memory_bytes=1 << 30,
                             equal_budgets=False) == 2000
   per_client = 8 * 60 + 2 * 5 * 16
   assert default_chunk_size(2000, params, 16, 5, memory_bytes=4 * 100 * per_client,
                             equal_budgets=False) == 100
   monkeypatch.setattr(jax, 'default_backend', lambda: 'cpu')
-  assert round_lib.default_static_steps(True) and not round_lib.default_static_steps(False)
+  assert backend.default_static_steps(True) and not backend.default_static_steps(False)
 
 
 def test_cpu_devices_are_used_when_each_gets_enough_work():

@@ -186,7 +186,8 @@ SHARED_PROGRAM = textwrap.dedent('''
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
-from fedjax_gel.experiment import cluster, compilation_cache
+from fedjax_gel.core.backend import compilation_cache
+from fedjax_gel.experiment import cluster
 process, address, cache = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 cluster.initialize(address, 2, process)
 compilation_cache.enable(cache)
@@ -230,7 +231,7 @@ def test_every_process_reads_the_programs_process_0_wrote(tmp_path):
 
 
 def test_a_program_keeps_jaxs_key_unless_its_cpu_devices_span_processes(monkeypatch):
-  from fedjax_gel.experiment import compilation_cache  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.core.backend import compilation_cache  # pylint: disable=g-import-not-at-top
   device = lambda i, process, platform='cpu': types.SimpleNamespace(
       id=i, process_index=process, platform=platform, device_kind=platform)
   monkeypatch.setattr(compilation_cache, 'host_processor', lambda: 'model name: a CPU')

@@ -14,7 +14,8 @@ import pytest
 from fedjax_gel.data.errors import DataError
 from fedjax_gel import models, optim
 from fedjax_gel.algorithms import GuessPolicy, registry
-from fedjax_gel.core import devices, federated_data, keys
+from fedjax_gel.core import federated_data, keys
+from fedjax_gel.core.backend import xla
 from fedjax_gel.core.sampling import CohortSpec
 from fedjax_gel.core.spec import Setting
 from fedjax_gel.experiment import checkpoint
@@ -588,12 +589,14 @@ def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path, emitters, fu
   configs = [base_config.replace(algorithm='gel', seed=s, fuse_small_dots=fused)
              for s in (0, 1, 2)]
   exp = factories.prepare(configs[0])
-  assert exp.compiler_options == devices.compiler_options(True)   # a small round
+  options = exp.backend.compiler_options
+  assert options == xla.compiler_options(True)   # a small round
   if emitters == 'default':
-    if exp.compiler_options is None:
+    if options is None:
       pytest.skip("one program either way: no XLA CPU legacy emitters here")
-    exp = exp._replace(compiler_options=helpers.DEFAULT_EMITTERS)
-  exp = exp._replace(compiler_options=helpers.as_runs_compile(exp.compiler_options), compiled={})
+    options = helpers.DEFAULT_EMITTERS
+  exp = exp._replace(backend=exp.backend._replace(
+      compiler_options=helpers.as_runs_compile(options)), compiled={})
   assert planning.batchable(exp) and planning.runs_chunk_size(exp, 3) == exp.chunk_size
   together = api.train(exp, [str(tmp_path / f'v{s}') for s in (0, 1, 2)], configs,
                        err=io.StringIO())
@@ -675,7 +678,8 @@ def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
   compile)."""
   configs = [base_config.replace(algorithm='gel', seed=s) for s in (0, 1)]
   exp = factories.prepare(configs[0])
-  exp = exp._replace(compiler_options=helpers.as_runs_compile(exp.compiler_options), compiled={})
+  exp = exp._replace(backend=exp.backend._replace(
+      compiler_options=helpers.as_runs_compile(exp.backend.compiler_options)), compiled={})
   bad = jax.random.key_data(keys.init_key(keys.root_key(1)))
 
   def init(key):

@@ -84,7 +84,7 @@ def test_the_planner_plans_with_the_least_of_the_limits(monkeypatch):
 
 def bare_peak() -> int:
   """The peak address space of a bare process that started JAX as ``launch/run.py`` does."""
-  script = ('from fedjax_gel.core import devices; devices.configure_cpu(); import jax; '
+  script = ('from fedjax_gel.core.backend import xla; xla.configure_cpu(); import jax; '
             'jax.devices(); print(open("/proc/self/status").read())')
   out = subprocess.run([sys.executable, '-c', script], cwd=helpers.REPO, capture_output=True,
                        text=True, check=True).stdout

@@ -25,7 +25,7 @@ unrolled elementwise ops, in the order of XLA's own reduction loop (``unrolled_r
 XLA's default CPU pipeline hands every reduction to its YNN library, a call of several
 microseconds for a few additions, three per local step of a logistic regression: a 200-client
 round ran 1.14x faster without them (``benchmarks/RESULTS.md``); a round compiled for compile
-time (``core.devices.QUICK_COMPILE``, jaxlib < 0.11), whose reductions are XLA's own loops,
+time (``core.backend.xla.QUICK_COMPILE``, jaxlib < 0.11), whose reductions are XLA's own loops,
 computes the same bits either way.
 
 A library product followed by a transpose that swaps its two sides' free dimensions (how

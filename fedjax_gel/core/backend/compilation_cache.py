@@ -22,7 +22,8 @@ import functools
 import json
 import os
 
-from fedjax_gel.data.cache import user_cache_dir
+from fedjax_gel.core.backend import jax_private
+from fedjax_gel.core.paths import user_cache_dir
 
 ENV = 'FEDJAX_GEL_COMPILATION_CACHE'
 
@@ -61,14 +62,11 @@ def share_between_processes() -> bool:
   (``benchmarks/RESULTS.md``). For such a program on a host whose processor ``host_processor``
   names, this hashes the devices' global ids, processes and kind and that processor (XLA
   compiles for it) instead: the same in every process on the same kind of host. Every other
-  program keeps JAX's key. Patches JAX's key function ``jax._src.cache_key.
-  _hash_accelerator_config`` (JAX 0.10 to 0.12 have it; tested with 0.10.2); returns False,
+  program keeps JAX's key. Patches JAX's key function ``_hash_accelerator_config``
+  (``jax_private.cache_key_module``) (JAX 0.10 to 0.12 have it; tested with 0.10.2); returns False,
   changing nothing, where that JAX has none.
   """
-  try:
-    from jax._src import cache_key  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return False
+  cache_key = jax_private.cache_key_module()
   original = getattr(cache_key, '_hash_accelerator_config', None)
   if original is None:
     return False

@@ -1,4 +1,4 @@
-"""Threefry-2x32 on CPU as one fused kernel (``register_cpu_lowering``).
+"""Threefry-2x32 on CPU as one fused kernel (``unrolled_on_cpu``).
 
 JAX's default PRNG hashes counters with Threefry-2x32 (Salmon et al. 2011, "Parallel random
 numbers: as easy as 1, 2, 3"): 20 rounds of add, rotate and xor on pairs of uint32, with a key
@@ -9,20 +9,24 @@ every call site at run time. A compiled round has a dozen such sites (the client
 data order, the algorithms' draws): at 20 clients and one local step they were 715 of the
 round's 773 kernel launches (``benchmarks/profile_round.py``).
 
-``register_cpu_lowering`` lowers the primitive on CPU as the unrolled rounds, which XLA fuses
-into one elementwise kernel per call site: the same bits (integer arithmetic; the tests check
-it against the paper's known-answer vectors and a NumPy oracle), fewer kernels, and
+Within ``unrolled_on_cpu()`` the primitive is lowered on CPU as the unrolled rounds, which XLA
+fuses into one elementwise kernel per call site: the same bits (integer arithmetic; the tests
+check it against the paper's known-answer vectors and a NumPy oracle), fewer kernels, and
 8-17% less compile time for a round (``benchmarks/paired_checkouts.py``; the loops' control
-flow is gone). Round times did not change measurably on CPU.
-The registration is process-wide and applies to every program lowered after it, the user's
-own included; since the bits are identical only run and compile times change.
+flow is gone). Round times did not change measurably on CPU. The lowering applies to what is
+lowered inside the ``with`` (``Backend.jit``'s programs) and JAX's own rule is back after it,
+so the user's programs are lowered as JAX lowers them.
 """
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import mlir
+
+from fedjax_gel.core.backend import jax_private
 
 ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))   # Threefry-2x32's rotation constants
 PARITY = 0x1BD11BDA                               # the key schedule's parity constant
@@ -59,19 +63,17 @@ def _lowering(ctx, key1, key2, x1, x2):
   return [a, b]
 
 
-_registered = False
-
-
-def register_cpu_lowering() -> bool:
-  """Lowers ``threefry2x32`` unrolled on CPU from now on (idempotent). Returns False, and
-  changes nothing, where this JAX does not expose the primitive or ``register_lowering``."""
-  global _registered
-  if _registered:
-    return True
+@contextlib.contextmanager
+def unrolled_on_cpu():
+  """Lowers ``threefry2x32`` unrolled on CPU inside the ``with`` (nestable); JAX's own rule
+  after it. Changes nothing where this JAX does not expose the primitive."""
   try:
     from jax.extend.random import threefry2x32_p  # pylint: disable=g-import-not-at-top
-    mlir.register_lowering(threefry2x32_p, _lowering, platform='cpu')
-  except (ImportError, AttributeError):
-    return False
-  _registered = True
-  return True
+  except ImportError:
+    yield
+    return
+  old = jax_private.swap_lowering(threefry2x32_p, jax_private.lowering_entry(_lowering), 'cpu')
+  try:
+    yield
+  finally:
+    jax_private.swap_lowering(threefry2x32_p, old, 'cpu')
