@@ -291,11 +291,11 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
 
 def device_chunk(cohort: int, chunk_size: int, mesh) -> int:
   """The clients one device vmaps at once in a round built with ``chunk_size`` on ``mesh``
-  (None: one device): each device's cut of its share on several (``round.routed_chunk``)."""
-  from fedjax_gel.core import round as round_lib  # pylint: disable=g-import-not-at-top
+  (None: one device): each device's cut of its share on several (``routing.routed_chunk``)."""
+  from fedjax_gel.core import routing  # pylint: disable=g-import-not-at-top
   if mesh is None:
-    return round_lib.chunk_layout(cohort, chunk_size)[0]
-  return round_lib.routed_chunk(cohort, chunk_size, mesh.size)
+    return routing.chunk_layout(cohort, chunk_size)[0]
+  return routing.routed_chunk(cohort, chunk_size, mesh.size)
 
 
 def in_fresh_process(script: str, cohort: int, args: list[str]) -> dict:

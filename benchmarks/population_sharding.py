@@ -41,7 +41,7 @@ def worker(args):
   import optax  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel import algorithms  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.core import devices, federated_data, round as round_lib, sampling, store  # pylint: disable=g-import-not-at-top,line-too-long
+  from fedjax_gel.core import devices, federated_data, round as round_lib, routing, sampling, store  # pylint: disable=g-import-not-at-top,line-too-long
   from fedjax_gel.experiment import planning  # pylint: disable=g-import-not-at-top
 
   data = federated_data.owner_layout(data, 1)   # each client its own rows, as a real population
@@ -86,7 +86,7 @@ def worker(args):
       counts = np.bincount(np.minimum(np.asarray(devices.to_host(cohorts[r].client_ids)) //
                                       federated_data.clients_per_owner(population, num),
                                       num - 1), minlength=num)
-      per = round_lib.routed_chunk(args.cohort, chunk, num)
+      per = routing.routed_chunk(args.cohort, chunk, num)
       slowest.append(args.cohort / (num * int(np.max(-(-counts // per))) * per))
     out.update(round_s=float(np.median(times)), real_fraction=real / slots,
                slowest_fraction=float(np.mean(slowest)), chunk_per_device=per)

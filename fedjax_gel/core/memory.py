@@ -31,7 +31,8 @@ import jax
 from jax.extend import core as jcore
 
 from fedjax_gel.core.algorithm import ClientContext
-from fedjax_gel.core.round import FULL_BATCH_ROWS, tree_bytes
+from fedjax_gel.core.pre_pass import FULL_BATCH_ROWS
+from fedjax_gel.core.round import tree_bytes
 from fedjax_gel.core.shuffle import order_bytes
 
 

@@ -81,6 +81,25 @@ def write_mean(store, idx, new, writes):
   return tree_map(put, store, new)
 
 
+
+def write_back(algorithm, mesh, store, written, ids):
+  """The store with the rows a round's clients returned written (``written``: their rows and
+  real-client masks, leading axes matching ``ids``; ``write_mean``): on a mesh with the store
+  split by client, each device into its own rows."""
+  new_rows, real = written
+  if mesh is None or not split_by_client(algorithm):
+    flat = lambda a: a.reshape((-1,) + a.shape[ids.ndim:])
+    new = write_mean(store, algorithm.store_row(ids).reshape(-1), tree_map(flat, new_rows),
+                     flat(real))
+    return constrain(new, mesh, split=False)
+  owned = num_rows(store) // mesh.shape[CLIENT_AXIS]
+
+  def device(part, ids, new_rows, real):
+    rows = ids[0] - jax.lax.axis_index(CLIENT_AXIS) * owned
+    return write_mean(part, rows, tree_map(lambda a: a[0], new_rows), real[0])
+  return jax.shard_map(device, mesh=mesh, in_specs=P(CLIENT_AXIS), out_specs=P(CLIENT_AXIS),
+                       check_vma=False)(store, ids, new_rows, real)
+
 def by_client(ids):
   """``store_row`` of a store with one row per client, row ``i`` client ``i``'s. On a mesh the
   engine splits such a store's rows as it splits the clients' data

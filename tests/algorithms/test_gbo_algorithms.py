@@ -141,8 +141,8 @@ def test_mimelite_full_batch_over_several_passes_with_padding_and_an_empty_clien
     data, loss, model, monkeypatch):
   """4-row passes (client 5 has 30 examples: 8 passes), 3 clients in chunks of 2 (one padding
   slot), one client without data: S' tracks the mean of the exact full-batch gradients."""
-  from fedjax_gel.core import round as round_lib  # pylint: disable=g-import-not-at-top
-  monkeypatch.setattr(round_lib, 'FULL_BATCH_ROWS', 4)
+  from fedjax_gel.core import pre_pass  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(pre_pass, 'FULL_BATCH_ROWS', 4)
   opt = optim.gbo_sgdm(LR, b1=0.9)
   x = init_params(model)
   ids, taus = [5, EMPTY_CLIENT, 2], [2, 3, 1]

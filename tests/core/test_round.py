@@ -13,7 +13,8 @@ from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import keys
 from fedjax_gel.core import round as round_lib
 from fedjax_gel.core.backend import Backend
-from fedjax_gel.core.round import build_round, chunk_layout
+from fedjax_gel.core.round import build_round
+from fedjax_gel.core.routing import chunk_layout, deal
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
 
 from helpers import (B, EMPTY_CLIENT, TAU_MAX, as_runs_compile, cohort, grad_of, init_params,
@@ -291,7 +292,7 @@ def test_deal_gives_every_device_the_same_number_of_clients_sorted_by_budget():
   like cards; every client once, padding slots empty."""
   budgets = [3, 1, 4, 1, 5, 9, 2]
   c = cohort([10, 11, 12, 13, 14, 15, 16], budgets, [1.] * 7)
-  dealt = round_lib.deal(c, jnp.arange(7, dtype=jnp.float32) / 10, 3, 3)
+  dealt = deal(c, jnp.arange(7, dtype=jnp.float32) / 10, 3, 3)
   # sorted: slots 1, 3, 6, 0, 2, 4, 5 (budgets 1, 1, 2, 3, 4, 5, 9)
   np.testing.assert_array_equal(dealt.slots, [[1, 0, 5], [3, 2, 0], [6, 4, 0]])
   np.testing.assert_array_equal(dealt.valid, [[1, 1, 1], [1, 1, 0], [1, 1, 0]])

@@ -12,7 +12,8 @@ POOL = textwrap.dedent('''
     from fedjax_gel import algorithms, models
     from fedjax_gel.core import federated_data as fd, keys, sampling, store
     from fedjax_gel.core.devices import client_mesh
-    from fedjax_gel.core.round import build_round, chunk_layout
+    from fedjax_gel.core.round import build_round
+    from fedjax_gel.core.routing import chunk_layout
     assert jax.device_count() == 8, jax.devices()
     rng = np.random.default_rng(SEED)
     w = rng.normal(size=(6, 3))
