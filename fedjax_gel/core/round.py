@@ -45,6 +45,7 @@
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -169,6 +170,11 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     (``fedjax_gel.to_device``); host data raises ``TypeError``.
   """
   chunk_size = positive_int('build_round', 'chunk_size', chunk_size)
+  if backend.debug:
+    from fedjax_gel.core import debug_round  # pylint: disable=g-import-not-at-top
+    if mesh is not None:
+      raise ValueError('build_round: the debug backend runs on one device (mesh=None)')
+    return functools.partial(debug_round.debug_round, algorithm)
 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx,
                replicated: bool = False):

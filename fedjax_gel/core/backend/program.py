@@ -30,11 +30,14 @@ class Backend(NamedTuple):
       None: XLA's defaults. The same numbers (``tests/core/test_compile_options.py``).
     unrolled_threefry: lower the programs' Threefry hashes unrolled on CPU (``threefry``): the
       same bits, fewer kernels, less compile time.
+    debug: ``build_round`` returns the debug round instead (``core.debug_round``: the clients
+      one by one in a Python loop, eagerly, for ``print`` and breakpoints; one device).
   """
   fuse_small_dots: bool = False
   static_steps: bool | None = None
   compiler_options: Mapping[str, Any] | None = None
   unrolled_threefry: bool = True
+  debug: bool = False
 
   def fuses(self) -> bool:
     """Whether the local step's small products are fused here (asked for, and on CPU)."""
