@@ -5,6 +5,7 @@ behind one record.
   ``build_runs`` take it, the experiment layer's planner fills it; ``Backend.jit`` compiles a
   program with it.
 * ``small_dots``: the vmapped step's small batched products as fused multiply-adds (CPU).
+* ``conv``: convolutions as patches times the kernel (CPU and GPU; the models' layers use it).
 * ``threefry``: JAX's Threefry hash lowered unrolled on CPU, inside ``Backend.lowering`` only.
 * ``xla``: XLA's CPU flags set at process start (``configure_cpu``) and compiler options.
 * ``compilation_cache``: JAX's persistent compilation cache, keyed alike in every process.
