@@ -60,7 +60,7 @@ from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundIn
 from fedjax_gel.algorithms.fedavg import AT_LEAST_ZERO, POSITIVE, UNIT, check, static_zero
 from fedjax_gel.core import model_state, store
 from fedjax_gel.core.checks import positive_int
-from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, within
+from fedjax_gel.spec import AlgorithmSpec, at_least, hparam, within
 
 tree_map = jax.tree_util.tree_map
 

@@ -21,7 +21,7 @@ import optax
 
 from fedjax_gel.core import model_state
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
-from fedjax_gel.core.spec import AlgorithmSpec
+from fedjax_gel.spec import AlgorithmSpec
 from fedjax_gel.optim import guessed
 
 

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
-from fedjax_gel.core.spec import AlgorithmSpec, hparam, positive
+from fedjax_gel.spec import AlgorithmSpec, hparam, positive
 from fedjax_gel.algorithms.fedavg import POSITIVE, check, local_sgd
 
 

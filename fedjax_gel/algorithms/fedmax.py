@@ -11,7 +11,7 @@ import dataclasses
 import optax
 
 from fedjax_gel.core.algorithm import FederatedAlgorithm
-from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam
+from fedjax_gel.spec import AlgorithmSpec, at_least, hparam
 from fedjax_gel.algorithms.fedavg import AT_LEAST_ZERO, POSITIVE, check, local_sgd
 from fedjax_gel.models.base import Model, max_entropy_loss
 
@@ -30,8 +30,8 @@ class FedMaxHparams:
   fedmax_beta: float = hparam(1.0, 'FedMAX entropy weight beta.', at_least(0))
 
 
-def _check(hp, model: str):
-  if model == 'logistic':
+def _check(c):
+  if c.model.name == 'logistic':
     return ('--algorithm=fedmax with --model=logistic is FedAvg (no hidden layer: the '
             'penultimate activations are the inputs); use --model=mlp')
   return None

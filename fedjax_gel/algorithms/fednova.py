@@ -16,7 +16,7 @@ import optax
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm
 from fedjax_gel.algorithms.fedavg import MOMENTUM, POSITIVE, check, local_sgd, static_zero
 from fedjax_gel.algorithms.gel import GelHparams, GuessPolicy, check_guesses, checked_policy
-from fedjax_gel.core.spec import AlgorithmSpec
+from fedjax_gel.spec import AlgorithmSpec
 from fedjax_gel.optim.guessed import gel_sgdm, momentum_coefficients_l1
 
 
@@ -62,4 +62,5 @@ FEDNOVA_GEL = AlgorithmSpec(
     GelHparams, client='SGDM + zero-proxy guesses', server=_NOVA_SERVER, guesses=True,
     momentum=True,
     check=check_guesses('fednova_gel', zero_proxy_only="Lemma 1's ||a_i||_1"),
+    paired_with='fednova',
     paper='GeL Table 2, Lemma 1')

@@ -17,7 +17,7 @@ from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.algorithms.fedavg import (AT_LEAST_ZERO, MOMENTUM, POSITIVE, check, local_sgd,
                                           static_zero)
 from fedjax_gel.algorithms.gel import GelHparams, GuessPolicy, check_guesses, checked_policy
-from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam
+from fedjax_gel.spec import AlgorithmSpec, at_least, hparam
 from fedjax_gel.optim.guessed import gel_sgdm
 
 
@@ -69,4 +69,5 @@ FEDPROX_GEL = AlgorithmSpec(
     ProxGelHparams, client='proximal SGDM + zero-proxy guesses that ignore the proximal term',
     guesses=True, momentum=True,
     check=check_guesses('fedprox_gel', zero_proxy_only='the guess ignores the proximal term'),
+    paired_with='fedprox',
     paper='GeL Table 2')

@@ -36,7 +36,7 @@ from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundIn
 from fedjax_gel.algorithms.drift import client_weights, mean_row
 from fedjax_gel.algorithms.fedavg import POSITIVE, check, local_sgd
 from fedjax_gel.core import store
-from fedjax_gel.core.spec import AlgorithmSpec, hparam, int_range
+from fedjax_gel.spec import AlgorithmSpec, hparam, int_range
 
 tree_map = jax.tree_util.tree_map
 

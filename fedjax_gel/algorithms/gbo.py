@@ -32,7 +32,7 @@ import optax
 from fedjax_gel.core import model_state
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.algorithms.fedavg import ClientState
-from fedjax_gel.core.spec import AlgorithmSpec, at_least, hparam, one_of, within
+from fedjax_gel.spec import AlgorithmSpec, at_least, hparam, one_of, within
 from fedjax_gel.optim.gbo import KINDS, GlobalBiasedOptimizer, gbo_adam, gbo_rmsprop, gbo_sgdm
 
 
@@ -174,6 +174,7 @@ class GboHparams:
 def _spec(name: str, build, **properties) -> AlgorithmSpec:
   return AlgorithmSpec(name, lambda hp, s: build(s.loss, hp.optimizer(s.client_lr)), GboHparams,
                        run_name=lambda hp: f'{name}_{hp.gbo_optimizer}', own_server=True,
+                       variants=('gbo_optimizer',),
                        **properties)
 
 

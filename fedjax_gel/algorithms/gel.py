@@ -28,7 +28,7 @@ import optax
 
 from fedjax_gel.core import checks
 from fedjax_gel.core.algorithm import FederatedAlgorithm
-from fedjax_gel.core.spec import AlgorithmSpec, hparam, one_of, within
+from fedjax_gel.spec import AlgorithmSpec, hparam, one_of, within
 from fedjax_gel.algorithms.fedavg import local_sgd, static_zero
 from fedjax_gel.optim.guessed import PROXIES, gel_sgdm
 
@@ -176,11 +176,12 @@ class GelHparams:
 
 
 def check_guesses(name: str, sgd_clients: bool = False, zero_proxy_only: str = ''):
-  """The cross-field check of a GeL spec: the builder's rule (``guess_conflict``; SGD clients
-  have no momentum) in flag terms, and ``zero_proxy_only`` (why) for FedNova's and FedProx's
-  GeL."""
-  def check(hp: GelHparams, model: str):
-    del model
+  """The cross-field check of a GeL spec, on the whole config: the builder's rule
+  (``guess_conflict``; SGD clients have no momentum) in flag terms, ``zero_proxy_only`` (why) for
+  FedNova's and FedProx's GeL, and a ``remaining`` policy's ``guess_tau`` above the smallest
+  step budget (else no client would guess)."""
+  def check(c):
+    hp = c.algorithm.hparams
     proxy = hp.proxy(sgd_clients)
     conflict = guess_conflict(hp.guess_policy, proxy, sgd_clients)
     if conflict:   # named by the flag at fault: the policy for inf, else the proxy
@@ -191,25 +192,40 @@ def check_guesses(name: str, sgd_clients: bool = False, zero_proxy_only: str = '
     if zero_proxy_only and proxy != 'zero':
       return (f'--guess_proxy={proxy}: {name} guesses with the zero proxy only '
               f'({zero_proxy_only})')
-    return None
+    return check_guess_tau(c)
   return check
+
+
+def check_guess_tau(c) -> str | None:
+  """GeL's remaining policy guesses ``max(tau - tau_i, 0)`` steps: a ``--guess_tau`` at most the
+  smallest step budget guesses none, and the algorithm would run as its base one."""
+  hp, cohort = c.algorithm.hparams, c.cohort
+  (a, b) = cohort.budget_range
+  if (hp.guess_policy != 'remaining' or not hp.guess_tau or cohort.budget_unit != 'steps' or
+      hp.guess_tau > a):
+    return None
+  return (f'--guess_tau={hp.guess_tau} is at most the smallest budget (--budget_range={a},{b}): '
+          f'no client would guess a step and --algorithm={c.algorithm.name} would run as its '
+          f'base algorithm; use more than {a} steps, 0 for b + 5 = {b + 5}, or '
+          '--guess_policy=none')
 
 
 GEL = AlgorithmSpec(
     'gel', lambda hp, s: gel(s.loss, s.client_lr, s.client_momentum, s.server, hp.proxy(),
                              hp.policy),
     GelHparams, client='SGDM + guessed steps (FedAvgCM + GeL)', guesses=True, momentum=True,
-    check=check_guesses('gel'), paper='Boukhari et al. 2023, "Boosting Federated Learning in '
+    check=check_guesses('gel'), paired_with='fedavgcm', paper='Boukhari et al. 2023, "Boosting Federated Learning in '
     'Resource-Constrained Networks" (GeL), Alg. 1, eq. 5')
 FEDAVG_GEL = AlgorithmSpec(
     'fedavg_gel', lambda hp, s: fedavg_gel(s.loss, s.client_lr, s.server, hp.proxy(True),
                                            hp.policy),
     GelHparams, client='SGD + guessed steps with the last-gradient proxy', guesses=True,
-    check=check_guesses('fedavg_gel', True),
+    check=check_guesses('fedavg_gel', True), paired_with='fedavg',
     paper="Dhasade et al. 2021's proxy on FedAvg's clients")
 FEDYOGI_GEL = AlgorithmSpec(
     'fedyogi_gel', lambda hp, s: gel(s.loss, s.client_lr, s.client_momentum, s.server,
                                      hp.proxy(), hp.policy, 'fedyogi_gel'),
     GelHparams, client='SGDM + guessed steps', guesses=True, server_optimizer='fedyogi',
     base='gel', momentum=True,
-    server='fedyogi', check=check_guesses('fedyogi_gel'), paper='GeL §4.5')
+    server='fedyogi', check=check_guesses('fedyogi_gel'), paired_with='fedyogi',
+    paper='GeL §4.5')

@@ -1,10 +1,10 @@
 """The registry of algorithms: every ``AlgorithmSpec`` the experiment layer can run by name.
 
 Adding an algorithm is one module that defines its builder and its ``AlgorithmSpec`` (see
-``fedjax_gel.core.spec``), plus one entry in ``BUILTIN`` below; code outside the package calls
-``register(spec)`` before it builds a configuration. The command line's ``--algorithm`` values,
-its hyper-parameter flags (one per field name, shared by the algorithms that read it), their
-checks and the README's algorithm table all come from here.
+``fedjax_gel.spec.algorithm``), plus one entry in ``BUILTIN`` below; code outside the package
+calls ``register(spec)`` before it builds a configuration. The command line's ``--algorithm``
+values, its hyper-parameter flags (one per field name, shared by the algorithms that read it),
+their checks and the README's algorithm table all come from here.
 """
 from __future__ import annotations
 
@@ -19,95 +19,79 @@ from fedjax_gel.algorithms.fedprox import FEDPROX, FEDPROX_GEL
 from fedjax_gel.algorithms.fedvarp import CLUSTER_FEDVARP, FEDVARP
 from fedjax_gel.algorithms.gbo import FEDGBO, MFL, MIMELITE, MIMEXLITE
 from fedjax_gel.algorithms.gel import FEDAVG_GEL, FEDYOGI_GEL, GEL
-from fedjax_gel.core.spec import AlgorithmSpec, flag_name
+from fedjax_gel.spec import AlgorithmSpec, Registry, flag_name
 
 BUILTIN = (FEDAVG, FEDAVGCM, GEL, FEDAVG_GEL, FEDPROX, FEDPROX_GEL, FEDNOVA, FEDNOVA_GEL, FEDADAM,
            FEDYOGI, FEDADAGRAD, FEDYOGI_GEL, FEDGBO, MFL, MIMELITE, MIMEXLITE, FEDMAX, FEDEXP,
            SCAFFOLD, FEDDYN, ADABEST, FEDVARP, CLUSTER_FEDVARP)
 
-_SPECS: dict[str, AlgorithmSpec] = {}
+ALGORITHMS: Registry[AlgorithmSpec] = Registry('algorithm')
 
 
 def register(spec: AlgorithmSpec) -> AlgorithmSpec:
   """Adds ``spec`` (returned, so that it can decorate an assignment).
 
   Raises ``ValueError`` when its name is not an identifier (it is a value of ``--algorithm``,
-  whose commas separate names, and a run's folder name), when it is taken by another spec, or
-  when one of its
-  hyper-parameters shares a name with another algorithm's but not its type, default or help
-  (a name is one flag). A hyper-parameter named as a flag of the experiment's sections is
-  refused when a config of the algorithm is made (``experiment.config.make``)."""
-  if not isinstance(spec.name, str) or not spec.name.isidentifier():
-    raise ValueError(f'register: an algorithm\'s name must be an identifier (a value of '
-                     f'--algorithm and a folder name), got {spec.name!r}')
-  if _SPECS.get(spec.name, spec) is not spec:
-    raise ValueError(f'an algorithm named {spec.name!r} is registered already (a notebook cell '
-                     f'run again: registry.unregister({spec.name!r}) first)')
-  check_spec(spec)
-  known = hparam_fields()
-  for field in dataclasses.fields(spec.hparams):
-    other = known.get(flag_name(field))
-    if other is not None and (other.type, other.default, other.metadata['help']) != (
-        field.type, field.default, field.metadata['help']):
-      raise ValueError(f'{spec.name}: hyper-parameter {field.name!r} differs from the one of '
-                       'the same name another algorithm registered')
-  _SPECS[spec.name] = spec
-  return spec
+  whose commas separate names, and a run's folder name), when it is taken by another spec, when
+  ``build`` is not callable, when ``hparams`` is no frozen dataclass of ``hparam`` fields (a
+  plain field's value never reached the runs), or when one of its hyper-parameters shares a name
+  with another algorithm's but not its type, default or help (a name is one flag). A
+  hyper-parameter named as a flag of the experiment's sections is refused when a config of the
+  algorithm is made (``experiment.config.make``)."""
+  return ALGORITHMS.register(spec, _check)
 
 
-def check_spec(spec: AlgorithmSpec):
-  """The parts of ``spec`` that ``register`` can check before a run uses them: ``build``
-  callable, ``hparams`` a frozen dataclass (the class) whose every field is made with
-  ``core.spec.hparam`` (a plain field's value never reached the runs: they were built from its
-  default); else a ValueError naming the algorithm."""
-  where = f'register({spec.name!r})'
+def _check(spec: AlgorithmSpec):
   if not callable(spec.build):
-    raise ValueError(f'{where}: build must be a function (hparams, Setting) -> '
+    raise ValueError(f'register({spec.name!r}): build must be a function (hparams, Setting) -> '
                      f'FederatedAlgorithm, got {spec.build!r}')
-  h = spec.hparams
-  if not (isinstance(h, type) and dataclasses.is_dataclass(h)):
-    raise ValueError(f'{where}: hparams must be a frozen dataclass (the class itself), got {h!r}')
-  if not h.__dataclass_params__.frozen:
-    raise ValueError(f'{where}: hparams {h.__name__} must be frozen '
-                     '(@dataclasses.dataclass(frozen=True))')
-  for field in dataclasses.fields(h):
-    if 'help' not in field.metadata:
-      raise ValueError(f'{where}: hyper-parameter {field.name!r} of {h.__name__} is a plain '
-                       'field; make it with core.spec.hparam(default, help, check)')
+  unknown = [v for v in spec.variants
+             if v not in {flag_name(f) for f in dataclasses.fields(spec.hparams)}]
+  if unknown:
+    raise ValueError(f'register({spec.name!r}): variants names {unknown[0]!r}, none of its '
+                     'hyper-parameters')
 
 
 def unregister(name: str):
   """Removes a spec (tests that register a toy algorithm clean up with it)."""
-  _SPECS.pop(name, None)
+  ALGORITHMS.unregister(name)
 
 
 def get(name: str) -> AlgorithmSpec:
   """The spec of ``name``; ``KeyError`` for an unknown one."""
-  return _SPECS[name]
+  return ALGORITHMS.get(name)
 
 
 def names() -> tuple[str, ...]:
-  return tuple(_SPECS)
+  return ALGORITHMS.names()
 
 
 def specs() -> tuple[AlgorithmSpec, ...]:
-  return tuple(_SPECS.values())
+  return ALGORITHMS.specs()
 
 
 def hparam_fields() -> dict[str, dataclasses.Field]:
   """Every registered hyper-parameter by flag name (the first spec's field of each name)."""
-  fields = {}
-  for spec in _SPECS.values():
-    for field in dataclasses.fields(spec.hparams):
-      fields.setdefault(flag_name(field), field)
-  return fields
+  return ALGORITHMS.hparam_fields()
+
+
+def variant_flags() -> tuple[str, ...]:
+  """The hyper-parameters some algorithm takes several values of (``AlgorithmSpec.variants``):
+  comma-separated lists on the command line."""
+  return tuple(dict.fromkeys(v for s in specs() for v in s.variants))
+
+
+def paired_with(name: str) -> str:
+  """The algorithm ``name``'s runs are compared with (``AlgorithmSpec.paired_with``); '' for
+  none or an algorithm this process does not know."""
+  return get(name).paired_with if name in ALGORITHMS else ''
 
 
 def markdown_table() -> str:
   """The README's table of algorithms: name, clients, server, hyper-parameters, paper."""
   rows = ['| `--algorithm` | clients | server | hyper-parameters (default) | paper |',
           '|---|---|---|---|---|']
-  for spec in _SPECS.values():
+  for spec in specs():
     hparams = ', '.join(f'`--{flag_name(f)}` ({f.default})'
                         for f in dataclasses.fields(spec.hparams))
     rows.append(f'| `{spec.name}` | {spec.client} | {spec.server} | {hparams or "-"} | '

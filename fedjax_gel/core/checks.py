@@ -8,6 +8,9 @@ from typing import Sequence
 
 import numpy as np
 
+# The largest int32: rounds, steps, cohorts, batches and examples are int32 on the device.
+INT32_MAX = 2**31 - 1
+
 
 def is_whole(value) -> bool:
   """Whether ``value`` is one whole number: an int, a NumPy or JAX integer scalar, or an

@@ -9,8 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_gel.core import keys
-from fedjax_gel.core.checks import is_whole, positive_int
-from fedjax_gel.core.spec import INT32_MAX
+from fedjax_gel.core.checks import INT32_MAX, is_whole, positive_int
 from fedjax_gel.core.shuffle import epoch_steps
 
 WEIGHTINGS = ('samples_seen', 'num_examples', 'uniform')

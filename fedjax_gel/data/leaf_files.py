@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from fedjax_gel.core.paths import not_regular, open_regular
-from fedjax_gel.core.spec import INT32_MAX
+from fedjax_gel.core.checks import INT32_MAX
 from fedjax_gel.data.errors import DataError
 from fedjax_gel.data.leaf_preprocess import preprocess
 

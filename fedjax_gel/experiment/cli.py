@@ -7,9 +7,10 @@ for and maps every user error to one line on stderr and exit status 2 (Ctrl-C: 1
 ``main(argv)`` does it all on flags of its own, so that tests and notebooks can run a command
 in-process.
 
-``algorithm`` and ``gbo_optimizer`` take comma-separated lists (a sweep: ``sweep.Sweep``), as do
-``--seeds``, ``--client_lr_grid`` and ``--server_lr_grid``; ``--hparam_grid`` takes
-``NAME:v1,v2,...``.
+``algorithm`` and the hyper-parameters that algorithms take several values of
+(``AlgorithmSpec.variants``: ``--gbo_optimizer``) take comma-separated lists (a sweep:
+``sweep.Sweep``), as do ``--seeds``, ``--client_lr_grid`` and ``--server_lr_grid``;
+``--hparam_grid`` takes ``NAME:v1,v2,...``.
 
 The flags naming files or folders (``PATHS``) have ``~`` and ``$VARIABLES`` expanded after
 parsing (``parse``), wherever they were given: a flag file is read by no shell. A variable that
@@ -36,10 +37,17 @@ from fedjax_gel.algorithms import registry
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.core import paths
 from fedjax_gel.core.paths import shown
-from fedjax_gel.core.spec import INT32_MAX, field_problem
+from fedjax_gel.spec import INT32_MAX, field_problem
 from fedjax_gel.experiment.config import Config, ConfigError, first_line, parse_budget_range
 
-LISTS = ('algorithm', 'gbo_optimizer')   # flags that take several values (a sweep)
+
+
+def lists() -> tuple[str, ...]:
+  """The flags of the config that take several values (a sweep): ``--algorithm`` and the
+  registered algorithms' ``variants``."""
+  return ('algorithm',) + registry.variant_flags()
+
+
 # Flags that name a file or folder: ``~`` and ``$VARIABLES`` expanded (``expand_paths``).
 PATHS = ('workdir', 'compilation_cache', 'data_path', 'image_dir', 'data_dir', 'client_budgets')
 DEFINE = {'str': flags.DEFINE_string, 'Optional[str]': flags.DEFINE_string,
@@ -57,6 +65,7 @@ def config_fields() -> dict:
 def define_flags(values: flags.FlagValues = flags.FLAGS):
   """Defines every flag of ``launch/run.py`` on ``values`` (the algorithms' flags from the
   registry as it is now)."""
+  listed = lists()
   flags.DEFINE_string('workdir', None, 'Output directory (default: '
                       'runs/<algorithms>_<dataset>_<digest of the settings>: the same command, the '
                       'same folder).', flag_values=values)
@@ -75,7 +84,7 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
     help_text = field.metadata['help']
     if name == 'algorithm':
       help_text += f' Registered: {", ".join(registry.names())}.'
-    if name in LISTS:
+    if name in listed:
       flags.DEFINE_list(name, [field.default], help_text, flag_values=values)
     elif name == 'budget_range':
       flags.DEFINE_string(name, '%d,%d' % field.default, help_text, flag_values=values)
@@ -144,10 +153,10 @@ def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, sweep_li
   hyper-parameter flag given on the command line is checked even when no algorithm of the
   command reads it, and is not refused (``experiment.make`` refuses it): one flag file serves
   several algorithms (the quickstart's GeL flags with ``--algorithm=fedavg``)."""
-  given = {}
+  given, listed = {}, lists()
   for name in config_fields():
     value = values[name].value
-    if name in LISTS:
+    if name in listed:
       if not value:
         raise ConfigError(f'--{name} needs at least one value')
       value = value[0]
@@ -171,7 +180,8 @@ def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, sweep_li
       raise ConfigError(problem)
   sweep = sweep_lib.Sweep(
       seeds=seeds,
-      algorithms=[x.algorithm for x in configs], gbo_optimizers=list(values.gbo_optimizer),
+      algorithms=[x.algorithm for x in configs],
+      variants={name: list(values[name].value) for name in listed if name != 'algorithm'},
       client_lrs=typed('client_lr_grid', values.client_lr_grid, float),
       server_lrs=typed('server_lr_grid', values.server_lr_grid, float),
       hparam_grid=hparam_grid(values.hparam_grid))

@@ -18,7 +18,8 @@ import json
 import os
 import sys
 
-from fedjax_gel.core import paths, spec as spec_lib
+from fedjax_gel import spec as spec_lib
+from fedjax_gel.core import paths
 from fedjax_gel.core.paths import shown
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import files, outputs, workdir as workdir_lib

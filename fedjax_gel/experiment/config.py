@@ -1,7 +1,7 @@
 """Experiment configuration: a record per component (data, model, cohort, algorithm, server,
 run), JSON-serialisable, validated before anything runs.
 
-Every field is made with ``fedjax_gel.core.spec.hparam``: its default, its flag's help and its
+Every field is made with ``fedjax_gel.spec.hparam``: its default, its flag's help and its
 check in one place. Each field is one flag of ``launch/run.py`` (the field's name, or the
 ``flag`` its metadata names: ``--server_lr`` is ``ServerConfig.lr``); the algorithm's own
 hyper-parameters are the fields of its spec's record (``fedjax_gel.algorithms.registry``), held in
@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 from fedjax_gel.core.keys import SEED_MAX
-from fedjax_gel.core.spec import (INT32_MAX, AlgorithmSpec, NoHparams, at_least, flag_name,
+from fedjax_gel.spec import (INT32_MAX, AlgorithmSpec, NoHparams, at_least, flag_name,
                                   hparam, int_range, one_of, positive, problems, within)
 from fedjax_gel.data import registry as data_registry
 from fedjax_gel.data.leaf_preprocess import SAMPLINGS, Sampling
@@ -552,7 +552,7 @@ def validate(c: Config) -> Config:
   need(isinstance(c.algorithm.hparams, spec.hparams),
        f'--algorithm={spec.name}: its hyper-parameters must be a {spec.hparams.__name__} (got a '
        f'{type(c.algorithm.hparams).__name__}; Config.replace(algorithm=...) builds them)')
-  found = spec.problems(c.algorithm.hparams, c.model.name)
+  found = spec.problems(c)
   need(not found, found[0] if found else '')
   fixed = spec.server_optimizer
   need(fixed is None or c.server.optimizer in ('sgd', fixed),
@@ -586,13 +586,6 @@ def validate(c: Config) -> Config:
        f'--power_d=0 means 2 x --clients_per_round = {cohort.candidates} candidates, more than '
        f'{INT32_MAX}; give --power_d')
   (a, b), size = cohort.budget_range, cohort.clients_per_round
-  hp = c.algorithm.hparams   # GeL's remaining policy guesses max(tau - tau_i, 0) steps
-  need(getattr(hp, 'guess_policy', None) != 'remaining' or not hp.guess_tau or
-       cohort.budget_unit != 'steps' or hp.guess_tau > a,
-       f'--guess_tau={getattr(hp, "guess_tau", 0)} is at most the smallest budget '
-       f'(--budget_range={a},{b}): no client would guess a step and --algorithm={spec.name} '
-       f'would run as its base algorithm; use more than {a} steps, 0 for b + 5 = {b + 5}, or '
-       '--guess_policy=none')
   examples = size * b * cohort.batch_size   # a round's examples, counted (and indexed) in int32
   need(examples <= INT32_MAX,
        f'--budget_range={a},{b} with --clients_per_round={size} and --batch_size='

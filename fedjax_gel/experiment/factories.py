@@ -18,7 +18,7 @@ from fedjax_gel import algorithms, models, optim
 from fedjax_gel.core import evaluation, federated_data, sampling
 from fedjax_gel.core.backend import Backend, xla
 from fedjax_gel.core import keys, model_state, paths, runs as runs_lib, selection
-from fedjax_gel.core import spec as spec_lib
+from fedjax_gel import spec as spec_lib
 from fedjax_gel.data import registry as data_registry
 from fedjax_gel.data.errors import DataError
 from fedjax_gel.experiment import config as config_lib

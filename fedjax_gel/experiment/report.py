@@ -78,10 +78,12 @@ def speedup_ci(base: Sequence[float], rounds: Sequence[float]) -> tuple[float, f
 
 
 def baseline_of(name: str, names: Sequence[str]) -> str:
-  """The run ``name`` is compared with: ``X`` for ``X_gel`` (``fedavgcm`` for ``gel``) when it
-  ran, else the first algorithm."""
-  base = 'fedavgcm' if name == 'gel' else name.removesuffix('_gel')
-  return base if base != name and base in names else names[0]
+  """The run ``name`` is compared with: the algorithm its spec pairs it with
+  (``AlgorithmSpec.paired_with``: ``fedavgcm`` for ``gel``, ``X`` for ``X_gel``) when that ran,
+  else the first algorithm."""
+  from fedjax_gel.algorithms import registry   # pylint: disable=g-import-not-at-top
+  base = registry.paired_with(name)
+  return base if base and base != name and base in names else names[0]
 
 
 def rounds_table(summaries: Sequence[dict]) -> str:

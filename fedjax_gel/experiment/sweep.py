@@ -1,11 +1,11 @@
-"""A command's runs: ``expand`` turns a ``Config`` and a ``Sweep`` (seeds, algorithms, global
-optimisers, learning rates, one hyper-parameter's values) into one validated ``Config`` per run,
+"""A command's runs: ``expand`` turns a ``Config`` and a ``Sweep`` (seeds, algorithms, their
+variants, learning rates, one hyper-parameter's values) into one validated ``Config`` per run,
 with every check that needs neither the data nor a work directory (``checked_configs``)."""
 from __future__ import annotations
 
 import dataclasses
 import numbers
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -16,13 +16,16 @@ from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, vali
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
-  """What one invocation runs besides ``config`` itself: every algorithm (the FedGBO family
-  once per global optimiser) with every seed and client learning rate (or every value of
-  ``hparam_grid``'s hyper-parameter); ``server_lrs`` make each of those a ``client_lrs x
-  server_lrs`` grid (``experiment.grid``). Empty: the config's."""
+  """What one invocation runs besides ``config`` itself: every algorithm (once per value of
+  each of its ``AlgorithmSpec.variants`` in ``variants``: the FedGBO family once per global
+  optimiser) with every seed and client learning rate (or every value of ``hparam_grid``'s
+  hyper-parameter); ``server_lrs`` make each of those a ``client_lrs x server_lrs`` grid
+  (``experiment.grid``). Empty: the config's."""
   seeds: Sequence[int] = ()
   algorithms: Sequence = ()   # names, or AlgorithmConfigs (with hyper-parameters of their own)
-  gbo_optimizers: Sequence[str] = ()
+  # {flag: values} of hyper-parameters that algorithms take several values of (``variants``):
+  # {'gbo_optimizer': ['sgdm', 'adam']} runs each algorithm of the FedGBO family twice.
+  variants: Mapping[str, Sequence] = dataclasses.field(default_factory=dict)
   client_lrs: Sequence[float] = ()
   server_lrs: Sequence[float] = ()
   # (flag, values): a float hyper-parameter of the algorithms (``factories.batched_flags``), one
@@ -31,7 +34,14 @@ class Sweep:
   hparam_grid: tuple = ()
 
   def __post_init__(self):
+    if not isinstance(self.variants, Mapping) or not all(
+        checks.is_listed(v) for v in self.variants.values()):
+      raise ConfigError(f'Sweep: variants must map flags to lists, got {self.variants!r}')
+    object.__setattr__(self, 'variants', {k: list(np.asarray(v).tolist() if isinstance(
+        v, np.ndarray) else v) for k, v in self.variants.items()})
     for field in dataclasses.fields(self):
+      if field.name == 'variants':
+        continue
       value = getattr(self, field.name)
       if not checks.is_listed(value):
         raise ConfigError(f'Sweep: {field.name} must be a list or tuple, got {value!r}'
@@ -47,16 +57,15 @@ class Sweep:
 
 
 def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
-  """One validated Config per run: seeds x algorithms (x GBO kinds) x client learning rates
+  """One validated Config per run: seeds x algorithms (x their variants) x client learning rates
   (with ``server_lrs``, the client lrs are a grid's rows, not separate runs)."""
-  for field in dataclasses.fields(sweep):
-    name, values = field.name, getattr(sweep, field.name)
-    if name == 'hparam_grid':   # check_hparam_grid
-      continue
-    if name == 'algorithms':
+  lists = {name_of_flag(f.name): getattr(sweep, f.name) for f in dataclasses.fields(sweep)
+           if f.name not in ('hparam_grid', 'variants')}   # check_hparam_grid
+  for name, values in {**lists, **sweep.variants}.items():
+    if name == 'algorithm':
       values = [a if isinstance(a, str) else a.name for a in values]
     if len(set(values)) != len(values):
-      raise ConfigError(f'--{name_of_flag(name)} needs distinct values (got {list(values)})')
+      raise ConfigError(f'--{name} needs distinct values (got {list(values)})')
   for name in ('client_lrs', 'server_lrs'):
     if not all(0 < v < 3e38 for v in getattr(sweep, name)):   # float32 cells: about their top
       raise ConfigError(f'--{name_of_flag(name)} needs positive, finite learning rates below '
@@ -138,21 +147,23 @@ def check_hparam_grid(sweep: Sweep, configs: list[Config]):
 
 def algorithm_variants(c: Config, algorithm, sweep: Sweep) -> list[Config]:
   """``c`` with ``algorithm`` (a name: its hyper-parameters shared with ``c``'s algorithm
-  kept, the others their defaults; or an ``AlgorithmConfig``), once per ``sweep.gbo_optimizers``
-  for the algorithms with a global optimiser."""
+  kept, the others their defaults; or an ``AlgorithmConfig``), once per value of each of
+  ``sweep.variants`` that its spec takes several values of (``AlgorithmSpec.variants``: the
+  FedGBO family's global optimiser)."""
   if isinstance(algorithm, str):
     c = c.replace(algorithm=algorithm)
   else:
     c = dataclasses.replace(c, algorithm=algorithm)
-  if not sweep.gbo_optimizers or 'gbo_optimizer' not in c.flags():
-    return [c]
-  return [c.replace(gbo_optimizer=k) for k in sweep.gbo_optimizers]
+  configs = [c]
+  for flag, values in sweep.variants.items():
+    if values and flag in c.spec.variants:
+      configs = [x.replace(**{flag: v}) for x in configs for v in values]
+  return configs
 
 
 def name_of_flag(field: str) -> str:
-  return {'seeds': 'seeds', 'algorithms': 'algorithm', 'gbo_optimizers': 'gbo_optimizer',
-          'client_lrs': 'client_lr_grid', 'server_lrs': 'server_lr_grid',
-          'hparam_grid': 'hparam_grid'}[field]
+  return {'seeds': 'seeds', 'algorithms': 'algorithm', 'client_lrs': 'client_lr_grid',
+          'server_lrs': 'server_lr_grid', 'hparam_grid': 'hparam_grid'}[field]
 
 
 def checked_configs(c: Config, sweep: Sweep = Sweep()) -> list[Config]:

@@ -11,9 +11,9 @@ from fedjax_gel.algorithms import registry
 from fedjax_gel.core import federated_data as fd
 from fedjax_gel.core import memory
 from fedjax_gel.core.backend import Backend
-from fedjax_gel.core.spec import Setting
 from fedjax_gel.core.round import build_round
 from fedjax_gel.core.sampling import CohortSpec, sample_cohort
+from fedjax_gel.spec import Setting
 
 
 def test_peak_bytes_counts_what_is_live_at_once():

@@ -604,15 +604,15 @@ def test_every_config_field_and_hyper_parameter_is_a_flag_with_its_help_and_defa
     name = field.metadata['flag'] or field.name
     flag = values[name]
     assert flag.help.startswith(field.metadata['help']) and flag.help.strip()
-    default = flag.default[0] if name in cli.LISTS else flag.default
+    default = flag.default[0] if name in cli.lists() else flag.default
     if name == 'budget_range':
       default = config_lib.parse_budget_range(default)
     assert default == field.default, name
   values(['run.py'])
   config, sweep = cli.from_flags(values)
   assert config == config_lib.Config()
-  assert sweep == Sweep(seeds=[], algorithms=[config.algorithm], gbo_optimizers=['sgdm'],
-                            client_lrs=[], server_lrs=[])
+  assert sweep == Sweep(seeds=[], algorithms=[config.algorithm],
+                        variants={'gbo_optimizer': ['sgdm']}, client_lrs=[], server_lrs=[])
 
 
 def test_each_algorithm_of_a_command_gets_its_own_hyper_parameters_from_the_flags():

@@ -13,7 +13,7 @@ import pytest
 
 from fedjax_gel import algorithms
 from fedjax_gel.algorithms import registry
-from fedjax_gel.core.spec import AlgorithmSpec, hparam, within
+from fedjax_gel.spec import AlgorithmSpec, hparam, within
 from fedjax_gel.experiment import api, cli
 from fedjax_gel.experiment.config import ConfigError, make, validate
 

@@ -17,7 +17,7 @@ from fedjax_gel.algorithms import GuessPolicy, registry
 from fedjax_gel.core import federated_data, keys
 from fedjax_gel.core.backend import xla
 from fedjax_gel.core.sampling import CohortSpec
-from fedjax_gel.core.spec import Setting
+from fedjax_gel.spec import Setting
 from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import progress as progress_lib
@@ -846,7 +846,7 @@ def test_a_registered_algorithm_keeps_the_client_momentum():
   """Its spec may read --client_momentum without declaring ``momentum=True`` (which only
   built-in specs are taken at their word for): 0.5 stays 0.5, not the default."""
   from fedjax_gel.algorithms import fedavgcm  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.core.spec import AlgorithmSpec  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.spec import AlgorithmSpec  # pylint: disable=g-import-not-at-top
   registry.register(AlgorithmSpec(
       'mine_cm', lambda hp, s: fedavgcm(s.loss, s.client_lr, s.client_momentum, s.server)))
   try:

@@ -1,25 +1,21 @@
-"""Algorithms declared by spec: a name, a hyper-parameter record, a builder and properties.
+"""Hyper-parameter records: frozen dataclasses whose fields carry their default, their flag's
+help text and a check (``hparam``), and the checks themselves.
 
-An ``AlgorithmSpec`` is what an experiment needs to know about an algorithm before it builds
-one: its hyper-parameters (a frozen dataclass whose fields carry their default, help text and
-check, ``hparam``), how to build the ``FederatedAlgorithm`` from them and from the experiment's
-``Setting`` (model, loss, client learning rate, server optimiser, population), and properties
-the experiment plans with (per-client state, a pre-pass over the clients' data such as Mime's,
-guessed steps, a fixed server optimiser). ``fedjax_gel.algorithms.registry`` collects the specs; the command line's flags,
-their validation and the README's algorithm table are generated from it.
-
-The same ``hparam`` fields describe the experiment's own configuration sections
-(``fedjax_gel.experiment.config``), so that every value is checked in one way.
+Every record the experiment reads from flags is made of such fields: the experiment's own
+configuration sections (``fedjax_gel.experiment.config``), and the hyper-parameters of each
+algorithm, dataset and model spec (``fedjax_gel.spec``). A field is one flag of
+``launch/run.py``, shared by the records that hold a field of its name; its check and its type
+are applied in one way wherever it is given.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
-from fedjax_gel.core.algorithm import FederatedAlgorithm
+from fedjax_gel.core.checks import INT32_MAX
 
 Check = Callable[[str, Any], Optional[str]]   # (flag, value) -> the problem, or None
 
@@ -79,8 +75,6 @@ TYPES = {'int': _INT, 'float': lambda v: _INT(v) or isinstance(v, float),
          'tuple': lambda v: isinstance(v, tuple)}
 
 
-# The largest int32: rounds, steps, cohorts, batches and examples are int32 on the device.
-INT32_MAX = 2**31 - 1
 # The largest float32: hyper-parameters are float32 on the device.
 FLOAT32_MAX = 3.4028234663852886e38
 
@@ -124,72 +118,20 @@ def one_of(*known) -> Check:
 
 @dataclasses.dataclass(frozen=True)
 class NoHparams:
-  """The hyper-parameters of an algorithm that has none beyond the client learning rate."""
+  """The hyper-parameters of a spec that has none of its own."""
 
 
-class Setting(NamedTuple):
-  """What a builder gets from the experiment besides the algorithm's own hyper-parameters.
-
-  ``client_lr``, ``client_momentum`` and the server optimiser's learning rate may be traced
-  values when several runs train as one program (``core.runs``)."""
-  model: Any                      # fedjax_gel.models.Model
-  loss: Callable                  # loss(params, batch): the model's task loss (models.task_loss)
-  client_lr: Any
-  client_momentum: Any
-  server: Any                     # optax.GradientTransformation applied to Delta
-  counts: np.ndarray              # the training clients' example counts (the population)
-  uniform_weights: bool = False   # clients weighted equally (not by their data)
-
-
-@dataclasses.dataclass(frozen=True)
-class AlgorithmSpec:
-  """One registered algorithm.
-
-  Attributes:
-    name: the ``--algorithm`` value.
-    build: ``(hparams, Setting) -> FederatedAlgorithm``.
-    hparams: the frozen dataclass of its hyper-parameters (fields made with ``hparam``; a
-      field's name is its flag's, shared by every algorithm that reads it).
-    client: what its clients do, in words (tables).
-    server: what its server does, in words (tables).
-    paper: the paper (authors, year, title) and where in it.
-    momentum: its clients read ``Setting.client_momentum``.
-    stateful: it keeps a row per client (``FederatedAlgorithm.store_row``).
-    pre_pass: ``FederatedAlgorithm.pre_pass``.
-    guesses: it takes guessed steps (``FederatedAlgorithm.client_guesses``).
-    server_optimizer: the server optimiser it fixes (FedOpt), else None: the experiment's.
-    own_server: its server step is its own (FedDyn, AdaBest, FedExP, the FedGBO family): it
-      applies no server optimiser, so ``Setting.server`` and the ``--server_*`` flags are not
-      read (the experiment layer refuses them unless another algorithm of the command reads
-      them).
-    base: with ``server_optimizer``, the algorithm it is with that server optimiser; the
-      experiment layer refuses ``base`` with ``server_optimizer`` in its favour (one name per
-      run: ``fedyogi``, not ``fedavg`` with ``--server_optimizer=fedyogi``).
-    check: ``(hparams, model name) -> problem or None`` for checks across fields.
-    run_name: ``hparams -> name`` of its runs, when it differs from ``name``.
-  """
-  name: str
-  build: Callable[[Any, Setting], FederatedAlgorithm]
-  hparams: type = NoHparams
-  client: str = 'SGD'
-  server: str = '`--server_optimizer` on `Delta`'
-  paper: str = ''
-  momentum: bool = False
-  stateful: bool = False
-  pre_pass: str = 'none'
-  guesses: bool = False
-  server_optimizer: str | None = None
-  own_server: bool = False
-  base: str = ''
-  check: Callable[[Any, str], Optional[str]] | None = None
-  run_name: Callable[[Any], str] | None = None
-
-  def problems(self, hparams, model: str) -> list[str]:
-    """What is wrong with ``hparams`` for this algorithm (with ``model``), one line each."""
-    found = problems(hparams)
-    if not found and self.check is not None:
-      found += [p for p in [self.check(hparams, model)] if p]
-    return found
-
-  def name_of_run(self, hparams) -> str:
-    return self.name if self.run_name is None else self.run_name(hparams)
+def check_record_class(where: str, record: type):
+  """``record`` is a frozen dataclass (the class) whose every field is made with ``hparam`` (a
+  plain field's value never reached the runs: they were built from its default); else a
+  ValueError starting with ``where``."""
+  if not (isinstance(record, type) and dataclasses.is_dataclass(record)):
+    raise ValueError(f'{where}: hparams must be a frozen dataclass (the class itself), got '
+                     f'{record!r}')
+  if not record.__dataclass_params__.frozen:
+    raise ValueError(f'{where}: hparams {record.__name__} must be frozen '
+                     '(@dataclasses.dataclass(frozen=True))')
+  for field in dataclasses.fields(record):
+    if 'help' not in field.metadata:
+      raise ValueError(f'{where}: hyper-parameter {field.name!r} of {record.__name__} is a '
+                       'plain field; make it with fedjax_gel.spec.hparam(default, help, check)')
