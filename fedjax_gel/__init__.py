@@ -9,10 +9,12 @@ Public API (everything else is an implementation module):
   ``gel``, ``GuessPolicy`` (the rest in ``algorithms``);
 * optimisers: ``optim`` (GeL's ``gel_sgdm``, ``guessing`` and ``guess``; FedGBO; FedOpt);
 * models and datasets: ``Model``, ``get_model``, ``cross_entropy_loss``, ``register_model``,
-  ``register_dataset`` (your own, usable by name from the command line and ``experiment``);
-* sub-packages ``core``, ``algorithms``, ``optim``, ``models``, ``data``, ``experiment``.
+  ``register_dataset`` (your own, by ``spec.ModelSpec`` and ``spec.DatasetSpec``, usable by
+  name from the command line and ``experiment``);
+* sub-packages ``core``, ``algorithms``, ``optim``, ``models``, ``data``, ``spec``,
+  ``experiment``.
 """
-from fedjax_gel import algorithms, core, data, models, optim
+from fedjax_gel import algorithms, core, data, models, optim, spec
 from fedjax_gel.algorithms import (ClientContext, FederatedAlgorithm, GuessPolicy, RoundInfo,
                                    fedavg, fedavgcm, gel)
 from fedjax_gel.core import (Cohort, CohortSpec, FederatedData, FederatedSplit, RoundMetrics,
@@ -28,5 +30,5 @@ __all__ = [
     'FederatedSplit', 'GuessPolicy', 'Model', 'RoundInfo', 'RoundMetrics', 'algorithms',
     'build_evaluate', 'build_round', 'core', 'cross_entropy_loss', 'data', 'fedavg', 'fedavgcm',
     'from_client_arrays', 'gel', 'get_model', 'make_eval_pool', 'models', 'optim',
-    'register_dataset', 'register_model', 'sample_cohort', 'to_device',
+    'register_dataset', 'register_model', 'sample_cohort', 'spec', 'to_device',
 ]

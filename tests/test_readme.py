@@ -86,3 +86,28 @@ def test_readme_registry_example_runs_the_registered_algorithm():
   (summary,) = scope['summaries']
   assert summary['algorithm'] == 'damped_fedavg' and summary['status'] == 'finished'
   assert scope['config'].algorithm.hparams.damping == 0.8
+
+
+def test_readme_dataset_table_is_the_registry_s():
+  from fedjax_gel.data import registry as data_registry   # pylint: disable=g-import-not-at-top
+  assert data_registry.markdown_table() in README.read_text()
+
+
+def test_readme_own_dataset_and_model_example_registers_them_by_spec():
+  """The block registers a dataset with a setting of its own by spec, and a model, and trains
+  them (two rounds here: test_own_model_and_data trains it as written)."""
+  from fedjax_gel import models   # pylint: disable=g-import-not-at-top
+  from fedjax_gel.data import registry as data_registry   # pylint: disable=g-import-not-at-top
+  (code,) = [b for b in python_blocks() if 'register_dataset(' in b]
+  try:
+    scope = run_block(code.replace('num_rounds=30', 'num_rounds=2').replace(
+        'eval_every=10', 'eval_every=2'))
+    assert data_registry.get('blobs').hparams is scope['BlobsHparams']
+    assert '| `blobs` |' in data_registry.markdown_table()
+  finally:
+    models.MODELS.pop('two_layer', None)
+    data_registry.unregister('blobs')
+  (summary,) = scope['summaries']
+  assert summary['status'] == 'finished' and summary['rounds'] == 2
+  assert scope['config'].data.hparams.blob_spread == 1.0
+  assert scope['config'].flags()['blob_clients'] == 30

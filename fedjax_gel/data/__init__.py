@@ -1,9 +1,10 @@
 """Federated datasets: LEAF data (``leaf``: the loader; ``leaf_files``: reading and writing LEAF
 JSON; ``leaf_preprocess``: LEAF's sampling and splits), LEAF's Synthetic generator
 (``leaf_synthetic``, imported by name: ``from fedjax_gel.data import leaf_synthetic``) and the
-registry of your own (``register_dataset``).
+registry of datasets by spec (``registry``: the built-in ones' specs in ``specs/``, your own
+added by ``register_dataset``).
 
-The package imports only ``leaf`` and its two modules so that
+The package imports ``leaf`` and the specs, whose loaders import the rest when called, so that
 ``python -m fedjax_gel.data.leaf_synthetic`` runs its module once.
 """
 from fedjax_gel.data import leaf, registry

@@ -1,35 +1,116 @@
-"""Datasets registered from your own code, usable by name as the built-in ones
+"""The registry of datasets: every ``DatasetSpec`` the experiment layer loads by name
 (``--dataset=name``, ``experiment.make(dataset=name)``).
 
-A loader is ``load(data_config) -> FederatedSplit``: it reads ``data_config`` (the experiment's
-``DataConfig``: ``data_path``, ``train_fraction``, ``split_seed`` and the rest) and returns the
-train and test pools on the host (``federated_data.from_client_arrays`` builds one from a list of
-per-client ``{'x': ..., 'y': ...}`` arrays; ``data.split_by_sample`` splits each client's
-examples). The experiment checks what it returns, builds the model from its shapes, and plans,
-trains and reports as for any dataset.
+Adding a built-in dataset is one module holding its spec (``fedjax_gel/data/specs/``) and one
+entry in ``BUILTIN`` below. From your own code, ``register_dataset(DatasetSpec(...))`` before
+building configs or flags gives a dataset its ``--dataset`` value, a flag per field of its
+``hparams`` and every output of a built-in one; ``register_dataset(name, load)`` registers a
+loader ``load(data_config) -> FederatedSplit`` of no settings of its own, which reads the
+experiment's ``DataConfig`` (``data_path``, ``data_dir``, ``train_fraction``, ``split_seed``).
+The experiment checks what a registered loader returns (``DatasetSpec.checked``), builds the
+model from its shapes, and plans, trains and reports as for any dataset.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
-# The datasets the experiment layer loads itself (``experiment.factories.load_split``).
-BUILTIN = ('leaf_synthetic', 'fedprox_synthetic', 'leaf', 'femnist', 'shakespeare', 'sent140',
-           'celeba', 'mnist', 'emnist', 'cifar10', 'cifar100')
-LOADERS: dict[str, Callable] = {}
+from fedjax_gel.data.specs.leaf import CELEBA, FEMNIST, LEAF, SENT140, SHAKESPEARE
+from fedjax_gel.data.specs.synthetic import FEDPROX_SYNTHETIC, LEAF_SYNTHETIC
+from fedjax_gel.data.specs.tfds import CIFAR10, CIFAR100, EMNIST, MNIST
+from fedjax_gel.spec import DatasetSpec, Registry, flag_name
+from fedjax_gel.spec.dataset import COMMON
+
+BUILTIN = (LEAF_SYNTHETIC, FEDPROX_SYNTHETIC, LEAF, FEMNIST, SHAKESPEARE, SENT140, CELEBA, MNIST,
+           EMNIST, CIFAR10, CIFAR100)
+
+DATASETS: Registry[DatasetSpec] = Registry('dataset')
 
 
-def register_dataset(name: str, load: Callable) -> None:
-  """Makes ``load`` the dataset ``name``; call it before building configs or flags. A name
-  taken (by a built-in or a registered dataset) is a ValueError."""
-  if not isinstance(name, str) or not name.isidentifier():
-    raise ValueError(f'register_dataset: the name must be an identifier, got {name!r}')
-  if name in LOADERS or name in BUILTIN:
-    raise ValueError(f'register_dataset: a dataset {name!r} exists already')
-  if not callable(load):
-    raise ValueError(f'register_dataset: load must be callable, got {type(load).__name__}')
-  LOADERS[name] = load
+def _check(spec: DatasetSpec):
+  where = f'register_dataset({spec.name!r})'
+  if not callable(spec.load):
+    raise ValueError(f'{where}: load must be callable, got {type(spec.load).__name__}')
+  for kind in ('needs', 'reads'):
+    unknown = [f for f in getattr(spec, kind) if f not in COMMON]
+    if unknown:
+      raise ValueError(f'{where}: {kind} names {unknown[0]!r}; the settings every dataset may '
+                       f'read are {", ".join(COMMON)} (its own: hparams)')
+
+
+def register_dataset(spec: DatasetSpec | str, load: Callable | None = None) -> DatasetSpec:
+  """Makes ``spec`` a dataset (returned); call it before building configs or flags.
+  ``register_dataset(name, load)``: a loader ``load(data_config)`` of no settings of its own,
+  which reads ``data_path``, ``data_dir`` and ``train_fraction``. A name taken (by a built-in or
+  a registered dataset), a loader that is not callable, or a setting of another dataset of the
+  same name but another type, default or help is a ValueError."""
+  if not isinstance(spec, DatasetSpec):
+    if not callable(load):
+      raise ValueError(f'register_dataset: load must be callable, got {type(load).__name__}')
+    legacy = load
+    spec = DatasetSpec(spec, lambda d, hparams: legacy(d),
+                       reads=('data_path', 'data_dir', 'train_fraction'))
+  try:
+    return DATASETS.register(spec, _check)
+  except ValueError as e:
+    if str(e).startswith(f'a dataset named {spec.name!r} is registered already'):
+      raise ValueError(f'register_dataset: a dataset {spec.name!r} exists already') from None
+    raise
+
+
+def unregister(name: str):
+  """Removes a dataset (tests that register a toy one clean up with it)."""
+  DATASETS.unregister(name)
+
+
+def get(name: str) -> DatasetSpec:
+  """The spec of ``name``; ``KeyError`` for an unknown one."""
+  return DATASETS.get(name)
 
 
 def names() -> tuple[str, ...]:
   """Every dataset name: the built-in ones, then the registered ones."""
-  return BUILTIN + tuple(LOADERS)
+  return DATASETS.names()
+
+
+def specs() -> tuple[DatasetSpec, ...]:
+  return DATASETS.specs()
+
+
+def hparam_fields() -> dict[str, dataclasses.Field]:
+  """Every dataset's setting by flag name (the first spec's field of each name)."""
+  return DATASETS.hparam_fields()
+
+
+def readers(flag: str) -> tuple[str, ...]:
+  """The datasets that read ``flag``: a setting of their own, or a common one they read."""
+  if flag in COMMON:
+    return tuple(s.name for s in specs() if flag in s.read())
+  return DATASETS.readers(flag)
+
+
+def not_read(flag: str, dataset: str) -> str:
+  """Why ``--dataset``'s runs do not read ``flag``, for messages: ``only read with LEAF
+  datasets`` where exactly the datasets of one family read it, else ``--dataset=X does not read
+  it``."""
+  who = readers(flag)
+  families = {get(name).family for name in who}
+  if len(families) == 1 and '' not in families:
+    (family,) = families
+    if set(who) == {s.name for s in specs() if s.family == family}:
+      return f'only read with {family} datasets (got --dataset={dataset})'
+  return f'--dataset={dataset} does not read it'
+
+
+def markdown_table() -> str:
+  """The README's table of datasets: name, data, features, settings (default)."""
+  rows = ['| `--dataset` | data | `x` | reads | settings (default) |', '|---|---|---|---|---|']
+  for spec in specs():
+    own = ', '.join(f'`--{flag_name(f)}` ({f.default})' for f in dataclasses.fields(spec.hparams))
+    reads = ', '.join([f'`--{f}` (required)' for f in spec.needs] +
+                      [f'`--{f}`' for f in spec.reads if f not in spec.needs])
+    rows.append(f'| `{spec.name}` | {spec.data} | {spec.x} | {reads or "-"} | {own or "-"} |')
+  return '\n'.join(rows)
+
+
+DATASETS.add_builtin(BUILTIN)

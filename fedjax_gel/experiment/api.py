@@ -30,7 +30,7 @@ import jax
 from fedjax_gel.core import checks, keys
 from fedjax_gel.experiment import callbacks as callbacks_lib, cluster, factories, grid as grid_lib
 from fedjax_gel.experiment import files, loop as loop_lib, outputs, planning, sinks
-from fedjax_gel.experiment import workdir as workdir_lib
+from fedjax_gel.experiment import config as config_lib, workdir as workdir_lib
 from fedjax_gel.experiment.config import Config
 from fedjax_gel.experiment.progress import Progress
 from fedjax_gel.experiment.sweep import Sweep, checked_configs, expand, tuned_flag
@@ -51,7 +51,10 @@ def default_workdir(configs, sweep: Sweep = Sweep()) -> str:
   run's settings and the grid, so the same command finds its own runs again (and resumes them,
   or says they are finished) and another command gets a folder of its own."""
   names = '_'.join(dict.fromkeys(x.algorithm.name for x in configs))
-  settings = {'runs': [x.to_json() for x in configs], 'server_lrs': list(sweep.server_lrs)}
+  # the data section as config.json held it before datasets had settings of their own, so
+  # that the command of a run an earlier version wrote finds its folder (``config.flat_data``)
+  runs = [{**x.to_json(), 'data': config_lib.flat_data(x.data)} for x in configs]
+  settings = {'runs': runs, 'server_lrs': list(sweep.server_lrs)}
   text = json.dumps(settings, sort_keys=True, default=str)
   digest = hashlib.sha256(text.encode()).hexdigest()[:12]
   return os.path.join('runs', f'{names}_{configs[0].data.dataset}_{digest}')

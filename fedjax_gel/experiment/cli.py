@@ -34,6 +34,7 @@ from fedjax_gel.experiment import api, cluster, files, loop as loop_lib
 from fedjax_gel.experiment import watchdog
 from fedjax_gel.experiment import sweep as sweep_lib
 from fedjax_gel.algorithms import registry
+from fedjax_gel.data import registry as data_registry
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.core import paths
 from fedjax_gel.core.paths import shown
@@ -57,9 +58,9 @@ DEFINE = {'str': flags.DEFINE_string, 'Optional[str]': flags.DEFINE_string,
 
 def config_fields() -> dict:
   """``{flag: field}`` of every flag made from a field: the config's sections, then the
-  registered algorithms' hyper-parameters."""
+  registered datasets' settings and the registered algorithms' hyper-parameters."""
   return {**{k: f for k, (_, f) in config_lib.section_flag_names().items()},
-          **registry.hparam_fields()}
+          **data_registry.hparam_fields(), **registry.hparam_fields()}
 
 
 def define_flags(values: flags.FlagValues = flags.FLAGS):
@@ -149,7 +150,9 @@ def typed(flag: str, items, kind):
 def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, sweep_lib.Sweep]:
   """The Config and the sweep the parsed flags ask for (not yet validated: ``sweep.expand``).
 
-  Every algorithm of ``--algorithm`` gets its own hyper-parameters from the flags; a
+  The dataset gets its own settings from the flags, and a setting of another dataset given
+  away from its default is refused (``experiment.make``). Every algorithm of ``--algorithm``
+  gets its own hyper-parameters from the flags; a
   hyper-parameter flag given on the command line is checked even when no algorithm of the
   command reads it, and is not refused (``experiment.make`` refuses it): one flag file serves
   several algorithms (the quickstart's GeL flags with ``--algorithm=fedavg``)."""
@@ -164,7 +167,7 @@ def from_flags(values: flags.FlagValues = flags.FLAGS) -> tuple[Config, sweep_li
       value = parse_budget_range(value)
     given[name] = value
   hparams = registry.hparam_fields()
-  for name, field in hparams.items():
+  for name, field in {**data_registry.hparam_fields(), **hparams}.items():
     problem = values[name].present and field_problem(field, given[name])
     if problem:
       raise ConfigError(problem)

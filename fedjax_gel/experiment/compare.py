@@ -167,7 +167,8 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict], dict]:
   try:
     config = Config.from_json(parts['config.json'])
     found = [p for r in [*(getattr(config, s) for s in config_lib.SECTIONS),
-                         config.algorithm.hparams] for p in spec_lib.problems(r, checks=False)]
+                         config.data.hparams, config.algorithm.hparams]
+             for p in spec_lib.problems(r, checks=False)]
     if found:
       raise ConfigError(found[0])
   except (ConfigError, TypeError, ValueError, AttributeError) as e:   # Attribute: not an object
@@ -188,7 +189,8 @@ def comparable_flags(c: Config) -> dict:
   (``config.unread_flags``), nor input paths (``workdir.PATH_FIELDS``), compared by their
   digests (``check_comparable``)."""
   skip = {name for _, name in workdir_lib.PATH_FIELDS} | set(config_lib.unread_flags(c))
-  flags = {**config_lib.section_flags(c.data), 'model': c.model.name,
+  flags = {**config_lib.section_flags(c.data), **config_lib.section_flags(c.data.hparams),
+           'model': c.model.name,
            **config_lib.section_flags(c.cohort), 'num_rounds': c.run.num_rounds,
            'eval_every': c.run.eval_every, 'train_eval_examples': c.run.train_eval_examples,
            'target': c.run.target}

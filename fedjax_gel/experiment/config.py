@@ -5,7 +5,8 @@ Every field is made with ``fedjax_gel.spec.hparam``: its default, its flag's hel
 check in one place. Each field is one flag of ``launch/run.py`` (the field's name, or the
 ``flag`` its metadata names: ``--server_lr`` is ``ServerConfig.lr``); the algorithm's own
 hyper-parameters are the fields of its spec's record (``fedjax_gel.algorithms.registry``), held in
-``AlgorithmConfig.hparams``.
+``AlgorithmConfig.hparams``, and the dataset's own settings those of its spec's record
+(``fedjax_gel.data.registry``), held in ``DataConfig.hparams``.
 
 From Python, ``make(**flags)`` builds a Config from flag names and ``Config.replace(**flags)``
 changes some; ``dataclasses.replace`` works section by section.
@@ -18,16 +19,12 @@ from typing import Any, Optional
 import numpy as np
 
 from fedjax_gel.core.keys import SEED_MAX
-from fedjax_gel.spec import (INT32_MAX, AlgorithmSpec, NoHparams, at_least, flag_name,
-                                  hparam, int_range, one_of, positive, problems, within)
 from fedjax_gel.data import registry as data_registry
-from fedjax_gel.data.leaf_preprocess import SAMPLINGS, Sampling
+from fedjax_gel.spec import (INT32_MAX, AlgorithmSpec, DatasetSpec, NoHparams, at_least,
+                             flag_name, hparam, int_range, one_of, positive, problems, within)
+from fedjax_gel.spec.dataset import COMMON, PATHS
 
-DATASETS = data_registry.BUILTIN
-# Datasets read through TFDS data sources (--data_dir), split with --partition.
-TFDS_DATASETS = ('mnist', 'emnist', 'cifar10', 'cifar100')
-# Datasets read from --data_path (LEAF JSON files).
-LEAF_DATASETS = ('leaf', 'femnist', 'shakespeare', 'sent140', 'celeba')
+DATASETS = tuple(s.name for s in data_registry.BUILTIN)
 CLIENT_SELECTIONS = ('uniform', 'cyclic', 'power_of_d')
 SERVER_OPTIMIZERS = ('sgd', 'momentum', 'fedadam', 'fedyogi', 'fedadagrad', 'adam', 'yogi',
                      'adagrad')
@@ -90,71 +87,37 @@ def _budget_range(name, value):
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  """Where the clients' data comes from and how it is split."""
+  """Where the clients' data comes from and how it is split: the settings every dataset may read
+  (``DatasetSpec.reads``), and the dataset's own (``hparams``: its spec's record; ``None``: the
+  spec's defaults).
+
+  A ``config.json`` of earlier versions held one flat ``data`` section of every dataset's
+  settings; ``Config.from_json`` reads it as these fields, the chosen dataset's own settings
+  (its spec's ``hparams`` fields, by name) as ``hparams``, and drops the other datasets' (which
+  its runs did not read)."""
   dataset: str = hparam('leaf_synthetic', f'One of {", ".join(DATASETS)}, or a dataset '
                         'registered with fedjax_gel.register_dataset.', _known_dataset)
   data_path: Optional[str] = hparam(
       None, 'LEAF datasets: a LEAF JSON file, a directory of them (merged: FEMNIST), or a '
       'directory with train/ and test/; subset:femnist_niid_05 and '
       'subset:shakespeare_niid_keep100 are real LEAF subsets shipped with fedjax_gel.')
-  leaf_split: str = hparam(
-      'default', "LEAF's split of --data_path: sample (each user's samples at random), position "
-      '(first samples train; Shakespeare), user (held-out users); default: position for '
-      'shakespeare, else sample.', one_of('default', 'sample', 'position', 'user'))
-  leaf_sample: str = hparam(
-      'none', "LEAF datasets: LEAF's sampling of raw all_data files before the split "
-      '(preprocess.sh -s): none, niid (whole users) or iid (samples pooled).',
-      one_of(*SAMPLINGS))
-  leaf_fraction: float = hparam(0.1, "LEAF's --sf: fraction of each file's samples kept.",
-                                within(0, 1, open_low=True))
-  leaf_iid_users: float = hparam(
-      0.01, "LEAF's --iu: iid sampling's users, as a fraction of each file's users.",
-      within(0, 1, open_low=True))
-  leaf_min_samples: int = hparam(
-      -1, "LEAF's -k: users with at most this many samples are dropped (after the sampling); "
-      '-1: none.', int_range(-1, note=', -1 meaning no filter'))
-  split_gap: int = hparam(
-      79, "position split: samples skipped between train and test (LEAF's Shakespeare: 79, so "
-      'no test window overlaps training).', int_range(0))
-  char_vocabulary: str = hparam("leaf", "shakespeare: leaf (LEAF's 80 characters) or tff "
-                                "(TFF's 86).", one_of('leaf', 'tff'))
-  sent140_features: str = hparam(
-      'bow', 'sent140: bow (word counts, linear model) or tokens (word ids, LSTM).',
-      one_of('bow', 'tokens'))
-  vocab_size: int = hparam(10_000, 'sent140: most frequent training words kept.',
-                           int_range(1))
-  seq_len: int = hparam(25, 'sent140 tokens: words kept per tweet (LEAF: 25).', int_range(1))
   image_dir: Optional[str] = hparam(
       None, "celeba: the images (LEAF's data/raw/img_align_celeba).")
-  fedprox_alpha: float = hparam(1.0, 'fedprox_synthetic: alpha of Synthetic(a, b).', at_least(0))
-  fedprox_beta: float = hparam(1.0, 'fedprox_synthetic: beta of Synthetic(a, b).', at_least(0))
-  fedprox_iid: bool = hparam(False, 'fedprox_synthetic: the IID variant.')
   data_dir: Optional[str] = hparam(
       None, 'TFDS datasets (mnist, emnist, cifar10, cifar100): the TFDS data directory they '
       'were prepared in (ArrayRecord); nothing is downloaded.')
-  num_clients: int = hparam(100, 'TFDS datasets: clients the data is dealt to.',
-                            int_range(1))
-  partition: str = hparam(
-      'dirichlet', 'TFDS datasets: dirichlet (label proportions Dir(alpha)) or pachinko '
-      '(cifar100: superclasses Dir(alpha), labels Dir(beta)).', one_of('dirichlet', 'pachinko'))
-  dirichlet_alpha: float = hparam(0.5, 'TFDS datasets: Dirichlet alpha.', positive)
-  pachinko_beta: float = hparam(10.0, 'TFDS cifar100 pachinko: beta.', positive)
   train_fraction: float = hparam(0.9, "Per-client train share (LEAF's 0.9).",
                                  within(0, 1, open_low=True, open_high=True))
   split_seed: int = hparam(931231, 'Seed of the per-client train/test split.', seed_range)
+  hparams: Any = None
+
+  def __post_init__(self):
+    if self.hparams is None and _known_dataset('dataset', self.dataset) is None:
+      object.__setattr__(self, 'hparams', self.spec.hparams())
 
   @property
-  def sampling(self):
-    """LEAF's sampling and user filter of raw files (``data.leaf_preprocess.Sampling``)."""
-    return Sampling(self.leaf_sample, self.leaf_fraction, self.leaf_iid_users,
-                    self.leaf_min_samples, self.split_seed)
-
-  @property
-  def split(self) -> str:
-    """LEAF's split rule: the flag, or position for Shakespeare and sample otherwise."""
-    if self.leaf_split != 'default':
-      return self.leaf_split
-    return 'position' if self.dataset == 'shakespeare' else 'sample'
+  def spec(self) -> DatasetSpec:
+    return data_registry.get(self.dataset)
 
   @property
   def flag(self) -> str:
@@ -350,29 +313,31 @@ class Config:
     return self.spec.name_of_run(self.algorithm.hparams)
 
   def flags(self) -> dict:
-    """The config as ``{flag: value}``: every section's fields and the algorithm's
-    hyper-parameters."""
+    """The config as ``{flag: value}``: every section's fields, the dataset's own settings and
+    the algorithm's hyper-parameters."""
     out = {}
     for name in SECTIONS:
       out.update(section_flags(getattr(self, name)))
-    if self.algorithm.hparams is not None:
-      out.update(section_flags(self.algorithm.hparams))
+    for record in (self.data.hparams, self.algorithm.hparams):
+      if record is not None:
+        out.update(section_flags(record))
     return out
 
   def replace(self, **flags) -> 'Config':
-    """The config with some flags changed. With another ``algorithm``, the hyper-parameters
-    the two algorithms share are kept and the new one's others take their defaults; with
-    another ``client_selection``, aggregation weights that were its default follow the new
-    one's (``default_weighting``)."""
+    """The config with some flags changed. With another ``algorithm`` (``dataset``), the
+    hyper-parameters (settings) the two share are kept and the new one's others take their
+    defaults; with another ``client_selection``, aggregation weights that were its default
+    follow the new one's (``default_weighting``)."""
     now = self.flags()
     k = self.cohort
     if ('aggregation_weights' not in flags and
         k.aggregation_weights == default_weighting(k.client_selection)):
       now['aggregation_weights'] = 'default'   # follows a new --client_selection
-    if flags.get('algorithm', self.algorithm.name) != self.algorithm.name:
-      drop = set(section_flags(self.algorithm.hparams or NoHparams())) - set(
-          hparam_flags(flags['algorithm']))
-      now = {k: v for k, v in now.items() if k not in drop}
+    for key, record, own in (('algorithm', self.algorithm, hparam_flags),
+                             ('dataset', self.data, dataset_flags)):
+      if flags.get(key, now[key]) != now[key]:
+        drop = set(section_flags(record.hparams or NoHparams())) - set(own(flags[key]))
+        now = {k: v for k, v in now.items() if k not in drop}
     return make(**{**now, **flags})
 
   def to_json(self) -> dict:
@@ -381,10 +346,12 @@ class Config:
   @classmethod
   def from_json(cls, d: dict) -> 'Config':
     """The inverse of ``to_json`` (keys outside the sections are ignored). A flat record of
-    flags (``config.json`` of fedjax_gel before sections) is read too."""
+    flags (``config.json`` of fedjax_gel before sections) is read too, and so is a flat
+    ``data`` section (before datasets had settings of their own: ``DataConfig``)."""
     if 'data' not in d:
       name = d.get('algorithm', AlgorithmConfig.name)
-      keep = set(section_flag_names()) | set(hparam_flags(name))
+      dataset = d.get('dataset', DataConfig.dataset)
+      keep = set(section_flag_names()) | set(hparam_flags(name)) | set(dataset_flags(dataset))
       d = {('target' if k == 'target_accuracy' else k): v for k, v in d.items()}
       return make(**{k: v for k, v in d.items() if k in keep})
     sections = {k: dict(d.get(k, {})) for k in SECTIONS}
@@ -394,16 +361,59 @@ class Config:
     hparams = algo.pop('hparams', None) or {}
     algo['hparams'] = AlgorithmConfig(algo.get('name', AlgorithmConfig.name)).spec.hparams(
         **hparams)
+    sections['data'] = data_section(sections['data'])
     sections['cohort']['budget_range'] = tuple(sections['cohort'].get(
         'budget_range', CohortConfig.budget_range))
     return cls(**{k: SECTIONS[k](**v) for k, v in sections.items()})
+
+
+def data_section(data: dict) -> dict:
+  """The ``DataConfig`` fields of a ``config.json``'s ``data`` section: its common fields and
+  ``hparams``, the dataset's record. A flat section (earlier versions: every dataset's settings
+  side by side) gives the chosen dataset's own settings, by name, to ``hparams`` and drops the
+  others, which its runs did not read. A dataset this process does not know (registered by
+  the code that ran it) keeps the settings the file holds, read back as a record of them."""
+  common = {f.name for f in dataclasses.fields(DataConfig)} - {'hparams'}
+  name = data.get('dataset', DataConfig.dataset)
+  known = name in data_registry.names()
+  own = data.get('hparams')
+  if own is None:   # a flat section
+    names = {f.name for f in dataclasses.fields(data_registry.get(name).hparams)} if known else ()
+    own = {k: v for k, v in data.items() if k in names}
+  out = {k: v for k, v in data.items() if k in common}
+  out['hparams'] = (data_registry.get(name).hparams(**own) if known else read_back(own))
+  return out
+
+
+def read_back(values: dict):
+  """A frozen record of ``values`` (the settings of a dataset this process does not know), its
+  fields typed by the values (so that ``problems(checks=False)`` reads them)."""
+  fields = [(k, type(v).__name__ if v is not None else 'Optional[str]',
+             hparam(v, 'read back from a config.json')) for k, v in values.items()]
+  record = dataclasses.make_dataclass('ReadBack', fields, frozen=True)
+  return record()
+
+
+def flat_data(d: DataConfig) -> dict:
+  """The data section as ``config.json`` held it before datasets had settings of their own:
+  the common fields and every built-in dataset's settings, the chosen dataset's as set, the
+  others at their defaults (``api.default_workdir`` names a command's folder by it, so that a
+  command finds the runs an earlier version wrote)."""
+  defaults = {}
+  for spec in data_registry.BUILTIN:
+    for f in dataclasses.fields(spec.hparams):
+      defaults.setdefault(f.name, f.default)
+  common = section_flags(d)
+  return {**common, **defaults, **dataclasses.asdict(d.hparams)} if d.hparams is not None else {
+      **common, **defaults}
 
 
 def json_extras(d: dict) -> dict:
   """The fields of a ``config.json`` that are not the Config's (a grid's, for example)."""
   from fedjax_gel.algorithms import registry   # pylint: disable=g-import-not-at-top
   known = set(SECTIONS) if 'data' in d else (
-      set(section_flag_names()) | set(registry.hparam_fields()))
+      set(section_flag_names()) | set(registry.hparam_fields()) |
+      set(data_registry.hparam_fields()))
   return {k: v for k, v in d.items() if k not in known}
 
 
@@ -419,6 +429,15 @@ def section_flag_names() -> dict[str, tuple[str, dataclasses.Field]]:
           for f in dataclasses.fields(cls) if 'help' in f.metadata}
 
 
+def flag_fields(c: Config) -> dict[str, dataclasses.Field]:
+  """``{flag: field}`` of every flag of ``c`` (``Config.flags``)."""
+  out = {k: f for k, (_, f) in section_flag_names().items()}
+  for record in (c.data.hparams, c.algorithm.hparams):
+    if record is not None:
+      out.update({flag_name(f): f for f in dataclasses.fields(record)})
+  return out
+
+
 def hparam_flags(algorithm: str) -> tuple[str, ...]:
   """The flags of ``algorithm``'s own hyper-parameters (none for an unknown one)."""
   from fedjax_gel.algorithms import registry   # pylint: disable=g-import-not-at-top
@@ -427,24 +446,39 @@ def hparam_flags(algorithm: str) -> tuple[str, ...]:
   return tuple(flag_name(f) for f in dataclasses.fields(registry.get(algorithm).hparams))
 
 
+def dataset_flags(dataset: str) -> tuple[str, ...]:
+  """The flags of ``dataset``'s own settings (none for an unknown one)."""
+  if dataset not in data_registry.names():
+    return ()
+  return tuple(flag_name(f) for f in dataclasses.fields(data_registry.get(dataset).hparams))
+
+
 def make(**flags) -> Config:
   """A Config from flag values (``make(dataset='leaf', data_path=..., algorithm='gel',
   guess_tau=20)``); the others take their defaults. Raises ConfigError for a name that is no
-  flag, an unknown algorithm, or a hyper-parameter of another algorithm. Not validated
+  flag, an unknown algorithm or dataset, a hyper-parameter of another algorithm, or a setting
+  of another dataset away from its default (its runs would not read it). Not validated
   (``validate``)."""
   from fedjax_gel.algorithms import registry   # pylint: disable=g-import-not-at-top
   where = section_flag_names()
   name = flags.get('algorithm', AlgorithmConfig.name)
-  problem = _known_algorithm('algorithm', name)
+  dataset = flags.get('dataset', DataConfig.dataset)
+  problem = _known_algorithm('algorithm', name) or _known_dataset('dataset', dataset)
   if problem:
     raise ConfigError(problem)
-  own = hparam_flags(name)
-  clash = [f for f in own if f in where]
+  own, data_own = hparam_flags(name), dataset_flags(dataset)
+  clash = [f for f in own + data_own if f in where]
   if clash:
-    raise ConfigError(f'--algorithm={name}: its hyper-parameter --{clash[0]} is a flag of the '
-                      'experiment already; rename it')
+    kind = f'--algorithm={name}: its hyper-parameter' if clash[0] in own else (
+        f'--dataset={dataset}: its setting')
+    raise ConfigError(f'{kind} --{clash[0]} is a flag of the experiment already; rename it')
+  clash = [f for f in own if f in data_own]
+  if clash:
+    raise ConfigError(f'--algorithm={name}: its hyper-parameter --{clash[0]} is a setting of '
+                      f'--dataset={dataset} too; rename one of them')
   sections = {k: {} for k in SECTIONS}
-  hparams = {}
+  hparams, data_hparams = {}, {}
+  data_fields = data_registry.hparam_fields()
   for flag, value in flags.items():
     value = value.item() if isinstance(value, np.generic) else value   # NumPy scalars
     if flag in where:
@@ -452,9 +486,15 @@ def make(**flags) -> Config:
       sections[section][field.name] = value
     elif flag in own:
       hparams[flag] = value
+    elif flag in data_own:
+      data_hparams[flag] = value
     elif flag in registry.hparam_fields():
       raise ConfigError(f'--{flag} is not a hyper-parameter of --algorithm={name} (its own: '
                         f'{", ".join(own) or "none"})')
+    elif flag in data_fields:   # a setting of another dataset: refused unless at its default
+      if value != data_fields[flag].default:
+        raise ConfigError(f'--{flag}={value}: {data_registry.not_read(flag, dataset)}; drop '
+                          'the flag')
     else:
       raise ConfigError(f'--{flag} is not a flag of fedjax_gel')
   if 'budget_range' in sections['cohort']:   # (a, b), or 'a,b' as on the command line
@@ -462,7 +502,15 @@ def make(**flags) -> Config:
     sections['cohort']['budget_range'] = (parse_budget_range(given) if isinstance(given, str)
                                           else tuple(given))
   sections['algorithm']['hparams'] = registry.get(name).hparams(**hparams)
+  sections['data']['hparams'] = data_registry.get(dataset).hparams(**_by_field(
+      data_registry.get(dataset).hparams, data_hparams))
   return Config(**{k: SECTIONS[k](**v) for k, v in sections.items()})
+
+
+def _by_field(record: type, values: dict) -> dict:
+  """``{flag: value}`` as ``{field name: value}`` of ``record``'s fields."""
+  names = {flag_name(f): f.name for f in dataclasses.fields(record)}
+  return {names[k]: v for k, v in values.items()}
 
 
 def parse_budget_range(text: str) -> tuple[int, int]:
@@ -475,17 +523,6 @@ def parse_budget_range(text: str) -> tuple[int, int]:
   return a, b
 
 
-# The data settings each kind of dataset reads (a registered loader reads them all).
-_SYNTHETIC = ('leaf_synthetic', 'fedprox_synthetic')
-_DATA_READERS = {
-    'char_vocabulary': ('shakespeare',), 'split_gap': ('shakespeare', 'leaf'),
-    'sent140_features': ('sent140',), 'vocab_size': ('sent140',), 'seq_len': ('sent140',),
-    'fedprox_alpha': ('fedprox_synthetic',), 'fedprox_beta': ('fedprox_synthetic',),
-    'fedprox_iid': ('fedprox_synthetic',), 'leaf_split': LEAF_DATASETS,
-    'num_clients': TFDS_DATASETS, 'partition': TFDS_DATASETS,
-    'dirichlet_alpha': TFDS_DATASETS, 'pachinko_beta': TFDS_DATASETS, 'data_dir': TFDS_DATASETS,
-    'train_fraction': LEAF_DATASETS + _SYNTHETIC, 'image_dir': ('celeba',),
-}
 # The server settings each server optimiser reads.
 _SERVER_READERS = {
     'server_momentum': ('momentum',),
@@ -500,23 +537,21 @@ OWN_SERVER = '{} sets its own server step and applies no server optimiser'
 
 def unread_flags(c: Config) -> dict[str, str]:
   """``{flag: why}`` of the settings ``c``'s run does not read, so that their value changes
-  nothing: data settings of other datasets, the selection rules' of other rules, the client
+  nothing: the data settings its dataset does not read (``DatasetSpec.reads`` and
+  ``DatasetSpec.unread``; another dataset's own settings are no flags of ``c``; none of a
+  dataset this process does not know), the selection rules' of other rules, the client
   momentum of algorithms whose clients take plain steps, server settings of other server
   optimisers (all of them with an algorithm whose server step is its own). ``sweep.expand``
   refuses one set away from its default that no run of the command reads (``read_variants``);
   a work directory's runs and a report's are compared without them."""
   d, k, spec = c.data, c.cohort, c.spec
   out = {}
-  if d.dataset not in data_registry.LOADERS:
-    for flag, readers in _DATA_READERS.items():
-      if d.dataset not in readers:
-        out[flag] = f'--dataset={d.dataset} does not read it'
-  if d.leaf_sample == 'none':
-    out['leaf_fraction'] = out['leaf_iid_users'] = 'read only with --leaf_sample'
-  elif d.leaf_sample != 'iid':
-    out['leaf_iid_users'] = f'read only with --leaf_sample=iid (got {d.leaf_sample})'
-  if d.partition != 'pachinko':
-    out.setdefault('pachinko_beta', f'read only with --partition=pachinko (got {d.partition})')
+  if d.dataset in data_registry.names():   # else a run read back (``compare``)
+    data = d.spec
+    out.update({flag: data_registry.not_read(flag, d.dataset) for flag in COMMON
+                if flag not in data.read()})
+    if data.unread is not None:
+      out.update(data.unread(d.hparams))
   if k.client_selection != 'cyclic':
     out['cyclic_groups'] = (f'read only with --client_selection=cyclic (got '
                             f'{k.client_selection})')
@@ -548,6 +583,13 @@ def validate(c: Config) -> Config:
   for name in SECTIONS:
     found = problems(getattr(c, name))
     need(not found, found[0] if found else '')
+    if name == 'data':   # then the dataset's own settings
+      data = c.data.spec
+      need(isinstance(c.data.hparams, data.hparams),
+           f'--dataset={data.name}: its settings must be a {data.hparams.__name__} (got a '
+           f'{type(c.data.hparams).__name__}; Config.replace(dataset=...) builds them)')
+      found = problems(c.data.hparams)
+      need(not found, found[0] if found else '')
   spec, d, cohort = c.spec, c.data, c.cohort
   need(isinstance(c.algorithm.hparams, spec.hparams),
        f'--algorithm={spec.name}: its hyper-parameters must be a {spec.hparams.__name__} (got a '
@@ -564,18 +606,14 @@ def validate(c: Config) -> Config:
            if s.base == spec.name and s.server_optimizer == c.server.optimizer]
   need(not named, f'--server_optimizer={c.server.optimizer} with --algorithm={spec.name} is '
        f'--algorithm={named[0] if named else ""}; use that name (one name per run)')
-  leaf_data = d.dataset in LEAF_DATASETS
-  need(not leaf_data or d.data_path, f'--data_path is required with --dataset={d.dataset}')
-  need(leaf_data or d.dataset in data_registry.LOADERS or not d.data_path,
-       f'--data_path is only read with LEAF and registered datasets (got --dataset={d.dataset})')
-  need(d.dataset != 'celeba' or d.image_dir, '--image_dir is required with --dataset=celeba')
-  need(d.dataset == 'celeba' or not d.image_dir,
-       f'--image_dir is only read with --dataset=celeba (got --dataset={d.dataset})')
-  need(leaf_data or not d.sampling.active,
-       f'--leaf_sample/--leaf_min_samples are only read with LEAF datasets (got '
-       f'--dataset={d.dataset})')
-  need(d.partition != 'pachinko' or d.dataset == 'cifar100',
-       f'--partition=pachinko needs superclasses: --dataset=cifar100 only (got {d.dataset})')
+  for flag in data.needs:
+    need(getattr(d, flag), f'--{flag} is required with --dataset={d.dataset}')
+  for flag in PATHS:   # a path no run reads: refused, not recorded as if it had been read
+    need(flag in data.read() or not getattr(d, flag),
+         f'--{flag} is only read with --dataset={",".join(data_registry.readers(flag))} (got '
+         f'--dataset={d.dataset})')
+  problem = data.check(d) if data.check is not None else None
+  need(not problem, problem)
   need((cohort.budget_draw == 'per_client') == bool(cohort.client_budgets),
        '--client_budgets is required with --budget_draw=per_client and read only with it (got '
        f'--budget_draw={cohort.budget_draw})')

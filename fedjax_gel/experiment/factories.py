@@ -50,74 +50,24 @@ def server_optimizer(c: Config, lr=None) -> optax.GradientTransformation:
 
 
 def load_split(c: Config) -> federated_data.FederatedSplit:
-  """Loads the train/test pools the config names (host side). Raises DataError on bad files."""
+  """Loads the train/test pools the config names (host side): its dataset's loader
+  (``DatasetSpec.load``), what it returns checked where the spec asks for it
+  (``registered_split``). Raises DataError on bad files."""
   d = c.data
-  if d.dataset in data_registry.LOADERS:
+  if d.spec.checked:
     return registered_split(d)
-  if d.dataset in ('leaf_synthetic', 'fedprox_synthetic'):   # generated: cached on disk
-    from fedjax_gel.data import cache, fedprox_synthetic, leaf, leaf_files, leaf_preprocess
-    from fedjax_gel.data import leaf_synthetic
-    split = dict(train_fraction=d.train_fraction, split_seed=d.split_seed)
-    splitting = (leaf_preprocess, leaf_files, leaf)   # the split, the checks, the pools
-    if d.dataset == 'leaf_synthetic':
-      return cache.cached_split(d.dataset, split, (leaf_synthetic, *splitting),
-                                lambda: leaf_synthetic.load(**split))
-    settings = dict(alpha=d.fedprox_alpha, beta=d.fedprox_beta, iid=d.fedprox_iid, **split)
-    return cache.cached_split(
-        d.dataset, settings, (fedprox_synthetic, *splitting),
-        lambda: fedprox_synthetic.load(d.fedprox_alpha, d.fedprox_beta, d.fedprox_iid, **split))
-  if d.dataset in config_lib.TFDS_DATASETS:
-    from fedjax_gel.data import tfds_data
-    try:
-      return tfds_data.load(d.dataset, d.num_clients, d.dirichlet_alpha, d.partition,
-                            d.pachinko_beta, seed=d.split_seed, data_dir=d.data_dir)
-    except ImportError as e:
-      raise ConfigError(f'--dataset={d.dataset}: {e}') from None
-  from fedjax_gel.data import leaf, leaf_tasks, subsets
-  given = d.data_path
-  d = dataclasses.replace(d, data_path=subsets.resolve(given))   # subset:<name>
-  if leaf.holds_split(d.data_path):
-    check_split_unset(d, given)
-  args = dict(train_fraction=d.train_fraction, seed=d.split_seed, split=d.split,
-              sampling=d.sampling)
-  if d.dataset == 'shakespeare':
-    return leaf_tasks.load_shakespeare(d.data_path, d.char_vocabulary, gap=d.split_gap, **args)
-  if d.dataset == 'sent140':
-    return leaf_tasks.load_sent140(d.data_path, d.sent140_features, d.vocab_size, d.seq_len,
-                                   **args)
-  if d.dataset == 'femnist':
-    return leaf_tasks.load_femnist(d.data_path, **args)
-  if d.dataset == 'celeba':
-    return leaf_tasks.load_celeba(d.data_path, d.image_dir, **args)
-  return leaf.load(d.data_path, gap=d.split_gap, **args)
-
-
-# The settings of the split a LEAF loader makes (LEAF's sampling, which needs its raw files too,
-# is refused by ``data.leaf.load`` itself).
-SPLIT_SETTINGS = ('leaf_split', 'train_fraction', 'split_seed', 'split_gap')
-
-
-def check_split_unset(d: config_lib.DataConfig, data_path: str):
-  """A folder of LEAF's split output is read as it is: a split setting away from its default
-  would change nothing, so it is a ConfigError rather than recorded as if it had."""
-  defaults = {f.name: f.default for f in dataclasses.fields(config_lib.DataConfig)}
-  for name in SPLIT_SETTINGS:
-    if getattr(d, name) != defaults[name]:
-      raise ConfigError(f'--{name}={getattr(d, name)}: --data_path={data_path} holds train/ '
-                        "and test/ (LEAF's split output), which are read as they are; leave "
-                        f"--{name} at its default ({defaults[name]}) or point --data_path at "
-                        "LEAF's raw all_data/")
+  return d.spec.load(d, d.hparams)
 
 
 def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
-  """A registered dataset's loader (``data.registry``), its result checked: a FederatedSplit of
+  """A registered dataset's loader (``DatasetSpec.load``), its result checked: a FederatedSplit of
   two well-formed pools (``federated_data.check_pool``; text, which ``make_model`` refuses with
   a hint, included) with the same features, ``x`` and ``y`` among them (``check_examples``
   then requires examples on both sides). The test pool may hold other clients (held-out
   clients, as ``--leaf_split=user``)."""
   where = f'--dataset={d.dataset}'
   try:
-    split = data_registry.LOADERS[d.dataset](d)
+    split = d.spec.load(d, d.hparams)
   except (ConfigError, DataError, OSError):   # already one line
     raise
   except Exception as e:  # pylint: disable=broad-except
@@ -167,12 +117,10 @@ def check_examples(c: Config, split: federated_data.FederatedSplit):
 
 
 def task_classes(dataset: str) -> int | None:
-  """The classes of ``dataset`` where its task fixes them (LEAF's FEMNIST, Sent140, CelebA and
-  the TFDS image sets), else None (the data's largest label decides)."""
-  from fedjax_gel.data import leaf_tasks, tfds_data  # pylint: disable=g-import-not-at-top
-  if dataset in tfds_data.DATASETS:
-    return tfds_data.DATASETS[dataset].num_classes
-  return leaf_tasks.CLASSES.get(dataset)
+  """The classes of ``dataset`` where its task fixes them (``DatasetSpec.classes``: LEAF's
+  FEMNIST, Sent140, CelebA and the TFDS image sets), else None (the data's largest label
+  decides)."""
+  return data_registry.get(dataset).classes
 
 
 # Classes (max label + 1) beyond this many and this many times the distinct labels are taken

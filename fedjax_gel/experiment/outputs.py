@@ -23,8 +23,8 @@ def settings_table(configs) -> str:
   from fedjax_gel.experiment.config import make   # pylint: disable=g-import-not-at-top
   values, owners, changed, defaults = {}, {}, set(), {}
   for c in configs:
-    name = c.algorithm.name
-    defaults.setdefault(name, make(algorithm=name).flags())
+    name = c.algorithm.name, c.data.dataset
+    defaults.setdefault(name, make(algorithm=name[0], dataset=name[1]).flags())
     for flag, v in c.flags().items():
       v = ','.join(map(str, v)) if isinstance(v, (tuple, list)) else v
       if v not in values.setdefault(flag, []):

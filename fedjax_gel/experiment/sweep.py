@@ -93,12 +93,11 @@ def read_variants(configs: list[Config]) -> list[Config]:
   the algorithms that apply one, those with a server step of their own (FedDyn, AdaBest, FedExP,
   the FedGBO family) run with the flags' defaults, which their ``config.json`` records."""
   unread = [config_lib.unread_flags(x) for x in configs]
-  fields = config_lib.section_flag_names()
   first = configs[0]
+  fields, values = config_lib.flag_fields(first), first.flags()
   for flag, why in unread[0].items():
-    section, field = fields[flag]
-    value = getattr(getattr(first, section), field.name)
-    if value != field.default and all(flag in u for u in unread):
+    value = values[flag]
+    if value != fields[flag].default and all(flag in u for u in unread):
       if all(u[flag] == config_lib.OWN_SERVER.format(f'--algorithm={x.algorithm.name}')
              for x, u in zip(configs, unread)):   # one line for the algorithms together
         names = ','.join(dict.fromkeys(x.algorithm.name for x in configs))

@@ -21,6 +21,7 @@ from absl import flags
 import helpers
 from fedjax_gel.algorithms import registry
 from fedjax_gel.core.backend import xla
+from fedjax_gel.data import registry as data_registry
 from fedjax_gel.experiment import cli
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import report
@@ -586,8 +587,8 @@ def test_text_datasets_run_from_the_launcher(tmp_path):
              '--split_gap=0', f'--workdir={tmp_path / "sh"}', *common)
   assert proc.returncode == 0, proc.stderr[-2000:]
   config = json.loads((tmp_path / 'sh' / 'config.json').read_text())
-  assert config['data']['leaf_split'] == 'default'
-  assert config['data']['char_vocabulary'] == 'leaf'
+  assert config['data']['hparams']['leaf_split'] == 'default'
+  assert config['data']['hparams']['char_vocabulary'] == 'leaf'
   proc = run('--dataset=sent140', f'--data_path={sent140}', '--model=logistic',
              '--vocab_size=5', f'--workdir={tmp_path / "st"}', *common)
   assert proc.returncode == 0, proc.stderr[-2000:]
@@ -600,6 +601,7 @@ def test_every_config_field_and_hyper_parameter_is_a_flag_with_its_help_and_defa
   fields = [f for cls in config_lib.SECTIONS.values() for f in dataclasses.fields(cls)
             if 'help' in f.metadata]
   fields += [f for spec in registry.specs() for f in dataclasses.fields(spec.hparams)]
+  fields += [f for spec in data_registry.specs() for f in dataclasses.fields(spec.hparams)]
   for field in fields:
     name = field.metadata['flag'] or field.name
     flag = values[name]

@@ -34,7 +34,7 @@ def readme_example():
     yield scope
   finally:
     models.MODELS.pop('two_layer', None)
-    data_registry.LOADERS.pop('blobs', None)
+    data_registry.unregister('blobs')
 
 
 def test_readme_example_trains_the_registered_model_on_the_registered_data(readme_example):
@@ -48,11 +48,32 @@ def test_the_command_line_takes_both_names(readme_example, tmp_path):
   with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
     status = cli.main(['run.py', '--dataset=blobs', '--model=two_layer', '--num_rounds=4',
                        '--eval_every=2', '--clients_per_round=5', f'--workdir={tmp_path}',
-                       '--tensorboard=false', '--algorithm=fedavg'])
+                       '--tensorboard=false', '--algorithm=fedavg', '--blob_spread=0.5',
+                       '--blob_clients=12'])
   assert status == 0, err.getvalue()
   config = json.loads((tmp_path / 'config.json').read_text())
   assert (config['data']['dataset'], config['model']['name']) == ('blobs', 'two_layer')
   assert len((tmp_path / 'metrics.jsonl').read_text().splitlines()) == 3
+  # the dataset's own flags (its spec's hparams), given to its loader and recorded
+  assert config['data']['hparams'] == {'blob_clients': 12, 'blob_spread': 0.5}
+
+
+def test_the_command_line_checks_the_dataset_s_own_flag_and_refuses_it_elsewhere(
+    readme_example, tmp_path):
+  """``--blob_spread`` is a flag because ``blobs``' spec has it (the run above reads it): its
+  check applies, and with another dataset it is one line naming it."""
+  def main(*args):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+      status = cli.main(['run.py', '--model=two_layer', f'--workdir={tmp_path}', *args])
+    return status, err.getvalue()
+
+  status, err = main('--dataset=leaf_synthetic', '--blob_spread=0.5')
+  assert status == 2 and err.count('\n') == 1
+  assert '--blob_spread=0.5: --dataset=leaf_synthetic does not read it' in err
+  status, err = main('--dataset=blobs', '--blob_spread=-1')
+  assert status == 2 and '--blob_spread must be >= 0' in err
+  assert not list(tmp_path.iterdir())
 
 
 def test_unknown_names_list_the_registered_ones(readme_example):
@@ -98,7 +119,7 @@ def test_bad_loaders_are_one_line_errors(returned, words):
       factories.load_split(make(dataset='broken'))
     assert words in str(e.value) and '\n' not in str(e.value)
   finally:
-    data_registry.LOADERS.pop('broken')
+    data_registry.unregister('broken')
 
 
 def nan_pool():
@@ -127,7 +148,7 @@ def test_a_loader_that_fails_or_gives_bad_values_is_one_line(loader, words):
     with pytest.raises(DataError, match=f'^--dataset=failing: {words}'):
       factories.load_split(make(dataset='failing'))
   finally:
-    data_registry.LOADERS.pop('failing')
+    data_registry.unregister('failing')
 
 
 @pytest.mark.parametrize('build,words', [
@@ -156,7 +177,7 @@ def test_a_loader_may_hold_out_other_clients_for_testing():
     split = factories.load_split(make(dataset='held_out'))
     assert (split.train.num_clients, split.test.num_clients) == (3, 2)
   finally:
-    data_registry.LOADERS.pop('held_out')
+    data_registry.unregister('held_out')
 
 
 def test_integer_pixels_for_a_model_of_numbers_say_to_cast_them():

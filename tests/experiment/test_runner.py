@@ -116,6 +116,24 @@ def test_a_flat_config_json_of_earlier_versions_is_read():
   assert Config.from_json(sections) == make(target=0.6)
 
 
+def test_a_flat_data_section_of_earlier_versions_is_read():
+  """config.json before datasets had settings of their own: one flat data section of every
+  dataset's settings; the chosen dataset's become its hparams, the others are dropped, and the
+  default work directory's name is the one that version gave the same command."""
+  c = make(dataset='sent140', data_path='x.json', vocab_size=500, leaf_sample='niid',
+           train_fraction=0.8)
+  flat = {**c.to_json(), 'data': config_lib.flat_data(c.data)}
+  assert flat['data']['vocab_size'] == 500 and flat['data']['fedprox_iid'] is False
+  assert len(flat['data']) == 23 and 'hparams' not in flat['data']   # as that version wrote it
+  assert Config.from_json(flat) == c
+  assert Config.from_json({**flat, 'data': {**flat['data'], 'num_clients': 7}}) == c
+  assert c.data.hparams.vocab_size == 500 and c.flags()['leaf_sample'] == 'niid'
+  assert 'num_clients' not in c.flags() and Config.from_json(c.to_json()) == c
+  # the names that version gave these runs' folders: the same command finds them again
+  assert api.default_workdir([make()]) == 'runs/fedavgcm_leaf_synthetic_5367fca16caf'
+  assert api.default_workdir([c]) == 'runs/fedavgcm_sent140_e97e63959e12'
+
+
 def test_metrics_rounds_and_keys(runs):
   c, workdir, *_ = runs['base']
   records = read_jsonl(workdir / 'metrics.jsonl')

@@ -156,7 +156,7 @@ def test_a_regression_model_runs_from_the_command_line(tmp_path):
       assert not (tmp_path / 'never').exists()
   finally:
     models.MODELS.pop('regression_probe')
-    data_registry.LOADERS.pop('regression_probe')
+    data_registry.unregister('regression_probe')
   records = [json.loads(line)
              for line in (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()]
   mse = [r['test_mse'] for r in records]
@@ -221,7 +221,7 @@ def test_a_next_token_model_runs_from_the_command_line(tmp_path):
   finally:
     models.MODELS.pop('bigram_probe')
     models.TOKEN_MODELS = tuple(m for m in models.TOKEN_MODELS if m != 'bigram_probe')
-    data_registry.LOADERS.pop('token_probe')
+    data_registry.unregister('token_probe')
   records = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
   # per-token accuracy over the 6 real tokens of each sequence: from chance (1/6) to learnt
   assert records[0]['test_accuracy'] < 0.5 and records[-1]['test_accuracy'] > 0.95
