@@ -88,13 +88,16 @@ def test_readme_registry_example_runs_the_registered_algorithm():
   assert scope['config'].algorithm.hparams.damping == 0.8
 
 
-def test_readme_dataset_table_is_the_registry_s():
+def test_readme_dataset_and_model_tables_are_the_registries():
   from fedjax_gel.data import registry as data_registry   # pylint: disable=g-import-not-at-top
-  assert data_registry.markdown_table() in README.read_text()
+  from fedjax_gel.models import registry as model_registry   # pylint: disable=g-import-not-at-top
+  text = README.read_text()
+  assert data_registry.markdown_table() in text
+  assert model_registry.markdown_table() in text
 
 
 def test_readme_own_dataset_and_model_example_registers_them_by_spec():
-  """The block registers a dataset with a setting of its own by spec, and a model, and trains
+  """The block registers a dataset with a setting of its own and a model by spec, and trains
   them (two rounds here: test_own_model_and_data trains it as written)."""
   from fedjax_gel import models   # pylint: disable=g-import-not-at-top
   from fedjax_gel.data import registry as data_registry   # pylint: disable=g-import-not-at-top
@@ -105,7 +108,7 @@ def test_readme_own_dataset_and_model_example_registers_them_by_spec():
     assert data_registry.get('blobs').hparams is scope['BlobsHparams']
     assert '| `blobs` |' in data_registry.markdown_table()
   finally:
-    models.MODELS.pop('two_layer', None)
+    models.unregister_model('two_layer')
     data_registry.unregister('blobs')
   (summary,) = scope['summaries']
   assert summary['status'] == 'finished' and summary['rounds'] == 2

@@ -155,8 +155,9 @@ def make_model(c: Config, split: federated_data.FederatedSplit) -> models.Model:
                       f'{x.dtype.kind == "U" and "strings" or x.dtype} (text: use '
                       '--dataset=shakespeare or --dataset=sent140)')
   tokens = np.issubdtype(x.dtype, np.integer)
-  if tokens != (name in models.TOKEN_MODELS):
-    need = f'one of {", ".join(models.TOKEN_MODELS)}' if tokens else 'a model of numbers'
+  if tokens != models.registry.get(name).tokens:
+    need = (f'one of {", ".join(models.registry.token_models())}' if tokens else
+            'a model of numbers')
     held = f'integer features ({x.dtype}: token ids)' if tokens else 'numeric features'
     also = (' (images of integer pixels: give the loader\'s x as float32, e.g. x / 255)' if tokens
             else '')

@@ -1,8 +1,8 @@
-"""Flax models and a registry by name (``register_model`` adds your own)."""
+"""Flax models and a registry of them by spec (``registry``; ``register_model`` adds your
+own)."""
 from __future__ import annotations
 
 import functools
-import inspect
 
 from fedjax_gel.core.checks import is_whole, positive_int
 from fedjax_gel.core import tasks
@@ -14,14 +14,13 @@ from fedjax_gel.models.cnn import (CelebACNN, TwoConvCNN, celeba_cnn, cifar_cnn,
                                    gel_femnist_cnn)
 from fedjax_gel.models.layers import max_pool_2x2, patches_conv
 from fedjax_gel.models.logistic import MLP, LogisticRegression, logistic, mlp
+from fedjax_gel.models import registry
+from fedjax_gel.models.registry import register_model, unregister_model
 from fedjax_gel.models.rnn import StackedLSTM, sent140_lstm, shakespeare_lstm
+from fedjax_gel.spec.model import ModelSpec
 
-MODELS = {'logistic': logistic, 'mlp': mlp, 'femnist_cnn': femnist_cnn,
-          'gel_femnist_cnn': gel_femnist_cnn, 'celeba_cnn': celeba_cnn, 'cifar_cnn': cifar_cnn,
-          'shakespeare_lstm': shakespeare_lstm, 'sent140_lstm': sent140_lstm}
-BUILTIN_MODELS = tuple(MODELS)   # all scored by accuracy (classification, next token)
-# Models of token ids (int inputs), built with the vocabulary size.
-TOKEN_MODELS = ('shakespeare_lstm', 'sent140_lstm')
+MODELS = registry.Builders()   # {name: build}, read-only: register_model adds one
+BUILTIN_MODELS = tuple(s.name for s in registry.BUILTIN)   # all scored by accuracy
 
 
 @functools.lru_cache(maxsize=64)
@@ -29,33 +28,11 @@ def _built_in(name: str, input_shape: tuple, num_classes: int, options: tuple) -
   """A built-in model, built once per shape, classes and options: building traces it
   (``from_linen``), and a ``Model`` is immutable pure functions, safe to share (a built-in
   name is never registered again: ``register_model``)."""
-  return MODELS[name](input_shape, num_classes, **dict(options))
+  return registry.get(name).build(input_shape, num_classes, **dict(options))
 
 
 class OptionError(ValueError):
   """``get_model`` was given an option the model does not take."""
-
-
-def register_model(name: str, build, *, tokens: bool = False) -> None:
-  """Makes ``build`` the model ``name`` (``--model=name``, ``get_model(name, ...)``).
-
-  ``build(input_shape, num_classes) -> Model`` (``from_linen`` / ``from_nnx`` wrap a Flax
-  module), called with the training features' shape ``[*input_shape]`` and the outputs it
-  needs: ``max label + 1`` classes for integer labels, the size of one target for float
-  targets (a regression model: its ``Model.task`` says how it is scored); ``tokens``: the
-  model reads int token ids and is built with ``vocab_size=`` (the largest id + 1) too. Call
-  it before building configs or flags; a name taken is a ValueError.
-  """
-  global TOKEN_MODELS
-  if not isinstance(name, str) or not name.isidentifier():
-    raise ValueError(f'register_model: the name must be an identifier, got {name!r}')
-  if name in MODELS:
-    raise ValueError(f'register_model: a model {name!r} is registered already')
-  if not callable(build):
-    raise ValueError(f'register_model: build must be callable, got {type(build).__name__}')
-  MODELS[name] = build
-  if tokens:
-    TOKEN_MODELS += (name,)
 
 
 def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None = None,
@@ -65,31 +42,27 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
   (``dropout=``, ``batch_norm=``, ...); one that is set (not 0 or False) for a model whose
   builder does not take it is a ValueError naming it, so that ``--dropout=0.5`` is never
   silently ignored."""
-  if name not in MODELS:
-    raise ValueError(f'unknown model {name!r}; known: {", ".join(sorted(MODELS))}')
+  if name not in registry.names():
+    raise ValueError(f'unknown model {name!r}; known: {", ".join(sorted(registry.names()))}')
+  spec = registry.get(name)
   num_classes = positive_int('get_model', 'num_classes', num_classes)
   if not (isinstance(input_shape, (tuple, list)) and
           all(is_whole(v) and int(v) >= 1 for v in input_shape)):
     raise ValueError(f'get_model: input_shape must be a tuple of positive integers, got '
                      f'{input_shape!r}')
   input_shape = tuple(int(v) for v in input_shape)
-  try:
-    takes = inspect.signature(MODELS[name]).parameters
-  except (TypeError, ValueError):
-    takes = {}
+  own, forwards = spec.takes()   # ``forwards``: the builder takes ``**options``
   given = {k: v for k, v in options.items() if v}
-  own = [p for p in takes if p not in ('input_shape', 'num_classes', 'vocab_size')]
-  forwards = any(p.kind == p.VAR_KEYWORD for p in takes.values())   # ``**options``
   for option in given:
-    if option not in takes and not forwards:
+    if option not in own and not forwards:
       raise OptionError(f'--{option}: model {name!r} has no such option (its own: '
                        f'{", ".join(own) or "none"})')
-  if name in TOKEN_MODELS:
+  if spec.tokens:
     given['vocab_size'] = vocab_size
   if name in BUILTIN_MODELS:
     model = _built_in(name, input_shape, num_classes, tuple(sorted(given.items())))
   else:
-    model = MODELS[name](input_shape, num_classes, **given)
+    model = spec.build(input_shape, num_classes, **given)
   if not isinstance(model, Model):
     raise TypeError(f'get_model: {name!r} was built as a {type(model).__name__}, not a '
                     'fedjax_gel Model (models.from_linen or from_nnx wraps a Flax module)')
@@ -98,9 +71,10 @@ def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None =
 
 __all__ = [
     'BUILTIN_MODELS', 'CLASSIFICATION', 'CelebACNN', 'LogisticRegression', 'MLP', 'MODELS',
-    'Model', 'NEXT_TOKEN', 'OptionError', 'REGRESSION', 'StackedLSTM', 'TOKEN_MODELS', 'Task',
+    'Model', 'ModelSpec', 'NEXT_TOKEN', 'OptionError', 'REGRESSION', 'StackedLSTM', 'Task',
     'TwoConvCNN', 'Variables', 'celeba_cnn', 'cifar_cnn', 'cross_entropy_loss', 'femnist_cnn',
     'from_linen', 'from_nnx', 'gel_femnist_cnn', 'get_model', 'logistic', 'masked_mean',
     'max_entropy_loss', 'max_pool_2x2', 'mlp', 'num_params', 'patches_conv', 'per_example_loss',
-    'register_model', 'sent140_lstm', 'shakespeare_lstm', 'task_loss', 'tasks',
+    'register_model', 'registry', 'sent140_lstm', 'shakespeare_lstm', 'task_loss', 'tasks',
+    'unregister_model',
 ]

@@ -18,6 +18,7 @@ from jax import lax
 
 from fedjax_gel.models.base import Model, from_linen
 from fedjax_gel.models.layers import conv_general_dilated, dropped, max_pool_2x2
+from fedjax_gel.spec.model import ModelSpec
 
 
 def as_nhwc(x):
@@ -157,3 +158,19 @@ def celeba_cnn(input_shape, num_classes: int, dropout: float = 0.,
   """
   return from_linen('celeba_cnn', CelebACNN(num_classes, dropout=dropout, batch_norm=batch_norm),
                     tuple(input_shape), jnp.float32, num_classes)
+
+
+FEMNIST_CNN = ModelSpec(
+    'femnist_cnn', femnist_cnn, options=('dropout',), parameters='6,603,710',
+    architecture="LEAF's: conv 5x5 32, pool, conv 5x5 64, pool, dense 2048, dense 62")
+GEL_FEMNIST_CNN = ModelSpec(
+    'gel_femnist_cnn', gel_femnist_cnn, options=('dropout',), parameters='608,702',
+    architecture="McMahan et al.'s with unpadded convolutions and dense 512 (GeL's 6.1e5)")
+CELEBA_CNN = ModelSpec(
+    'celeba_cnn', celeba_cnn, options=('dropout', 'batch_norm'), parameters='30,946',
+    architecture="LEAF's: 4 x (conv 3x3 32, pool, ReLU), dense 2; LEAF's BatchNorm after each "
+    'conv with `--batch_norm` (off by default, as published here; its statistics by '
+    '`--model_state`)')
+CIFAR_CNN = ModelSpec(
+    'cifar_cnn', cifar_cnn, options=('dropout',), parameters='1,250,852 (CIFAR-100)',
+    architecture="FedGBO's: conv 3x3 32, pool, conv 3x3 64, pool, dense 512, dense")

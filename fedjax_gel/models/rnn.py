@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from fedjax_gel.models import layers
 from fedjax_gel.models.base import Model, from_linen
+from fedjax_gel.spec.model import ModelSpec
 
 GATES = ('i', 'f', 'g', 'o')
 
@@ -99,3 +100,14 @@ def sent140_lstm(input_shape, num_classes: int, vocab_size: int | None = None,
   vocab = 10_000 if vocab_size is None else vocab_size
   module = StackedLSTM(num_classes, vocab, embed_dim=100, hidden=100, dense=128, dropout=dropout)
   return from_linen('sent140_lstm', module, tuple(input_shape), jnp.int32, num_classes)
+
+
+SHAKESPEARE_LSTM = ModelSpec(
+    'shakespeare_lstm', shakespeare_lstm, tokens=True, options=('dropout',),
+    parameters='817,872 (80 characters)',
+    architecture='embedding 8, two LSTM layers of 256, dense from the last position')
+SENT140_LSTM = ModelSpec(
+    'sent140_lstm', sent140_lstm, tokens=True, options=('dropout',),
+    parameters='1,173,986 (10,000 words)',
+    architecture="embedding 100, two LSTM layers of 100, dense 128, dense 2 (LEAF's, with a "
+    'learned embedding instead of GloVe)')

@@ -34,7 +34,7 @@ def normed_mlp(input_shape, num_classes, **options):   # takes --dropout through
 def registered():
   models.register_model('normed_mlp', normed_mlp)
   yield
-  models.MODELS.pop('normed_mlp')
+  models.unregister_model('normed_mlp')
 
 
 def command(data, workdir, *extra):
@@ -106,6 +106,6 @@ def test_the_readme_example_trains_a_batch_norm_model_with_dropout():
                                                                           'eval_every=2'),
                  'README.md', 'exec'), scope)   # pylint: disable=exec-used
   finally:
-    models.MODELS.pop('normed_net', None)
+    models.unregister_model('normed_net')
   summary = scope['summaries'][0]
   assert summary['status'] == 'finished' and summary['rounds'] == 4

@@ -33,7 +33,7 @@ def readme_example():
     exec(compile(block, 'README.md', 'exec'), scope)   # pylint: disable=exec-used
     yield scope
   finally:
-    models.MODELS.pop('two_layer', None)
+    models.unregister_model('two_layer')
     data_registry.unregister('blobs')
 
 
@@ -166,7 +166,7 @@ def test_a_registered_model_that_cannot_serve_the_data_is_one_line(readme_exampl
     with pytest.raises(ConfigError, match=f'^--model=probe.*{words}'):
       factories.make_model(c, factories.load_split(c))
   finally:
-    models.MODELS.pop('probe')
+    models.unregister_model('probe')
 
 
 def test_a_loader_may_hold_out_other_clients_for_testing():

@@ -155,7 +155,7 @@ def test_a_regression_model_runs_from_the_command_line(tmp_path):
                                        '--model=regression_probe is scored by its mean squared')
       assert not (tmp_path / 'never').exists()
   finally:
-    models.MODELS.pop('regression_probe')
+    models.unregister_model('regression_probe')
     data_registry.unregister('regression_probe')
   records = [json.loads(line)
              for line in (tmp_path / 'run' / 'metrics.jsonl').read_text().splitlines()]
@@ -219,8 +219,7 @@ def test_a_next_token_model_runs_from_the_command_line(tmp_path):
                          '--budget_range=2,4', '--tensorboard=false', f'--workdir={tmp_path}'])
     assert status == 0, err.getvalue()
   finally:
-    models.MODELS.pop('bigram_probe')
-    models.TOKEN_MODELS = tuple(m for m in models.TOKEN_MODELS if m != 'bigram_probe')
+    models.unregister_model('bigram_probe')
     data_registry.unregister('token_probe')
   records = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
   # per-token accuracy over the 6 real tokens of each sequence: from chance (1/6) to learnt
