@@ -23,7 +23,7 @@ def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
   ``j mod 1000``'s rows (the pool grows with the population, as a real one would: about 23 MB
   per 1,000 clients; clients' rows must follow one another, ``federated_data.check_pool``).
   """
-  from fedjax_gel.core.backend import xla  # pylint: disable=g-import-not-at-top
+  xla = xla_module()
   xla.configure_cpu(cpu_devices)
   import numpy as np  # pylint: disable=g-import-not-at-top
 
@@ -76,7 +76,7 @@ def random_clients_workload(num_clients: int, per_client: int, examples, build_m
   client's ``{'x', 'y'}`` arrays; numpy generator of seed 0) and the model ``build_model()``,
   built after every CPU core is presented as a device (as ``synthetic_workload``). Returns
   ``(host pool, pool on device, model, loss, root key, initial params)``."""
-  from fedjax_gel.core.backend import xla  # pylint: disable=g-import-not-at-top
+  xla = xla_module()
   xla.configure_cpu(cpu_devices)
   import numpy as np  # pylint: disable=g-import-not-at-top
 
@@ -228,14 +228,27 @@ def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
   return 2 * size ** 3 / best / 1e9
 
 
+def xla_module():
+  """``fedjax_gel.core.backend.xla``, or ``core.devices`` in a checkout from before the backend
+  package (``paired_checkouts.py --before``)."""
+  try:
+    from fedjax_gel.core.backend import xla  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    from fedjax_gel.core import devices as xla  # pylint: disable=g-import-not-at-top
+  return xla
+
+
 def built_round(round_lib, algorithm, chunk: int, mesh=None, compiler_options=None,
-                fuse_small_dots: bool = True):
+                fuse_small_dots: bool | None = None):
   """``round_lib.build_round`` (this checkout's or an earlier one's, before the ``Backend``
-  record) with the fused small products on CPU, as the published configurations run it."""
+  record) with the fused small products where ``fuse_small_dots`` asks (None: on CPU only, as
+  the published configurations run them)."""
+  import jax  # pylint: disable=g-import-not-at-top
   if 'backend' not in inspect.signature(round_lib.build_round).parameters:
     return round_lib.build_round(algorithm, chunk_size=chunk, mesh=mesh,
-                                 fuse_dots=None if fuse_small_dots else False,
-                                 compiler_options=compiler_options)
+                                 fuse_dots=fuse_small_dots, compiler_options=compiler_options)
+  if fuse_small_dots is None:
+    fuse_small_dots = jax.default_backend() == 'cpu'
   from fedjax_gel.core.backend import Backend  # pylint: disable=g-import-not-at-top
   return round_lib.build_round(algorithm, chunk_size=chunk, mesh=mesh, backend=Backend(
       fuse_small_dots=fuse_small_dots, compiler_options=compiler_options))
@@ -244,7 +257,7 @@ def built_round(round_lib, algorithm, chunk: int, mesh=None, compiler_options=No
 def launch_compiler_options(params, cohort: int, budgets: tuple[int, int], batch: int):
   """The XLA options ``launch/run.py`` compiles a round of ``cohort`` clients with
   (``experiment.planning.quick_compile``: compiled for compile time when the round is small)."""
-  from fedjax_gel.core.backend import xla  # pylint: disable=g-import-not-at-top
+  xla = xla_module()
   from fedjax_gel.experiment import config, planning  # pylint: disable=g-import-not-at-top
   k = config.CohortConfig(clients_per_round=cohort, batch_size=batch, budget_range=budgets)
   return xla.compiler_options(planning.quick_compile(k, params))
@@ -292,7 +305,10 @@ def launch_round(algorithm, params, data, root, cohort: int, tau, batch: int,
 def device_chunk(cohort: int, chunk_size: int, mesh) -> int:
   """The clients one device vmaps at once in a round built with ``chunk_size`` on ``mesh``
   (None: one device): each device's cut of its share on several (``routing.routed_chunk``)."""
-  from fedjax_gel.core import routing  # pylint: disable=g-import-not-at-top
+  try:
+    from fedjax_gel.core import routing  # pylint: disable=g-import-not-at-top
+  except ImportError:   # a checkout from before the round's stages (paired_checkouts)
+    from fedjax_gel.core import round as routing  # pylint: disable=g-import-not-at-top
   if mesh is None:
     return routing.chunk_layout(cohort, chunk_size)[0]
   return routing.routed_chunk(cohort, chunk_size, mesh.size)

@@ -76,7 +76,7 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   for chunk_size in chunk_sizes:
     chunk = plan(chunk_size)[1]
     rf = round_lib.build_round(alg, chunk_size=chunk, mesh=mesh, backend=Backend(
-        fuse_small_dots=True, static_steps=static_steps))
+        fuse_small_dots=jax.default_backend() == 'cpu', static_steps=static_steps))
     t = time.perf_counter()
     compiled = rf.lower(state, cohorts['heterogeneous'][0], data, root, np.int32(0)).compile()
     compile_s = time.perf_counter() - t

@@ -22,8 +22,8 @@ host's dispatch, the wait for the first kernel (XLA's runtime hands the program 
 pool), the kernels' span and the wait after the last one until the caller sees the result.
 
 Usage: ``python benchmarks/profile_round.py [--workload synthetic|cnn|lstm] [--clients 200]
-[--fuse_dots true|false] [--xla_layers] [--top 12] [--timeline]`` (``--fuse_dots true``, the
-default: fused small products on CPU, as the published configurations run the round)
+[--fuse_dots auto|true|false] [--xla_layers] [--top 12] [--timeline]`` (``--fuse_dots auto``, the
+default: fused small products on CPU only, as the published configurations run the round)
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ WRAPPERS = ('ThunkExecutor', 'while', 'PjitFunction', 'block_until_ready')
 ROUND = 'profile_round: a round and the wait for it'   # the host's event around each round
 
 
-def profile(workload: str, clients: int, fuse_dots: bool, xla_layers: bool,
+def profile(workload: str, clients: int, fuse_dots: bool | None, xla_layers: bool,
             rounds: int):
   """``(median round ms, [(kernel, us per round, calls per round)], chunk, compiled HLO text)``,
   slowest first."""
@@ -154,8 +154,8 @@ def main(argv=None):
   p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS))
   p.add_argument('--clients', type=int, default=0,
                  help='clients per round (default: 200 for synthetic, 20 for cnn and lstm)')
-  p.add_argument('--fuse_dots', default='true', choices=('true', 'false'),
-                 help="the round's fused small products on CPU (core.backend.small_dots), as "
+  p.add_argument('--fuse_dots', default='auto', choices=('auto', 'true', 'false'),
+                 help="the round's fused small products (core.backend.small_dots); auto: on CPU, as "
                  'the published configurations run them')
   p.add_argument('--xla_layers', action='store_true',
                  help="cnn: XLA's own convolution and max pool instead of models.layers; "
@@ -173,7 +173,7 @@ def main(argv=None):
   common.at_least(p, 1, clients=clients, rounds=rounds, top=a.top)
   if a.xla_layers and not model:
     p.exit(2, 'error: --xla_layers: only with --workload cnn or lstm\n')
-  fuse = a.fuse_dots == 'true'
+  fuse = {'auto': None, 'true': True, 'false': False}[a.fuse_dots]
   round_ms, ranked, chunk, hlo, trace = profile(a.workload, clients, fuse, a.xla_layers,
                                                 rounds)
   summed = sum(us for _, us, _ in ranked)

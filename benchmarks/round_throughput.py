@@ -27,7 +27,7 @@ gathered and written inside the round). Reported:
   the device's peak bytes where the backend reports them (GPU/TPU).
 
 Usage: ``python benchmarks/round_throughput.py [--cohorts 20,200,2000,10000] [--repeats 10]
-[--algorithm fedavg|scaffold|fedvarp] [--fuse_dots true|false] [--plot PNG]``
+[--algorithm fedavg|scaffold|fedvarp] [--fuse_dots auto|true|false] [--plot PNG]``
 (``pip install -e '.[bench]'`` adds psutil, used to name the host's memory).
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ BLOCKS = 3   # alternations of the round and the batched step, each way of timin
 
 def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
             num_devices: int, algorithm: str = 'fedavg', population: int = 0,
-            fuse_dots: bool = True) -> dict:
+            fuse_dots: bool | None = None) -> dict:
   """Runs in a fresh process: one cohort size, engine round vs batched limit."""
   _, data, _, loss, root, params = common.synthetic_workload(population)
   import jax
@@ -126,7 +126,7 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
     device_peak = int(stats['peak_bytes_in_use'])
   return {
       'algorithm': algorithm, 'population': data.num_clients, 'cohort': cohort, 'tau': tau,
-      'fuse_dots': fuse_dots and jax.default_backend() == 'cpu',
+      'fuse_dots': jax.default_backend() == 'cpu' if fuse_dots is None else fuse_dots,
       'batch': batch,
       'devices': num_used,
       'chunk_size': common.device_chunk(cohort, chunk_size, mesh),
@@ -175,8 +175,8 @@ def main(argv=None):
   p.add_argument('--population', type=int, default=0,
                  help='clients to sample from (copies of the 1,000 LEAF Synthetic clients); '
                       '0: the 1,000 themselves')
-  p.add_argument('--fuse_dots', default='true', choices=('true', 'false'),
-                 help="the round's fused small products on CPU (core.backend.small_dots), as "
+  p.add_argument('--fuse_dots', default='auto', choices=('auto', 'true', 'false'),
+                 help="the round's fused small products (core.backend.small_dots); auto: on CPU, as "
                  'the published configurations run them')
   p.add_argument('--json', help='also write the rows to this JSON file')
   p.add_argument('--plot', help='also plot examples/s of the round and of the batched limit '
@@ -191,7 +191,7 @@ def main(argv=None):
   common.at_least(p, 0, chunk_size=a.chunk_size, population=a.population,
                   num_devices=a.num_devices)
   if a.single:
-    fuse = a.fuse_dots == 'true'
+    fuse = {'auto': None, 'true': True, 'false': False}[a.fuse_dots]
     print(json.dumps(measure(a.single, a.tau, a.batch_size, a.repeats, a.chunk_size,
                              a.num_devices, a.algorithm, a.population, fuse)))
     return

@@ -29,7 +29,7 @@ from fedjax_gel.core.chunk import steps_taken
 from fedjax_gel.core.federated_data import FederatedData, gather_rows
 from fedjax_gel.core.round import (RoundMetrics, all_finite, cohort_guesses, kept_without_clients,
                                    tree_bytes)
-from fedjax_gel.core.sampling import Cohort
+from fedjax_gel.core.sampling import Cohort, check_cohort
 from fedjax_gel.core.shuffle import data_order, examples_seen, minibatch_rows
 
 tree_map = jax.tree_util.tree_map
@@ -78,6 +78,13 @@ def train_client(algorithm: FederatedAlgorithm, spec, bcast, data: FederatedData
   return upload, row, mean_loss, algorithm.client_model(state), tau, grads, seen
 
 
+def stored_row(algorithm: FederatedAlgorithm, server_state, client):
+  """A client's row of the per-client store (None for an algorithm without one)."""
+  if algorithm.store_row is None:
+    return None
+  return store_lib.gather(server_state.clients, algorithm.store_row(client))
+
+
 def flat(tree) -> jax.Array:
   return jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree.leaves(tree)])
 
@@ -94,23 +101,26 @@ def debug_round(algorithm: FederatedAlgorithm, server_state, cohort: Cohort, dat
     client = cohort.client_ids[slot]
     if int(data.counts[client]) == 0:
       continue   # no examples: no step, no weight
-    stored = (store_lib.gather(server_state.clients, algorithm.store_row(client))
-              if algorithm.store_row is not None else None)
     done.append((client, cohort.weights[slot], train_client(
         algorithm, spec, bcast, data, client, jnp.int32(slot), cohort.budgets[slot],
-        cohort.weights[slot], guesses[slot], key_root, stored)))
+        cohort.weights[slot], guesses[slot], key_root, stored_row(algorithm, server_state,
+                                                                  client))))
 
   weight = sum((float(w) for _, w, _ in done), 0.)
-  upload_like = jax.eval_shape(lambda: done[0][2][0]) if done else None
-  info = RoundInfo(weight_total=jnp.float32(weight), num_clients=jnp.float32(len(done)))
   if done:
-    total = tree_map(lambda *u: sum(w * x.astype(jnp.float32) for (_, w, _), x in zip(done, u)),
-                     *[work[0] for _, _, work in done])
-    mean_upload = tree_map(lambda t, u: (t / max(weight, 1e-30) if weight > 0 else 0. * t
-                                         ).astype(u.dtype), total, upload_like)
-  else:   # no client with data: what the round hands the server is never applied
-    mean_upload = tree_map(jnp.zeros_like, algorithm.server_params(server_state))
-  diagnostics = ({} if algorithm.diagnostics is None or not done else
+    upload_like = done[0][2][0]
+  else:   # no client with data: an upload's structure, from a client of the pool with some
+    other = jnp.argmax(data.counts > 0).astype(jnp.int32)
+    upload_like = train_client(algorithm, spec, bcast, data, other, jnp.int32(0),
+                               cohort.budgets[0], cohort.weights[0], guesses[0], key_root,
+                               stored_row(algorithm, server_state, other))[0]
+  info = RoundInfo(weight_total=jnp.float32(weight), num_clients=jnp.float32(len(done)))
+  total = tree_map(lambda u: jnp.zeros(u.shape, jnp.float32), upload_like)
+  for _, w, work in done:   # sum_i w_i upload_i, in float32
+    total = tree_map(lambda t, u: t + w * u.astype(jnp.float32), total, work[0])
+  mean_upload = tree_map(lambda t, u: (t / weight if weight > 0 else 0. * t).astype(u.dtype),
+                         total, upload_like)
+  diagnostics = ({} if algorithm.diagnostics is None else
                  algorithm.diagnostics(server_state, mean_upload, info))
   new_state = kept_without_clients(jnp.asarray(weight > 0),
                                    algorithm.server_update(server_state, mean_upload, info),
@@ -135,10 +145,24 @@ def debug_round(algorithm: FederatedAlgorithm, server_state, cohort: Cohort, dat
       examples=jnp.int32(sum(int(examples_seen(spec, jnp.int32(work[4]), data.counts[c])) +
                              work[6] for c, _, work in done)),
       computed_steps=jnp.int32(sum(work[4] for _, _, work in done)),
-      uploaded_bytes=jnp.float32(count * (tree_bytes(upload_like) if done else 0)),
+      uploaded_bytes=jnp.float32(count * tree_bytes(upload_like)),
       downloaded_bytes=jnp.float32(count * tree_bytes(bcast)),
       client_distance=jnp.float32(np.mean(distances) if distances else 0.),
       num_clients=jnp.float32(count),
       finite=all_finite(algorithm.server_params(new_state)) & jnp.asarray(
           loss_weight == 0 or bool(np.isfinite(train_loss))),
       diagnostics={k: jnp.asarray(v, jnp.float32) for k, v in diagnostics.items()})
+
+
+class DebugRound:
+  """``debug_round`` as a round function (``build_round``'s with ``Backend(debug=True)``): the
+  round's checks of the cohort and the store first; nothing to compile (no ``lower``)."""
+
+  def __init__(self, algorithm: FederatedAlgorithm):
+    self.algorithm = algorithm
+
+  def __call__(self, server_state, cohort: Cohort, data: FederatedData, root_key, round_idx):
+    check_cohort(cohort, data.num_clients)
+    if self.algorithm.store_row is not None:
+      store_lib.check_rows(self.algorithm, server_state.clients, data.num_clients)
+    return debug_round(self.algorithm, server_state, cohort, data, root_key, round_idx)

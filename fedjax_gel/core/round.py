@@ -45,7 +45,6 @@
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -174,7 +173,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     from fedjax_gel.core import debug_round  # pylint: disable=g-import-not-at-top
     if mesh is not None:
       raise ValueError('build_round: the debug backend runs on one device (mesh=None)')
-    return functools.partial(debug_round.debug_round, algorithm)
+    return debug_round.DebugRound(algorithm)
 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx,
                replicated: bool = False):

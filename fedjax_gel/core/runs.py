@@ -68,6 +68,8 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
       ``server_params``, a trivial program also called inside other traces, takes XLA's
       defaults).
   """
+  if backend.debug:
+    raise ValueError('build_runs: the debug backend runs one round at a time (build_round)')
   jit = backend.jit
   def init(root, hp):
     return make_algorithm(hp).server_init(init_params(root))

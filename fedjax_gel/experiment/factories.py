@@ -473,5 +473,6 @@ def make_runs(exp: Experiment, configs, chunk_size: int) -> tuple[runs_lib.RunsP
       algorithm, lambda root: exp.model.init(keys.init_key(root)), make_sampler(exp),
       chunk_size=chunk_size, batched=len(configs) > 1,
       shared_key=len({x.run.seed for x in configs}) == 1, mesh=exp.mesh,
-      backend=exp.backend._replace(fuse_small_dots=base.run.fuse_small_dots))
+      backend=exp.backend._replace(   # on CPU only (``RunConfig.fuse_small_dots``)
+          fuse_small_dots=base.run.fuse_small_dots and jax.default_backend() == 'cpu'))
   return program, hparams

@@ -2,7 +2,8 @@
 Python loop, eagerly), up to float summation order: the server state and every metric, for
 algorithms that take guessed steps, keep per-client rows, make a pre-pass over all of a client's
 examples or its first minibatch, on cohorts with unequal budgets, a client drawn twice, a client
-without data and budgets in epochs."""
+without data, equal budgets (nothing masked: padding and data-less clients step too) with the
+fused small products, no client with data at all, and budgets in epochs."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,12 +34,13 @@ def close(a, b):
   jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=2e-5, atol=2e-6), a, b)
 
 
-def agree(alg, data, c, params, chunk_size=2):
-  """Runs the vmapped round (chunks of ``chunk_size``) and the debug round; checks that they
-  agree and returns the debug round's metrics."""
+def agree(alg, data, c, params, chunk_size=2, fused=False):
+  """Runs the vmapped round (chunks of ``chunk_size``; ``fused`` small products) and the debug
+  round; checks that they agree and returns the debug round's metrics."""
   state = alg.server_init(params)
   args = (c, data, keys.root_key(3), jnp.int32(2))
-  vmapped, vm = build_round(alg, chunk_size=chunk_size)(state, *args)
+  vmapped, vm = build_round(alg, chunk_size=chunk_size,
+                            backend=Backend(fuse_small_dots=fused))(state, *args)
   debug, dm = build_round(alg, chunk_size=chunk_size, backend=Backend(debug=True))(state, *args)
   close(vmapped, debug)
   for field in ('train_loss', 'grad_computations', 'examples', 'uploaded_bytes',
@@ -66,3 +68,18 @@ def test_budgets_in_epochs_agree_with_the_debug_round(data, model):
   c = Cohort(jnp.asarray([5, 2, 7], jnp.int32), jnp.asarray([2, 1, 2], jnp.int32),
              jnp.ones((3,), jnp.float32), spec)
   agree(alg, data, c, init_params(model), chunk_size=3)
+
+
+def test_equal_budgets_with_fused_products_agree_with_the_debug_round(data, model):
+  alg = make('gel', models.cross_entropy_loss(model), data.num_clients)
+  c = cohort([4, 9, EMPTY_CLIENT, 1, 4], [3] * 5, max_budget=3)
+  c = Cohort(c.client_ids, c.budgets, c.weights, CohortSpec(5, (3, 3), c.spec.batch_size))
+  assert c.spec.equal_budgets
+  agree(alg, data, c, init_params(model), fused=True)
+
+
+@pytest.mark.parametrize('name', ['scaffold', 'mimelite'])
+def test_a_cohort_without_data_leaves_the_model_in_both(data, model, name):
+  alg = make(name, models.cross_entropy_loss(model), data.num_clients)
+  metrics = agree(alg, data, cohort([EMPTY_CLIENT] * 3, [2, 3, 1]), init_params(model))
+  assert int(metrics.num_clients) == 0 and np.isnan(metrics.train_loss)

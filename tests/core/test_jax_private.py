@@ -3,6 +3,7 @@ runs (``setup.cfg``: from 0.10), and no other module of fedjax_gel reaches into 
 ``core`` imports nothing of fedjax_gel outside it."""
 import ast
 import pathlib
+import types
 
 import jax
 import jax.numpy as jnp
@@ -56,13 +57,22 @@ def test_a_swapped_lowering_applies_and_the_old_one_comes_back():
 
 def imported_modules(path: pathlib.Path):
   """The modules ``path`` imports (``import a.b``, ``from a.b import c``: ``a.b`` and
-  ``a.b.c``)."""
+  ``a.b.c``; relative imports resolved against the file's package), and the ``jax._src`` it
+  reaches otherwise (an attribute ``jax._src``, a string naming it for ``importlib``)."""
+  package = ['fedjax_gel', *path.parent.relative_to(PACKAGE).parts]
   for node in ast.walk(ast.parse(path.read_text())):
     if isinstance(node, ast.Import):
       yield from (a.name for a in node.names)
-    elif isinstance(node, ast.ImportFrom) and node.module:
-      yield node.module
-      yield from (f'{node.module}.{a.name}' for a in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = package[:len(package) - node.level + 1] if node.level else []
+      module = '.'.join(base + ([node.module] if node.module else []))
+      yield module
+      yield from (f'{module}.{a.name}' for a in node.names)
+    elif (isinstance(node, ast.Attribute) and node.attr == '_src' and
+          isinstance(node.value, ast.Name) and node.value.id == 'jax'):
+      yield 'jax._src'
+    elif isinstance(node, ast.Constant) and str(node.value).startswith('jax._src'):
+      yield str(node.value)
 
 
 def test_only_jax_private_reaches_into_jax_src():
@@ -76,3 +86,33 @@ def test_core_imports_nothing_of_fedjax_gel_outside_it():
              for m in imported_modules(p)
              if m.startswith('fedjax_gel') and not m.startswith('fedjax_gel.core')}
   assert not outside
+
+
+def test_the_import_checks_see_relative_imports_and_jax_src_by_attribute(tmp_path):
+  core = PACKAGE / 'core'
+  probe = core / '_probe_imports.py'   # removed below; named so no test collects it
+  probe.write_text('from ..experiment import config\nimport jax\nx = jax._src\n'
+                   "m = 'jax._src.core'\nfrom . import keys\n")
+  try:
+    found = set(imported_modules(probe))
+  finally:
+    probe.unlink()
+  assert {'fedjax_gel.experiment', 'fedjax_gel.experiment.config', 'jax._src', 'jax._src.core',
+          'fedjax_gel.core.keys'} <= found
+
+
+def test_the_hooks_degrade_where_jax_has_none_of_them(monkeypatch):
+  """A JAX without the private names: the hooks say "not available" and a program compiles
+  with JAX's own lowering (nothing swapped)."""
+  import jax._src.interpreters  # pylint: disable=g-import-not-at-top
+  for package, name in ((jax._src, 'xla_bridge'), (jax._src, 'core'), (jax._src, 'distributed'),
+                        (jax._src.interpreters, 'mlir')):
+    # what ``from jax._src import name`` finds from now on (JAX's modules keep their own)
+    monkeypatch.setattr(package, name, types.SimpleNamespace())
+  assert jax_private.backends_initialized() is False and jax_private.under_trace() is None
+  assert jax_private.distributed_client() is None
+  assert jax_private.preemption_sync_manager() is None
+  from fedjax_gel.core.backend import Backend  # pylint: disable=g-import-not-at-top
+  double = Backend(compiler_options={}).jit(lambda x: 2 * x)
+  np.testing.assert_array_equal(double(jnp.ones(3)), 2.)
+  np.testing.assert_array_equal(jax.jit(lambda y: double(y) + 1)(jnp.ones(3)), 3.)

@@ -3,6 +3,7 @@ within a ``Backend``'s lowering (nothing process-wide outlives it)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.extend.random import threefry_2x32
 
 from fedjax_gel import algorithms, models
@@ -82,3 +83,19 @@ def test_building_and_running_a_round_leaves_jax_lowering_as_it_was(data, model)
       unrolled = jax.jit(lambda k: jax.random.bits(k, (8,), jnp.uint32))
       assert ' while(' not in unrolled.lower(jax.random.key(5)).compile().as_text()
     np.testing.assert_array_equal(mine(jax.random.key(5)), unrolled(jax.random.key(5)))
+
+
+def test_blocks_closed_out_of_order_leave_jax_rule_in_place():
+  """Two blocks (two threads' programs) closed in the other order than opened: JAX's rule is
+  back once both are."""
+  hashed = lambda: jax.jit(lambda k: jax.random.bits(k, (8,), jnp.uint32)).lower(
+      jax.random.key(5)).compile().as_text()
+  if jax.default_backend() != 'cpu':
+    pytest.skip('the unrolled lowering is a CPU one')
+  first, second = threefry.unrolled_on_cpu(), threefry.unrolled_on_cpu()
+  first.__enter__()
+  second.__enter__()
+  first.__exit__(None, None, None)
+  assert ' while(' not in hashed()   # the second block still holds it
+  second.__exit__(None, None, None)
+  assert ' while(' in hashed()

@@ -12,16 +12,16 @@ from typing import Any, Mapping, NamedTuple
 
 import jax
 
-from fedjax_gel.core.backend import small_dots, threefry
+from fedjax_gel.core.backend import jax_private, small_dots, threefry
 
 
 class Backend(NamedTuple):
   """How a round is compiled.
 
   Attributes:
-    fuse_small_dots: on CPU, the vmapped local step's small batched products as fused
-      multiply-adds (``small_dots``): rounds of many clients up to 2x faster, other last bits.
-      GPUs and TPUs run the library products whatever this says.
+    fuse_small_dots: the vmapped local step's small batched products as fused multiply-adds
+      (``small_dots``): on CPU, rounds of many clients up to 2x faster, other last bits. GPUs
+      and TPUs run batched products well: the experiment layer asks for it on CPU only.
     static_steps: loop every chunk's local steps ``b`` times (a trip count fixed at compile
       time, steps beyond a client's ``tau_i`` masked) rather than to the chunk's own largest
       ``tau_i`` (a data-dependent loop that an accelerator may read its predicate of back on the
@@ -39,13 +39,9 @@ class Backend(NamedTuple):
   unrolled_threefry: bool = True
   debug: bool = False
 
-  def fuses(self) -> bool:
-    """Whether the local step's small products are fused here (asked for, and on CPU)."""
-    return self.fuse_small_dots and jax.default_backend() == 'cpu'
-
   def step(self, fn):
     """The vmapped local step ``fn`` as this backend runs it."""
-    return small_dots.fuse_small_dots(fn) if self.fuses() else fn
+    return small_dots.fuse_small_dots(fn) if self.fuse_small_dots else fn
 
   def loops_statically(self, equal_budgets: bool) -> bool:
     return default_static_steps(equal_budgets) if self.static_steps is None else self.static_steps
@@ -75,7 +71,10 @@ class Program:
     self.jitted, self.nested, self.backend = jitted, nested, backend
 
   def __call__(self, *args, **kwargs):
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs))):
+    tracing = jax_private.under_trace()
+    if tracing is None:   # this JAX cannot tell: traced arguments at least
+      tracing = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs)))
+    if tracing:
       return self.nested(*args, **kwargs)
     with self.backend.lowering():
       return self.jitted(*args, **kwargs)

@@ -20,6 +20,7 @@ so the user's programs are lowered as JAX lowers them.
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import numpy as np
 from jax.extend.mlir import ir
@@ -63,17 +64,35 @@ def _lowering(ctx, key1, key2, x1, x2):
   return [a, b]
 
 
+_lock = threading.Lock()
+_holders = 0        # the ``with`` blocks open now, in every thread
+_replaced = None    # JAX's rule while they are (a 1-tuple), or None: nothing was swapped
+
+
 @contextlib.contextmanager
 def unrolled_on_cpu():
-  """Lowers ``threefry2x32`` unrolled on CPU inside the ``with`` (nestable); JAX's own rule
-  after it. Changes nothing where this JAX does not expose the primitive."""
-  try:
-    from jax.extend.random import threefry2x32_p  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    yield
-    return
-  old = jax_private.swap_lowering(threefry2x32_p, jax_private.lowering_entry(_lowering), 'cpu')
+  """Lowers ``threefry2x32`` unrolled on CPU inside the ``with`` (nestable, and across threads:
+  installed by the first block to open, JAX's own rule back when the last one closes).
+  Changes nothing where this JAX does not expose the primitive or its lowering rules.
+
+  JAX caches a lowering by function and arguments (``jax.jit`` wrappers of one Python function
+  share it), so a function lowered once is not lowered again on the other side of the
+  ``with``: the engine's programs are closures of their own, lowered only inside it."""
+  global _holders, _replaced
+  with _lock:
+    if _holders == 0:
+      try:
+        from jax.extend.random import threefry2x32_p  # pylint: disable=g-import-not-at-top
+        _replaced = (threefry2x32_p, jax_private.swap_lowering(
+            threefry2x32_p, jax_private.lowering_entry(_lowering), 'cpu'))
+      except (ImportError, AttributeError, KeyError):
+        _replaced = None
+    _holders += 1
   try:
     yield
   finally:
-    jax_private.swap_lowering(threefry2x32_p, old, 'cpu')
+    with _lock:
+      _holders -= 1
+      if _holders == 0 and _replaced is not None:
+        jax_private.swap_lowering(_replaced[0], _replaced[1], 'cpu')
+        _replaced = None
