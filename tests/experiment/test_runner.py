@@ -129,9 +129,11 @@ def test_a_flat_data_section_of_earlier_versions_is_read():
   assert Config.from_json({**flat, 'data': {**flat['data'], 'num_clients': 7}}) == c
   assert c.data.hparams.vocab_size == 500 and c.flags()['leaf_sample'] == 'niid'
   assert 'num_clients' not in c.flags() and Config.from_json(c.to_json()) == c
-  # the names that version gave these runs' folders: the same command finds them again
-  assert api.default_workdir([make()]) == 'runs/fedavgcm_leaf_synthetic_5367fca16caf'
-  assert api.default_workdir([c]) == 'runs/fedavgcm_sent140_e97e63959e12'
+  # the names that version (6ea9724, before --fuse_small_dots too) gave these runs' folders:
+  # the same command finds them again; the fused products, asked for, are other settings
+  assert api.default_workdir([make()]) == 'runs/fedavgcm_leaf_synthetic_159f70e89431'
+  assert api.default_workdir([c]) == 'runs/fedavgcm_sent140_156e4fddc081'
+  assert api.default_workdir([make(fuse_small_dots=True)]) != api.default_workdir([make()])
 
 
 def test_metrics_rounds_and_keys(runs):
