@@ -87,13 +87,13 @@ def with_guesses(alg, guesses):
 
 
 def run(alg, data, c, params, chunk_size, seed=0, round_idx=3, static_steps=None,
-        compiler_options=None):
+        compiler_options=None, client_distance=False):
   """One engine round from ``params``; returns ``(server_state, metrics)``. With the fused
   small products on CPU, as the published configurations of long runs train (the algorithms'
   oracle tests check that path; ``test_small_dots`` and ``test_debug_round`` the other)."""
   rf = build_round(alg, chunk_size=chunk_size, backend=Backend(
       fuse_small_dots=jax.default_backend() == 'cpu', static_steps=static_steps,
-      compiler_options=compiler_options))
+      compiler_options=compiler_options), client_distance=client_distance)
   return rf(alg.server_init(params), c, data, keys.root_key(seed), jnp.int32(round_idx))
 
 

@@ -32,7 +32,8 @@ class ChunkWork(NamedTuple):
   mean_loss: jax.Array
   real: jax.Array
   trips: jax.Array
-  model_spread: Any            # (sum_i e_i, sum_i ||e_i||^2), e_i = u_i - u_ref (core.spread)
+  model_spread: Any            # (sum_i e_i, sum_i ||e_i||^2), e_i = u_i - u_ref (core.spread);
+                               # () unless the round measures the client distance
   pre_pass_grads: jax.Array    # gradient computations of the pre-pass
   pre_pass_examples: jax.Array
   examples: jax.Array          # examples each client's steps put through a gradient
@@ -67,10 +68,12 @@ def steps_taken(spec, budgets, real) -> jax.Array:
                    jnp.minimum(budgets, spec.max_budget), 0)
 
 
-def chunk_kernels(algorithm: FederatedAlgorithm, spec, backend, static_trips: bool):
+def chunk_kernels(algorithm: FederatedAlgorithm, spec, backend, static_trips: bool,
+                  drift: bool = False):
   """``(train_chunk, chunk_totals)`` for the cohorts of ``spec`` (a ``CohortSpec``: minibatches
   of ``B``, budgets up to ``max_budget``, whose ``max_budget B`` sizes the data-order buffer);
-  ``static_trips``: every chunk loops ``max_budget`` steps, else to its own largest budget.
+  ``static_trips``: every chunk loops ``max_budget`` steps, else to its own largest budget;
+  ``drift``: the chunk's model spread (``core.spread``) for the round's client distance.
 
   ``train_chunk(bcast, data, client_key_root, (clients, stored rows)) -> ChunkWork``;
   ``chunk_totals(same) -> (ChunkTotals, (new rows, real))``. A round traces each once: the
@@ -99,7 +102,7 @@ def chunk_kernels(algorithm: FederatedAlgorithm, spec, backend, static_trips: bo
                         guesses=jnp.where(real, cohort.guesses, 0.), weight=cohort.weights,
                         key=algo_keys, pre_pass=extra, stored=stored)
     state = jax.vmap(algorithm.client_init, in_axes=(None, 0))(bcast, ctx)
-    start = jax.vmap(algorithm.client_model)(state)
+    start = jax.vmap(algorithm.client_model)(state) if drift else None
     step = backend.step(jax.vmap(algorithm.client_step, in_axes=(0, 0, None)))
 
     def local_step(k, carry):
@@ -128,7 +131,8 @@ def chunk_kernels(algorithm: FederatedAlgorithm, spec, backend, static_trips: bo
         upload=upload, weights=jnp.where(real, cohort.weights, 0.), budgets=budgets,
         mean_loss=loss_sum / jnp.maximum(budgets, 1), real=real,
         trips=jnp.asarray(trips, jnp.int32),
-        model_spread=model_spread(jax.vmap(algorithm.client_model)(state), start, real),
+        model_spread=(model_spread(jax.vmap(algorithm.client_model)(state), start, real)
+                      if drift else ()),
         pre_pass_grads=extra_grads, pre_pass_examples=extra_examples,
         examples=examples_seen(spec, budgets, n), new_rows=new_rows)
 

@@ -77,6 +77,7 @@ class RoundMetrics(NamedTuple):
   uploaded_bytes: jax.Array    # bytes the real clients uploaded
   downloaded_bytes: jax.Array  # bytes the real clients downloaded
   client_distance: jax.Array   # mean pairwise cosine distance of the clients' final models
+                               # (NaN unless build_round's ``client_distance``)
   num_clients: jax.Array       # real clients (sampled, with data)
   finite: jax.Array            # the new server model holds no NaN or infinity, and the train
                                # loss is finite where a client took a step (a loss of NaN with
@@ -118,7 +119,7 @@ def cohort_guesses(algorithm: FederatedAlgorithm, cohort: Cohort, data: Federate
 
 
 def round_metrics(algorithm: FederatedAlgorithm, totals: chunk_lib.ChunkTotals, uploads, bcast,
-                  new_state, diagnostics) -> RoundMetrics:
+                  new_state, diagnostics, drift: bool) -> RoundMetrics:
   """The metrics stage: the round's ``RoundMetrics`` from its totals (``uploads``, ``bcast``:
   one client's upload and the broadcast, for the bytes)."""
   t = totals
@@ -128,7 +129,8 @@ def round_metrics(algorithm: FederatedAlgorithm, totals: chunk_lib.ChunkTotals, 
       train_loss=train_loss, grad_computations=t.grad_computations, examples=t.examples,
       computed_steps=t.computed_steps, uploaded_bytes=t.clients * tree_bytes(uploads),
       downloaded_bytes=t.clients * tree_bytes(bcast),
-      client_distance=mean_pairwise_cosine_distance(*t.spread, t.clients),
+      client_distance=(mean_pairwise_cosine_distance(*t.spread, t.clients) if drift else
+                       jnp.float32(jnp.nan)),
       num_clients=t.clients,
       finite=all_finite(algorithm.server_params(new_state)) & (
           (t.loss_weight == 0) | jnp.isfinite(train_loss)),
@@ -136,7 +138,8 @@ def round_metrics(algorithm: FederatedAlgorithm, totals: chunk_lib.ChunkTotals, 
 
 
 def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | None = None,
-                donate_state: bool = False, backend: Backend = Backend()):
+                donate_state: bool = False, backend: Backend = Backend(),
+                client_distance: bool = False):
   """Builds the jitted round function: the stages ``pre_pass`` and ``chunk`` (each chunk's
   local work and totals), ``routing`` (the chunks on one device or a mesh), the server update,
   ``store.write_back`` and ``round_metrics``.
@@ -162,6 +165,9 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     backend: how the round is compiled (``core.backend.Backend``: fused small products, static
       step counts, XLA options, the Threefry lowering); nothing it holds reads the run's
       length, and only ``fuse_small_dots`` changes numbers.
+    client_distance: measure FedGBO's client drift (``RoundMetrics.client_distance``, Mills et
+      al. 2022, Fig. 1): each chunk sums its clients' unit model changes (``core.spread``);
+      else the metric is NaN and nothing is computed for it.
 
   Returns:
     ``round_fn(server_state, cohort, data, root_key, round_idx)``, jitted; it compiles once per
@@ -178,7 +184,7 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
   def round_fn(server_state, cohort: Cohort, data: FederatedData, root_key, round_idx,
                replicated: bool = False):
     static = backend.loops_statically(cohort.spec.equal_budgets)
-    kernels = chunk_lib.chunk_kernels(algorithm, cohort.spec, backend, static)
+    kernels = chunk_lib.chunk_kernels(algorithm, cohort.spec, backend, static, client_distance)
     bcast = algorithm.broadcast(server_state)
     work = (server_state, cohort, cohort_guesses(algorithm, cohort, data), bcast, data,
             keys.round_key(root_key, round_idx, keys.CLIENT), *kernels)
@@ -197,7 +203,8 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     if algorithm.store_row is not None:
       new_state = new_state._replace(clients=store_lib.write_back(
           algorithm, mesh, new_state.clients, written, clients.client_ids))
-    return new_state, round_metrics(algorithm, totals, uploads, bcast, new_state, diagnostics)
+    return new_state, round_metrics(algorithm, totals, uploads, bcast, new_state, diagnostics,
+                                    client_distance)
 
   return RoundFunction(backend.jit(round_fn, donate_argnums=(0,) if donate_state else (),
                                    static_argnames=('replicated',)), mesh, algorithm)

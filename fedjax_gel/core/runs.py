@@ -48,7 +48,8 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
                init_params: Callable[[jax.Array], object],
                sample: Callable, *, chunk_size: int,
                batched: bool = True, shared_key: bool = False, mesh=None,
-               donate_state: bool = True, backend: Backend = Backend()) -> RunsProgram:
+               donate_state: bool = True, backend: Backend = Backend(),
+               client_distance: bool = False) -> RunsProgram:
   """The functions that train R runs as one program.
 
   Args:
@@ -67,6 +68,7 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
     backend: how ``init``, ``sample`` and ``round`` are compiled (``build_round``'s;
       ``server_params``, a trivial program also called inside other traces, takes XLA's
       defaults).
+    client_distance: the rounds measure the client distance (``build_round``'s).
   """
   if backend.debug:
     raise ValueError('build_runs: the debug backend runs one round at a time (build_round)')
@@ -80,12 +82,13 @@ def build_runs(make_algorithm: Callable[[dict], FederatedAlgorithm],
   if not batched:   # one run: its hyper-parameters are constants (``hparams`` is ``{}``)
     return RunsProgram(jit(init), jit(sample), _OneRun(build_round(
         make_algorithm({}), chunk_size=chunk_size, mesh=mesh, donate_state=donate_state,
-        backend=backend)), jax.jit(server_params), False)
+        backend=backend, client_distance=client_distance)), jax.jit(server_params), False)
 
   def one_round(state, hp, cohort, data, root, r):
     # traced inside the vmapped program, whose options are the outer jit's
     return build_round(make_algorithm(hp), chunk_size=chunk_size,
-                       backend=backend._replace(compiler_options=None))(
+                       backend=backend._replace(compiler_options=None),
+                       client_distance=client_distance)(
         state, cohort, data, root, r)
 
   def init_runs(roots, hp):

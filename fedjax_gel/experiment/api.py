@@ -53,10 +53,10 @@ def default_workdir(configs, sweep: Sweep = Sweep()) -> str:
   names = '_'.join(dict.fromkeys(x.algorithm.name for x in configs))
   # the data section as config.json held it before datasets had settings of their own, so
   # that the command of a run an earlier version wrote finds its folder (``config.flat_data``)
-  # and without --fuse_small_dots at its default, which earlier versions did not record
+  # and without the settings earlier versions did not record, at their defaults
   runs = [{**x.to_json(), 'data': config_lib.flat_data(x.data),
            'run': {k: v for k, v in x.to_json()['run'].items()
-                   if k != 'fuse_small_dots' or v}} for x in configs]
+                   if k not in ('fuse_small_dots', 'client_distance') or v}} for x in configs]
   settings = {'runs': runs, 'server_lrs': list(sweep.server_lrs)}
   text = json.dumps(settings, sort_keys=True, default=str)
   digest = hashlib.sha256(text.encode()).hexdigest()[:12]

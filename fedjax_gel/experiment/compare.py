@@ -80,8 +80,9 @@ SUMMARY_FIELDS = (
     *((f'final_client_{{m}}_{k}', False, _or_null(NUMBER)) for k in CLIENT_SPREAD))
 RECORD_FIELDS = (
     ('round', True, COUNT), ('test_{m}', True, NUMBER), ('train_loss', True, _or_null(NUMBER)),
-    *((k, True, NUMBER) for k in ('grad_computations', 'bytes_up', 'bytes_down', 'client_rounds',
-                                  'client_distance')))
+    *((k, True, NUMBER) for k in ('grad_computations', 'bytes_up', 'bytes_down',
+                                  'client_rounds')),
+    ('client_distance', True, _or_null(NUMBER)))   # null unless --client_distance
 
 
 def metric_of(summary: dict) -> Metric:

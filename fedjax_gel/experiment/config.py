@@ -272,6 +272,10 @@ class RunConfig:
       '(fedjax_gel.core.backend.small_dots): rounds of hundreds of clients, or of many vmapped seeds, '
       "up to 2x faster for about a second more compile time; other last bits than XLA's "
       'library products (the default). GPUs and TPUs always run the library products.')
+  client_distance: bool = hparam(
+      False, "Also measure FedGBO's client drift every round (Mills et al. 2022, Fig. 1): the "
+      "mean pairwise cosine distance of the clients' final models, client_distance in the "
+      'records (null without) and a column of report.md.')
   chunk_size: int = hparam(0, 'Clients vmapped together; 0 = automatic.',
                            int_range(0, note=', 0 meaning automatic'))
   num_devices: int = hparam(

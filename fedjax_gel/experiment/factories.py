@@ -474,5 +474,6 @@ def make_runs(exp: Experiment, configs, chunk_size: int) -> tuple[runs_lib.RunsP
       chunk_size=chunk_size, batched=len(configs) > 1,
       shared_key=len({x.run.seed for x in configs}) == 1, mesh=exp.mesh,
       backend=exp.backend._replace(   # on CPU only (``RunConfig.fuse_small_dots``)
-          fuse_small_dots=base.run.fuse_small_dots and jax.default_backend() == 'cpu'))
+          fuse_small_dots=base.run.fuse_small_dots and jax.default_backend() == 'cpu'),
+      client_distance=base.run.client_distance)
   return program, hparams

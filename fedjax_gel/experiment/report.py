@@ -189,8 +189,10 @@ def cost_table(runs: Sequence[tuple[dict, Sequence[dict]]], baseline: str = 'fed
     hits = [h for h in hits if h is not None]
     lr = ','.join(sorted({f'{s["client_lr"]:g}' for s, _ in group}))
     mean = lambda rows, key: statistics.mean(r[key] for r in rows)
+    distances = [r.get('client_distance') for r in last]   # null unless --client_distance
+    measured = all(isinstance(d, (int, float)) and math.isfinite(d) for d in distances)
     row = [alg, lr, f'{per_client("bytes_up") / 1024:.2f}', f'{per_client("bytes_down") / 1024:.2f}',
-           f'{mean(last, "client_distance"):.2e}',
+           f'{statistics.mean(distances):.2e}' if measured else '-',
            f'{statistics.mean(s[f"best_{m.name}"] for s, _ in group):.4f}',
            f'{mean(at_max, "round"):.0f}', f'{mean(at_max, "bytes_up") / mib:.2f}',
            f'{mean(at_max, "grad_computations"):,.0f}']

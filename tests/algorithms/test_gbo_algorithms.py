@@ -203,7 +203,8 @@ def test_bytes_and_client_distance_metrics(data, loss, model):
   x = init_params(model)
   model_bytes = sum(l.size * 4 for l in jax.tree_util.tree_leaves(x))   # 15 float32
   c = cohort([1, 5, 9], [2, 6, 4])
-  _, avg = run(algorithms.fedavg(loss, optax.sgd(LR)), data, c, x, chunk_size=2)
+  _, avg = run(algorithms.fedavg(loss, optax.sgd(LR)), data, c, x, chunk_size=2,
+               client_distance=True)
   assert int(avg.uploaded_bytes) == int(avg.downloaded_bytes) == 3 * model_bytes
   _, mfl = run(algorithms.mfl(loss, optim.gbo_adam(LR)), data, c, x, chunk_size=2)
   assert int(mfl.uploaded_bytes) == int(mfl.downloaded_bytes) == 3 * 3 * model_bytes
@@ -217,3 +218,4 @@ def test_bytes_and_client_distance_metrics(data, loss, model):
   cos = [f @ g / np.linalg.norm(f) / np.linalg.norm(g)
          for i, f in enumerate(flat) for j, g in enumerate(flat) if i < j]
   np.testing.assert_allclose(avg.client_distance, 1 - np.mean(cos), rtol=1e-4, atol=1e-6)
+  assert np.isnan(mfl.client_distance)   # not asked for: not measured

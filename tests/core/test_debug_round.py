@@ -39,8 +39,8 @@ def agree(alg, data, c, params, chunk_size=2, fused=False):
   round; checks that they agree and returns the debug round's metrics."""
   state = alg.server_init(params)
   args = (c, data, keys.root_key(3), jnp.int32(2))
-  vmapped, vm = build_round(alg, chunk_size=chunk_size,
-                            backend=Backend(fuse_small_dots=fused))(state, *args)
+  vmapped, vm = build_round(alg, chunk_size=chunk_size, backend=Backend(fuse_small_dots=fused),
+                            client_distance=True)(state, *args)
   debug, dm = build_round(alg, chunk_size=chunk_size, backend=Backend(debug=True))(state, *args)
   close(vmapped, debug)
   for field in ('train_loss', 'grad_computations', 'examples', 'uploaded_bytes',

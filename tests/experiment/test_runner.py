@@ -652,6 +652,23 @@ def test_the_round_program_does_not_depend_on_the_number_of_rounds(base_config):
   assert round_program(base_config.replace(num_rounds=40)) != short
 
 
+def test_the_client_distance_is_measured_when_asked(base_config, tmp_path):
+  """--client_distance: FedGBO's drift metric in every record and in the cost table; without
+  it the records hold null and the table a dash (nothing is computed for it)."""
+  from fedjax_gel.experiment import report  # pylint: disable=g-import-not-at-top
+  c = base_config.replace(algorithm='fedavg')
+  runs = []
+  for asked in (False, True):
+    summary = quiet_train(factories.prepare(c.replace(client_distance=asked)),
+                          tmp_path / str(asked))
+    records = read_jsonl(tmp_path / str(asked) / 'metrics.jsonl')
+    distances = [r['client_distance'] for r in records if r['round'] > 0]
+    assert all(d > 0 for d in distances) if asked else set(distances) == {None}
+    runs.append(({**summary, 'client_lr': 0.1}, records))
+  plain, measured = (report.cost_table([run]).splitlines()[2].split(' | ')[4] for run in runs)
+  assert plain == '-' and float(measured) > 0
+
+
 def test_what_can_be_one_program(base_config):
   exp = factories.prepare(base_config)
   assert planning.batchable(exp)
