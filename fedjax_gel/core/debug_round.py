@@ -17,10 +17,12 @@ from its definition, ``mean_{i<j} (1 - cos(y_i, y_j))`` over the real clients' f
 from __future__ import annotations
 
 import itertools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from fedjax_gel.core import keys
 from fedjax_gel.core import store as store_lib
@@ -33,6 +35,17 @@ from fedjax_gel.core.sampling import Cohort, check_cohort
 from fedjax_gel.core.shuffle import data_order, examples_seen, minibatch_rows
 
 tree_map = jax.tree_util.tree_map
+
+
+class ClientWork(NamedTuple):
+  """What one client did."""
+  upload: Any
+  row: Any                  # the row it writes back (stateful algorithms), else None
+  mean_loss: jax.Array      # mean of its minibatch losses (0 without a step)
+  model: Any                # its final model
+  steps: int                # tau_i
+  pre_pass_grads: int       # gradient computations of its pre-pass
+  pre_pass_examples: int
 
 
 def client_pre_pass(algorithm: FederatedAlgorithm, spec, bcast, data: FederatedData, client,
@@ -50,9 +63,8 @@ def client_pre_pass(algorithm: FederatedAlgorithm, spec, bcast, data: FederatedD
 
 
 def train_client(algorithm: FederatedAlgorithm, spec, bcast, data: FederatedData, client, slot,
-                 budget, weight, guess, key_root, stored):
-  """One client's local work: ``(upload, new row or None, mean loss, final model, steps,
-  pre-pass gradient computations, pre-pass examples)``."""
+                 budget, weight, guess, key_root, stored) -> ClientWork:
+  """One client's local work."""
   n, offset = data.counts[client], data.offsets[client]
   shuffle_key, key = jax.random.split(keys.client_key(key_root, client, slot))
   pool_rows = jax.tree.leaves(data.examples)[0].shape[0]
@@ -75,18 +87,9 @@ def train_client(algorithm: FederatedAlgorithm, spec, bcast, data: FederatedData
   upload = algorithm.client_final(state, bcast, ctx)
   upload, row = upload if algorithm.store_row is not None else (upload, None)
   mean_loss = jnp.mean(jnp.stack(losses)) if losses else jnp.float32(0.)
-  return upload, row, mean_loss, algorithm.client_model(state), tau, grads, seen
-
-
-def stored_row(algorithm: FederatedAlgorithm, server_state, client):
-  """A client's row of the per-client store (None for an algorithm without one)."""
-  if algorithm.store_row is None:
-    return None
-  return store_lib.gather(server_state.clients, algorithm.store_row(client))
-
-
-def flat(tree) -> jax.Array:
-  return jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree.leaves(tree)])
+  return ClientWork(upload=upload, row=row, mean_loss=mean_loss,
+                    model=algorithm.client_model(state), steps=tau, pre_pass_grads=grads,
+                    pre_pass_examples=seen)
 
 
 def debug_round(algorithm: FederatedAlgorithm, server_state, cohort: Cohort, data: FederatedData,
@@ -96,28 +99,29 @@ def debug_round(algorithm: FederatedAlgorithm, server_state, cohort: Cohort, dat
   bcast = algorithm.broadcast(server_state)
   key_root = keys.round_key(root_key, round_idx, keys.CLIENT)
   guesses = cohort_guesses(algorithm, cohort, data)
-  done = []   # (slot, client, weight, the client's work) of the clients with examples
+  done = []   # (client, weight, ClientWork) of the clients with examples
   for slot in range(cohort.budgets.shape[0]):
     client = cohort.client_ids[slot]
     if int(data.counts[client]) == 0:
       continue   # no examples: no step, no weight
     done.append((client, cohort.weights[slot], train_client(
         algorithm, spec, bcast, data, client, jnp.int32(slot), cohort.budgets[slot],
-        cohort.weights[slot], guesses[slot], key_root, stored_row(algorithm, server_state,
-                                                                  client))))
+        cohort.weights[slot], guesses[slot], key_root,
+        store_lib.rows_of(algorithm, server_state, client))))
+  works = [work for _, _, work in done]
 
   weight = sum((float(w) for _, w, _ in done), 0.)
   if done:
-    upload_like = done[0][2][0]
+    upload_like = works[0].upload
   else:   # no client with data: an upload's structure, from a client of the pool with some
     other = jnp.argmax(data.counts > 0).astype(jnp.int32)
     upload_like = train_client(algorithm, spec, bcast, data, other, jnp.int32(0),
                                cohort.budgets[0], cohort.weights[0], guesses[0], key_root,
-                               stored_row(algorithm, server_state, other))[0]
+                               store_lib.rows_of(algorithm, server_state, other)).upload
   info = RoundInfo(weight_total=jnp.float32(weight), num_clients=jnp.float32(len(done)))
   total = tree_map(lambda u: jnp.zeros(u.shape, jnp.float32), upload_like)
   for _, w, work in done:   # sum_i w_i upload_i, in float32
-    total = tree_map(lambda t, u: t + w * u.astype(jnp.float32), total, work[0])
+    total = tree_map(lambda t, u: t + w * u.astype(jnp.float32), total, work.upload)
   mean_upload = tree_map(lambda t, u: (t / weight if weight > 0 else 0. * t).astype(u.dtype),
                          total, upload_like)
   diagnostics = ({} if algorithm.diagnostics is None else
@@ -127,28 +131,27 @@ def debug_round(algorithm: FederatedAlgorithm, server_state, cohort: Cohort, dat
                                    server_state)
   if algorithm.store_row is not None and done:
     rows = jnp.stack([jnp.asarray(algorithm.store_row(c)) for c, _, _ in done])
-    new = tree_map(lambda *r: jnp.stack(r), *[work[1] for _, _, work in done])
+    new = tree_map(lambda *r: jnp.stack(r), *[work.row for work in works])
     new_state = new_state._replace(clients=store_lib.write_mean(
         new_state.clients, rows, new, jnp.ones((len(done),), bool)))
 
-  trained = [(float(w), work) for _, w, work in done if work[4] > 0]
+  trained = [(float(w), work) for _, w, work in done if work.steps > 0]
   loss_weight = sum(w for w, _ in trained)
-  train_loss = (sum(w * float(work[2]) for w, work in trained) / loss_weight if loss_weight > 0
-                else float('nan'))
-  models = [flat(work[3]) for _, _, work in done]
+  train_loss = (sum(w * float(work.mean_loss) for w, work in trained) / loss_weight
+                if loss_weight > 0 else float('nan'))
+  models = [ravel_pytree(work.model)[0].astype(jnp.float32) for work in works]
   distances = [1. - float(jnp.dot(a, b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b)))
                for a, b in itertools.combinations(models, 2)]
-  count = len(done)
   return new_state, RoundMetrics(
       train_loss=jnp.float32(train_loss),
-      grad_computations=jnp.int32(sum(work[4] + work[5] for _, _, work in done)),
-      examples=jnp.int32(sum(int(examples_seen(spec, jnp.int32(work[4]), data.counts[c])) +
-                             work[6] for c, _, work in done)),
-      computed_steps=jnp.int32(sum(work[4] for _, _, work in done)),
-      uploaded_bytes=jnp.float32(count * tree_bytes(upload_like)),
-      downloaded_bytes=jnp.float32(count * tree_bytes(bcast)),
+      grad_computations=jnp.int32(sum(w.steps + w.pre_pass_grads for w in works)),
+      examples=jnp.int32(sum(int(examples_seen(spec, jnp.int32(work.steps), data.counts[c])) +
+                             work.pre_pass_examples for c, _, work in done)),
+      computed_steps=jnp.int32(sum(w.steps for w in works)),
+      uploaded_bytes=jnp.float32(len(done) * tree_bytes(upload_like)),
+      downloaded_bytes=jnp.float32(len(done) * tree_bytes(bcast)),
       client_distance=jnp.float32(np.mean(distances) if distances else 0.),
-      num_clients=jnp.float32(count),
+      num_clients=jnp.float32(len(done)),
       finite=all_finite(algorithm.server_params(new_state)) & jnp.asarray(
           loss_weight == 0 or bool(np.isfinite(train_loss))),
       diagnostics={k: jnp.asarray(v, jnp.float32) for k, v in diagnostics.items()})

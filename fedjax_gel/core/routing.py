@@ -119,9 +119,7 @@ def on_one_device(algorithm, chunk_size: int, server_state, cohort: Cohort, gues
   one client's upload (``upload_types``)."""
   stateful = algorithm.store_row is not None
   clients = pad_and_sort(cohort, guesses, *chunk_layout(cohort.budgets.shape[0], chunk_size)[::-1])
-  stored = (store_lib.gather(server_state.clients, algorithm.store_row(clients.client_ids))
-            if stateful else None)
-  chunks = (clients, stored)
+  chunks = (clients, store_lib.rows_of(algorithm, server_state, clients.client_ids))
 
   def body(acc, chunk):
     add, rows = chunk_totals(bcast, data, client_key_root, chunk)

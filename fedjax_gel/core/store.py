@@ -51,6 +51,14 @@ def gather(store, idx):
   return tree_map(lambda s: s[idx], store)
 
 
+def rows_of(algorithm, server_state, client_ids):
+  """The clients' rows of the server state's store (``algorithm.store_row``; any index shape),
+  or None for an algorithm without one."""
+  if algorithm.store_row is None:
+    return None
+  return gather(server_state.clients, algorithm.store_row(client_ids))
+
+
 def write_mean(store, idx, new, writes):
   """Writes the mean of ``new`` over the writers of each row; other rows keep their values.
 

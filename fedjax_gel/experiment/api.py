@@ -46,17 +46,25 @@ def run_dir(workdir: str, c: Config, levels: tuple) -> str:
   return os.path.join(*parts)
 
 
+# Run settings that earlier versions did not record, left out of a folder's name at their defaults.
+NEWER_RUN_SETTINGS = ('fuse_small_dots', 'client_distance')
+
+
+def settings_of_earlier_versions(c) -> dict:
+  """``c.to_json()`` as earlier versions wrote it, so that the command of a run they wrote finds
+  its folder: the data section flat, as before datasets had settings of their own
+  (``config.flat_data``), and without the newer run settings at their defaults."""
+  record = c.to_json()
+  run = {k: v for k, v in record['run'].items() if k not in NEWER_RUN_SETTINGS or v}
+  return {**record, 'data': config_lib.flat_data(c.data), 'run': run}
+
+
 def default_workdir(configs, sweep: Sweep = Sweep()) -> str:
   """``runs/<algorithms>_<dataset>_<digest>``: the digest (12 hex digits of SHA-256) of every
   run's settings and the grid, so the same command finds its own runs again (and resumes them,
   or says they are finished) and another command gets a folder of its own."""
   names = '_'.join(dict.fromkeys(x.algorithm.name for x in configs))
-  # the data section as config.json held it before datasets had settings of their own, so
-  # that the command of a run an earlier version wrote finds its folder (``config.flat_data``)
-  # and without the settings earlier versions did not record, at their defaults
-  runs = [{**x.to_json(), 'data': config_lib.flat_data(x.data),
-           'run': {k: v for k, v in x.to_json()['run'].items()
-                   if k not in ('fuse_small_dots', 'client_distance') or v}} for x in configs]
+  runs = [settings_of_earlier_versions(x) for x in configs]
   settings = {'runs': runs, 'server_lrs': list(sweep.server_lrs)}
   text = json.dumps(settings, sort_keys=True, default=str)
   digest = hashlib.sha256(text.encode()).hexdigest()[:12]
