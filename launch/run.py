@@ -9,6 +9,7 @@ disk or another failed write is one line too; a run that stops making progress (
 or loses one of its processes ends with one line and status 3, its last checkpoint kept for the
 same command to resume from. (This text is the command's --help.)
 """
+import functools
 import os
 import signal
 import sys
@@ -17,47 +18,52 @@ import time
 START = time.perf_counter()
 
 
-STOPS = []   # stop signals while starting (cli.guarded takes over later)
-IMPORTED = []
-
-
-def _stop(signum, frame):
-  """Ctrl-C or SIGTERM while starting: during the imports recorded, and the command stops once
-  they are done (raised inside them, a KeyboardInterrupt broke NumPy's or jaxlib's extension
-  mid-import, a crash with status 139, or was dropped in a JAX callback and the run went on);
-  after them, or a second one, at once (e.g. a flag file that is a pipe nobody writes)."""
-  del signum, frame
-  STOPS.append(True)
-  if IMPORTED or len(STOPS) > 1:
-    raise KeyboardInterrupt
-
-
-for _signal in (signal.SIGINT, signal.SIGTERM):
-  signal.signal(_signal, _stop)
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 STARTING = 'interrupted while starting, before anything was written: run the same command again'
-try:
-  from absl import app, flags  # pylint: disable=g-import-not-at-top,g-bad-import-order
 
-  from fedjax_gel.experiment import cli, loop  # pylint: disable=g-import-not-at-top
+
+def starting():
+  """Imports the command (absl, fedjax_gel, JAX: seconds) and defines its flags; returns the
+  process's ``fedjax_gel.experiment.runtime.Runtime``, whose stop token takes every stop signal
+  from then on (recorded, then a KeyboardInterrupt at once: e.g. a flag file that is a pipe
+  nobody writes). Ctrl-C or SIGTERM during the imports is only recorded, and the command
+  stops (status 130) once they are done: raised inside them, a KeyboardInterrupt broke NumPy's
+  or jaxlib's extension mid-import (a crash with status 139), or was dropped in a JAX callback
+  and the run went on; a second one stops it at once."""
+  stops = []
+
+  def hold(signum, frame):
+    del signum, frame
+    stops.append(True)
+    if len(stops) > 1:
+      raise KeyboardInterrupt
+
+  for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, hold)
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  try:
+    from absl import flags  # pylint: disable=g-import-not-at-top
+    from fedjax_gel.experiment import cli, runtime as runtime_lib  # pylint: disable=g-import-not-at-top
+    cli.define_flags(flags.FLAGS)
+    runtime = runtime_lib.Runtime()
+    for s in runtime_lib.STOP_SIGNALS:
+      signal.signal(s, runtime.stop.interrupt)
+  except KeyboardInterrupt:   # a second one, or a signal's handler of another library's
+    stops.append(True)
+  if stops:
+    print(STARTING, file=sys.stderr)
+    sys.exit(130)
+  return runtime
+
+
+def parse(runtime, argv):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import cli  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment.config import ConfigError  # pylint: disable=g-import-not-at-top
-
-  cli.define_flags(flags.FLAGS)
-except KeyboardInterrupt:   # a signal's handler of another library's
-  STOPS.append(True)
-if STOPS:
-  print(STARTING, file=sys.stderr)
-  sys.exit(130)
-IMPORTED.append(True)
-
-
-def parse(argv):
   try:
     rest = cli.parse(argv, flags.FLAGS)
     if flags.FLAGS.only_check_args:   # absl would exit 0 before any of our checks
       sys.exit(cli.check_only(flags.FLAGS, rest))
-    if STOPS:
+    if runtime.stop:   # one whose KeyboardInterrupt was lost
       raise KeyboardInterrupt
     return rest
   except ConfigError as e:
@@ -67,9 +73,10 @@ def parse(argv):
     sys.exit(130)
 
 
-def main(argv):
-  loop.STOP_REQUESTS.extend(STOPS)   # one dropped since: the command stops
-  code = cli.guarded(cli.execute, flags.FLAGS, argv, START)
+def main(runtime, argv):
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import cli  # pylint: disable=g-import-not-at-top
+  code = cli.guarded(runtime, cli.execute, flags.FLAGS, argv, runtime, START)
   # Every output is written and closed by now: exit without the interpreter's teardown of
   # JAX's runtime, which takes about half a second (benchmarks/RESULTS.md, start-up).
   sys.stdout.flush()
@@ -78,4 +85,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=parse)
+  RUNTIME = starting()
+  from absl import app  # pylint: disable=g-import-not-at-top,g-bad-import-order
+  app.run(functools.partial(main, RUNTIME), flags_parser=functools.partial(parse, RUNTIME))

@@ -28,8 +28,9 @@ from typing import Sequence
 import jax
 
 from fedjax_gel.core import checks, keys
-from fedjax_gel.experiment import callbacks as callbacks_lib, cluster, factories, grid as grid_lib
+from fedjax_gel.experiment import callbacks as callbacks_lib, factories, grid as grid_lib
 from fedjax_gel.experiment import files, loop as loop_lib, outputs, planning, sinks
+from fedjax_gel.experiment import runtime as runtime_lib
 from fedjax_gel.experiment import config as config_lib, workdir as workdir_lib
 from fedjax_gel.experiment.config import Config
 from fedjax_gel.experiment.progress import Progress
@@ -86,9 +87,10 @@ class Plan:
 
 
 def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = False,
-         phases: loop_lib.Phases | None = None, plots: bool = True) -> Plan:
+         phases: loop_lib.Phases | None = None, plots: bool = True, writes: bool = True) -> Plan:
   """Validates everything and loads the data; raises ``ConfigError``/``DataError`` with one
-  line, having written nothing."""
+  line, having written nothing. ``writes``: whether this process writes the runs (process 0),
+  whose folders must then be writable."""
   configs = checked_configs(c, sweep)
   grid = None
   if sweep.server_lrs:
@@ -103,7 +105,7 @@ def plan(c: Config, workdir: str, sweep: Sweep = Sweep(), overwrite: bool = Fals
   extra = None if grid is None else grid_lib.grid_fields(*grid)
   status = [workdir_lib.run_status(w, x, overwrite, extra) for x, w in zip(configs, workdirs)]
   for w, st in zip(workdirs, status):
-    if st != 'done' and cluster.writes():
+    if st != 'done' and writes:
       files.check_writable(w)
   notes = []
   phases = phases or loop_lib.Phases()
@@ -163,7 +165,8 @@ def check_run_arguments(c, sweep, callbacks, out, err):
 def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
         overwrite: bool = False, vmap: bool = True, plots: bool = True,
         callbacks: Sequence = (), out=None, err=None,
-        phases: loop_lib.Phases | None = None) -> list[dict]:
+        phases: loop_lib.Phases | None = None,
+        runtime: runtime_lib.Runtime | None = None) -> list[dict]:
   """Trains every run of ``c`` and ``sweep`` into ``workdir`` (default
   ``default_workdir``: the same settings, the same folder) and writes ``report.md`` and ``plots/``; returns the
   runs' summaries (``summary.json``; a grid's ``grid.json``), in ``expand``'s order.
@@ -171,15 +174,16 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   ``plots``: write ``plots/`` (``--plots``; False: ``report.md`` and the metrics alone).
   ``callbacks``: more loop callbacks (``experiment.callbacks.Callback``) for every program,
   after the library's own. ``out``: where the results' lines go (default stdout); ``err``: the
-  progress lines (default stderr). ``phases``: the clock of a caller that timed its imports (``Phases(imports=...)``).
+  progress lines (default stderr). ``phases``: the clock of a caller that timed its imports
+  (``Phases(imports=...)``). ``runtime``: the command's ``runtime.Runtime`` (its stop token,
+  writer and agreements between processes; ``launch/run.py``'s), else one of its own.
   """
   check_run_arguments(c, sweep, callbacks, out, err)
+  runtime = runtime or runtime_lib.Runtime()
   out = out or sys.stdout
-  if not cluster.writes():   # another process than 0: the same work, nothing written or printed
+  if not runtime.writes:   # another process than 0: the same work, nothing written or printed
     out = err = open(os.devnull, 'w')  # pylint: disable=consider-using-with
   phases = phases or loop_lib.Phases()
-  loop_lib.STOP_REQUESTS.clear()   # stop signals count from this command on
-  loop_lib.FORWARDED.clear()
   workdir = workdir or default_workdir(expand(c, sweep), sweep)
   locked = []
   try:
@@ -187,22 +191,22 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
     # cannot go stale; a command refused (or whose input is bad) leaves nothing it created.
     created, made = [], []
     try:
-      with cluster.telling_others():   # a refusal of one (process 0's lock too) stops all
-        created = workdir_lib.make_workdir(workdir)
-        if cluster.writes():
+      with runtime.telling_others():   # a refusal of one (process 0's lock too) stops all
+        if runtime.writes:
+          created = workdir_lib.make_workdir(workdir)
           files.lock(workdir)
           locked.append(workdir)
           files.name_holder(workdir)   # named at once: a command refused meanwhile names it
-        p = plan(c, workdir, sweep, overwrite, phases, plots)
+        p = plan(c, workdir, sweep, overwrite, phases, plots, runtime.writes)
       # every process planned the same runs, and read the work directory before it changes
-      cluster.agree(plan_record(p, workdir, vmap, overwrite))
-      with cluster.telling_others():
-        if cluster.writes():
+      runtime.agree(plan_record(p, workdir, vmap, overwrite))
+      with runtime.telling_others():
+        if runtime.writes:
           for w in sorted(set(p.workdirs) - {workdir}):   # a command on a run of this one is refused
             made += workdir_lib.make_workdir(w)
             files.lock(w)
             locked.append(w)
-      agree_on_workdir(workdir)
+      agree_on_workdir(workdir, runtime)
     except BaseException:   # refused (e.g. too many open files): nothing it created is left
       for w in locked:
         files.unlock(w)
@@ -210,14 +214,14 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
       workdir_lib.remove_if_empty(sorted(made, key=lambda f: f.count(os.sep)))
       workdir_lib.remove_if_empty(created)
       raise
-    return run_plan(p, workdir, vmap, callbacks, out, err, phases)
+    return run_plan(p, workdir, vmap, callbacks, out, err, phases, runtime)
   finally:
     for w in locked:
       files.unlock(w)
 
 
 def plan_record(p: 'Plan', workdir: str, vmap: bool, overwrite: bool = False) -> dict:
-  """What the processes of a run must agree on (``cluster.agree``): the runs' flags but the
+  """What the processes of a run must agree on (``Runtime.agree``): the runs' flags but the
   paths of their inputs (which may differ between hosts; a flag's value is one value where
   every run has it, else the runs'), the inputs' digests, and what the work directory holds."""
   paths = {name for _, name in workdir_lib.PATH_FIELDS}
@@ -242,26 +246,27 @@ def plan_record(p: 'Plan', workdir: str, vmap: bool, overwrite: bool = False) ->
 LOCK_VISIBLE_S = 10.
 
 
-def agree_on_workdir(workdir: str) -> None:
+def agree_on_workdir(workdir: str, runtime: runtime_lib.Runtime) -> None:
   """Several processes: each sees, in its own ``workdir``, the lock file process 0 wrote there
   (``files.name_holder``), so that they share one work directory (on several hosts a shared
   file system: fresh folders of the same name on each host agree on everything else, and the
   first checkpoint failed); else a ConfigError in every process. A process that does not see
   one yet looks again for up to ``LOCK_VISIBLE_S``."""
-  if jax.process_count() > 1:
-    cluster.agree({})   # process 0 has written it, or stopped and says why
+  if runtime.count > 1:
+    runtime.agree({})   # process 0 has written it, or stopped and says why
     h, deadline = files.holder(workdir), time.monotonic() + LOCK_VISIBLE_S
     while h is None and time.monotonic() < deadline:
       time.sleep(0.25)
       h = files.holder(workdir)
-    cluster.agree({'whose lock file the work directory holds (one folder for every process, '
+    runtime.agree({'whose lock file the work directory holds (one folder for every process, '
                    'a shared file system)': h and f'{h["host"]}:{h["pid"]}'})
 
 
 def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
-             phases: loop_lib.Phases) -> list[dict]:
+             phases: loop_lib.Phases, runtime: runtime_lib.Runtime) -> list[dict]:
   """``run``'s writes and training, once ``p`` is checked and the work directory locked."""
-  if cluster.writes():   # what a kill inside a write left
+  write = runtime.write   # process 0's files (several processes)
+  if runtime.writes:   # what a kill inside a write left
     for w in dict.fromkeys([workdir] + p.workdirs):   # a grid's heat map is in its run's plots/
       files.remove_temporaries(w)
       files.remove_temporaries(os.path.join(w, 'plots'))
@@ -269,17 +274,17 @@ def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
     record = workdir_lib.config_json(x, p.digests, extra)
     if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
-      workdir_lib.extend(w, record)
+      write(workdir_lib.extend, w, record)
       p.status[i] = 'resume'
     elif p.status[i] == 'new':
-      workdir_lib.start(w, record)
+      write(workdir_lib.start, w, record)
     elif p.status[i] == 'resume':   # an earlier version's record gains the data's digest
-      workdir_lib.record_inputs(w, record)
+      write(workdir_lib.record_inputs, w, record)
   if p.grid is None:
     for note in p.notes:   # a grid sizes its own chunks
       print(f'note: {note}', file=out)
-  results = train_all(p, vmap, list(callbacks), err, phases)
-  if cluster.writes():   # only process 0 writes (several processes)
+  results = train_all(p, vmap, list(callbacks), err, phases, runtime)
+  if runtime.writes:   # only process 0 writes (several processes)
     with phases.time('report'):
       write = outputs.write_report if p.grid is None else outputs.write_grid_report
       write(p, workdir, results, out)
@@ -306,7 +311,7 @@ def program_groups(p: Plan, vmap: bool) -> list[list[int]]:
   return out
 
 
-def train_all(p: Plan, vmap: bool, extra: list, err, phases) -> list[dict]:
+def train_all(p: Plan, vmap: bool, extra: list, err, phases, runtime) -> list[dict]:
   """Trains the runs ``run_status`` did not find finished; a finished run's summary is read."""
   results = {}
   for i, st in enumerate(p.status):
@@ -314,16 +319,17 @@ def train_all(p: Plan, vmap: bool, extra: list, err, phases) -> list[dict]:
       name = 'summary.json' if p.grid is None else 'grid.json'
       results[i] = workdir_lib.read_json_as(os.path.join(p.workdirs[i], name), dict,
                                             'is damaged; pass --overwrite to train it again')
-      workdir_lib.remove_checkpoints(p.workdirs[i], keep=p.configs[i].run.num_rounds)
+      runtime.write(workdir_lib.remove_checkpoints, p.workdirs[i],
+                    keep=p.configs[i].run.num_rounds)
       print(f'{p.configs[i].run_name}, seed {p.configs[i].run.seed}: finished earlier in '
             f'{p.workdirs[i]}; its outputs are kept (--overwrite trains it again)',
             file=err or sys.stderr)
   for group in program_groups(p, vmap):
-    results.update(train_group(p, group, extra, err, phases))
+    results.update(train_group(p, group, extra, err, phases, runtime))
   return [results[i] for i in range(len(p.configs))]
 
 
-def train_group(p: Plan, group: list[int], extra: list, err, phases) -> dict:
+def train_group(p: Plan, group: list[int], extra: list, err, phases, runtime) -> dict:
   """One program: the runs ``group`` (a grid's cells for one config of a grid plan)."""
   first = p.configs[group[0]]
   exp = factories.with_config(p.base, first)
@@ -333,7 +339,7 @@ def train_group(p: Plan, group: list[int], extra: list, err, phases) -> dict:
     flag = p.levels[3]
     tags = [{flag: x.flags()[flag]} if flag in factories.tunable_flags(x) else {} for x in configs]
     summaries = train(exp, [p.workdirs[i] for i in group], configs, resume=resume,
-                      callbacks=extra, err=err, phases=phases, tags=tags)
+                      callbacks=extra, err=err, phases=phases, tags=tags, runtime=runtime)
     return dict(zip(group, summaries))
   w = p.workdirs[group[0]]
   tags = grid_lib.cell_tags(*p.grid)
@@ -341,23 +347,25 @@ def train_group(p: Plan, group: list[int], extra: list, err, phases) -> dict:
           for t in tags]
   grids = grid_lib.GridSummary({w: p.grid}, p.plots)
   train_runs(exp, runs, f'{first.run_name} grid of {len(runs)} cells, seed {first.run.seed}',
-             resume, grids, extra, err, phases)
+             resume, grids, extra, err, phases, runtime)
   return {group[0]: grids.results[w]}
 
 
 def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
           configs: Sequence[Config] | None = None, *, resume: bool = False,
           callbacks: Sequence = (), err=None, phases: loop_lib.Phases | None = None,
-          tags: Sequence[dict] | None = None) -> list[dict]:
+          tags: Sequence[dict] | None = None,
+          runtime: runtime_lib.Runtime | None = None) -> list[dict]:
   """Trains ``configs`` (default ``[exp.config]``; they may differ only in the seed and the
   ``factories.batched_flags``) on ``exp``'s data and model as one program, run ``i`` into
   ``workdirs[i]``; returns their summaries. ``resume``: continue from the work directories'
   last common checkpoint (else they are started afresh). What ``run`` does for each group of
   runs, for a caller that prepared the experiment itself (``factories.prepare``). ``tags``:
-  each run's fields in its records and summary (``loop.Run.tags``)."""
+  each run's fields in its records and summary (``loop.Run.tags``). ``runtime``: as ``run``'s."""
+  runtime = runtime or runtime_lib.Runtime()
   configs = list(configs or [exp.config])
   workdirs = [workdirs] if isinstance(workdirs, str) else list(workdirs)
-  if not resume:
+  if not resume and runtime.writes:
     digests = workdir_lib.input_digests(exp)
     for x, w in zip(configs, workdirs):
       workdir_lib.make_workdir(w)
@@ -373,12 +381,12 @@ def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
     label += f', {key} {", ".join(f"{v:g}" for v in dict.fromkeys(t[key] for t in tags))}'
   summary = callbacks_lib.RunSummary()
   runs = [loop_lib.Run(x, w, t) for x, w, t in zip(configs, workdirs, tags)]
-  train_runs(exp, runs, label, resume, summary, list(callbacks), err, phases)
+  train_runs(exp, runs, label, resume, summary, list(callbacks), err, phases, runtime)
   return [summary.summaries[i] for i in range(len(configs))]
 
 
-def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, err, phases
-               ) -> loop_lib.Loop:
+def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, err, phases,
+               runtime: runtime_lib.Runtime) -> loop_lib.Loop:
   """The loop of ``runs``: the library's callbacks with ``summary`` (``RunSummary`` or
   ``GridSummary``), then ``extra``."""
   first = runs[0].config
@@ -386,9 +394,9 @@ def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, 
   chunk = planning.runs_chunk_size(exp, len(runs), same_cohorts)
   program, hparams = factories.make_runs(exp, [r.config for r in runs], chunk)
   progress = Progress(first.run.num_rounds, stream=err, label=label)
-  loop = loop_lib.Loop(exp, runs, program, hparams, chunk, phases)
-  sinks_used = [sinks.JsonlWriter(), sinks.CsvWriter()] if cluster.writes() else []
-  if first.run.tensorboard and cluster.writes():
+  loop = loop_lib.Loop(exp, runs, program, hparams, chunk, phases, runtime)
+  sinks_used = [sinks.JsonlWriter(), sinks.CsvWriter()] if runtime.writes else []
+  if first.run.tensorboard and runtime.writes:
     sinks_used.append(sinks.TensorBoardWriter())
   return loop_lib.train(loop, [
       # a round's records are written before its checkpoint, which counts them

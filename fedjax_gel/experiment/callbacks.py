@@ -17,7 +17,7 @@ import numpy as np
 from flax import serialization
 
 from fedjax_gel.core import devices, evaluation, round as round_lib, runs as runs_lib
-from fedjax_gel.experiment import checkpoint, cluster, files, workdir as workdir_lib
+from fedjax_gel.experiment import checkpoint, files, workdir as workdir_lib
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -175,19 +175,21 @@ class Checkpointer(Callback):
     self.saved = None   # the round this loop saved last (a stop after it saves nothing more)
 
   def on_start(self, loop):
-    dirs = groups(loop)
-    start = resume_round(list(dirs)) if self.resume else 0
+    dirs, write = groups(loop), loop.runtime.write
+    start = resume_round(list(dirs), loop.runtime.writes) if self.resume else 0
     for w in dirs if self.resume else ():
       # a directory's checkpoints past the common round (a kill between the directories' saves)
       # would outlive the records cut back to it, and stop the next resume; they go first
-      checkpoint.remove_after(w, start)
+      write(checkpoint.remove_after, w, start)
       if not start:   # none common to the directories: the run starts again, so do its records
-        checkpoint.cut_metrics(w, 0)
+        write(checkpoint.cut_metrics, w, 0)
     if not start:
       return
     states = {}
     for w, idx in dirs.items():   # read into the shapes and shardings of the fresh state
-      state, meta = checkpoint.restore(w, start, group_state(loop, idx))
+      state, meta = checkpoint.load(w, start, group_state(loop, idx))
+      # the records of the rounds after the checkpoint are written again as the run resumes
+      write(checkpoint.cut_metrics, w, meta['metrics_bytes'])
       records = workdir_lib.read_metrics(w)
       for i, saved in zip(idx, meta['runs']):
         run = loop.runs[i]
@@ -213,10 +215,10 @@ class Checkpointer(Callback):
       meta = {'metrics_bytes': os.path.getsize(metrics) if written else 0,
               # what check_resume compares: the records a resumed run keeps are as written
               # (only the writing process's meta is kept)
-              'metrics_sha256': files.digest(metrics) if written and cluster.writes() else '',
+              'metrics_sha256': files.digest(metrics) if written and loop.runtime.writes else '',
               'runs': [{'totals': loop.runs[i].totals, 'distance': loop.runs[i].distance,
                         'diverged': loop.runs[i].diverged} for i in idx]}
-      checkpoint.save(w, done, group_state(loop, idx), meta)
+      checkpoint.save(w, done, group_state(loop, idx), meta, loop.runtime)
 
   def on_round(self, loop, done):
     if self.every and done % self.every == 0 and done < loop.num_rounds:
@@ -244,9 +246,10 @@ def assemble(loop, parts):
   return jax.tree.map(lambda *a: jax.numpy.stack(a), *by_run)
 
 
-def resume_round(workdirs) -> int:
-  """The last round every one of ``workdirs`` has an intact checkpoint of (0: none)."""
-  common = set.intersection(*(set(checkpoint.intact_rounds(w)) for w in workdirs))
+def resume_round(workdirs, set_aside: bool = True) -> int:
+  """The last round every one of ``workdirs`` has an intact checkpoint of (0: none); the
+  damaged ones set aside where ``set_aside`` (``checkpoint.intact_rounds``)."""
+  common = set.intersection(*(set(checkpoint.intact_rounds(w, set_aside)) for w in workdirs))
   return max(common, default=0)
 
 
@@ -366,11 +369,13 @@ class RunSummary(Callback):
       i = idx[0]
       run = loop.runs[i]
       finished = run.diverged is None
+      write = loop.runtime.write   # process 0's files (several processes)
       if finished:
         params = devices.to_host(loop.run_params(i))
-        checkpoint.write_atomic(os.path.join(w, 'model.msgpack'), serialization.to_bytes(params))
+        write(files.write_atomic, os.path.join(w, 'model.msgpack'),
+              serialization.to_bytes(params))
       summary = run_summary(loop, i)
-      workdir_lib.write_summary(w, summary)   # after the metrics and the model
+      write(workdir_lib.write_summary, w, summary)   # after the metrics and the model
       if finished:
-        workdir_lib.remove_checkpoints(w, keep=run.config.run.num_rounds)
+        write(workdir_lib.remove_checkpoints, w, keep=run.config.run.num_rounds)
       self.summaries[i] = summary

@@ -38,7 +38,7 @@ from absl import logging as absl_logging
 from flax import serialization
 
 from fedjax_gel.core import paths
-from fedjax_gel.experiment import cluster, files
+from fedjax_gel.experiment import files
 from fedjax_gel.experiment.config import ConfigError, first_line
 
 VERSION = 3
@@ -80,11 +80,10 @@ def remove(workdir: str, round_idx: int):
 
 
 def remove_after(workdir: str, round_idx: int):
-  """Removes the checkpoints of rounds after ``round_idx`` (by the writing process only)."""
-  if cluster.writes():
-    for r in rounds(workdir):
-      if r > round_idx:
-        remove(workdir, r)
+  """Removes the checkpoints of rounds after ``round_idx``."""
+  for r in rounds(workdir):
+    if r > round_idx:
+      remove(workdir, r)
 
 
 def leftovers(workdir: str) -> list[str]:
@@ -122,12 +121,6 @@ def _devices(leaves) -> int:
               if getattr(a, 'sharding', None) is not None] + [1])
 
 
-def write_atomic(file: str, data: bytes):
-  """``files.write_atomic`` by the writing process only (``cluster.writes``)."""
-  if cluster.writes():
-    files.write_atomic(file, data)
-
-
 def _fresh_dir(directory: str):
   """``directory`` created empty, never through a link (what a kill or a plant left there
   goes first)."""
@@ -138,28 +131,27 @@ def _fresh_dir(directory: str):
   os.mkdir(directory)
 
 
-def save(workdir: str, round_idx: int, state, meta: dict):
-  """Writes the checkpoint of ``round_idx`` (every process its own shards; process 0 the meta)
-  and drops all but the last ``KEEP``. A checkpoint of that round already there is kept (a
-  round's state is a function of the round): as process 0 sees it, so that every process
-  takes the same way (one that saw it late entered the save's barrier alone and waited
-  forever)."""
+def save(workdir: str, round_idx: int, state, meta: dict, runtime):
+  """Writes the checkpoint of ``round_idx`` (every process of ``runtime``, the command's
+  ``runtime.Runtime``, its own shards; process 0 the meta) and drops all but the last
+  ``KEEP``. A checkpoint of that round already there is kept (a round's state is a function
+  of the round): as process 0 sees it, so that every process takes the same way (one that saw
+  it late entered the save's barrier alone and waited forever)."""
   final = path(workdir, round_idx)
-  if cluster.from_writer(os.path.isdir(final) and not os.path.islink(final)):
+  if runtime.from_writer(os.path.isdir(final) and not os.path.islink(final)):
     return
   tmp = os.path.abspath(final + '.tmp')
-  if cluster.writes():
-    _fresh_dir(tmp)
-  cluster.sync(f'checkpoint {round_idx}')
+  runtime.write(_fresh_dir, tmp)
+  runtime.sync(f'checkpoint {round_idx}')
   leaves = jax.tree.leaves(state)
   _save_state(os.path.join(tmp, 'state'), state, leaves)
-  if not cluster.writes():
+  if not runtime.writes:
     return
   layout = {'shapes': [list(a.shape) for a in leaves], 'devices': _devices(leaves)}
   payload = serialization.msgpack_serialize(
       {'version': VERSION, 'round': round_idx, 'meta': meta, 'layout': layout,
        'state_sha256': files.digest(os.path.join(tmp, 'state'))})
-  write_atomic(os.path.join(tmp, 'meta.msgpack'), serialization.msgpack_serialize(
+  files.write_atomic(os.path.join(tmp, 'meta.msgpack'), serialization.msgpack_serialize(
       {'payload': payload, 'sha256': hashlib.sha256(payload).hexdigest()}))
   _fsync_dir(tmp)
   os.replace(tmp, final)
@@ -305,19 +297,11 @@ def load(workdir: str, round_idx: int, target):
   return state, data['meta']
 
 
-def restore(workdir: str, round_idx: int, target):
-  """``load``, and ``metrics.jsonl`` cut back to its length at the checkpoint (the lines of
-  later rounds are written again as the run resumes)."""
-  state, meta = load(workdir, round_idx, target)
-  cut_metrics(workdir, meta['metrics_bytes'])
-  return state, meta
-
-
 def cut_metrics(workdir: str, size: int):
-  """Cuts ``metrics.jsonl`` back to ``size`` bytes (the writing process), as it was when the
-  run stood where it resumes from (0: its start)."""
+  """Cuts ``metrics.jsonl`` back to ``size`` bytes, as it was when the run stood where it
+  resumes from (0: its start)."""
   metrics = os.path.join(workdir, 'metrics.jsonl')
-  if cluster.writes() and os.path.exists(metrics):
+  if os.path.exists(metrics):
     files.truncate(metrics, size)
 
 
@@ -364,9 +348,10 @@ def check(workdir: str, target, meta_keys: tuple) -> list[str]:
           'checkpoint and sets this one aside (.damaged)' for r, e in damaged]
 
 
-def intact_rounds(workdir: str) -> list[int]:
-  """``rounds`` of the intact checkpoints (``_intact``); the damaged ones are renamed
-  ``checkpoint-<round>.damaged`` (kept for inspection, never read)."""
+def intact_rounds(workdir: str, set_aside: bool = True) -> list[int]:
+  """``rounds`` of the intact checkpoints (``_intact``); where ``set_aside`` (the writing
+  process), the damaged ones are renamed ``checkpoint-<round>.damaged`` (kept for inspection,
+  never read)."""
   good = []
   for r in rounds(workdir):
     file = path(workdir, r)
@@ -374,7 +359,7 @@ def intact_rounds(workdir: str) -> list[int]:
       _intact(workdir, r)
       good.append(r)
     except Exception:  # pylint: disable=broad-except
-      if cluster.writes():
+      if set_aside:
         shutil.rmtree(file + '.damaged', ignore_errors=True)
         os.replace(file, file + '.damaged')
   return good

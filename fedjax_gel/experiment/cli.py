@@ -22,7 +22,6 @@ import errno
 import os
 import re
 import select
-import signal
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from absl import flags, logging
 
 from fedjax_gel.core.backend import compilation_cache
 from fedjax_gel.experiment import api, cluster, files, loop as loop_lib
+from fedjax_gel.experiment import runtime as runtime_lib
 from fedjax_gel.experiment import watchdog
 from fedjax_gel.experiment import sweep as sweep_lib
 from fedjax_gel.algorithms import registry
@@ -444,20 +444,21 @@ def fail(message: str) -> int:
   return 2
 
 
-def leaving(code: int, watch) -> int:
+def leaving(code: int, watch, runtime: runtime_lib.Runtime) -> int:
   """``code``, once a refusal or a stop every process shares has left JAX's runtime with the
-  others (``cluster.leave``); ``watch`` (the command's ``watchdog.Watchdog``) has told them
+  others (``Runtime.leave``); ``watch`` (the command's ``watchdog.Watchdog``) has told them
   first that this process is done: once it left, the coordinator may be gone, and a call to it
   ends the process (status 134)."""
   watch.finish('done')
-  cluster.leave()
+  runtime.leave()
   return code
 
 
-def fail_together(message: str, watch) -> int:
-  """``fail`` before the runs' first collective, the other processes told (``cluster``)."""
-  cluster.stop_others(message)
-  return leaving(fail(message), watch)
+def fail_together(message: str, watch, runtime: runtime_lib.Runtime) -> int:
+  """``fail`` before the runs' first collective, the other processes told
+  (``Runtime.stop_others``)."""
+  runtime.stop_others(message)
+  return leaving(fail(message), watch, runtime)
 
 
 def interrupted(e: KeyboardInterrupt) -> int:
@@ -508,9 +509,11 @@ def check_command(values: flags.FlagValues, argv):
                       'must name the same work directory')
 
 
-def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
-  """Runs the parsed flags' experiments; returns the exit status. ``start``: the process'
-  ``time.perf_counter()`` before its imports (the ``imports`` phase)."""
+def execute(values: flags.FlagValues, argv, runtime: runtime_lib.Runtime,
+            start: float | None = None) -> int:
+  """Runs the parsed flags' experiments as ``runtime`` (the process's ``runtime.Runtime``);
+  returns the exit status. ``start``: the process' ``time.perf_counter()`` before its imports
+  (the ``imports`` phase)."""
   logging.set_verbosity(logging.ERROR)   # keep JAX's and TFDS's notices off stderr
   try:
     check_command(values, argv)
@@ -524,11 +527,11 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     return fail(str(e))
   watchdog.defer_xla_abort(values.stall_timeout)   # the watchdog names a stalled round
   configure_cpu()   # before JAX starts: each CPU core a device of the mesh, small loops fused
-  loop_lib.share_stops()   # several processes: a stop signal stops them all, at one round
+  runtime.share_stops()   # several processes: a stop signal stops them all, at one round
   watch = watchdog.for_command(values.stall_timeout, values.heartbeat_timeout)
   code = None
   try:
-    code = run_command(values, start, watch)
+    code = run_command(values, start, watch, runtime)
     return code
   finally:   # a process that ends alone tells the others (they stop too); one that ends with
     # them told them so already (``leaving``, the end of ``run_command``): a no-op then
@@ -536,7 +539,8 @@ def execute(values: flags.FlagValues, argv, start: float | None = None) -> int:
     watch.finish('stopped', f'it ended {ended} (its own line says why)')
 
 
-def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
+def run_command(values: flags.FlagValues, start: float | None, watch,
+                runtime: runtime_lib.Runtime) -> int:
   """``execute`` once the processes have joined and JAX is set up: the runs, and the exit
   status of how they ended (``watch``: the command's ``watchdog.Watchdog``)."""
   try:
@@ -546,23 +550,23 @@ def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
            e.strerror or e)
     if values['compilation_cache'].present:
       return fail_together(f'--compilation_cache={values.compilation_cache}: cannot use it as the '
-                           f'compilation cache ({why})', watch)
+                           f'compilation cache ({why})', watch, runtime)
     print(f'note: no compilation cache in {values.compilation_cache} ({why}); every program is '
           'compiled afresh')
   from fedjax_gel.data.errors import DataError  # pylint: disable=g-import-not-at-top
   phases = loop_lib.Phases(imports=time.perf_counter() - start if start else 0.)
-  stops = loop_lib.STOP_REQUESTS
+  stops = runtime.stop
   try:
-    with cluster.telling_others():
+    with runtime.telling_others():
       config, sweep = from_flags(values)
       if stops:   # a stop while starting (launch/run.py), or one whose KeyboardInterrupt was lost
         raise KeyboardInterrupt
     api.run(config, values.workdir, sweep, overwrite=values.overwrite, vmap=values.vmap_seeds,
-            plots=values.plots, phases=phases, callbacks=[watch])
+            plots=values.plots, phases=phases, callbacks=[watch], runtime=runtime)
   except (ConfigError, DataError) as e:   # a refusal every process shares
-    return leaving(fail(str(e)), watch)
+    return leaving(fail(str(e)), watch, runtime)
   except KeyboardInterrupt as e:   # a stop every process shares (told, or agreed after a round)
-    return leaving(interrupted(e), watch)
+    return leaving(interrupted(e), watch, runtime)
   except OSError as e:   # the disk, permissions, a link planted mid-run: one line
     return fail(os_error(e))
   except Exception as e:  # pylint: disable=broad-except
@@ -570,17 +574,17 @@ def run_command(values: flags.FlagValues, start: float | None, watch) -> int:
       return fail(oom)
     if stops:   # a KeyboardInterrupt turned into another error where it landed (an import)
       return interrupted(KeyboardInterrupt())
-    if not cluster.lost_peer(e):
+    if not runtime.lost_peer(e):
       raise
     print(f'error: process {values.process_id} lost the other processes of the run '
           f'({first_line(e)}); it stops: start every process again with the same command to '
           f'resume {watchdog.resume_from(watch.workdirs)}', file=sys.stderr)
     return watchdog.EXIT_STALLED
   if stops:   # asked to stop in a run's last round, or while writing the report
-    return leaving(interrupted(KeyboardInterrupt()), watch)
+    return leaving(interrupted(KeyboardInterrupt()), watch, runtime)
   watch.finish('done')   # while every process is still here (see ``leaving``)
-  cluster.sync('finished')   # process 0, the coordinator, ends last
-  if cluster.writes():
+  runtime.sync('finished')   # process 0, the coordinator, ends last
+  if runtime.writes:
     total = f', total {time.perf_counter() - start:.1f} s' if start else ''
     print(f'all runs: {phases.line()}{total}', file=sys.stderr)
   return 0
@@ -610,31 +614,16 @@ def main(argv) -> int:
     rest = parse(argv, values)
   except ConfigError as e:
     return fail(str(e))
-  return guarded(execute, values, rest)
+  runtime = runtime_lib.Runtime()
+  return guarded(runtime, execute, values, rest, runtime)
 
 
-def _unraisable(report):
-  """A KeyboardInterrupt Python could not raise (in a garbage-collection callback) is not
-  printed: ``loop.STOP_REQUESTS`` holds it, and the command ends as interrupted."""
-  if not isinstance(report.exc_value, KeyboardInterrupt):
-    sys.__unraisablehook__(report)
-
-
-def guarded(fn, *args) -> int:
-  """``fn(*args)``'s exit status, with a Ctrl-C or SIGTERM before or after the runs (imports,
-  flags, data, compilation) one line too (the rounds defer both: ``loop.deferred_interrupt``),
-  each recorded in ``loop.STOP_REQUESTS`` as well."""
-  try:
-    previous = {s: signal.signal(s, loop_lib.stop_signal)
-                for s in loop_lib.STOP_SIGNALS}
-  except ValueError:   # not the main thread
-    previous = {}
-  hook, sys.unraisablehook = sys.unraisablehook, _unraisable
-  try:
-    return fn(*args)
-  except KeyboardInterrupt as e:
-    return interrupted(e)
-  finally:
-    sys.unraisablehook = hook
-    for s, h in previous.items():
-      signal.signal(s, h)
+def guarded(runtime: runtime_lib.Runtime, fn, *args) -> int:
+  """``fn(*args)``'s exit status, with a Ctrl-C or SIGTERM before or after the rounds
+  (imports, flags, data, compilation) one line too (``Runtime.guarding``; the rounds defer
+  both: ``Runtime.deferring``)."""
+  with runtime.guarding():
+    try:
+      return fn(*args)
+    except KeyboardInterrupt as e:
+      return interrupted(e)

@@ -119,16 +119,16 @@ def write_grid(loop, idx, workdir: str, client_lrs, server_lrs, plot: bool = Tru
       **run_fields(c), 'metric': metric._asdict(), 'client_lrs': [float(x) for x in client_lrs],
       'server_lrs': [float(x) for x in server_lrs], f'target_{metric.name}': c.run.target,
       'cells': cell_results}
-  workdir_lib.write_json(os.path.join(workdir, 'grid.json'), result)
+  write = loop.runtime.write   # process 0's files (several processes)
+  write(workdir_lib.write_json, os.path.join(workdir, 'grid.json'), result)
   shape = (len(client_lrs), len(server_lrs))
   final = np.array([np.nan if x[f'final_{metric.name}'] is None else x[f'final_{metric.name}']
                     for x in cell_results]).reshape(shape)
   diverged = np.array([x['diverged'] for x in cell_results]).reshape(shape)
   if plot:
-    plots.grid_heatmap(np.nan_to_num(final), diverged, client_lrs, server_lrs,
-                       f'{c.run_name} on {c.data.dataset} ({c.model.name}): final '
-                       f'{metric.label} after {c.run.num_rounds} rounds',
-                       os.path.join(workdir, 'plots', 'grid.png'), metric)
+    write(plots.grid_heatmap, np.nan_to_num(final), diverged, client_lrs, server_lrs,
+          f'{c.run_name} on {c.data.dataset} ({c.model.name}): final {metric.label} after '
+          f'{c.run.num_rounds} rounds', os.path.join(workdir, 'plots', 'grid.png'), metric)
   best = best_cell(cell_results, metric)
   chosen = idx[cell_results.index(best)] if best is not None else idx[0]
   summary = callbacks.run_summary(loop, chosen)
@@ -136,8 +136,8 @@ def write_grid(loop, idx, workdir: str, client_lrs, server_lrs, plot: bool = Tru
                      'client_lr_grid': result['client_lrs'],
                      'server_lr_grid': result['server_lrs'],
                      'selection_rule': report.SELECTION_RULE}
-  workdir_lib.write_summary(workdir, summary)   # last: finished
-  workdir_lib.remove_checkpoints(workdir, keep=c.run.num_rounds)
+  write(workdir_lib.write_summary, workdir, summary)   # last: finished
+  write(workdir_lib.remove_checkpoints, workdir, keep=c.run.num_rounds)
   return result
 
 

@@ -13,7 +13,7 @@ each run's totals and tells the callbacks what happened:
 * ``on_interrupt(loop, done)``: Ctrl-C during round ``done``; the loop then raises
   ``Interrupted`` (after ``on_end`` is *not* called: the runs are unfinished); during the last
   round or ``on_end``, the runs finish, and the next ``train`` of the command raises
-  KeyboardInterrupt before it starts (``STOP_REQUESTS``);
+  KeyboardInterrupt before it starts (the command's ``runtime.StopToken``);
 * ``on_end(loop)``: after the last round, or when every run has diverged.
 
 Round metrics stay on the device until a callback needs them (``Loop.sync``), so the loop does
@@ -49,8 +49,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import signal
 import time
 from typing import Sequence
 
@@ -59,7 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_gel.core import devices, keys, runs as runs_lib, store as store_lib
-from fedjax_gel.experiment import cluster
+from fedjax_gel.experiment import runtime as runtime_lib
 from fedjax_gel.experiment.config import Config
 
 # (total, RoundMetrics field) summed over a run's rounds.
@@ -125,11 +123,12 @@ class Loop:
   """
 
   def __init__(self, exp, runs: Sequence[Run], program: runs_lib.RunsProgram, hparams: dict,
-               chunk_size: int, phases: Phases | None = None):
+               chunk_size: int, phases: Phases | None, runtime: runtime_lib.Runtime):
     self.exp, self.runs, self.program = exp, list(runs), program
     self.hparams = hparams
     self.chunk_size = chunk_size
     self.phases = phases or Phases()   # the process's (shared by the loops of one command)
+    self.runtime = runtime   # the command's: its stop token, writer and agreements
     self.phases_before = dict(self.phases.seconds)
     self.num_rounds = self.runs[0].config.run.num_rounds
     seeds = [r.config.run.seed for r in self.runs]
@@ -148,7 +147,8 @@ class Loop:
     self.newly_diverged = []
     self.callbacks = []
     self.t0 = time.perf_counter()
-    self.in_flight = in_flight_rounds()   # rounds ``step`` may leave unfinished
+    # rounds ``step`` may leave unfinished (the module's doc): none with several processes
+    self.in_flight = 0 if runtime.count > 1 else IN_FLIGHT_ROUNDS
 
   def placed(self, state):
     """``state`` as the round keeps it on the experiment's mesh (``core.store.place_state``):
@@ -236,12 +236,6 @@ class Loop:
     self.done, self.cohort, self.metrics = r + 1, cohort, metrics
 
 
-def in_flight_rounds() -> int:
-  """How many dispatched rounds ``Loop.step`` may leave unfinished (the module's doc): 0 with
-  several processes, else ``IN_FLIGHT_ROUNDS``."""
-  return 0 if jax.process_count() > 1 else IN_FLIGHT_ROUNDS
-
-
 class Interrupted(KeyboardInterrupt):
   """Ctrl-C stopped the loop after a whole round, whose checkpoint was written (the same run
   resumes from it)."""
@@ -251,95 +245,29 @@ class Interrupted(KeyboardInterrupt):
     self.round = round_idx
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)   # Ctrl-C, and a scheduler's or kill's request
-# The stop signals of the command under way not yet delivered as a KeyboardInterrupt
-# (``experiment.run`` clears it; a KeyboardInterrupt leaving ``train`` does too). The one a
-# signal raises outside the rounds can be lost where it lands in a garbage-collection or
-# weakref callback (Python prints "Exception ignored" and goes on), and one arriving in a run's
-# last round finishes that run; ``train`` then stops before the next run, and the command line
-# ends as interrupted (``cli.execute``).
-STOP_REQUESTS: list = []
-
-
-def stop_signal(signum, frame):
-  """The handler of a stop signal outside the rounds: recorded, then a KeyboardInterrupt."""
-  del signum, frame
-  STOP_REQUESTS.append(True)
-  raise KeyboardInterrupt
-
-
-FORWARDED: list = []   # several processes: the Ctrl-C sent on as SIGTERM (forward_stop)
-
-
-def forward_stop(signum, frame):
-  """Several processes' Ctrl-C handler: sent on as SIGTERM to JAX's preemption service, which
-  stops every process after one and the same round (``cluster.stop_agreed``); a process that
-  stopped on its own would leave the others in that round's collectives. A second one
-  interrupts this process at once."""
-  if FORWARDED:
-    stop_signal(signum, frame)
-  FORWARDED.append(True)
-  os.kill(os.getpid(), signal.SIGTERM)
-
-
-def share_stops():
-  """Once several processes joined (``cluster.agrees_on_stops``): Ctrl-C goes to
-  ``forward_stop``, SIGTERM stays with JAX's preemption service. Outside the main thread:
-  no-op."""
-  if cluster.agrees_on_stops():
-    try:
-      signal.signal(signal.SIGINT, forward_stop)
-    except ValueError:
-      pass
-
-
-@contextlib.contextmanager
-def deferred_interrupt():
-  """Within it, a first Ctrl-C (SIGINT) or SIGTERM is only recorded in ``STOP_REQUESTS``, the
-  flag it returns, so that the loop can stop between rounds (with a checkpoint); a second one
-  interrupts at once. A stop asked for earlier (one lost while compiling) is the first. Outside
-  the main thread: no-op. Several processes: ``share_stops``' handlers, the stop recorded in
-  every process after the same round (``cluster.stop_agreed``)."""
-  def handler(signum, frame):
-    if STOP_REQUESTS:
-      stop_signal(signum, frame)
-    STOP_REQUESTS.append(True)
-
-  handlers = ({signal.SIGINT: forward_stop} if cluster.agrees_on_stops() else
-              dict.fromkeys(STOP_SIGNALS, handler))
-  try:
-    previous = {s: signal.signal(s, h) for s, h in handlers.items()}
-  except ValueError:   # not the main thread: signals stay as they are
-    yield STOP_REQUESTS
-    return
-  try:
-    yield STOP_REQUESTS
-  finally:
-    for s, h in previous.items():
-      signal.signal(s, h)
-
-
 def train(loop: Loop, callbacks: Sequence) -> Loop:
   """Trains ``loop``'s runs from ``loop.start`` to ``num_rounds``, calling the callbacks' hooks
   (see the module's docstring); returns the loop for the callers' summaries. Ctrl-C ends it
-  after the round under way with ``on_interrupt`` and raises ``Interrupted``."""
+  after the round under way with ``on_interrupt`` and raises ``Interrupted``
+  (``runtime.Runtime.deferring``)."""
   loop.callbacks = list(callbacks)
+  runtime = loop.runtime
   try:
-    if STOP_REQUESTS:   # a stop asked for before (in an earlier run's last round, or lost)
+    if runtime.stop:   # a stop asked for before (in an earlier run's last round, or lost)
       raise KeyboardInterrupt
     loop.emit('on_start')
     if loop.round_fn is None:
       loop.compile()
     loop.emit('on_compiled')
-    agreeing = cluster.agrees_on_stops()   # several processes stop after one round
-    with deferred_interrupt() as interrupted:
+    agreeing = runtime.agrees_on_stops()   # several processes stop after one round
+    with runtime.deferring():
       for r in range(loop.start, loop.num_rounds):
         with loop.phases.time('train'):
           loop.step(r)
         loop.emit('on_round', r + 1)
-        if agreeing and cluster.stop_agreed():   # a stop signal to any process, this round
-          interrupted.append(True)
-        if interrupted and r + 1 < loop.num_rounds:
+        if agreeing and runtime.stop_agreed():   # a stop signal to any process, this round
+          runtime.stop.request()
+        if runtime.stop and r + 1 < loop.num_rounds:
           loop.emit('on_interrupt', r + 1)
           raise Interrupted(r + 1)
         if loop.stop:
@@ -347,6 +275,6 @@ def train(loop: Loop, callbacks: Sequence) -> Loop:
       jax.block_until_ready(loop.state)
       loop.emit('on_end')   # a first stop signal lets the finished runs be written whole
   except KeyboardInterrupt:   # delivered: the stop asked for is under way
-    STOP_REQUESTS.clear()
+    runtime.stop.clear()
     raise
   return loop

@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from fedjax_gel.core import paths
-from fedjax_gel.experiment import checkpoint, cluster, files, report
+from fedjax_gel.experiment import checkpoint, files, report
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment.config import Config, ConfigError, json_extras
 from fedjax_gel.core import tasks
@@ -209,8 +209,8 @@ def record_inputs(workdir: str, config: dict):
   file = os.path.join(workdir, 'config.json')
   saved = read_json(file)
   placed = lambda record: {k: record.get('run', {}).get(k) for k in PLACEMENT_FLAGS}
-  if cluster.writes() and (any(k in config and k not in saved for k in INPUT_FIELDS) or
-                           placed(saved) != placed(config)):
+  if (any(k in config and k not in saved for k in INPUT_FIELDS) or
+      placed(saved) != placed(config)):
     write_json(file, config)
 
 
@@ -301,8 +301,6 @@ def start(workdir: str, config_json: dict):
   of an earlier run there (``--overwrite``): its summary goes first, so that a kill at any
   point leaves an unfinished run of the new configuration, never the old run's outputs taken
   for the new one's."""
-  if not cluster.writes():   # only process 0 writes (several processes)
-    return
   for name in ('summary.json', 'grid.json', 'model.msgpack', 'report.md', 'metrics.csv'):
     if os.path.lexists(os.path.join(workdir, name)):
       os.remove(os.path.join(workdir, name))
@@ -340,8 +338,6 @@ def extend(workdir: str, config: dict):
   """Makes the run in ``workdir`` an unfinished run of its ``config`` (``config_json``: more
   ``num_rounds``): its summary goes (first, so that a kill leaves an unfinished run) and its
   config is rewritten; it then resumes from its final state like any unfinished run."""
-  if not cluster.writes():   # only process 0 writes (several processes)
-    return
   summary = os.path.join(workdir, 'summary.json')
   if os.path.exists(summary):
     os.remove(summary)
@@ -352,8 +348,6 @@ def remove_checkpoints(workdir: str, keep: int | None = None):
   """Removes a run's checkpoints but the one of round ``keep`` (a finished run's final state,
   kept so that the run can be extended); also those a kill left behind, and (``keep`` None: the
   run starts afresh) the damaged ones set aside, which a finished run keeps for inspection."""
-  if not cluster.writes():
-    return
   for r in checkpoint.rounds(workdir):
     if r != keep:
       checkpoint.remove(workdir, r)
@@ -367,10 +361,8 @@ def remove_checkpoints(workdir: str, keep: int | None = None):
 
 
 def make_workdir(workdir: str) -> list[str]:
-  """Creates the work directory (by the writing process); returns the folders it created,
-  deepest last. A path that cannot be one is a ConfigError."""
-  if not cluster.writes():   # only process 0 writes (several processes)
-    return []
+  """Creates the work directory; returns the folders it created, deepest last. A path that
+  cannot be one is a ConfigError."""
   check_folder(workdir)
   created, folder = [], os.path.abspath(workdir)
   while not os.path.exists(folder):
@@ -405,8 +397,8 @@ def finite(obj):
 
 
 def write_text(path: str, text: str):
-  """Writes ``path`` whole or not at all (``checkpoint.write_atomic``)."""
-  checkpoint.write_atomic(path, text.encode())
+  """Writes ``path`` whole or not at all (``files.write_atomic``)."""
+  files.write_atomic(path, text.encode())
 
 
 def write_json(path: str, obj):

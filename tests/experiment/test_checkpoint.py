@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 
 from fedjax_gel.experiment import checkpoint
+from fedjax_gel.experiment.runtime import Runtime
+
+ALONE = Runtime()   # one process: it writes
 
 
 class State(NamedTuple):
@@ -31,7 +34,7 @@ def test_round_trip_keeps_the_last_two_and_removes_what_a_kill_left(tmp_path):
   w = str(tmp_path)
   (tmp_path / 'checkpoint-3.tmp' / 'state').mkdir(parents=True)   # a save killed midway
   for r in (1, 2, 3):
-    checkpoint.save(w, r, state(10, seed=r), {'metrics_bytes': r})
+    checkpoint.save(w, r, state(10, seed=r), {'metrics_bytes': r}, ALONE)
   assert checkpoint.rounds(w) == [2, 3]
   assert sorted(os.listdir(w)) == ['checkpoint-2', 'checkpoint-3']
   got, meta = checkpoint.load(w, 3, state(10))
@@ -39,7 +42,7 @@ def test_round_trip_keeps_the_last_two_and_removes_what_a_kill_left(tmp_path):
   assert type(got) is State
   jax.tree.map(np.testing.assert_array_equal, got, state(10, seed=3))
   before = os.stat(os.path.join(w, 'checkpoint-3', 'meta.msgpack')).st_mtime_ns
-  checkpoint.save(w, 3, state(10, seed=9), {'metrics_bytes': 9})   # that round's is kept
+  checkpoint.save(w, 3, state(10, seed=9), {'metrics_bytes': 9}, ALONE)   # that round's is kept
   assert os.stat(os.path.join(w, 'checkpoint-3', 'meta.msgpack')).st_mtime_ns == before
 
 
@@ -52,7 +55,7 @@ def test_a_split_store_is_read_with_another_padding(tmp_path, monkeypatch, saved
   checkpoint of 4 devices over 2 processes in one process.)"""
   w = str(tmp_path)
   monkeypatch.setattr(checkpoint, '_devices', lambda leaves: saved[1])
-  checkpoint.save(w, 5, state(saved[0], seed=1), {})
+  checkpoint.save(w, 5, state(saved[0], seed=1), {}, ALONE)
   monkeypatch.setattr(checkpoint, '_devices', lambda leaves: now[1])
   got, _ = checkpoint.load(w, 5, state(now[0]))
   assert got.clients.shape == (now[0], 3)
@@ -65,7 +68,7 @@ def test_a_split_store_is_read_with_another_padding(tmp_path, monkeypatch, saved
 
 def test_other_shapes_and_damage_are_one_line(tmp_path):
   w = str(tmp_path)
-  checkpoint.save(w, 5, state(10), {})
+  checkpoint.save(w, 5, state(10), {}, ALONE)
   other = state(10)._replace(params={'w': jnp.zeros((4, 3))})
   with pytest.raises(checkpoint.CheckpointError, match="holds another configuration's state"):
     checkpoint.load(w, 5, other)
@@ -88,7 +91,7 @@ def test_a_resume_hashes_a_state_once_and_again_after_a_write(tmp_path, monkeypa
   """A resume reads each checkpoint three times (``check``, ``intact_rounds``, ``load``): its
   state is hashed once; a byte changed in place afterwards (same size) is hashed and refused."""
   w = str(tmp_path)
-  checkpoint.save(w, 5, state(10), {'metrics_bytes': 0})
+  checkpoint.save(w, 5, state(10), {'metrics_bytes': 0}, ALONE)
   (tmp_path / 'metrics.jsonl').touch()
   hashed = []
   digest = checkpoint.files.digest
@@ -112,7 +115,7 @@ def test_with_every_checkpoint_damaged_the_error_names_them_all(tmp_path):
   w = str(tmp_path)
   (tmp_path / 'metrics.jsonl').touch()
   for r in (2, 4, 6):
-    checkpoint.save(w, r, state(10), {'metrics_bytes': 0})
+    checkpoint.save(w, r, state(10), {'metrics_bytes': 0}, ALONE)
     os.remove(os.path.join(w, f'checkpoint-{r}', 'state', 'manifest.ocdbt'))
   kept = checkpoint.rounds(w)
   assert len(kept) >= 2 and kept[-1] == 6

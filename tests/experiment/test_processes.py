@@ -268,18 +268,20 @@ def test_a_work_directory_in_use_stops_every_process_with_one_line(tmp_path, tin
 def test_a_lock_file_seen_late_is_waited_for(monkeypatch, tmp_path):
   """A shared file system may show process 0's new ``.lock`` to another host a few seconds
   late (NFS): the process looks again before it compares; one that never sees it gives None."""
-  from fedjax_gel.experiment import api, cluster  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import api, runtime as runtime_lib  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment import files as files_lib  # pylint: disable=g-import-not-at-top
   told, seen = [], iter([None, None, {'host': 'h', 'pid': 7}])
-  monkeypatch.setattr(api.jax, 'process_count', lambda: 2)
-  monkeypatch.setattr(cluster, 'agree', told.append)
+
+  class TwoProcesses(runtime_lib.Runtime):
+    count = 2
+    agree = staticmethod(told.append)
   monkeypatch.setattr(files_lib, 'holder', lambda w: next(seen))
-  api.agree_on_workdir(str(tmp_path))
+  api.agree_on_workdir(str(tmp_path), TwoProcesses())
   assert told[0] == {} and list(told[1].values()) == ['h:7']
   monkeypatch.setattr(files_lib, 'holder', lambda w: None)
   monkeypatch.setattr(api, 'LOCK_VISIBLE_S', 0.3)
   start = time.monotonic()
-  api.agree_on_workdir(str(tmp_path))
+  api.agree_on_workdir(str(tmp_path), TwoProcesses())
   assert list(told[3].values()) == [None] and time.monotonic() - start >= 0.3
 
 

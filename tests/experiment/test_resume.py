@@ -26,7 +26,7 @@ import helpers
 from fedjax_gel.experiment import api, cli
 from fedjax_gel.experiment import callbacks as callbacks_lib
 from fedjax_gel.experiment import config as config_lib
-from fedjax_gel.experiment import loop as loop_lib
+from fedjax_gel.experiment import runtime as runtime_lib
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.sweep import Sweep
 
@@ -232,7 +232,8 @@ def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_p
   foreign = exp.algorithm.server_init(exp.model.init(jax.random.key(0)))
   checkpoint.save(str(workdir), 10, foreign,
                   {'metrics_bytes': 0 if other else 10**6,
-                   'runs': [{'totals': {}, 'distance': 0., 'diverged': None}]})
+                   'runs': [{'totals': {}, 'distance': 0., 'diverged': None}]},
+                  runtime_lib.Runtime())
   before = snapshot(workdir)
   proc = run(cmd)
   assert proc.returncode == 2 and 'Traceback' not in proc.stderr, proc.stderr
@@ -264,20 +265,20 @@ def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason='signal handlers live in the main thread')
-@pytest.mark.parametrize('signum', loop_lib.STOP_SIGNALS)
+@pytest.mark.parametrize('signum', runtime_lib.STOP_SIGNALS)
 def test_a_stop_signal_only_sets_the_flag_and_a_second_one_interrupts(signum):
   before = signal.getsignal(signum)
-  try:
-    with loop_lib.deferred_interrupt() as stop:
+  runtime, other = runtime_lib.Runtime(), runtime_lib.Runtime()
+  with runtime.deferring():
+    os.kill(os.getpid(), signum)
+    time.sleep(0.01)
+    assert runtime.stop.requests == 1
+    assert not other.stop   # another command's token (a notebook's next run) is its own
+    with pytest.raises(KeyboardInterrupt):
       os.kill(os.getpid(), signum)
-      time.sleep(0.01)
-      assert stop == [True] and loop_lib.STOP_REQUESTS == [True]
-      with pytest.raises(KeyboardInterrupt):
-        os.kill(os.getpid(), signum)
-        time.sleep(1)
-    assert signal.getsignal(signum) == before
-  finally:
-    loop_lib.STOP_REQUESTS.clear()
+      time.sleep(1)
+    assert runtime.stop.requests == 2
+  assert signal.getsignal(signum) == before
 
 
 class SignalInLastRound(callbacks_lib.Callback):
@@ -302,12 +303,11 @@ def test_a_stop_signal_in_a_runs_last_round_finishes_it_and_starts_no_other(tiny
   c = config_lib.make(dataset='leaf', data_path=str(tiny_leaf_file), num_rounds=3,
                       eval_every=1, clients_per_round=3, batch_size=2, budget_range=(1, 3))
   sweep = Sweep(algorithms=['fedavgcm', 'gel'])
-  try:
-    with pytest.raises(KeyboardInterrupt):
-      api.run(c, str(tmp_path), sweep, callbacks=[SignalInLastRound(signal.SIGTERM)],
-              **quiet())
-  finally:
-    loop_lib.STOP_REQUESTS.clear()
+  runtime = runtime_lib.Runtime()
+  with pytest.raises(KeyboardInterrupt):
+    api.run(c, str(tmp_path), sweep, callbacks=[SignalInLastRound(signal.SIGTERM)],
+            runtime=runtime, **quiet())
+  assert not runtime.stop   # delivered: the KeyboardInterrupt that stopped the command
   summary = json.loads((tmp_path / 'fedavgcm' / 'summary.json').read_text())
   assert summary['status'] == 'finished' and summary['rounds'] == 3
   assert not (tmp_path / 'gel' / 'summary.json').exists()
@@ -320,9 +320,9 @@ def test_a_stop_signal_whose_keyboard_interrupt_was_lost_ends_the_command_as_int
     monkeypatch, lost):
   """A KeyboardInterrupt that Python swallowed in a garbage-collection callback, or turned into
   another error inside an import: the signal's record still makes the exit status 130."""
-  def lost_signal(*args, **kwargs):
+  def lost_signal(*args, runtime, **kwargs):
     del args, kwargs
-    loop_lib.STOP_REQUESTS.append(True)
+    runtime.stop.request()   # what the signal's handler records before raising
     if lost == 'as another error':
       raise RuntimeError('Error calling __set_name__ on ...')
     return []
@@ -331,11 +331,8 @@ def test_a_stop_signal_whose_keyboard_interrupt_was_lost_ends_the_command_as_int
   cli.define_flags(values)
   rest = cli.parse(['run.py', '--num_rounds=2'], values)
   err = io.StringIO()
-  try:
-    with contextlib.redirect_stderr(err):
-      assert cli.execute(values, rest) == 130
-  finally:
-    loop_lib.STOP_REQUESTS.clear()
+  with contextlib.redirect_stderr(err):
+    assert cli.execute(values, rest, runtime_lib.Runtime()) == 130
   assert err.getvalue().strip().splitlines()[-1].startswith('interrupted: run the same command')
 
 

@@ -26,7 +26,7 @@ from absl import flags as absl_flags
 
 import helpers
 from fedjax_gel.experiment import api, checkpoint, cli, files
-from fedjax_gel.experiment import loop as loop_lib
+from fedjax_gel.experiment import runtime as runtime_lib
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import ConfigError
 
@@ -530,19 +530,17 @@ def test_a_deeply_nested_config_json_is_one_line(tmp_path):
 
 
 def guarded(work):
-  """``cli.guarded(work)``'s exit status and stderr; the stop signals it recorded forgotten."""
+  """``cli.guarded(work)``'s exit status and stderr (``work`` takes the runtime)."""
   err = io.StringIO()
-  try:
-    with contextlib.redirect_stderr(err):
-      return cli.guarded(work), err.getvalue()
-  finally:
-    loop_lib.STOP_REQUESTS.clear()
+  runtime = runtime_lib.Runtime()
+  with contextlib.redirect_stderr(err):
+    return cli.guarded(runtime, work, runtime), err.getvalue()
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason='signal handlers live in the main thread')
 def test_sigterm_before_the_rounds_is_one_line():
-  def work():
+  def work(runtime):
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(1)
     return 0
@@ -562,8 +560,8 @@ def test_a_keyboard_interrupt_python_cannot_raise_is_recorded_not_printed():
     def __del__(self):
       raise self.error
 
-  def work():
-    loop_lib.STOP_REQUESTS.append(True)   # what the signal handler records before raising
+  def work(runtime):
+    runtime.stop.request()   # what the signal handler records before raising
     Drops(KeyboardInterrupt())
     Drops(ValueError('shown'))
     return 0
