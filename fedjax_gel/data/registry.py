@@ -50,12 +50,7 @@ def register_dataset(spec: DatasetSpec | str, load: Callable | None = None) -> D
     legacy = load
     spec = DatasetSpec(spec, lambda d, hparams: legacy(d),
                        reads=('data_path', 'data_dir', 'train_fraction'))
-  try:
-    return DATASETS.register(spec, _check)
-  except ValueError as e:
-    if str(e).startswith(f'a dataset named {spec.name!r} is registered already'):
-      raise ValueError(f'register_dataset: a dataset {spec.name!r} exists already') from None
-    raise
+  return DATASETS.register(spec, _check)
 
 
 def unregister(name: str):

@@ -87,7 +87,7 @@ def test_unknown_names_list_the_registered_ones(readme_example):
     (models.register_model, ('logistic', lambda s, c: None), 'registered already'),
     (models.register_model, ('not a name', lambda s, c: None), 'identifier'),
     (models.register_model, ('fine', 3), 'callable'),
-    (data_registry.register_dataset, ('femnist', lambda d: None), 'exists already'),
+    (data_registry.register_dataset, ('femnist', lambda d: None), 'registered already'),
     (data_registry.register_dataset, ('fine', None), 'callable'),
 ])
 def test_bad_registrations(register, args, words):
