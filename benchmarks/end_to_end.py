@@ -115,6 +115,7 @@ def compiled_round(cohort: int, rounds: int) -> dict:
   from fedjax_gel.core.backend import compilation_cache  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment import cli, factories  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment import loop as loop_lib, planning, sweep  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment.runtime import Runtime  # pylint: disable=g-import-not-at-top
 
   compilation_cache.enable(compilation_cache.default_dir())
   values = flags.FlagValues()
@@ -125,7 +126,7 @@ def compiled_round(cohort: int, rounds: int) -> dict:
   exp = factories.with_config(factories.prepare(config), config)
   chunk = planning.runs_chunk_size(exp, 1, True)   # as api.train_runs, for one run
   program, hparams = factories.make_runs(exp, [config], chunk)
-  loop = loop_lib.Loop(exp, [loop_lib.Run(config, '')], program, hparams, chunk)
+  loop = loop_lib.Loop(exp, [loop_lib.Run(config, '')], program, hparams, chunk, None, Runtime())
   loop.compile()
   blocks = -(-rounds // WAIT_EVERY)
   cohorts = [loop.sample(r) for r in range(blocks * WAIT_EVERY + 1)]

@@ -41,7 +41,7 @@ def starting():
     signal.signal(s, hold)
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   try:
-    from absl import flags  # pylint: disable=g-import-not-at-top
+    from absl import app, flags  # pylint: disable=g-import-not-at-top,unused-import
     from fedjax_gel.experiment import cli, runtime as runtime_lib  # pylint: disable=g-import-not-at-top
     cli.define_flags(flags.FLAGS)
     runtime = runtime_lib.Runtime()
@@ -86,5 +86,5 @@ def main(runtime, argv):
 
 if __name__ == '__main__':
   RUNTIME = starting()
-  from absl import app  # pylint: disable=g-import-not-at-top,g-bad-import-order
+  from absl import app  # pylint: disable=g-import-not-at-top  # loaded by starting, held
   app.run(functools.partial(main, RUNTIME), flags_parser=functools.partial(parse, RUNTIME))

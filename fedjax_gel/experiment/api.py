@@ -176,7 +176,8 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
   after the library's own. ``out``: where the results' lines go (default stdout); ``err``: the
   progress lines (default stderr). ``phases``: the clock of a caller that timed its imports
   (``Phases(imports=...)``). ``runtime``: the command's ``runtime.Runtime`` (its stop token,
-  writer and agreements between processes; ``launch/run.py``'s), else one of its own.
+  writer and agreements between processes; ``launch/run.py``'s), else one of its own. Every
+  process returns the summaries; only process 0's hold the checksums of the files it wrote.
   """
   check_run_arguments(c, sweep, callbacks, out, err)
   runtime = runtime or runtime_lib.Runtime()

@@ -23,6 +23,7 @@ result, or a hang in a collective). A process that stops before that point tells
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import time
 
@@ -129,15 +130,21 @@ def sync(name: str) -> None:
 # How long a process waits at ``gather`` for the others (they may still be loading data); a
 # dead one is noticed sooner, through its missed heartbeats.
 GATHER_TIMEOUT_MS = 24 * 3600 * 1000
+# The numbers of the gathers and of the rounds told to JAX's preemption service, counted for
+# the process as the services they number are: the key-value store refuses a key set before,
+# and the preemption service's steps only grow (a second command in one process goes on
+# counting; every process counts alike, as they run the same commands).
+_gathers = itertools.count()
+_steps = itertools.count(1)
 
 
-def gather(key: str, record) -> list:
-  """Every process's ``record`` (JSON-serialisable) under ``key`` (a key no gather used
-  before), in process order; a barrier. Through the coordination service's key-value store
-  (JAX's distributed client), not a collective of the devices, so that processes with
-  different device counts still meet (and are told so)."""
+def gather(record) -> list:
+  """Every process's ``record`` (JSON-serialisable), in process order; a barrier. Through
+  the coordination service's key-value store (JAX's distributed client), not a collective of
+  the devices, so that processes with different device counts still meet (and are told so)."""
   import jax  # pylint: disable=g-import-not-at-top
   client = jax_private.distributed_client()   # JAX's own (it exports no public handle)
+  key = f'fedjax_gel/gather/{next(_gathers)}'
   client.key_value_set(f'{key}/{jax.process_index()}', json.dumps(record, sort_keys=True))
   return [json.loads(client.blocking_key_value_get(f'{key}/{i}', GATHER_TIMEOUT_MS))
           for i in range(jax.process_count())]
@@ -155,11 +162,12 @@ def has_preemption_service() -> bool:
   return jax.process_count() > 1 and jax_private.preemption_sync_manager() is not None
 
 
-def reached_sync_point(step: int) -> bool:
-  """JAX's preemption service's answer for ``step`` (the rounds stepped, counted from 1):
-  whether a stop signal to any process makes every process stop after this one."""
+def reached_sync_point() -> bool:
+  """Called after every round: JAX's preemption service's answer for it (the process's
+  rounds, counted from 1): whether a stop signal to any process makes every process stop after
+  this one."""
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  return multihost_utils.reached_preemption_sync_point(step)
+  return multihost_utils.reached_preemption_sync_point(next(_steps))
 
 
 def shutdown() -> None:

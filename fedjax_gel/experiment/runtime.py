@@ -23,7 +23,6 @@ Stop signals (Ctrl-C, SIGTERM) take three forms over a command's life:
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import signal
 import sys
@@ -101,16 +100,15 @@ def _unraisable(report):
 class Runtime:
   """One process's part in one command (the module's doc).
 
-  ``stop``: its ``StopToken`` (``launch/run.py`` hands over the stops it recorded while
-  starting). The role (``index``, ``count``, ``writes``) is JAX's, read when first asked:
-  creating a runtime starts no backend (``xla.configure_cpu`` must come first).
+  ``stop``: its ``StopToken``; ``refused``: the refusals and stops every process shares. The
+  role (``index``, ``count``, ``writes``) is JAX's, read when first asked: creating a runtime
+  starts no backend (``xla.configure_cpu`` must come first). The numbers of the gathers and
+  rounds told to JAX's services are the process's (``cluster``), as those services are.
   """
 
-  def __init__(self, stop: StopToken | None = None):
-    self.stop = stop or StopToken()
+  def __init__(self):
+    self.stop = StopToken()
     self.refused = []   # a refusal or stop every process shares: they leave together (``leave``)
-    self._gathers = itertools.count()   # every process gathers in the same order
-    self._rounds = itertools.count(1)   # the rounds stepped (every process: the same)
 
   # the role
   @property
@@ -139,7 +137,7 @@ class Runtime:
     (``cluster.gather``)."""
     if self.count == 1:
       return [record]
-    return cluster.gather(f'fedjax_gel/gather/{next(self._gathers)}', record)
+    return cluster.gather(record)
 
   def from_writer(self, value):
     """Process 0's ``value`` in every process (a decision every process must take alike, e.g.
@@ -239,7 +237,7 @@ class Runtime:
     this one. A signal to any process starts the preemption service's protocol, which picks the
     next round every process reaches (the largest any has dispatched, plus one) and makes this
     true there in all of them, so that they write the same checkpoint and stop together."""
-    if cluster.reached_sync_point(next(self._rounds)):
+    if cluster.reached_sync_point():
       self.refused.append(INTERRUPTED)   # every process stops: they leave the runtime together
       return True
     return False
