@@ -15,16 +15,18 @@ Each is ``launch/run.py`` with a shipped flag file (printed as it runs); each wo
 keeps its ``report.md``, ``plots/`` and per-run summaries (the records, ``metrics.jsonl``,
 ``metrics.csv`` and ``tensorboard/``, are not committed). Then ``README.md`` in ``--out`` sets
 the mean rounds to 85% (with their 95% intervals) and the speedups (with Fieller's interval,
-over the seeds both algorithms reached) against the paper's: a paper value reproduces when it
-lies inside the interval. Per grid, how many cells end at 80% test accuracy or more. A
+over the seeds both algorithms reached) against the paper's, each with its three-valued verdict
+(``reproduction.verdict``). Per grid, how many cells end at 80% test accuracy or more. A
 hand-written ``discussion.md`` in ``--out``, when present, ends the README.
 
-Usage: ``python benchmarks/reproduce_gel_synthetic.py [--out DIR] [--seeds 0,1,...]`` (default:
-seeds 0-39)
+Usage: ``python benchmarks/reproduce_gel_synthetic.py [--out DIR] [--seeds 0,1,...] [--keep]``
+(default: seeds 0-39; every command runs again from round 0, a few minutes; ``--keep``: the
+finished commands are kept and only ``README.md`` is written again)
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import os
@@ -89,15 +91,16 @@ def grid_section(out: str, verdicts: dict) -> list[str]:
       text = (f'Fig. 7: {gel} ends at {GOOD:.0%} or more in {good_cells[gel]} cells, {base} in '
               f'{good_cells[base]}; the paper (on FEMNIST) finds GeL enlarging the region of '
               'good learning rates')
-      verdicts['reproduce' if good_cells[gel] > good_cells[base] else 'differ'].append(text)
+      verdicts[reproduction.REPRODUCED if good_cells[gel] > good_cells[base] else
+               reproduction.NOT_REPRODUCED].append(text)
   return lines
 
 
-def summary_text(out: str, commands: list[str], minutes: float) -> str:
+def summary_text(out: str, commands: list[str], minutes: float, resumed: bool = False) -> str:
   rounds, verdicts = reproduction.rounds_table(out, PAPER, TARGET)
   lines = [*reproduction.header('GeL on LEAF Synthetic: Tables 1 and 2 and the Fig. 7 grid, '
                                 'reproduced', 'reproduce_gel_synthetic.py', commands, minutes,
-                                resumed=False),
+                                resumed=resumed),
            'The machine: this project\'s 2-core CPU machine (no accelerator).', '',
            'Rounds to 85% test accuracy against the GeL paper (Boukhari et al. 2023, Tables 1 '
            'and 2; the paper\'s values are means over 5 seeds). Here: the mean with its 95% '
@@ -109,7 +112,7 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
            'against FedProx, GeL\'s guess counts) pair runs of the same seeds (same cohorts, '
            'budgets, initial models and shuffles).', '',
            *reproduction.speedup_table(out, PAIRS, PAPER, TARGET, verdicts), '',
-           *grid_section(out, verdicts), '', *reproduction.verdict_lines(verdicts), '',
+           *grid_section(out, verdicts), '', *reproduction.verdict_lines(verdicts, []), '',
            'The full tables: [table1_lr0.01](table1_lr0.01/report.md), '
            '[table1_lr0.005](table1_lr0.005/report.md), [table2](table2/report.md), '
            '[fig7_grid](fig7_grid/report.md); accuracy curves in each `plots/`.',
@@ -122,8 +125,11 @@ def main(argv=None):
   p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', 'gel_synthetic'),
                  help=reproduction.OUT_HELP)
   p.add_argument('--seeds', default=','.join(map(str, range(SEEDS))))
+  p.add_argument('--keep', action='store_true',
+                 help='keep the finished commands; write README.md again from their outputs')
   a = p.parse_args(argv)
-  reproduction.reproduce(a.out, runs(a.seeds), summary_text, overwrite=True)
+  reproduction.reproduce(a.out, runs(a.seeds), functools.partial(summary_text, resumed=a.keep),
+                         overwrite=not a.keep)
 
 
 if __name__ == '__main__':

@@ -1,13 +1,24 @@
 """What the paper-reproduction scripts share: running their ``launch/run.py`` commands, reading
 the per-seed results back, and setting them against the paper's numbers with 95% intervals.
 
-A paper value *reproduces* when it lies inside the interval measured here: Student's t for
-mean rounds to the target (over the seeds that reached it), Fieller's interval for a speedup
-``mean(R_base) / mean(R) - 1`` over the seeds both algorithms reached
-(``fedjax_gel.experiment.report.speedup_ci``). The papers' own values are means over 5 seeds,
-so a value outside the interval may still be what a 5-seed experiment draws: the tables also
-give the range (2.5 to 97.5 percentiles) of the same figure over 5-seed subsets of the seeds
-run here, and a verdict says when the paper's value lies in it.
+Every row with a paper value gets one of three verdicts (``verdict``), a rule fixed before the
+runs, on the 95% interval measured here (Student's t for mean rounds to the target over the
+seeds that reached it; Fieller's interval for a speedup ``mean(R_base) / mean(R) - 1`` over the
+seeds both algorithms reached, ``fedjax_gel.experiment.report.speedup_ci``):
+
+* *reproduced*: the interval excludes 0, contains the paper's value, and its half-width is at
+  most half the paper's value (precise enough to tell the paper's effect from none and from
+  half of it);
+* *not reproduced*: the interval excludes the paper's value;
+* *inconclusive*: otherwise (the paper's value inside an interval too wide to decide, or fewer
+  than 2 seeds to make one).
+
+For rounds to a target the "effect" is the paper's rounds. Rows the paper has and no command
+here ran are listed as *not attempted* (each script's ``NOT_ATTEMPTED``). The papers' own values
+are means over 5 seeds, so a value outside the interval may still be what a 5-seed experiment
+draws: the tables also give the range (2.5 to 97.5 percentiles) of the same figure over 5-seed
+subsets of the seeds run here, and a *not reproduced* line says when the paper's value lies in
+it.
 """
 from __future__ import annotations
 
@@ -120,6 +131,25 @@ def _inside(value: float, low: float, high: float) -> bool:
   return low <= value <= high
 
 
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = 'reproduced', 'not reproduced', 'inconclusive'
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+
+
+def verdict(paper: float, low: float, high: float) -> str:
+  """The module's three-valued verdict on the paper's ``paper`` against the 95% interval
+  ``[low, high]`` measured here."""
+  if not _inside(paper, low, high):
+    return NOT_REPRODUCED
+  if not _inside(0., low, high) and (high - low) / 2 <= abs(paper) / 2:
+    return REPRODUCED
+  return INCONCLUSIVE
+
+
+def no_verdicts() -> dict:
+  """``{verdict: [lines]}`` for the tables to fill."""
+  return {v: [] for v in VERDICTS}
+
+
 def subset_range(base: list, other: Optional[list] = None, draws: int = 20_000):
   """The 2.5 and 97.5 percentiles, over ``draws`` subsets of ``PAPER_SEEDS`` seeds (drawn
   without replacement by a fixed generator), of the subset's mean of ``base`` or, with
@@ -135,25 +165,25 @@ def subset_range(base: list, other: Optional[list] = None, draws: int = 20_000):
   return tuple(np.percentile(values, [2.5, 97.5]))
 
 
-def _verdict(verdicts: dict, ok: bool, text: str, value: float, draws, fmt: str) -> None:
-  if not ok and draws is not None:
+def _verdict(verdicts: dict, said: str, text: str, value: float, draws, fmt: str) -> None:
+  if said == NOT_REPRODUCED and draws is not None:
     low, high = draws
     text += (f' (5-seed subsets here range {low:{fmt}} to {high:{fmt}}: '
              + ('a 5-seed draw explains it)' if _inside(value, low, high) else 'outside)'))
-  verdicts['reproduce' if ok else 'differ'].append(text)
+  verdicts[said].append(text)
 
 
 def rounds_table(out: str, paper: dict, target: float,
                  judge: bool = True) -> tuple[list[str], dict]:
   """Markdown lines: per ``(run, algorithm)`` of ``paper`` (its rounds to the target), the mean
   rounds here +- the 95% interval and the seeds reaching; with ``judge`` (the paper's target
-  is this target), whether the paper's value is inside and the range of 5-seed subsets.
-  Returns the lines and the verdicts ``{'reproduce': [...], 'differ': [...]}``."""
+  is this target), the verdict and the range of 5-seed subsets. Returns the lines and the
+  verdicts (``no_verdicts``)."""
   lines = [f'| run | algorithm | paper | here: rounds to {ACCURACY.format(target)} (mean +- 95% '
-           'CI) | seeds reaching |' + (' paper inside | means of 5-seed subsets (95% range) |'
+           'CI) | seeds reaching |' + (' verdict | means of 5-seed subsets (95% range) |'
                                        if judge else ''),
            '|---|---|---:|---:|---:|' + ('---|---:|' if judge else '')]
-  verdicts = {'reproduce': [], 'differ': []}
+  verdicts = no_verdicts()
   for (run, alg), value in paper.items():
     runs = load(out, run, alg)
     reached = [s['rounds_to_target'] for s, _ in runs.values() if s['rounds_to_target'] is not None]
@@ -161,18 +191,18 @@ def rounds_table(out: str, paper: dict, target: float,
     if len(reached) < 2:
       lines.append(row + f'- | {len(reached)}/{len(runs)} |' + (' - | - |' if judge else ''))
       if judge:
-        verdicts['differ'].append(f'{run} {alg}: {len(reached)} seed(s) reached the target')
+        verdicts[INCONCLUSIVE].append(f'{run} {alg}: {len(reached)} seed(s) reached the target')
       continue
     mean, half = report.mean_ci(reached)
     row += f'{mean:.1f} +- {half:.1f} | {len(reached)}/{len(runs)} |'
     if not judge:
       lines.append(row)
       continue
-    ok = _inside(value, mean - half, mean + half)
+    said = verdict(value, mean - half, mean + half)
     draws = subset_range(reached)
-    lines.append(row + f' {"yes" if ok else "**no**"} | '
+    lines.append(row + f' {shown(said)} | '
                  f'{"-" if draws is None else f"{draws[0]:.0f} to {draws[1]:.0f}"} |')
-    _verdict(verdicts, ok, f'{run} {alg}: {mean:.1f} +- {half:.1f} rounds, the paper\'s {value}',
+    _verdict(verdicts, said, f'{run} {alg}: {mean:.1f} +- {half:.1f} rounds, the paper\'s {value}',
              value, draws, '.0f')
   return lines, verdicts
 
@@ -183,8 +213,8 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
   both reached with Fieller's 95% interval, the paper's (from ``paper``'s rounds, when it has
   both), whether the interval lies above 0, and the compared run's accuracy beyond the target
   at the round the baseline reaches it (percentage points, paired by seed, where the records
-  are kept). Appends to ``verdicts``."""
-  lines = ['| baseline -> compared | paper | here (95% CI; seeds both reached) | paper inside | '
+  are kept), and the verdict where the paper has both. Appends to ``verdicts``."""
+  lines = ['| baseline -> compared | paper | here (95% CI; seeds both reached) | verdict | '
            '5-seed subsets (95% range) | faster (interval above 0) | accuracy beyond target at '
            'baseline\'s round (pp) |', '|---|---:|---:|---|---:|---|---:|']
   for b, c in pairs:
@@ -193,10 +223,13 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
                     and k in other and other[k][0]['rounds_to_target'] is not None)
     name = f'{" ".join(b)} -> {" ".join(c)}'
     value = paper[b] / paper[c] - 1 if b in paper and c in paper else None
-    shown = '-' if value is None else f'{value:+.1%}'
+    paper_text = '-' if value is None else f'{value:+.1%}'
     if len(common) < 2:
-      lines.append(f'| {name} | {shown} | - | - | - | - | - |')
-      verdicts['differ'].append(f'{name}: {len(common)} seed(s) where both reached the target')
+      lines.append(f'| {name} | {paper_text} | - | {"-" if value is None else INCONCLUSIVE} | - '
+                   '| - | - |')
+      if value is not None:
+        verdicts[INCONCLUSIVE].append(f'{name}: {len(common)} seed(s) where both reached the '
+                                      'target')
       continue
     rb = [base[k][0]['rounds_to_target'] for k in common]
     rc = [other[k][0]['rounds_to_target'] for k in common]
@@ -206,23 +239,38 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
               for k in common]
     beyond = [b for b in beyond if b is not None]
     faster = 'yes' if low > 0 else ('**slower**' if high < 0 else 'not shown')
-    ok = value is not None and _inside(value, low, high)
-    lines.append(f'| {name} | {shown} | {report.speedup_text(s, low, high, len(common), len(base))}'
-                 f' | {"-" if value is None else ("yes" if ok else "**no**")} | '
+    said = None if value is None else verdict(value, low, high)
+    lines.append(f'| {name} | {paper_text} | '
+                 f'{report.speedup_text(s, low, high, len(common), len(base))}'
+                 f' | {"-" if said is None else shown(said)} | '
                  f'{"-" if draws is None else f"{draws[0]:+.1%} to {draws[1]:+.1%}"} | {faster} | '
                  f'{report.mean_ci_text(beyond, 2) if beyond else "-"} |')
-    if value is not None:
-      _verdict(verdicts, ok, f'{name}: {s:+.1%} ({low:+.1%} to {high:+.1%}), the paper\'s '
+    if said is not None:
+      _verdict(verdicts, said, f'{name}: {s:+.1%} ({low:+.1%} to {high:+.1%}), the paper\'s '
                f'{value:+.1%}', value, draws, '+.1%')
   return lines
 
 
-def verdict_lines(verdicts: dict) -> list[str]:
-  """The two lists a reproduction's README ends its numbers with."""
-  lines = ['Reproduce (the paper\'s value inside the 95% interval):', '']
-  lines += [f'- {v}' for v in verdicts['reproduce']] or ['- none']
-  lines += ['', 'Do not reproduce:', '']
-  lines += [f'- {v}' for v in verdicts['differ']] or ['- none']
+def shown(said: str) -> str:
+  """A verdict as a table shows it (*not reproduced* in bold)."""
+  return f'**{said}**' if said == NOT_REPRODUCED else said
+
+
+RULE = ('Verdicts, by a rule fixed before the runs (`benchmarks/reproduction.py`): *reproduced* '
+        'when the 95% interval excludes 0, contains the paper\'s value and its half-width is at '
+        'most half the paper\'s value; *not reproduced* when it excludes the paper\'s value; '
+        '*inconclusive* otherwise.')
+
+
+def verdict_lines(verdicts: dict, not_attempted: list[str]) -> list[str]:
+  """The lists a reproduction's README ends its numbers with: the rule, each verdict's rows,
+  and the paper's rows no command here ran (``not_attempted``)."""
+  lines = [RULE]
+  for v in VERDICTS:
+    lines += ['', f'{v.capitalize()}:', '']
+    lines += [f'- {t}' for t in verdicts[v]] or ['- none']
+  lines += ['', 'Not attempted (the paper has them; no command here ran them yet):', '']
+  lines += [f'- {t}' for t in not_attempted] or ['- none']
   return lines
 
 

@@ -174,3 +174,29 @@ def test_timed_processes_times_the_commands_and_exits_with_a_failures_output():
   with pytest.raises(SystemExit) as e:
     common.timed_processes([[sys.executable, '-c', 'import sys; sys.exit("broken")']], 'this')
   assert e.value.code == 'this failed:\nbroken\n'
+
+
+@pytest.mark.parametrize('paper, low, high, said', [
+    (0.188, 0.207, 0.575, 'not reproduced'),   # FEMNIST FedAvgCM -> GeL: the paper's below
+    (0.226, 0.009, 0.702, 'inconclusive'),     # Shakespeare: inside, but 0.35 wide a side
+    (0.145, -0.040, 0.561, 'inconclusive'),    # FEMNIST FedNova: inside, and 0 inside too
+    (0.289, 0.254, 0.501, 'reproduced'),       # inside, above 0, half-width 0.12 <= 0.145
+    (0.289, 0.200, 0.500, 'inconclusive'),     # half-width 0.15 > 0.1445
+    (-0.095, -0.111, -0.060, 'reproduced'),    # a slowdown: the sign is the paper's too
+    (148, 141.6, 153.2, 'reproduced'),         # rounds: the effect is the paper's rounds
+])
+def test_a_verdict_is_three_valued_by_the_rule_stated_before_the_runs(paper, low, high, said):
+  import reproduction  # pylint: disable=g-import-not-at-top
+  assert reproduction.verdict(paper, low, high) == said
+
+
+def test_verdict_lines_list_every_verdict_and_the_rows_not_attempted():
+  import reproduction  # pylint: disable=g-import-not-at-top
+  verdicts = reproduction.no_verdicts()
+  verdicts[reproduction.INCONCLUSIVE].append('row a')
+  text = '\n'.join(reproduction.verdict_lines(verdicts, ['Table 2 on Shakespeare']))
+  assert text.startswith(reproduction.RULE)
+  for v in ('Reproduced:\n\n- none', 'Not reproduced:\n\n- none', 'Inconclusive:\n\n- row a',
+            'Not attempted (the paper has them; no command here ran them yet):\n\n'
+            '- Table 2 on Shakespeare'):
+    assert v in text
