@@ -189,7 +189,8 @@ def rounds_table(out: str, paper: dict, target: float,
     reached = [s['rounds_to_target'] for s, _ in runs.values() if s['rounds_to_target'] is not None]
     row = f'| {run} | {alg} | {value} | '
     if len(reached) < 2:
-      lines.append(row + f'- | {len(reached)}/{len(runs)} |' + (' - | - |' if judge else ''))
+      lines.append(row + f'- | {len(reached)}/{len(runs)} |' +
+                   (f' {INCONCLUSIVE} | - |' if judge else ''))
       if judge:
         verdicts[INCONCLUSIVE].append(f'{run} {alg}: {len(reached)} seed(s) reached the target')
       continue

@@ -363,13 +363,13 @@ class RunSummary(Callback):
       self.write(loop)
 
   def write(self, loop):
+    write = loop.runtime.write   # process 0's files (several processes)
     for w, idx in groups(loop).items():
       if len(idx) != 1:
         continue
       i = idx[0]
       run = loop.runs[i]
       finished = run.diverged is None
-      write = loop.runtime.write   # process 0's files (several processes)
       if finished:
         params = devices.to_host(loop.run_params(i))
         write(files.write_atomic, os.path.join(w, 'model.msgpack'),
