@@ -48,7 +48,8 @@ def run_dir(workdir: str, c: Config, levels: tuple) -> str:
 
 
 # Run settings that earlier versions did not record, left out of a folder's name at their defaults.
-NEWER_RUN_SETTINGS = ('fuse_small_dots', 'client_distance')
+NEWER_RUN_SETTINGS = ('fuse_small_dots', 'client_distance', 'eval_every_round_from',
+                      'eval_every_round_until')
 
 
 def settings_of_earlier_versions(c) -> dict:
@@ -402,7 +403,9 @@ def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, 
   return loop_lib.train(loop, [
       # a round's records are written before its checkpoint, which counts them
       callbacks_lib.Evaluate(first.run.eval_every, exp.test_pool, exp.train_pool,
-                             together=same_cohorts and len(runs) > 1),
+                             together=same_cohorts and len(runs) > 1,
+                             every_round=(first.run.eval_every_round_from,
+                                          first.run.eval_every_round_until)),
       callbacks_lib.Checkpointer(first.run.checkpoint_every, resume),
       *sinks_used,
       callbacks_lib.DivergenceGuard(progress.note),

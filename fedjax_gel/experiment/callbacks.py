@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Optional
 
 import jax
 import numpy as np
@@ -56,7 +57,12 @@ class Evaluate(Callback):
   """Every test metric of the model's task (``test_<name>``; ``best_test_<name>`` of its main
   metric), the test and train loss, and the spread of the main metric over the test clients,
   of every live run: at round 0 (unless resuming), every ``every`` rounds and after the last
-  round.
+  round; with ``every_round = (start, end)``, also every round from the first evaluation at
+  which a live run's best of the main metric reaches ``start`` (``Metric.reaches``) until
+  every live run's reaches ``end`` (None: to the last round), so that the rounds to a target
+  in between are exact (an evaluation of round ``r - 1`` below the target before ``r`` at it):
+  what a comparison across targets needs, at the cost of those evaluations alone. The rule
+  reads the records, so a resumed run evaluates the same rounds.
 
   ``train_pool``: the training examples the train loss is measured on (``make_eval_pool``'s
   sample of ``--train_eval_examples``, or the whole pool). Each run's model is evaluated on its
@@ -68,8 +74,10 @@ class Evaluate(Callback):
   an LSTM's evaluation took twice as long).
   """
 
-  def __init__(self, every: int, test_pool, train_pool, together: bool = False):
+  def __init__(self, every: int, test_pool, train_pool, together: bool = False,
+               every_round: tuple[Optional[float], Optional[float]] = (None, None)):
     self.every, self.test_pool, self.train_pool = every, test_pool, train_pool
+    self.start, self.end = every_round
     self.together = together
     self.fn = None
     mask = test_pool.mask   # the pools' device (a pool of host arrays: this process' first)
@@ -94,8 +102,19 @@ class Evaluate(Callback):
       self.evaluate(loop, 0)
 
   def on_round(self, loop, done):
-    if done % self.every == 0 or done == loop.num_rounds:
+    if done % self.every == 0 or done == loop.num_rounds or self.every_round(loop):
       self.evaluate(loop, done)
+
+  def every_round(self, loop) -> bool:
+    """Whether the live runs' bests so far lie in the window: one reached ``start``, not all
+    ``end``."""
+    if self.start is None:
+      return False
+    metric = loop.exp.model.task.metric
+    best = [loop.runs[i].records[-1][f'best_test_{metric.name}'] for i in loop.live()
+            if loop.runs[i].records]
+    return (any(metric.reaches(b, self.start) for b in best) and
+            (self.end is None or not all(metric.reaches(b, self.end) for b in best)))
 
   def results(self, loop) -> list:
     """``[(test, train)]`` of the live runs, on the host."""

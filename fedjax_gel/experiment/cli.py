@@ -52,7 +52,8 @@ def lists() -> tuple[str, ...]:
 # Flags that name a file or folder: ``~`` and ``$VARIABLES`` expanded (``expand_paths``).
 PATHS = ('workdir', 'compilation_cache', 'data_path', 'image_dir', 'data_dir', 'client_budgets')
 DEFINE = {'str': flags.DEFINE_string, 'Optional[str]': flags.DEFINE_string,
-          'int': flags.DEFINE_integer, 'float': flags.DEFINE_float, 'bool': flags.DEFINE_bool,
+          'int': flags.DEFINE_integer, 'float': flags.DEFINE_float,
+          'Optional[float]': flags.DEFINE_float, 'bool': flags.DEFINE_bool,
           'tuple': flags.DEFINE_string}
 
 

@@ -193,7 +193,10 @@ def comparable_flags(c: Config) -> dict:
   flags = {**config_lib.section_flags(c.data), **config_lib.section_flags(c.data.hparams),
            'model': c.model.name,
            **config_lib.section_flags(c.cohort), 'num_rounds': c.run.num_rounds,
-           'eval_every': c.run.eval_every, 'train_eval_examples': c.run.train_eval_examples,
+           'eval_every': c.run.eval_every,
+           'eval_every_round_from': c.run.eval_every_round_from,
+           'eval_every_round_until': c.run.eval_every_round_until,
+           'train_eval_examples': c.run.train_eval_examples,
            'target': c.run.target}
   return {k: v for k, v in flags.items() if k not in skip}
 

@@ -73,6 +73,13 @@ def default_weighting(client_selection: str) -> str:
   return 'uniform' if client_selection == 'power_of_d' else 'num_examples'
 
 
+def _finite_or_none(name, value):
+  if value is None:
+    return None
+  ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
+  return None if ok else f'--{name}: must be a finite number (got {value!r})'
+
+
 def _budget_range(name, value):
   if not isinstance(value, (tuple, list)) or len(value) != 2 or not all(
       isinstance(v, int) and not isinstance(v, bool) for v in value):
@@ -256,6 +263,15 @@ class RunConfig:
   seed: int = hparam(0, 'Seed of cohorts, budgets, initial model and shuffles (0 to 2**32 - 1).',
                      seed_range)
   eval_every: int = hparam(5, 'Evaluate every this many rounds.', int_range(1))
+  eval_every_round_from: Optional[float] = hparam(
+      None, "Also evaluate every round once a run's best test value of the main metric reaches "
+      'this (at or above it for accuracy, at or below for a lower-is-better metric), so that '
+      'rounds to any target beyond it are exact to the round, for one more evaluation a round '
+      'after it. Unset: every --eval_every rounds only.', _finite_or_none)
+  eval_every_round_until: Optional[float] = hparam(
+      None, 'With --eval_every_round_from: back to every --eval_every rounds once every run\'s '
+      'best reaches this (the highest target of interest). Unset: every round to the end.',
+      _finite_or_none)
   train_eval_examples: int = hparam(
       2048, 'The train loss is measured on a fixed sample of this many training examples; 0: all.',
       int_range(0, note=', 0 meaning the whole training pool'))
@@ -637,4 +653,11 @@ def validate(c: Config) -> Config:
   need(c.model.name not in BUILTIN_MODELS or 0 < c.run.target <= 1,
        f'--target must lie in (0, 1] (got {c.run.target:g}): --model={c.model.name} is scored '
        'by accuracy')
+  for name in ('eval_every_round_from', 'eval_every_round_until'):
+    value = getattr(c.run, name)
+    need(c.model.name not in BUILTIN_MODELS or value is None or 0 < value <= 1,
+         f'--{name} must lie in (0, 1] (got {value}): --model={c.model.name} is scored by '
+         'accuracy')
+  need(c.run.eval_every_round_until is None or c.run.eval_every_round_from is not None,
+       '--eval_every_round_until needs --eval_every_round_from (the round evaluations to end)')
   return c

@@ -188,6 +188,30 @@ def test_summary_consistent_with_metrics(runs, name):
   assert summary['rounds_to_target'] == (reached[0] if reached else None)
 
 
+def every_round_rounds(records, every, start, end, last):
+  """The rounds ``Evaluate`` should evaluate, by hand from the records of a run alone."""
+  rounds, best = [0], records[0]['best_test_accuracy']
+  by_round = {r['round']: r['best_test_accuracy'] for r in records}
+  for r in range(1, last + 1):
+    if r % every == 0 or r == last or (best >= start and (end is None or best < end)):
+      rounds.append(r)
+      best = by_round.get(r, best)
+  return rounds
+
+
+@pytest.mark.parametrize('end', [None, 0.6])
+def test_every_round_evaluation_in_the_window_of_the_best(base_config, tmp_path, end):
+  c = base_config.replace(num_rounds=16, eval_every=4, eval_every_round_from=0.4,
+                          eval_every_round_until=end)
+  quiet_train(factories.prepare(c), tmp_path)
+  records = read_jsonl(tmp_path / 'metrics.jsonl')
+  rounds = [r['round'] for r in records]
+  assert rounds == every_round_rounds(records, 4, 0.4, end, 16)
+  # the cases reach the window and (with an end) leave it
+  assert any(b - a == 1 for a, b in zip(rounds, rounds[1:]))
+  assert end is None or any(b - a == 4 for a, b in zip(rounds[3:], rounds[4:]))
+
+
 def test_target_reachable_and_unreachable(runs):
   assert runs['base'][2]['rounds_to_target'] == 0     # target 0.01
   assert runs['twin'][2]['rounds_to_target'] is None  # target 1.0 on tiny data
@@ -264,6 +288,9 @@ def test_a_budget_range_made_in_python_must_be_two_integers(value):
     ({'clients_per_round': -1}, '--clients_per_round'),
     ({'batch_size': 0}, '--batch_size'),
     ({'eval_every': 0}, '--eval_every'),
+    ({'eval_every_round_from': 1.5}, '--eval_every_round_from must lie in (0, 1]'),
+    ({'eval_every_round_from': float('nan')}, '--eval_every_round_from must be a finite'),
+    ({'eval_every_round_until': 0.9}, '--eval_every_round_until needs --eval_every_round_from'),
     ({'budget_range': (0, 3)}, '--budget_range'),
     ({'budget_range': (5, 4)}, '--budget_range'),
     ({'chunk_size': -1}, '--chunk_size'),
