@@ -23,7 +23,6 @@ Usage: ``python benchmarks/dropout_cost.py [--rate 0.5] [--rounds 10,40] [--repe
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys

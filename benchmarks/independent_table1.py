@@ -24,8 +24,15 @@ One ``jax.jit``-ed round (``jax.vmap`` over the 20 clients, ``lax.fori_loop`` ov
 per-client masks) driven by a Python loop over rounds. Prints rounds-to-85% per (lr, algorithm)
 and the whole protocol's wall and process CPU time.
 
+``--draws project``: the random draws are fedjax_gel's instead of the script's own (the initial
+model from ``models.logistic`` with ``core.keys.init_key``; round r's cohort, budgets and
+shuffle keys from ``core.keys.round_key``/``client_key``; the shuffles as
+``core.shuffle.cycled_permutation``), the arithmetic still the script's: run on the seeds of the
+Synthetic reproduction, it pairs with it seed by seed, which tells a difference of protocol
+(rounds that differ) from one of draws (rounds that agree on every seed).
+
 Usage: ``python benchmarks/independent_table1.py [--rounds 300] [--seeds 0,1,2,3,4]
-[--lrs 0.01,0.005]``
+[--lrs 0.01,0.005] [--draws own|project]``
 """
 from __future__ import annotations
 
@@ -63,21 +70,62 @@ def loss_fn(params, x, y):
   return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
 
 
-def make_round(x_pool, y_pool, offsets, counts, max_n, gel):
-  """The jitted round ``(params, key, lr) -> params`` for FedAvgCM (gel=False) or GeL."""
+def own_draws(key, r, num_clients):
+  """Round ``r``'s cohort, budgets and per-slot shuffle keys, from the run's key."""
+  k_clients, k_tau, k_shuffle = jax.random.split(jax.random.fold_in(key, r), 3)
+  clients = jax.random.randint(k_clients, (CLIENTS_PER_ROUND,), 0, num_clients)
+  taus = jax.random.randint(k_tau, (CLIENTS_PER_ROUND,), TAU_MIN, TAU_MAX + 1)
+  slot_keys = jax.vmap(lambda i: jax.random.fold_in(k_shuffle, i))(
+      jnp.arange(CLIENTS_PER_ROUND))
+  return clients, taus, slot_keys
+
+
+def own_order(key, n, max_n, pool_rows):
+  """A uniform permutation of the client's n examples (sorted random keys, padding last),
+  cycled: ``order[t]`` is the example of draw t."""
+  del pool_rows
+  u = jnp.where(jnp.arange(max_n) < n, jax.random.uniform(key, (max_n,)), 2.0)
+  return jnp.argsort(u)[jnp.arange(GEL_STEPS * BATCH) % n]
+
+
+def project_draws(root, r, num_clients):
+  """fedjax_gel's draws of round ``r`` (1-based here, 0-based there) from the seed's root."""
+  from fedjax_gel.core import keys  # pylint: disable=g-import-not-at-top
+  i = r - 1
+  clients = jax.random.randint(keys.round_key(root, i, keys.COHORT), (CLIENTS_PER_ROUND,), 0,
+                               num_clients, dtype=jnp.int32)
+  taus = jax.random.randint(keys.round_key(root, i, keys.BUDGET), (CLIENTS_PER_ROUND,),
+                            TAU_MIN, TAU_MAX + 1, dtype=jnp.int32)
+  per_client = keys.round_key(root, i, keys.CLIENT)
+  slot_keys = jax.vmap(lambda c, s: jax.random.split(keys.client_key(per_client, c, s))[0])(
+      clients, jnp.arange(CLIENTS_PER_ROUND, dtype=jnp.int32))
+  return clients, taus, slot_keys
+
+
+def project_order(key, n, max_n, pool_rows):
+  from fedjax_gel.core import shuffle  # pylint: disable=g-import-not-at-top
+  del max_n
+  return shuffle.cycled_permutation(key, n, GEL_STEPS * BATCH, pool_rows)
+
+
+DRAWS = {'own': (own_draws, own_order), 'project': (project_draws, project_order)}
+
+
+def make_round(x_pool, y_pool, offsets, counts, max_n, gel, draws='own'):
+  """The jitted round ``(params, key, r, lr) -> params`` for FedAvgCM (gel=False) or GeL, with
+  ``draws``' randomness (``DRAWS``)."""
   num_clients = offsets.shape[0]
   num_steps = GEL_STEPS if gel else TAU_MAX
   grad_fn = jax.grad(loss_fn)
+  draw, order_of = DRAWS[draws]
 
   def client_update(params, offset, n, tau, key, lr):
-    # A uniform permutation of the client's n examples: sort random keys, padding last.
-    u = jnp.where(jnp.arange(max_n) < n, jax.random.uniform(key, (max_n,)), 2.0)
-    perm = jnp.argsort(u)
+    order = order_of(key, n, max_n, x_pool.shape[0])
     last = tau if not gel else GEL_STEPS
 
     def step(t, state):
       w, v = state
-      idx = offset + perm[(t * BATCH + jnp.arange(BATCH)) % n]
+      idx = offset + order[t * BATCH + jnp.arange(BATCH)]
       g = grad_fn(w, x_pool[idx], y_pool[idx])
       real = t < tau                  # a real step; otherwise a zero-gradient guess (GeL)
       active = t < last               # this client still has steps to take
@@ -91,12 +139,8 @@ def make_round(x_pool, y_pool, offsets, counts, max_n, gel):
     return jax.tree.map(lambda g, l: g - l, params, w)   # Delta_i = w_global - w_i
 
   @jax.jit
-  def round_fn(params, key, lr):
-    k_clients, k_tau, k_shuffle = jax.random.split(key, 3)
-    clients = jax.random.randint(k_clients, (CLIENTS_PER_ROUND,), 0, num_clients)
-    taus = jax.random.randint(k_tau, (CLIENTS_PER_ROUND,), TAU_MIN, TAU_MAX + 1)
-    slot_keys = jax.vmap(lambda i: jax.random.fold_in(k_shuffle, i))(
-        jnp.arange(CLIENTS_PER_ROUND))
+  def round_fn(params, key, r, lr):
+    clients, taus, slot_keys = draw(key, r, num_clients)
     n = counts[clients]
     deltas = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0, None))(
         params, offsets[clients], n, taus, slot_keys, lr)
@@ -112,12 +156,27 @@ def accuracy(params, x, y):
   return jnp.mean(jnp.argmax(x @ params['W'] + params['b'], axis=1) == y)
 
 
+def own_start(seed, dim, num_classes):
+  """The initial model and the run's key."""
+  init_key, run_key = jax.random.split(jax.random.PRNGKey(seed))
+  return init_params(init_key, dim, num_classes), run_key
+
+
+def project_start(seed, dim, num_classes):
+  """fedjax_gel's initial model (its logistic model's Dense layer) and the seed's root key."""
+  from fedjax_gel.core import keys  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.models.logistic import logistic  # pylint: disable=g-import-not-at-top
+  root = keys.root_key(seed)
+  dense = logistic((dim,), num_classes).init(keys.init_key(root))['Dense_0']
+  return {'W': dense['kernel'], 'b': dense['bias']}, root
+
+
 def run(round_fn, params, run_key, lr, rounds, x_test, y_test):
   """Trains for ``rounds`` rounds; the first evaluated round at TARGET test accuracy or None."""
   reached = None
   for r in range(rounds + 1):
     if r > 0:
-      params = round_fn(params, jax.random.fold_in(run_key, r), lr)
+      params = round_fn(params, run_key, r, lr)
     if r % EVAL_EVERY == 0 and reached is None:
       if float(accuracy(params, x_test, y_test)) >= TARGET:
         reached = r
@@ -129,6 +188,8 @@ def main(argv=None):
   parser.add_argument('--rounds', type=int, default=300)
   parser.add_argument('--seeds', default='0,1,2,3,4', help='comma-separated seeds')
   parser.add_argument('--lrs', default='0.01,0.005', help='comma-separated client lrs')
+  parser.add_argument('--draws', default='own', choices=sorted(DRAWS),
+                      help="the script's own random draws, or fedjax_gel's (see the docstring)")
   args = parser.parse_args(argv)
   try:
     seeds = [int(s) for s in args.seeds.split(',')]
@@ -155,11 +216,11 @@ def main(argv=None):
 
   wall0, cpu0 = time.perf_counter(), time.process_time()
   round_fns = {alg: make_round(x_pool, y_pool, offsets, counts, int(counts_np.max()),
-                               gel=(alg == 'gel')) for alg in ALGORITHMS}
+                               gel=(alg == 'gel'), draws=args.draws) for alg in ALGORITHMS}
   results = {(lr, alg): [] for lr in lrs for alg in ALGORITHMS}
   for seed in seeds:
-    init_key, run_key = jax.random.split(jax.random.PRNGKey(seed))
-    params = init_params(init_key, dim, num_classes)
+    params, run_key = (project_start if args.draws == 'project' else own_start)(
+        seed, dim, num_classes)
     for lr in lrs:
       for alg in ALGORITHMS:
         results[(lr, alg)].append(
@@ -167,7 +228,7 @@ def main(argv=None):
   wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
 
   print(f'rounds to {TARGET:.0%} test accuracy (evaluated every {EVAL_EVERY} rounds, '
-        f'{args.rounds} rounds, seeds {args.seeds}):')
+        f'{args.rounds} rounds, seeds {args.seeds}, {args.draws} draws):')
   for (lr, alg), values in results.items():
     hit = [v for v in values if v is not None]
     mean = f'{np.mean(hit):.1f} ({len(hit)}/{len(values)} seeds)' if hit else 'n/a'

@@ -21,7 +21,6 @@ Usage: ``python benchmarks/reproduce_gbo_femnist.py [--out DIR] [--overwrite]``
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 import reproduction
@@ -80,13 +79,12 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', 'gbo_femnist'),
-                 help=reproduction.OUT_HELP)
+  p = reproduction.arguments(__doc__, 'gbo_femnist')
   p.add_argument('--overwrite', action='store_true', help='run the command again from round 0')
   a = p.parse_args(argv)
   # the records (a few KB per run) are kept: they are what the tables come from
-  reproduction.reproduce(a.out, RUNS, summary_text, a.overwrite, keep_records=True)
+  reproduction.reproduce(a.out, RUNS, summary_text, a.overwrite, keep_records=True,
+                         report_only=a.report_only)
 
 
 if __name__ == '__main__':

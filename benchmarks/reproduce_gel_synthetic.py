@@ -19,17 +19,16 @@ over the seeds both algorithms reached) against the paper's, each with its three
 (``reproduction.verdict``). Per grid, how many cells end at 80% test accuracy or more. A
 hand-written ``discussion.md`` in ``--out``, when present, ends the README.
 
-Usage: ``python benchmarks/reproduce_gel_synthetic.py [--out DIR] [--seeds 0,1,...] [--keep]``
-(default: seeds 0-39; every command runs again from round 0, a few minutes; ``--keep``: the
-finished commands are kept and only ``README.md`` is written again)
+Usage: ``python benchmarks/reproduce_gel_synthetic.py [--out DIR] [--seeds 0,1,...]
+[--report_only]`` (default: seeds 0-39; every command runs again from round 0, a few minutes;
+``--report_only``: the finished commands are kept and only ``README.md`` is written again)
 """
 from __future__ import annotations
 
-import argparse
-import functools
 import glob
 import json
 import os
+from typing import Optional
 
 import reproduction
 
@@ -96,11 +95,11 @@ def grid_section(out: str, verdicts: dict) -> list[str]:
   return lines
 
 
-def summary_text(out: str, commands: list[str], minutes: float, resumed: bool = False) -> str:
+def summary_text(out: str, commands: list[str], minutes: Optional[float]) -> str:
   rounds, verdicts = reproduction.rounds_table(out, PAPER, TARGET)
   lines = [*reproduction.header('GeL on LEAF Synthetic: Tables 1 and 2 and the Fig. 7 grid, '
                                 'reproduced', 'reproduce_gel_synthetic.py', commands, minutes,
-                                resumed=resumed),
+                                resumed=False),
            'The machine: this project\'s 2-core CPU machine (no accelerator).', '',
            'Rounds to 85% test accuracy against the GeL paper (Boukhari et al. 2023, Tables 1 '
            'and 2; the paper\'s values are means over 5 seeds). Here: the mean with its 95% '
@@ -121,16 +120,11 @@ def summary_text(out: str, commands: list[str], minutes: float, resumed: bool = 
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', 'gel_synthetic'),
-                 help=reproduction.OUT_HELP)
+  p = reproduction.arguments(__doc__, 'gel_synthetic')
   p.add_argument('--seeds', default=','.join(map(str, range(SEEDS))))
-  p.add_argument('--keep', action='store_true',
-                 help='keep the finished commands; write README.md again from their outputs')
   a = p.parse_args(argv)
-  reproduction.reproduce(a.out, runs(a.seeds), functools.partial(summary_text, resumed=a.keep),
-                         overwrite=not a.keep)
-
+  reproduction.reproduce(a.out, runs(a.seeds), summary_text, overwrite=True,
+                         report_only=a.report_only)
 
 if __name__ == '__main__':
   main()

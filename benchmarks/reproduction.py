@@ -22,6 +22,7 @@ it.
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import glob
 import json
@@ -40,15 +41,43 @@ ACCURACY = Metric()   # the reproductions are of classifiers
 
 PAPER_SEEDS = 5   # the GeL paper's seeds per experiment
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# What a reproduction leaves out of git by default: the records in their three forms, the models
-# and checkpoints (config.json, summary.json, report.md and plots/ are committed).
-GITIGNORE = 'metrics.jsonl\nmetrics.csv\ntensorboard/\nmodel.msgpack\ncheckpoint-*/\n'
+# What a reproduction leaves out of git by default: the records in their three forms, the models,
+# the checkpoints and a running command's lock (config.json, summary.json, report.md and plots/
+# are committed).
+GITIGNORE = 'metrics.jsonl\nmetrics.csv\ntensorboard/\nmodel.msgpack\ncheckpoint-*/\n.lock\n'
 
 
 class Run(NamedTuple):
-  """One ``launch/run.py`` command into ``--out``/``name``."""
+  """A ``launch/run.py`` command into ``--out``/``name``; with ``seeds``, one command per seed
+  ``S`` into ``name/seed<S>`` (``--seeds=S``, no plots: the README has the row's), each
+  finished on its own, so that a long reproduction continues where it stopped: on the same
+  machine from the interrupted seed's checkpoint, on another from the seeds committed."""
   name: str
   flags: list[str]
+  seeds: tuple = ()
+
+  def commands(self) -> list[tuple[str, list[str]]]:
+    """``(work directory under --out, flags)`` of each command, in order."""
+    if not self.seeds:
+      return [(self.name, self.flags)]
+    return [(f'{self.name}/seed{s}', [*self.flags, f'--seeds={s}', '--noplots'])
+            for s in self.seeds]
+
+  def shown(self, out: str, overwrite: bool) -> str:
+    """The commands as a README lists them (one line for a run of seeds)."""
+    more = ' --overwrite' if overwrite else ''
+    if not self.seeds:
+      return f'python launch/run.py {" ".join(self.flags)} --workdir={out}/{self.name}{more}'
+    return (f'python launch/run.py {" ".join(self.flags)} --seeds=S --noplots '
+            f'--workdir={out}/{self.name}/seedS{more}   # for S in {seed_text(self.seeds)}')
+
+
+def seed_text(seeds) -> str:
+  """``0-19`` for consecutive seeds, else ``0,2,5``."""
+  seeds = list(seeds)
+  if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+    return f'{seeds[0]}-{seeds[-1]}'
+  return ','.join(map(str, seeds))
 
 
 # --out's help: the commands run from the repository root and are recorded as typed there
@@ -56,13 +85,29 @@ OUT_HELP = ('folder of the runs and their README.md; a relative path is taken fr
             'repository root, where the commands it records run')
 
 
+def arguments(doc: str, name: str) -> argparse.ArgumentParser:
+  """A reproduction script's command line: ``--out`` (default
+  ``benchmarks/reproductions/<name>``) and ``--report_only``."""
+  p = argparse.ArgumentParser(description=doc.split('\n\n')[0])
+  p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', name),
+                 help=OUT_HELP)
+  p.add_argument('--report_only', action='store_true',
+                 help='run nothing: write README.md again from the finished commands\' outputs '
+                      '(e.g. while a long reproduction is stopped half way)')
+  return p
+
+
 def reproduce(out: str, runs: list[Run], summary_text, overwrite: bool,
-              keep_records: bool = False) -> None:
-  """A reproduction script's whole job: ``run_all``, then ``out/README.md`` from
-  ``summary_text(out, commands, minutes)``, printed too. ``keep_records``: commit each run's
-  ``metrics.jsonl`` (a few KB per run) with its summaries."""
+              keep_records: bool = False, report_only: bool = False) -> None:
+  """A reproduction script's whole job: ``run_all`` (nothing with ``report_only``), then
+  ``out/README.md`` from ``summary_text(out, commands, minutes)`` (minutes None: nothing ran),
+  printed too. ``keep_records``: commit each run's ``metrics.jsonl`` (a few KB per run) with
+  its summaries."""
   gitignore = GITIGNORE.replace('metrics.jsonl\n', '') if keep_records else GITIGNORE
-  commands, minutes = run_all(out, runs, overwrite, gitignore)
+  if report_only:
+    commands, minutes = [run.shown(out, overwrite) for run in runs], None
+  else:
+    commands, minutes = run_all(out, runs, overwrite, gitignore)
   text = summary_text(out, commands, minutes)
   with open(os.path.join(REPO, out, 'README.md'), 'w') as f:
     f.write(text)
@@ -81,20 +126,19 @@ def run_all(out: str, runs: list[Run], overwrite: bool,
       f.write(gitignore)
   except OSError as e:
     sys.exit(f'error: --out={out}: cannot write there ({e.strerror or e})')
-  commands = []
   start = time.perf_counter()
   for run in runs:
-    cmd = ['python', 'launch/run.py', *run.flags, f'--workdir={os.path.join(out, run.name)}']
-    cmd += ['--overwrite'] if overwrite else []
-    commands.append(' '.join(cmd))
-    if not overwrite and os.path.exists(os.path.join(REPO, out, run.name, 'report.md')):
-      print(f'finished before: {commands[-1]}', flush=True)
-      continue
-    print('$ ' + commands[-1], flush=True)
-    status = subprocess.run([sys.executable, *cmd[1:]], cwd=REPO, check=False).returncode
-    if status:
-      sys.exit(status)
-  return commands, (time.perf_counter() - start) / 60
+    for name, flags in run.commands():
+      cmd = ['launch/run.py', *flags, f'--workdir={os.path.join(out, name)}']
+      cmd += ['--overwrite'] if overwrite else []
+      if not overwrite and os.path.exists(os.path.join(REPO, out, name, 'report.md')):
+        print(f'finished before: python {" ".join(cmd)}', flush=True)
+        continue
+      print(f'$ python {" ".join(cmd)}', flush=True)
+      status = subprocess.run([sys.executable, *cmd], cwd=REPO, check=False).returncode
+      if status:
+        sys.exit(status)
+  return [run.shown(out, overwrite) for run in runs], (time.perf_counter() - start) / 60
 
 
 @functools.lru_cache(maxsize=None)
@@ -252,6 +296,94 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
   return lines
 
 
+def target_range(out: str, pilot: str = 'pilot') -> list[float]:
+  """The targets each speedup is shown across, by a rule fixed before the runs: every half
+  point from 85% to 97.5% of the pilot's mean best accuracy (the runs in ``out/pilot``, which
+  fix the target at 95% of it), rounded inwards."""
+  found = [s['best_accuracy'] for s, _ in _read(out, pilot)]
+  if not found:
+    raise ValueError(f'{out}/{pilot} has no finished runs: the targets come from the pilot')
+  best = float(np.mean(found))
+  low, high = int(np.ceil(0.85 * best * 200)), int(np.floor(0.975 * best * 200))
+  return [k / 200 for k in range(low, high + 1)]
+
+
+def rounds_at(records: list, target: float) -> tuple[Optional[int], bool]:
+  """The first round a run's records reach ``target`` (None: never) and whether it is exact:
+  the round before it was evaluated too (``--eval_every_round_from``), or it is round 0."""
+  hit = report.first_reaching(records, target, ACCURACY)
+  if hit is None:
+    return None, True
+  return hit['round'], hit['round'] == 0 or any(r['round'] == hit['round'] - 1 for r in records)
+
+
+def across_targets(out: str, pairs: list, targets: list[float]) -> dict:
+  """``{(pair, target): (speedup, low, high, seeds both reached, seeds, exact)}`` of each pair
+  at each target, from the runs' records (``rounds_at``); pairs without records are left
+  out."""
+  found = {}
+  for b, c in pairs:
+    base, other = load(out, *b), load(out, *c)
+    seeds = sorted(k for k in base if k in other)
+    if not seeds or any(base[k][1] is None or other[k][1] is None for k in seeds):
+      continue
+    for t in targets:
+      rb = {k: rounds_at(base[k][1], t) for k in seeds}
+      rc = {k: rounds_at(other[k][1], t) for k in seeds}
+      both = [k for k in seeds if rb[k][0] is not None and rc[k][0] is not None]
+      exact = all(rb[k][1] and rc[k][1] for k in both)
+      value = (report.speedup_ci([rb[k][0] for k in both], [rc[k][0] for k in both])
+               if len(both) >= 2 else (np.nan,) * 3)
+      found[(b, c), t] = (*value, len(both), len(seeds), exact)
+  return found
+
+
+def targets_table(out: str, pairs: list, targets: list[float]) -> list[str]:
+  """Markdown lines: per target (rows) and pair (columns) the speedup with Fieller's 95%
+  interval over the seeds both reached, and how many; ``inexact`` where a seed's round was
+  not evaluated every round up to it (the interval would be too narrow); plus the plot
+  ``plots/speedup_vs_target.png``."""
+  found = across_targets(out, pairs, targets)
+  shown_pairs = [p for p in pairs if (p, targets[0]) in found]
+  if not shown_pairs:
+    return ['(no records kept: the speedups across targets need each run\'s metrics.jsonl)']
+  lines = ['| target | ' + ' | '.join(f'{" ".join(b)} -> {" ".join(c)}' for b, c in shown_pairs)
+           + ' |', '|---:|' + '---:|' * len(shown_pairs)]
+  for t in targets:
+    cells = []
+    for p in shown_pairs:
+      s, low, high, n, seeds, exact = found[p, t]
+      cell = ('-' if np.isnan(low) else f'{s:+.1%} ({low:+.1%} to {high:+.1%})')
+      cells.append(f'{cell} {n}/{seeds}' + ('' if exact else ' inexact'))
+    lines.append(f'| {ACCURACY.format(t)} | ' + ' | '.join(cells) + ' |')
+  plot_targets(os.path.join(REPO, out, 'plots', 'speedup_vs_target.png'), found, shown_pairs,
+               targets)
+  return lines
+
+
+def plot_targets(path: str, found: dict, pairs: list, targets: list[float]) -> None:
+  """Speedup against the target, one line per pair with its 95% interval as a band."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  xs = [100 * t for t in targets]
+  for p in pairs:
+    s, low, high = (np.array([found[p, t][i] for t in targets]) for i in range(3))
+    low, high = np.where(np.isinf(low), np.nan, low), np.where(np.isinf(high), np.nan, high)
+    line, = ax.plot(xs, 100 * s, marker='.', label=f'{" ".join(p[0])} -> {" ".join(p[1])}')
+    ax.fill_between(xs, 100 * low, 100 * high, color=line.get_color(), alpha=0.15)
+  ax.axhline(0, color='black', linewidth=0.8)
+  ax.set(xlabel='target test accuracy (%)', ylabel='speedup (%), 95% interval',
+         title='Speedup in rounds to the target, across targets')
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
 def shown(said: str) -> str:
   """A verdict as a table shows it (*not reproduced* in bold)."""
   return f'**{said}**' if said == NOT_REPRODUCED else said
@@ -275,13 +407,16 @@ def verdict_lines(verdicts: dict, not_attempted: list[str]) -> list[str]:
   return lines
 
 
-def header(title: str, script: str, commands: list[str], minutes: float,
+def header(title: str, script: str, commands: list[str], minutes: Optional[float],
            resumed: bool = True) -> list[str]:
   """A reproduction README's opening lines: ``title``, the script and the commands it ran, and
-  how long they took this time (``resumed``: finished commands were skipped, not re-run)."""
+  how long they took this time (``resumed``: finished commands were skipped, not re-run;
+  ``minutes`` None: written again from their outputs, ``--report_only``)."""
   skipped = '; a command already finished is not run again' if resumed else ''
+  when = ('this time written from their outputs, `--report_only`' if minutes is None
+          else f'{minutes:.1f} minutes this time{skipped}')
   return [f'# {title}', '', f'Written by `python benchmarks/{script}`, which ran these commands '
-          f'({minutes:.1f} minutes this time{skipped}):', '', '```bash', *commands, '```', '']
+          f'({when}):', '', '```bash', *commands, '```', '']
 
 
 def flag_value(flagfile: str, name: str) -> str:
@@ -305,10 +440,13 @@ def discussion(out: str) -> list[str]:
 
 
 def wall_minutes(out: str, runs: list[Run]) -> str:
-  """``name: minutes`` of each command as it ran (the largest sum of a summary's ``phases_s``:
-  a command's summaries carry its phases so far), whatever a later re-run took."""
+  """``name: minutes`` of each run's commands as they ran (per command the largest sum of a
+  summary's ``phases_s``: a command's summaries carry its phases so far), whatever a later
+  re-run took; a run of seeds adds its finished commands and counts them."""
   parts = []
   for run in runs:
-    totals = [sum(s.get('phases_s', {}).values()) for s, _ in _read(out, run.name)]
-    parts.append(f'{run.name} {max(totals) / 60:.1f} min' if totals else f'{run.name} -')
+    done = [max(sum(s.get('phases_s', {}).values()) for s, _ in _read(out, name))
+            for name, _ in run.commands() if _read(out, name)]
+    seeds = f' ({len(done)} seeds)' if run.seeds else ''
+    parts.append(f'{run.name} {sum(done) / 60:.1f} min{seeds}' if done else f'{run.name} -')
   return ', '.join(parts)

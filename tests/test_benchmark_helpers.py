@@ -4,6 +4,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), 'benchmarks'))
@@ -200,3 +201,59 @@ def test_verdict_lines_list_every_verdict_and_the_rows_not_attempted():
             'Not attempted (the paper has them; no command here ran them yet):\n\n'
             '- Table 2 on Shakespeare'):
     assert v in text
+
+
+def test_a_run_of_seeds_is_one_command_per_seed_shown_as_one_line():
+  import reproduction  # pylint: disable=g-import-not-at-top
+  run = reproduction.Run('table1', ['--flagfile=f.flags'], (0, 1, 2))
+  assert run.commands() == [(f'table1/seed{s}', ['--flagfile=f.flags', f'--seeds={s}',
+                                                  '--noplots']) for s in (0, 1, 2)]
+  assert run.shown('out', False) == ('python launch/run.py --flagfile=f.flags --seeds=S '
+                                     '--noplots --workdir=out/table1/seedS   # for S in 0-2')
+  assert reproduction.Run('pilot', ['--a']).commands() == [('pilot', ['--a'])]
+  assert reproduction.seed_text([3, 5]) == '3,5' and reproduction.seed_text([0, 1]) == '0,1'
+
+
+def records_of(accuracies: dict) -> list[dict]:
+  return [{'round': r, 'test_accuracy': a} for r, a in accuracies.items()]
+
+
+def test_rounds_at_a_target_are_exact_only_where_the_round_before_was_evaluated():
+  import reproduction  # pylint: disable=g-import-not-at-top
+  records = records_of({0: 0.1, 5: 0.6, 6: 0.7, 7: 0.8, 10: 0.9})
+  assert reproduction.rounds_at(records, 0.65) == (6, True)
+  assert reproduction.rounds_at(records, 0.5) == (5, False)    # round 4 was not evaluated
+  assert reproduction.rounds_at(records, 0.85) == (10, False)
+  assert reproduction.rounds_at(records, 0.05) == (0, True)
+  assert reproduction.rounds_at(records, 0.95) == (None, True)
+
+
+def test_speedups_across_targets_pair_seeds_and_flag_inexact_rounds(tmp_path, monkeypatch):
+  import json  # pylint: disable=g-import-not-at-top
+  import reproduction  # pylint: disable=g-import-not-at-top
+  curves = {  # (algorithm, seed) -> every round's test accuracy
+      ('a', 0): [0.1, 0.5, 0.6, 0.7, 0.8], ('b', 0): [0.1, 0.6, 0.7, 0.8, 0.9],
+      ('a', 1): [0.1, 0.4, 0.6, 0.6, 0.7], ('b', 1): [0.1, 0.6, 0.6, 0.7, 0.8],
+      ('a', 2): [0.1, 0.5, 0.5, 0.7, 0.7], ('b', 2): [0.1, 0.6, 0.65, 0.7, 0.9]}
+  for (alg, seed), accs in curves.items():
+    run = tmp_path / 'row' / f'seed{seed}' / alg
+    run.mkdir(parents=True)
+    (run / 'summary.json').write_text(json.dumps({'seed': seed, 'algorithm': alg}))
+    rows = records_of(dict(enumerate(accs)))
+    if (alg, seed) == ('b', 2):
+      rows = [r for r in rows if r['round'] != 2]   # round 3's 0.7 is then not exact
+    (run / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+  monkeypatch.setattr(reproduction, 'REPO', str(tmp_path))
+  reproduction._read.cache_clear()
+  pair = (('row', 'a'), ('row', 'b'))
+  found = reproduction.across_targets('.', [pair], [0.6, 0.7, 0.85])
+  # 60%: a at 2, 2, 3 and b at 1, 1, 1 (all exact): mean 7/3 over 1
+  s, low, high, both, seeds, exact = found[pair, 0.6]
+  assert (both, seeds, exact) == (3, 3, True) and s == pytest.approx(7 / 3 - 1)
+  assert low < s < high
+  # 70%: b's seed 2 reaches it at round 3, round 2 not evaluated
+  assert found[pair, 0.7][3:] == (3, 3, False)
+  # 85%: only b reaches it (seeds 0 and 2): no pair, no interval
+  s, low, high, both, seeds, exact = found[pair, 0.85]
+  assert both == 0 and np.isnan(low)
+  reproduction._read.cache_clear()

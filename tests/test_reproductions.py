@@ -1,0 +1,84 @@
+"""Every committed reproduction regenerates from the current code, bit for bit: a short slice of
+each (its first rounds of one seed and algorithm, or one whole row where no per-round records
+are committed) is run again by the command its script records, as a new ``launch/run.py``
+process as the reproduction ran it (two CPU devices, the project's machine; XLA's flags of a
+run, not the suite's, and no compilation cache shared with the suite), and its records must
+equal the committed ones in every field but the wall time.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from helpers import REPO
+
+sys.path.insert(0, str(REPO / 'benchmarks'))
+
+import reproduce_gel_femnist  # pylint: disable=g-import-not-at-top,wrong-import-position
+import reproduce_gel_shakespeare  # pylint: disable=g-import-not-at-top,wrong-import-position
+import reproduce_gel_synthetic  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+OUT = REPO / 'benchmarks' / 'reproductions'
+DEVICES = 2   # the CPU devices the reproductions ran on (launch/run.py: one per core)
+TIMING = {'elapsed_s'}   # record fields that are wall times
+
+
+def command_flags(runs, name: str) -> list[str]:
+  """The flags of the command a script runs into ``name`` (``run`` or ``run/seed<S>``)."""
+  return next(flags for run in runs for n, flags in run.commands() if n == name)
+
+
+def run_again(flags: list[str], workdir) -> None:
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}   # the suite's, not a run's
+  env['XLA_FLAGS'] = f'--xla_force_host_platform_device_count={DEVICES}'
+  proc = subprocess.run([sys.executable, 'launch/run.py', *flags, f'--workdir={workdir}',
+                         '--compilation_cache=', '--notensorboard', '--noplots'],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def records(path: pathlib.Path, last: int) -> list[dict]:
+  rows = [json.loads(line) for line in path.read_text().splitlines()]
+  return [{k: v for k, v in r.items() if k not in TIMING} for r in rows if r['round'] <= last]
+
+
+# name -> (the script's runs, its command's work directory, flags narrowing it to the slice,
+# {committed run under that directory: the slice's run under its own})
+SLICES = {
+    'gel_femnist': (reproduce_gel_femnist.RUNS, 'table1/seed0',
+                    ['--algorithm=gel', '--num_rounds=5'], {'gel': '.'}),
+    'gel_shakespeare': (reproduce_gel_shakespeare.RUNS, 'table1/seed0',
+                        ['--algorithm=gel', '--num_rounds=5'], {'gel': '.'}),
+}
+
+
+@pytest.mark.parametrize('name', sorted(SLICES))
+def test_a_slice_of_a_reproduction_regenerates_its_committed_records(name, tmp_path):
+  runs, workdir, narrow, committed = SLICES[name]
+  rounds = 5
+  run_again([*command_flags(runs, workdir), *narrow], tmp_path)
+  for kept_run, run in committed.items():
+    kept = records(OUT / name / workdir / kept_run / 'metrics.jsonl', rounds)
+    again = records(tmp_path / run / 'metrics.jsonl', rounds)
+    assert [r['round'] for r in kept] == [0, rounds], kept_run   # a trained round in the slice
+    assert [r['round'] for r in again] == [0, rounds], kept_run
+    for k, a in zip(kept, again):   # a diagnostic measured then and not now (null) is left out
+      assert {f: v for f, v in a.items() if v is not None} == {
+          f: v for f, v in k.items() if a.get(f) is not None}, (kept_run, k['round'])
+
+
+def test_a_row_of_the_synthetic_reproduction_regenerates_its_committed_summaries(tmp_path):
+  """Synthetic commits no records (40 seeds of 9 commands): one whole row, its 40 seeds as the
+  one vmapped program they ran as, against the committed summaries (the rounds to 85%, the
+  accuracies)."""
+  runs = reproduce_gel_synthetic.runs(','.join(map(str, range(reproduce_gel_synthetic.SEEDS))))
+  run_again([*command_flags(runs, 'table1_lr0.01'), '--algorithm=fedavgcm'], tmp_path)
+  fields = ('rounds_to_target', 'final_accuracy', 'best_accuracy', 'grad_computations')
+  for seed in range(reproduce_gel_synthetic.SEEDS):
+    kept = json.loads((OUT / 'gel_synthetic' / 'table1_lr0.01' / f'seed{seed}' / 'fedavgcm' /
+                       'summary.json').read_text())
+    again = json.loads((tmp_path / f'seed{seed}' / 'summary.json').read_text())
+    assert {k: again[k] for k in fields} == {k: kept[k] for k in fields}, seed
