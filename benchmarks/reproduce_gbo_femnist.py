@@ -22,6 +22,7 @@ Usage: ``python benchmarks/reproduce_gbo_femnist.py [--out DIR] [--overwrite]``
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import reproduction
 from fedjax_gel.experiment import plots, report
@@ -39,27 +40,42 @@ NOT_ATTEMPTED = ['FedGBO on CIFAR-100', 'FedGBO on Sent140', 'FedGBO on Shakespe
                  'FedGBO with K = 50 local steps', 'FedGBO with RMSProp and Adam on real data']
 
 
-def summary_text(out: str, commands: list[str], minutes: float) -> str:
-  results = sorted((r for run in RUNS for r in reproduction.load_all(out, run.name)),
-                   key=lambda r: (ORDER.index(r[0]['algorithm']), r[0]['client_lr']))
+def grid(out: str) -> list:
+  """Every run of the grid, ``(summary, records)``, by algorithm and learning rate."""
+  return sorted((r for run in RUNS for r in reproduction.load_all(out, run.name)),
+                key=lambda r: (ORDER.index(r[0]['algorithm']), r[0]['client_lr']))
+
+
+def kept_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
+  """Markdown lines: each algorithm's kept learning rate and max accuracy against the paper's,
+  with the verdict (one seed: inconclusive), also README.md's table; appends to ``verdicts``."""
+  results = grid(out)
   best = report.best_values(results, 'client_lr')
+  rows = ['| algorithm | client lr kept | max test accuracy here | paper\'s max (full FEMNIST) | '
+          'verdict |', '|---|---:|---:|---:|---|']
+  for summary, _ in report.kept_runs(results, 'client_lr'):
+    name = summary['algorithm']
+    paper = f'{PAPER_MAX[name]:.1f}%' if name in PAPER_MAX else '-'
+    said = reproduction.INCONCLUSIVE if name in PAPER_MAX else '-'   # one seed: no interval
+    rows.append(f'| {name} | {best[name]:g} | {100 * summary["best_accuracy"]:.1f}% | {paper} | '
+                f'{said} |')
+    if name in PAPER_MAX and verdicts is not None:
+      verdicts[said].append(
+          f'{name}: max test accuracy {100 * summary["best_accuracy"]:.1f}% in '
+          f'{summary["rounds"]} rounds, the paper\'s {PAPER_MAX[name]:.1f}% after 5,000 rounds '
+          '(one seed here: no interval)')
+  return rows
+
+
+def summary_text(out: str, commands: list[str], minutes: float) -> str:
+  results = grid(out)
   kept = report.kept_runs(results, 'client_lr')
   target = kept[0][0]['target_accuracy']
   plot_dir = os.path.join(reproduction.REPO, out, 'plots')
   plots.lr_heatmap(results, os.path.join(plot_dir, 'lr_grid.png'))
   plots.metric_plots(kept, plot_dir, target)
-  rows = ['| algorithm | client lr kept | max test accuracy here | paper\'s max (full FEMNIST) |',
-          '|---|---:|---:|---:|']
   verdicts = reproduction.no_verdicts()
-  for summary, _ in kept:
-    name = summary['algorithm']
-    paper = f'{PAPER_MAX[name]:.1f}%' if name in PAPER_MAX else '-'
-    rows.append(f'| {name} | {best[name]:g} | {100 * summary["best_accuracy"]:.1f}% | {paper} |')
-    if name in PAPER_MAX:   # one seed: no interval to judge by
-      verdicts[reproduction.INCONCLUSIVE].append(
-          f'{name}: max test accuracy {100 * summary["best_accuracy"]:.1f}% in '
-          f'{summary["rounds"]} rounds, the paper\'s {PAPER_MAX[name]:.1f}% after 5,000 rounds '
-          '(one seed here: no interval)')
+  rows = kept_table(out, verdicts)
   return '\n'.join([
       *reproduction.header('FedGBO on real LEAF FEMNIST (the shipped subset): Fig. 2 (K = 10, '
                            'SGDm) and Table 4', 'reproduce_gbo_femnist.py', commands, minutes),
@@ -84,7 +100,8 @@ def main(argv=None):
   a = p.parse_args(argv)
   # the records (a few KB per run) are kept: they are what the tables come from
   reproduction.reproduce(a.out, RUNS, summary_text, a.overwrite, keep_records=True,
-                         report_only=a.report_only)
+                         report_only=a.report_only,
+                         table=reproduction.readme_table_of(a.out, 'gbo_femnist', kept_table))
 
 
 if __name__ == '__main__':

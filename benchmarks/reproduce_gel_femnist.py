@@ -80,17 +80,15 @@ def summary_text(out: str, commands: list[str], minutes) -> str:
       'cohorts, budgets, initial models and shuffles, so runs of different commands pair.', '',
       *reproduction.speedup_table(out, PAIRS, PAPER, TARGET, verdicts), '',
       *reproduction.verdict_lines(verdicts, NOT_ATTEMPTED), '',
-      '## Across targets', '',
-      'The same speedups at every target from '
-      f'{reproduction.ACCURACY.format(targets[0])} to {reproduction.ACCURACY.format(targets[-1])} '
-      '(85% to 97.5% of the pilot\'s mean best, a range fixed before the runs; the runs '
-      'evaluate every round in it, so each seed\'s round is exact), over the seeds both reached '
-      '(of those run):', '',
-      *reproduction.targets_table(out, PAIRS, targets), '',
-      '![speedup against the target](plots/speedup_vs_target.png)', '',
+      *reproduction.targets_section(out, PAIRS, targets, reproduction.PILOT_RANGE), '',
       'Each seed\'s tables (gradient computations and MiB to the target, best and final '
       'accuracy) are in `<run>/seed<S>/report.md`, its records in `metrics.jsonl`.',
       *reproduction.discussion(out), ''])
+
+
+def readme_table(out: str) -> list[str]:
+  """README.md's table of this reproduction (``reproduction.headline``)."""
+  return reproduction.headline(out, PAIRS, PAPER, TARGET)
 
 
 def main(argv=None):
@@ -99,7 +97,9 @@ def main(argv=None):
   a = p.parse_args(argv)
   # the records (a few KB per run) are kept: they are what the tables come from
   reproduction.reproduce(a.out, RUNS, summary_text, a.overwrite, keep_records=True,
-                         report_only=a.report_only)
+                         report_only=a.report_only,
+                         table=reproduction.readme_table_of(a.out, 'gel_femnist',
+                                                            readme_table))
 
 
 if __name__ == '__main__':

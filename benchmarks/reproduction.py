@@ -98,11 +98,13 @@ def arguments(doc: str, name: str) -> argparse.ArgumentParser:
 
 
 def reproduce(out: str, runs: list[Run], summary_text, overwrite: bool,
-              keep_records: bool = False, report_only: bool = False) -> None:
+              keep_records: bool = False, report_only: bool = False,
+              table: Optional[tuple] = None) -> None:
   """A reproduction script's whole job: ``run_all`` (nothing with ``report_only``), then
   ``out/README.md`` from ``summary_text(out, commands, minutes)`` (minutes None: nothing ran),
-  printed too. ``keep_records``: commit each run's ``metrics.jsonl`` (a few KB per run) with
-  its summaries."""
+  printed too, and with ``table = (name, lines_of(out))`` README.md's block ``name``
+  (``readme_block``). ``keep_records``: commit each run's ``metrics.jsonl`` (a few KB per run)
+  with its summaries."""
   gitignore = GITIGNORE.replace('metrics.jsonl\n', '') if keep_records else GITIGNORE
   if report_only:
     commands, minutes = [run.shown(out, overwrite) for run in runs], None
@@ -112,6 +114,11 @@ def reproduce(out: str, runs: list[Run], summary_text, overwrite: bool,
   with open(os.path.join(REPO, out, 'README.md'), 'w') as f:
     f.write(text)
   print(text)
+  if table is not None:
+    name, lines_of = table
+    text = readme_block(name, lines_of(out))
+    with open(os.path.join(REPO, 'README.md'), 'w') as f:
+      f.write(text)
 
 
 def run_all(out: str, runs: list[Run], overwrite: bool,
@@ -128,12 +135,19 @@ def run_all(out: str, runs: list[Run], overwrite: bool,
     sys.exit(f'error: --out={out}: cannot write there ({e.strerror or e})')
   start = time.perf_counter()
   for run in runs:
+    if run.seeds and os.path.exists(os.path.join(REPO, out, run.name, 'report.md')):
+      sys.exit(f'error: {os.path.join(out, run.name)} holds one command\'s runs of several '
+               'seeds (its report.md), where this script runs a command per seed: move it away '
+               'or delete it first')
     for name, flags in run.commands():
       cmd = ['launch/run.py', *flags, f'--workdir={os.path.join(out, name)}']
       cmd += ['--overwrite'] if overwrite else []
-      if not overwrite and os.path.exists(os.path.join(REPO, out, name, 'report.md')):
+      report_md = os.path.join(REPO, out, name, 'report.md')
+      if not overwrite and os.path.exists(report_md):
         print(f'finished before: python {" ".join(cmd)}', flush=True)
         continue
+      if os.path.exists(report_md):   # not finished again until it is
+        os.remove(report_md)
       print(f'$ python {" ".join(cmd)}', flush=True)
       status = subprocess.run([sys.executable, *cmd], cwd=REPO, check=False).returncode
       if status:
@@ -143,12 +157,15 @@ def run_all(out: str, runs: list[Run], overwrite: bool,
 
 @functools.lru_cache(maxsize=None)
 def _read(out: str, run: str) -> tuple[tuple[dict, Optional[list]], ...]:
-  """Every ``summary.json`` under ``out/run`` with its ``metrics.jsonl`` records (None where
-  they were not kept), in path order; read once per process (the tables ask for a run many
-  times, after ``run_all`` has finished writing it)."""
+  """Every ``summary.json`` of a finished command under ``out/run`` (one whose folder holds
+  ``report.md``, written once all its runs finished: the seeds still running are left out) with
+  its ``metrics.jsonl`` records (None where they were not kept), in path order; read once per
+  process (the tables ask for a run many times, after ``run_all`` has finished writing it)."""
   found = []
-  for path in sorted(glob.glob(os.path.join(REPO, out, run, '**', 'summary.json'),
-                               recursive=True)):
+  top = os.path.join(REPO, out, run)
+  for path in sorted(glob.glob(os.path.join(top, '**', 'summary.json'), recursive=True)):
+    if not _finished(os.path.dirname(path), top):
+      continue
     with open(path) as f:
       summary = json.load(f)
     metrics = os.path.join(os.path.dirname(path), 'metrics.jsonl')
@@ -158,6 +175,23 @@ def _read(out: str, run: str) -> tuple[tuple[dict, Optional[list]], ...]:
         records = [json.loads(line) for line in f]
     found.append((summary, records))
   return tuple(found)
+
+
+def _finished(run: str, top: str) -> bool:
+  """Whether the run in folder ``run`` is one of a finished command's: the nearest folder from
+  ``run`` up to ``top`` that holds a ``report.md`` (the command's, written once all its runs
+  finished) lists it in its ``runs.json`` (where there is one: a run left from an earlier
+  command with other seeds is not this one's)."""
+  folder = run
+  while not os.path.exists(os.path.join(folder, 'report.md')):
+    if os.path.samefile(folder, top) or os.path.dirname(folder) == folder:
+      return False
+    folder = os.path.dirname(folder)
+  listed = os.path.join(folder, 'runs.json')
+  if not os.path.exists(listed):
+    return True
+  with open(listed) as f:
+    return os.path.relpath(run, folder) in json.load(f)
 
 
 def load(out: str, run: str, algorithm: str) -> dict[int, tuple[dict, Optional[list]]]:
@@ -177,11 +211,14 @@ def _inside(value: float, low: float, high: float) -> bool:
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = 'reproduced', 'not reproduced', 'inconclusive'
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+NOT_RUN = 'not run yet'   # a row whose commands have no finished seed (a long reproduction)
 
 
 def verdict(paper: float, low: float, high: float) -> str:
   """The module's three-valued verdict on the paper's ``paper`` against the 95% interval
   ``[low, high]`` measured here."""
+  if not (np.isfinite(low) and np.isfinite(high)):   # no interval (too few seeds) or unbounded
+    return INCONCLUSIVE
   if not _inside(paper, low, high):
     return NOT_REPRODUCED
   if not _inside(0., low, high) and (high - low) / 2 <= abs(paper) / 2:
@@ -233,9 +270,10 @@ def rounds_table(out: str, paper: dict, target: float,
     reached = [s['rounds_to_target'] for s, _ in runs.values() if s['rounds_to_target'] is not None]
     row = f'| {run} | {alg} | {value} | '
     if len(reached) < 2:
+      said = INCONCLUSIVE if runs else NOT_RUN
       lines.append(row + f'- | {len(reached)}/{len(runs)} |' +
-                   (f' {INCONCLUSIVE} | - |' if judge else ''))
-      if judge:
+                   (f' {said} | - |' if judge else ''))
+      if judge and runs:
         verdicts[INCONCLUSIVE].append(f'{run} {alg}: {len(reached)} seed(s) reached the target')
       continue
     mean, half = report.mean_ci(reached)
@@ -264,15 +302,17 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
            'baseline\'s round (pp) |', '|---|---:|---:|---|---:|---|---:|']
   for b, c in pairs:
     base, other = load(out, *b), load(out, *c)
-    common = sorted(k for k in base if base[k][0]['rounds_to_target'] is not None
-                    and k in other and other[k][0]['rounds_to_target'] is not None)
+    ran = [k for k in base if k in other]
+    common = sorted(k for k in ran if base[k][0]['rounds_to_target'] is not None
+                    and other[k][0]['rounds_to_target'] is not None)
     name = f'{" ".join(b)} -> {" ".join(c)}'
     value = paper[b] / paper[c] - 1 if b in paper and c in paper else None
     paper_text = '-' if value is None else f'{value:+.1%}'
     if len(common) < 2:
-      lines.append(f'| {name} | {paper_text} | - | {"-" if value is None else INCONCLUSIVE} | - '
+      said = '-' if value is None else INCONCLUSIVE if ran else NOT_RUN
+      lines.append(f'| {name} | {paper_text} | - ({len(common)}/{len(ran)} seeds) | {said} | - '
                    '| - | - |')
-      if value is not None:
+      if said == INCONCLUSIVE:
         verdicts[INCONCLUSIVE].append(f'{name}: {len(common)} seed(s) where both reached the '
                                       'target')
       continue
@@ -286,7 +326,7 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
     faster = 'yes' if low > 0 else ('**slower**' if high < 0 else 'not shown')
     said = None if value is None else verdict(value, low, high)
     lines.append(f'| {name} | {paper_text} | '
-                 f'{report.speedup_text(s, low, high, len(common), len(base))}'
+                 f'{report.speedup_text(s, low, high, len(common), len(ran))}'
                  f' | {"-" if said is None else shown(said)} | '
                  f'{"-" if draws is None else f"{draws[0]:+.1%} to {draws[1]:+.1%}"} | {faster} | '
                  f'{report.mean_ci_text(beyond, 2) if beyond else "-"} |')
@@ -296,11 +336,12 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
   return lines
 
 
-def target_range(out: str, pilot: str = 'pilot') -> list[float]:
-  """The targets each speedup is shown across, by a rule fixed before the runs: every half
+def target_range(out: str, pilot: str = 'pilot', algorithm: Optional[str] = None) -> list[float]:
+  """The targets each speedup is shown across, by one rule for every reproduction: every half
   point from 85% to 97.5% of the pilot's mean best accuracy (the runs in ``out/pilot``, which
-  fix the target at 95% of it), rounded inwards."""
-  found = [s['best_accuracy'] for s, _ in _read(out, pilot)]
+  fix the target at 95% of it, or those of ``algorithm`` in another run), rounded inwards."""
+  found = [s['best_accuracy'] for s, _ in _read(out, pilot)
+           if algorithm in (None, s['algorithm'])]
   if not found:
     raise ValueError(f'{out}/{pilot} has no finished runs: the targets come from the pilot')
   best = float(np.mean(found))
@@ -346,19 +387,36 @@ def targets_table(out: str, pairs: list, targets: list[float]) -> list[str]:
   found = across_targets(out, pairs, targets)
   shown_pairs = [p for p in pairs if (p, targets[0]) in found]
   if not shown_pairs:
-    return ['(no records kept: the speedups across targets need each run\'s metrics.jsonl)']
+    return ['(no records here: the speedups across targets need each run\'s metrics.jsonl)']
   lines = ['| target | ' + ' | '.join(f'{" ".join(b)} -> {" ".join(c)}' for b, c in shown_pairs)
            + ' |', '|---:|' + '---:|' * len(shown_pairs)]
   for t in targets:
     cells = []
     for p in shown_pairs:
       s, low, high, n, seeds, exact = found[p, t]
-      cell = ('-' if np.isnan(low) else f'{s:+.1%} ({low:+.1%} to {high:+.1%})')
-      cells.append(f'{cell} {n}/{seeds}' + ('' if exact else ' inexact'))
+      cells.append('-' if n < 2 else report.speedup_text(s, low, high, n, seeds)
+                   + ('' if exact else ' inexact'))
     lines.append(f'| {ACCURACY.format(t)} | ' + ' | '.join(cells) + ' |')
   plot_targets(os.path.join(REPO, out, 'plots', 'speedup_vs_target.png'), found, shown_pairs,
                targets)
   return lines
+
+
+def targets_section(out: str, pairs: list, targets: list[float], how: str) -> list[str]:
+  """A README's section of the speedups across ``targets`` (``targets_table``); ``how``: a
+  sentence on where the range comes from and how the rounds were evaluated."""
+  table = targets_table(out, pairs, targets)
+  plotted = len(table) > 1   # a table, not the note that there are no records
+  return ['## Across targets', '',
+          f'The same speedups at every target from {ACCURACY.format(targets[0])} to '
+          f'{ACCURACY.format(targets[-1])} ({how}), over the seeds both reached (of those run):',
+          '', *table, *(['', '![speedup against the target](plots/speedup_vs_target.png)']
+                        if plotted else [])]
+
+
+# The range and evaluation of the real-data reproductions (``target_range``, their flag files)
+PILOT_RANGE = ('85% to 97.5% of the pilot\'s mean best, a range fixed before the runs; the runs '
+               'evaluate every round in it, so each seed\'s round is exact')
 
 
 def plot_targets(path: str, found: dict, pairs: list, targets: list[float]) -> None:
@@ -382,6 +440,55 @@ def plot_targets(path: str, found: dict, pairs: list, targets: list[float]) -> N
   os.makedirs(os.path.dirname(path), exist_ok=True)
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+def headline(out: str, pairs: list, paper: dict, target: float) -> list[str]:
+  """Markdown lines of the table README.md shows for a reproduction: each pair the paper has,
+  the mean rounds here, the speedup with its interval and the seeds both reached, the paper's,
+  and the verdict; from the committed summaries alone (``readme_block``)."""
+  lines = [f'| baseline -> compared | rounds to {ACCURACY.format(target)} here, over the seeds '
+           'both reached (mean +- 95% CI) | speedup here (95% CI; seeds both reached of those '
+           'both ran) | paper: rounds, speedup | verdict |', '|---|---:|---:|---:|---|']
+  for b, c in pairs:
+    if b not in paper or c not in paper:
+      continue
+    base, other = load(out, *b), load(out, *c)
+    ran = [k for k in base if k in other]
+    common = sorted(k for k in ran if base[k][0]['rounds_to_target'] is not None
+                    and other[k][0]['rounds_to_target'] is not None)
+    value = paper[b] / paper[c] - 1
+    name = f'{" ".join(b)} -> {" ".join(c)}'
+    if len(common) < 2:
+      lines.append(f'| {name} | - | - ({len(common)}/{len(ran)} seeds) | {paper[b]} -> '
+                   f'{paper[c]}, {value:+.1%} | {INCONCLUSIVE if ran else NOT_RUN} |')
+      continue
+    rb = [base[k][0]['rounds_to_target'] for k in common]
+    rc = [other[k][0]['rounds_to_target'] for k in common]
+    s, low, high = report.speedup_ci(rb, rc)
+    (mb, hb), (mc, hc) = report.mean_ci(rb), report.mean_ci(rc)
+    lines.append(f'| {name} | {mb:.1f} +- {hb:.1f} -> {mc:.1f} +- {hc:.1f} | '
+                 f'{report.speedup_text(s, low, high, len(common), len(ran))} | '
+                 f'{paper[b]} -> {paper[c]}, {value:+.1%} | {shown(verdict(value, low, high))} |')
+  return lines
+
+
+def readme_block(name: str, lines: list[str], readme: str = 'README.md') -> str:
+  """README.md with the lines between the markers ``<!-- <name> -->`` and ``<!-- /<name> -->``
+  (each on a line of its own) replaced by ``lines``."""
+  with open(os.path.join(REPO, readme)) as f:
+    text = f.read()
+  begin, end = f'<!-- {name} -->\n', f'<!-- /{name} -->'
+  head, found, rest = text.partition(begin)
+  if not found or end not in rest:
+    raise ValueError(f'{readme} has no {begin.strip()} ... {end} block')
+  return head + begin + '\n'.join(lines) + '\n' + end + rest.partition(end)[2]
+
+
+def readme_table_of(out: str, name: str, lines_of) -> Optional[tuple]:
+  """``reproduce``'s ``table``: README.md's block ``name`` from ``lines_of(out)``, for the
+  reproduction in its default folder only (README.md describes that one)."""
+  default = os.path.join(REPO, 'benchmarks', 'reproductions', name)
+  return (name, lines_of) if os.path.abspath(os.path.join(REPO, out)) == default else None
 
 
 def shown(said: str) -> str:

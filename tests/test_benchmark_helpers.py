@@ -185,6 +185,8 @@ def test_timed_processes_times_the_commands_and_exits_with_a_failures_output():
     (0.289, 0.200, 0.500, 'inconclusive'),     # half-width 0.15 > 0.1445
     (-0.095, -0.111, -0.060, 'reproduced'),    # a slowdown: the sign is the paper's too
     (148, 141.6, 153.2, 'reproduced'),         # rounds: the effect is the paper's rounds
+    (0.188, float('nan'), float('nan'), 'inconclusive'),   # one seed: no interval
+    (0.188, float('-inf'), float('inf'), 'inconclusive'),  # Fieller's unbounded interval
 ])
 def test_a_verdict_is_three_valued_by_the_rule_stated_before_the_runs(paper, low, high, said):
   import reproduction  # pylint: disable=g-import-not-at-top
@@ -243,6 +245,10 @@ def test_speedups_across_targets_pair_seeds_and_flag_inexact_rounds(tmp_path, mo
     if (alg, seed) == ('b', 2):
       rows = [r for r in rows if r['round'] != 2]   # round 3's 0.7 is then not exact
     (run / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    (run.parent / 'report.md').write_text('finished')
+  unfinished = tmp_path / 'row' / 'seed3' / 'a'   # a seed still running: left out
+  unfinished.mkdir(parents=True)
+  (unfinished / 'summary.json').write_text(json.dumps({'seed': 3, 'algorithm': 'a'}))
   monkeypatch.setattr(reproduction, 'REPO', str(tmp_path))
   reproduction._read.cache_clear()
   pair = (('row', 'a'), ('row', 'b'))

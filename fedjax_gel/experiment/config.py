@@ -266,8 +266,8 @@ class RunConfig:
   eval_every_round_from: Optional[float] = hparam(
       None, "Also evaluate every round once a run's best test value of the main metric reaches "
       'this (at or above it for accuracy, at or below for a lower-is-better metric), so that '
-      'rounds to any target beyond it are exact to the round, for one more evaluation a round '
-      'after it. Unset: every --eval_every rounds only.', _finite_or_none)
+      'rounds to any target beyond it are exact to the round, at the cost of an evaluation '
+      'every round from there. Unset: every --eval_every rounds only.', _finite_or_none)
   eval_every_round_until: Optional[float] = hparam(
       None, 'With --eval_every_round_from: back to every --eval_every rounds once every run\'s '
       'best reaches this (the highest target of interest). Unset: every round to the end.',
@@ -658,6 +658,10 @@ def validate(c: Config) -> Config:
     need(c.model.name not in BUILTIN_MODELS or value is None or 0 < value <= 1,
          f'--{name} must lie in (0, 1] (got {value}): --model={c.model.name} is scored by '
          'accuracy')
-  need(c.run.eval_every_round_until is None or c.run.eval_every_round_from is not None,
+  start, end = c.run.eval_every_round_from, c.run.eval_every_round_until
+  need(end is None or start is not None,
        '--eval_every_round_until needs --eval_every_round_from (the round evaluations to end)')
+  need(c.model.name not in BUILTIN_MODELS or None in (start, end) or start < end,
+       f'--eval_every_round_until={end} must lie above --eval_every_round_from={start} (an '
+       'accuracy: the window would never open)')
   return c

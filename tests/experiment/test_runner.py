@@ -212,6 +212,21 @@ def test_every_round_evaluation_in_the_window_of_the_best(base_config, tmp_path,
   assert end is None or any(b - a == 4 for a, b in zip(rounds[3:], rounds[4:]))
 
 
+def test_a_resumed_run_evaluates_the_rounds_of_the_window_as_the_uninterrupted_one(base_config,
+                                                                                   tmp_path):
+  c = base_config.replace(num_rounds=16, eval_every=4, checkpoint_every=5,
+                          eval_every_round_from=0.4, eval_every_round_until=0.6)
+  whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
+  quiet_train(factories.prepare(c), whole)
+  quiet_train(factories.prepare(c.replace(num_rounds=5)), resumed)   # stopped after round 5
+  quiet_train(factories.prepare(c), resumed, resume=True)   # its checkpoint, 11 rounds more
+  strip = lambda rows: [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in rows]
+  records = read_jsonl(whole / 'metrics.jsonl')
+  assert strip(read_jsonl(resumed / 'metrics.jsonl')) == strip(records)
+  rounds = [r['round'] for r in records]   # the window opened at round 5 and closed
+  assert rounds[:4] == [0, 4, 5, 6] and rounds[-2:] == [12, 16]
+
+
 def test_target_reachable_and_unreachable(runs):
   assert runs['base'][2]['rounds_to_target'] == 0     # target 0.01
   assert runs['twin'][2]['rounds_to_target'] is None  # target 1.0 on tiny data
@@ -291,6 +306,8 @@ def test_a_budget_range_made_in_python_must_be_two_integers(value):
     ({'eval_every_round_from': 1.5}, '--eval_every_round_from must lie in (0, 1]'),
     ({'eval_every_round_from': float('nan')}, '--eval_every_round_from must be a finite'),
     ({'eval_every_round_until': 0.9}, '--eval_every_round_until needs --eval_every_round_from'),
+    ({'eval_every_round_from': 0.9, 'eval_every_round_until': 0.8},
+     '--eval_every_round_until=0.8 must lie above --eval_every_round_from=0.9'),
     ({'budget_range': (0, 3)}, '--budget_range'),
     ({'budget_range': (5, 4)}, '--budget_range'),
     ({'chunk_size': -1}, '--chunk_size'),
