@@ -7,17 +7,19 @@ client learning rates 0.01, 0.03 and 0.1 as one program), then the same with the
 1 into ``fig2_table4_upper``, then FedGBO and MFL with the rate 3 into ``fig2_table4_top``. The
 rule: while an algorithm's best rate is the grid's largest, the grid is extended upwards for it
 (0.1 was the best rate of the first algorithms to finish, and 1 FedGBO's and MFL's). The grid
-is the union; a finished command is skipped, an interrupted one resumes.
-Then writes into ``--out``:
+is the union. Then each algorithm at the rate the grid kept, 5 paired seeds over 300 rounds, a
+command per seed into ``seeds/<algorithm>/seed<S>`` (``reproduction.Run``). A finished command
+is skipped, an interrupted one resumes. Then writes into ``--out``:
 
 * ``plots/lr_grid.png``: every algorithm's best test accuracy per learning rate of the grid;
 * ``plots/accuracy_rounds.png``, ``plots/accuracy_upload.png``: test accuracy of each
   algorithm at its best learning rate against rounds and against the MiB its clients uploaded
   (Fig. 2 and Table 4 as curves);
-* ``README.md``: the command, the best rate per algorithm, Table 4's costs (``report.md``'s
-  table) against the paper's, and the hand-written ``discussion.md``.
+* ``README.md``: the commands, the best rate per algorithm, Table 4's costs (``report.md``'s
+  table) against the paper's, the seeds' max accuracies and rounds to FedAvg's max with their
+  95% intervals and verdicts, and the hand-written ``discussion.md``.
 
-Usage: ``python benchmarks/reproduce_gbo_femnist.py [--out DIR] [--overwrite]``
+Usage: ``python benchmarks/reproduce_gbo_femnist.py [--out DIR] [--overwrite] [--report_only]``
 """
 from __future__ import annotations
 
@@ -28,10 +30,20 @@ import reproduction
 from fedjax_gel.experiment import plots, report
 
 FLAGS = 'launch/configs/gbo_femnist_subset.flags'
-RUNS = [reproduction.Run('fig2_table4', [f'--flagfile={FLAGS}']),
+GRID = [reproduction.Run('fig2_table4', [f'--flagfile={FLAGS}']),
         reproduction.Run('fig2_table4_upper', [f'--flagfile={FLAGS}', '--client_lr_grid=0.3,1']),
         reproduction.Run('fig2_table4_top', [f'--flagfile={FLAGS}', '--algorithm=fedgbo,mfl',
                                              '--client_lr_grid=3'])]
+# Each algorithm at the client learning rate the grid kept (seed 0, 150 rounds; fixed before
+# these runs), 5 paired seeds over 300 rounds, twice the grid's, to see whether they converge
+# to one accuracy as the paper finds after 5,000
+KEPT = {'fedavg': 0.1, 'fedprox': 0.1, 'fedgbo': 1, 'mfl': 1, 'mimelite': 0.1, 'mimexlite': 0.1}
+LONG_ROUNDS = 300
+SEEDS = [reproduction.Run(f'seeds/{alg}', [f'--flagfile={FLAGS}', f'--algorithm={alg}',
+                                           f'--client_lr_grid={lr:g}',
+                                           f'--num_rounds={LONG_ROUNDS}'], tuple(range(5)))
+         for alg, lr in KEPT.items()]
+RUNS = GRID + SEEDS
 ORDER = ['fedavg', 'fedprox', 'fedgbo_sgdm', 'mfl_sgdm', 'mimelite_sgdm', 'mimexlite_sgdm']
 # The paper's FEMNIST max test accuracies (Table 4, full FEMNIST, K = 10, SGDm; %), where legible
 PAPER_MAX = {'fedavg': 86.6, 'fedprox': 86.6, 'fedgbo_sgdm': 86.4}
@@ -42,7 +54,7 @@ NOT_ATTEMPTED = ['FedGBO on CIFAR-100', 'FedGBO on Sent140', 'FedGBO on Shakespe
 
 def grid(out: str) -> list:
   """Every run of the grid, ``(summary, records)``, by algorithm and learning rate."""
-  return sorted((r for run in RUNS for r in reproduction.load_all(out, run.name)),
+  return sorted((r for run in GRID for r in reproduction.load_all(out, run.name)),
                 key=lambda r: (ORDER.index(r[0]['algorithm']), r[0]['client_lr']))
 
 
@@ -67,6 +79,47 @@ def kept_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
   return rows
 
 
+def seeds_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
+  """Markdown lines: each algorithm at its kept rate over the paired seeds, its max test
+  accuracy (mean +- 95% CI, judged against the paper's) and its rounds to FedAvg's max accuracy
+  on the same seed (mean +- 95% CI over the seeds that reached it); appends to ``verdicts``."""
+  runs = {run.name.split('/')[1]: {s['seed']: (s, r) for s, r in reproduction.load_all(out, run.name)}
+          for run in SEEDS}
+  rows = [f'| algorithm | client lr | seeds | max test accuracy in {LONG_ROUNDS} rounds (mean +- '
+          "95% CI) | paper's max (5,000 rounds) | verdict | rounds to FedAvg's max (mean +- 95% "
+          'CI; seeds reaching) |', '|---|---:|---:|---:|---:|---|---:|']
+  fedavg = runs['fedavg']
+  for alg, lr in KEPT.items():
+    seeds = runs[alg]
+    name = dict(zip(KEPT, ORDER))[alg]   # the run's name: fedgbo_sgdm for --algorithm=fedgbo
+    paper = PAPER_MAX.get(name)
+    paper_text = '-' if paper is None else f'{paper:.1f}%'
+    if len(seeds) < 2:
+      said = '-' if paper is None else reproduction.INCONCLUSIVE if seeds else reproduction.NOT_RUN
+      rows.append(f'| {name} | {lr:g} | {len(seeds)} | - | {paper_text} | {said} | - |')
+      continue
+    best = [100 * s['best_accuracy'] for s, _ in seeds.values()]
+    mean, half = report.mean_ci(best)
+    said = '-' if paper is None else reproduction.verdict(paper, mean - half, mean + half)
+    if verdicts is not None and paper is not None:
+      verdicts[said].append(f'{name}: max test accuracy {mean:.1f}% +- {half:.1f} over '
+                            f'{len(seeds)} seeds in {LONG_ROUNDS} rounds, the paper\'s '
+                            f'{paper:.1f}% after 5,000 rounds')
+    reach = [reproduction.rounds_at(records, fedavg[k][0]['best_accuracy'])[0]
+             for k, (_, records) in seeds.items() if k in fedavg]
+    hit = [r for r in reach if r is not None]
+    to_max = (f'{report.mean_ci_text(hit, 1)} ({len(hit)}/{len(reach)})' if len(hit) >= 2
+              else f'- ({len(hit)}/{len(reach)})')
+    rows.append(f'| {name} | {lr:g} | {len(seeds)} | {mean:.1f}% +- {half:.1f} | {paper_text} | '
+                f'{"-" if said == "-" else reproduction.shown(said)} | {to_max} |')
+  return rows
+
+
+def readme_table(out: str) -> list[str]:
+  """README.md's tables of this reproduction: the grid's kept rates, the seeds at them."""
+  return [*kept_table(out), '', *seeds_table(out)]
+
+
 def summary_text(out: str, commands: list[str], minutes: float) -> str:
   results = grid(out)
   kept = report.kept_runs(results, 'client_lr')
@@ -80,7 +133,7 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
       *reproduction.header('FedGBO on real LEAF FEMNIST (the shipped subset): Fig. 2 (K = 10, '
                            'SGDm) and Table 4', 'reproduce_gbo_femnist.py', commands, minutes),
       'Wall time of the command when it ran, on this project\'s 2-core CPU machine (no '
-      f'accelerator): {reproduction.wall_minutes(out, RUNS)}. One seed (0).', '',
+      f'accelerator): {reproduction.wall_minutes(out, RUNS)}. The grid: one seed (0).', '',
       'Each algorithm ran every client learning rate of the grid; the kept rate is the one with '
       'the highest max test accuracy (evaluated every 5 rounds):', '',
       '![learning-rate grid](plots/lr_grid.png)', '', *rows, '',
@@ -88,9 +141,12 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
       '![accuracy against uploaded MiB](plots/accuracy_upload.png)', '',
       'Table 4\'s form at the kept rates (upload and gradient computations until each '
       'algorithm\'s max accuracy, and until FedAvg\'s max):', '', report.cost_table(kept), '',
+      f'## At the kept rates, 5 paired seeds, {LONG_ROUNDS} rounds', '',
+      *seeds_table(out, verdicts), '',
       *reproduction.verdict_lines(verdicts, NOT_ATTEMPTED), '',
       'The tables of each command\'s part of the grid: '
-      + ', '.join(f'[{r.name}/report.md]({r.name}/report.md)' for r in RUNS) + '.',
+      + ', '.join(f'[{r.name}/report.md]({r.name}/report.md)' for r in GRID) + '; each seed\'s '
+      'in `seeds/<algorithm>/seed<S>/report.md`.',
       *reproduction.discussion(out), ''])
 
 
@@ -101,7 +157,7 @@ def main(argv=None):
   # the records (a few KB per run) are kept: they are what the tables come from
   reproduction.reproduce(a.out, RUNS, summary_text, a.overwrite, keep_records=True,
                          report_only=a.report_only,
-                         table=reproduction.readme_table_of(a.out, 'gbo_femnist', kept_table))
+                         table=reproduction.readme_table_of(a.out, 'gbo_femnist', readme_table))
 
 
 if __name__ == '__main__':

@@ -579,7 +579,9 @@ def unread_flags(c: Config) -> dict[str, str]:
     out['power_d'] = out['power_loss'] = (f'read only with --client_selection=power_of_d (got '
                                           f'{k.client_selection})')
   builtin = (getattr(spec.build, '__module__', None) or '').startswith('fedjax_gel.')
-  if builtin and not spec.momentum:   # a user's algorithm may read it without saying so
+  # a user's algorithm may read it without saying so; 0 is what clients without momentum do,
+  # so one flag file can run FedGBO's plain-SGD FedProx beside FedAvg
+  if builtin and not spec.momentum and c.algorithm.client_momentum != 0:
     out['client_momentum'] = (f'--algorithm={spec.name} does not read it (its clients take '
                               'steps without momentum)')
   server = [flag_name(f) for f in dataclasses.fields(ServerConfig)]

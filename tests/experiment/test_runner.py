@@ -921,6 +921,8 @@ def test_a_setting_one_run_reads_is_kept_and_one_none_reads_is_refused():
     expand(make(server_optimizer='momentum', server_beta1=0.5))
   with pytest.raises(ConfigError, match=r'--client_momentum=0.5: --algorithm=fedavg does not'):
     expand(make(algorithm='fedavg', client_momentum=0.5))
+  (run,) = expand(make(algorithm='fedavg', client_momentum=0.))   # what its clients do: kept
+  assert run.algorithm.client_momentum == 0.
 
 
 def test_a_registered_algorithm_keeps_the_client_momentum():
