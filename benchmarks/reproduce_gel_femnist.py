@@ -97,7 +97,7 @@ def main(argv=None):
   a = p.parse_args(argv)
   # the records (a few KB per run) are kept: they are what the tables come from
   reproduction.reproduce(a.out, RUNS, summary_text, a.overwrite, keep_records=True,
-                         report_only=a.report_only,
+                         report_only=a.report_only, commit=a.commit,
                          table=reproduction.readme_table_of(a.out, 'gel_femnist',
                                                             readme_table))
 

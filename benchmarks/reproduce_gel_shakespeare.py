@@ -94,7 +94,7 @@ def main(argv=None):
   p.add_argument('--overwrite', action='store_true', help='run every command again from round 0')
   a = p.parse_args(argv)
   reproduction.reproduce(a.out, RUNS, summary_text, a.overwrite, keep_records=True,
-                         report_only=a.report_only,
+                         report_only=a.report_only, commit=a.commit,
                          table=reproduction.readme_table_of(a.out, 'gel_shakespeare',
                                                             readme_table))
 

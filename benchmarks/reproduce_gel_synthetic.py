@@ -139,7 +139,7 @@ def main(argv=None):
   p.add_argument('--seeds', default=','.join(map(str, range(SEEDS))))
   a = p.parse_args(argv)
   reproduction.reproduce(a.out, runs(a.seeds), summary_text, overwrite=True,
-                         report_only=a.report_only,
+                         report_only=a.report_only, commit=a.commit,
                          table=reproduction.readme_table_of(a.out, 'gel_synthetic',
                                                             readme_table))
 

@@ -94,39 +94,75 @@ def arguments(doc: str, name: str) -> argparse.ArgumentParser:
   p.add_argument('--report_only', action='store_true',
                  help='run nothing: write README.md again from the finished commands\' outputs '
                       '(e.g. while a long reproduction is stopped half way)')
+  p.add_argument('--commit', action='store_true',
+                 help='after each command, write the READMEs again and git-commit them with '
+                      'its outputs (and nothing else), so a long reproduction\'s finished seeds '
+                      'are in git as they complete')
   return p
 
 
 def reproduce(out: str, runs: list[Run], summary_text, overwrite: bool,
               keep_records: bool = False, report_only: bool = False,
-              table: Optional[tuple] = None) -> None:
+              table: Optional[tuple] = None, commit: bool = False) -> None:
   """A reproduction script's whole job: ``run_all`` (nothing with ``report_only``), then
   ``out/README.md`` from ``summary_text(out, commands, minutes)`` (minutes None: nothing ran),
   printed too, and with ``table = (name, lines_of(out))`` README.md's block ``name``
   (``readme_block``). ``keep_records``: commit each run's ``metrics.jsonl`` (a few KB per run)
-  with its summaries."""
+  with its summaries. ``commit``: after each command, both READMEs written again and committed
+  with its outputs (``commit_finished``), so that a long reproduction's finished seeds are in
+  git as they complete and another machine continues from them."""
   gitignore = GITIGNORE.replace('metrics.jsonl\n', '') if keep_records else GITIGNORE
-  if report_only:
-    commands, minutes = [run.shown(out, overwrite) for run in runs], None
-  else:
-    commands, minutes = run_all(out, runs, overwrite, gitignore)
-  text = summary_text(out, commands, minutes)
-  with open(os.path.join(REPO, out, 'README.md'), 'w') as f:
-    f.write(text)
-  print(text)
-  if table is not None:
-    name, lines_of = table
-    text = readme_block(name, lines_of(out))
-    with open(os.path.join(REPO, 'README.md'), 'w') as f:
+  shown = [run.shown(out, overwrite) for run in runs]
+
+  def write(commands, minutes) -> list[str]:
+    """Writes the READMEs from the finished commands; the files written."""
+    _read.cache_clear()   # a command finished since they were last read
+    text = summary_text(out, commands, minutes)
+    with open(os.path.join(REPO, out, 'README.md'), 'w') as f:
       f.write(text)
+    written = [os.path.join(out, 'README.md'), os.path.join(out, 'plots')]
+    if table is not None:
+      name, lines_of = table
+      readme = readme_block(name, lines_of(out))
+      with open(os.path.join(REPO, 'README.md'), 'w') as f:
+        f.write(readme)
+      written.append('README.md')
+    return written
+
+  finished = None
+  if commit and not report_only:
+    finished = lambda name: commit_finished(
+        [os.path.join(out, name), *write(shown, None)],
+        f'Add {os.path.basename(os.path.normpath(out))} {name}')
+  commands, minutes = ((shown, None) if report_only else
+                       run_all(out, runs, overwrite, gitignore, finished))
+  write(commands, minutes)
+  with open(os.path.join(REPO, out, 'README.md')) as f:
+    print(f.read())
 
 
-def run_all(out: str, runs: list[Run], overwrite: bool,
-            gitignore: str = GITIGNORE) -> tuple[list[str], float]:
+def commit_finished(paths: list[str], subject: str) -> None:
+  """Commits ``paths`` (relative to the repository) as they are, and nothing else that is
+  staged or changed; nothing when they hold no change. A failure is said, not fatal: the run
+  goes on."""
+  git = lambda *args: subprocess.run(['git', *args], cwd=REPO, capture_output=True, text=True)
+  existing = [p for p in paths if os.path.exists(os.path.join(REPO, p))]
+  added = git('add', '-A', '--', *existing)
+  if added.returncode == 0 and not git('diff', '--cached', '--quiet', '--', *existing).returncode:
+    return   # nothing new
+  done = git('commit', '-q', '-m', subject, '--', *existing) if added.returncode == 0 else added
+  if done.returncode:
+    print(f'note: not committed ({subject}): {done.stderr.strip() or done.stdout.strip()}',
+          flush=True)
+
+
+def run_all(out: str, runs: list[Run], overwrite: bool, gitignore: str = GITIGNORE,
+            finished=None) -> tuple[list[str], float]:
   """Runs the commands from the repository root (``out`` relative to it or absolute); without
   ``overwrite`` a command whose ``report.md`` exists (written once all its runs finished) is
-  skipped and an interrupted one resumes. Returns the commands as a user would type them and
-  the minutes they took; exits with a failed run's status."""
+  skipped and an interrupted one resumes; ``finished(name)`` is called after each command
+  that ran. Returns the commands as a user would type them and the minutes they took; exits
+  with a failed run's status."""
   try:
     os.makedirs(os.path.join(REPO, out), exist_ok=True)
     with open(os.path.join(REPO, out, '.gitignore'), 'w') as f:
@@ -152,6 +188,8 @@ def run_all(out: str, runs: list[Run], overwrite: bool,
       status = subprocess.run([sys.executable, *cmd], cwd=REPO, check=False).returncode
       if status:
         sys.exit(status)
+      if finished is not None:
+        finished(name)
   return [run.shown(out, overwrite) for run in runs], (time.perf_counter() - start) / 60
 
 

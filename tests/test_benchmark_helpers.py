@@ -263,3 +263,29 @@ def test_speedups_across_targets_pair_seeds_and_flag_inexact_rounds(tmp_path, mo
   s, low, high, both, seeds, exact = found[pair, 0.85]
   assert both == 0 and np.isnan(low)
   reproduction._read.cache_clear()
+
+
+def test_commit_finished_commits_its_paths_and_nothing_else(tmp_path, monkeypatch):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import reproduction  # pylint: disable=g-import-not-at-top
+  git = lambda *a: subprocess.run(['git', '-c', 'user.name=t', '-c', 'user.email=t@t', *a],
+                                  cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+  git('init', '-q')
+  (tmp_path / 'other.txt').write_text('a')
+  git('add', 'other.txt')
+  git('commit', '-qm', 'first')
+  (tmp_path / 'other.txt').write_text('b')   # the user's own change, staged: not committed
+  git('add', 'other.txt')
+  (tmp_path / 'out' / 'seed0').mkdir(parents=True)
+  (tmp_path / 'out' / 'seed0' / 'summary.json').write_text('{}')
+  monkeypatch.setenv('GIT_AUTHOR_NAME', 't')
+  monkeypatch.setenv('GIT_AUTHOR_EMAIL', 't@t')
+  monkeypatch.setenv('GIT_COMMITTER_NAME', 't')
+  monkeypatch.setenv('GIT_COMMITTER_EMAIL', 't@t')
+  monkeypatch.setattr(reproduction, 'REPO', str(tmp_path))
+  reproduction.commit_finished(['out/seed0', 'out/plots'], 'Add out seed0')
+  assert git('log', '--format=%s') == 'Add out seed0\nfirst\n'
+  assert git('show', '--name-only', '--format=', 'HEAD') == 'out/seed0/summary.json\n'
+  assert git('diff', '--cached', '--name-only') == 'other.txt\n'
+  reproduction.commit_finished(['out/seed0'], 'Add it again')   # nothing new: no commit
+  assert git('log', '--format=%s').count('\n') == 2
