@@ -62,27 +62,12 @@ NOT_ATTEMPTED = ['Fig. 7 on FEMNIST: the client and server learning-rate grid of
 
 
 def summary_text(out: str, commands: list[str], minutes) -> str:
-  rounds, verdicts = reproduction.rounds_table(out, PAPER, TARGET, judge=False)
-  targets = reproduction.target_range(out)
   return '\n'.join([
       *reproduction.header('GeL on real LEAF FEMNIST (the shipped subset): Tables 1 and 2 and '
                            'Appendix F.1', 'reproduce_gel_femnist.py', commands, minutes),
-      'Wall time of each run\'s commands when they ran, on this project\'s 2-core CPU machine '
-      '(no accelerator; `launch/run.py`\'s default devices and chunks: both cores split each '
-      'round\'s clients, the seeds one after another): '
-      f'{reproduction.wall_minutes(out, RUNS)}.', '',
-      f'Rounds to {reproduction.ACCURACY.format(TARGET)} test accuracy here, against the rounds '
-      'to 76% in the GeL paper (Boukhari et al. 2023, Tables 1 and 2, full FEMNIST, 5 seeds). '
-      'The targets differ, so the rounds are not judged; the speedups and the orderings are '
-      'what compare.', '', *rounds, '',
-      'Speedups `mean(R_base) / mean(R) - 1` over the seeds both reached, with Fieller\'s 95% '
-      'interval (`fedjax_gel.experiment.report.speedup_ci`); runs of the same seed share '
-      'cohorts, budgets, initial models and shuffles, so runs of different commands pair.', '',
-      *reproduction.speedup_table(out, PAIRS, PAPER, TARGET, verdicts), '',
-      *reproduction.verdict_lines(verdicts, NOT_ATTEMPTED), '',
-      *reproduction.targets_section(out, PAIRS, targets, reproduction.PILOT_RANGE), '',
-      'Each seed\'s tables (gradient computations and MiB to the target, best and final '
-      'accuracy) are in `<run>/seed<S>/report.md`, its records in `metrics.jsonl`.',
+      *reproduction.real_data_sections(
+          out, RUNS, PAIRS, PAPER, TARGET, 'The GeL paper\'s are rounds to 76% (Boukhari et al. '
+          '2023, Tables 1 and 2, full FEMNIST, 5 seeds).', NOT_ATTEMPTED),
       *reproduction.discussion(out), ''])
 
 

@@ -56,37 +56,23 @@ PAIRS = [(('table1', 'fedavgcm'), ('table1', 'gel')),
          (('table1', 'fedavgcm'), ('table2', 'fednova'))]
 # The paper's Shakespeare results no command here runs yet (``reproduction.verdict_lines``)
 NOT_ATTEMPTED = []
+TARGET = float(reproduction.flag_value(TABLE1, 'target'))   # fixed from the pilot
 
 
 def summary_text(out: str, commands: list[str], minutes) -> str:
-  goal = float(reproduction.flag_value(TABLE1, 'target'))  # fixed from the pilot
-  rounds, verdicts = reproduction.rounds_table(out, PAPER, goal, judge=False)
-  targets = reproduction.target_range(out)
   return '\n'.join([
       *reproduction.header('GeL on real LEAF Shakespeare (the shipped subset): Tables 1 and 2',
                            'reproduce_gel_shakespeare.py', commands, minutes),
-      'Wall time of each run\'s commands when they ran, on this project\'s 2-core CPU machine '
-      '(no accelerator; `launch/run.py`\'s default devices and chunks: both cores split each '
-      'round\'s clients, the seeds one after another): '
-      f'{reproduction.wall_minutes(out, RUNS)}.', '',
-      f'Rounds to {goal:.1%} test accuracy here, against the rounds to 54% in the GeL paper '
-      '(Boukhari et al. 2023, Tables 1 and 2, full Shakespeare, 5 seeds). The targets, cohorts '
-      'and budgets differ, so the rounds are not judged; the speedups and the orderings are '
-      'what compare.', '', *rounds, '',
-      'Speedups `mean(R_base) / mean(R) - 1` over the seeds both reached, with Fieller\'s 95% '
-      'interval (`fedjax_gel.experiment.report.speedup_ci`); runs of the same seed share '
-      'cohorts, budgets, initial models and shuffles, so runs of different commands pair.', '',
-      *reproduction.speedup_table(out, PAIRS, PAPER, goal, verdicts), '',
-      *reproduction.verdict_lines(verdicts, NOT_ATTEMPTED), '',
-      *reproduction.targets_section(out, PAIRS, targets, reproduction.PILOT_RANGE), '',
-      'Each seed\'s tables (gradient computations and MiB to the target, best and final '
-      'accuracy) are in `<run>/seed<S>/report.md`, its records in `metrics.jsonl`; the pilot\'s '
-      'in [pilot](pilot/report.md).', *reproduction.discussion(out), ''])
+      *reproduction.real_data_sections(
+          out, RUNS, PAIRS, PAPER, TARGET, 'The GeL paper\'s are rounds to 54% (Boukhari et al. '
+          '2023, Tables 1 and 2, full Shakespeare, 5 seeds), with other cohorts and budgets.',
+          NOT_ATTEMPTED),
+      *reproduction.discussion(out), ''])
 
 
 def readme_table(out: str) -> list[str]:
   """README.md's table of this reproduction (``reproduction.headline``)."""
-  return reproduction.headline(out, PAIRS, PAPER, float(reproduction.flag_value(TABLE1, 'target')))
+  return reproduction.headline(out, PAIRS, PAPER, TARGET)
 
 
 def main(argv=None):

@@ -452,6 +452,31 @@ def targets_section(out: str, pairs: list, targets: list[float], how: str) -> li
                         if plotted else [])]
 
 
+def real_data_sections(out: str, runs: list, pairs: list, paper: dict, target: float,
+                       paper_rounds: str, not_attempted: list[str]) -> list[str]:
+  """What the README of a reproduction on a real-data subset holds between its header and its
+  discussion: the wall times, the rounds to ``target`` (``paper_rounds``: a sentence on the
+  paper's rounds, which are not judged), the speedups with their verdicts, the speedups across
+  the pilot's targets and where each seed's tables are."""
+  rounds, verdicts = rounds_table(out, paper, target, judge=False)
+  return [
+      'Wall time of each run\'s commands when they ran, on this project\'s 2-core CPU machine '
+      '(no accelerator; `launch/run.py`\'s default devices and chunks: both cores split each '
+      f'round\'s clients, the seeds one after another): {wall_minutes(out, runs)}.', '',
+      f'Rounds to {ACCURACY.format(target)} test accuracy here. {paper_rounds} The targets '
+      'differ, so the rounds are not judged; the speedups and the orderings are what compare.',
+      '', *rounds, '',
+      'Speedups `mean(R_base) / mean(R) - 1` over the seeds both reached, with Fieller\'s 95% '
+      'interval (`fedjax_gel.experiment.report.speedup_ci`); runs of the same seed share '
+      'cohorts, budgets, initial models and shuffles, so runs of different commands pair.', '',
+      *speedup_table(out, pairs, paper, target, verdicts), '',
+      *verdict_lines(verdicts, not_attempted), '',
+      *targets_section(out, pairs, target_range(out), PILOT_RANGE), '',
+      'Each seed\'s tables (gradient computations and MiB to the target, best and final '
+      'accuracy) are in `<run>/seed<S>/report.md`, its records in `metrics.jsonl`; the pilot\'s '
+      'in `pilot/report.md`.']
+
+
 # The range and evaluation of the real-data reproductions (``target_range``, their flag files)
 PILOT_RANGE = ('85% to 97.5% of the pilot\'s mean best, a range fixed before the runs; the runs '
                'evaluate every round in it, so each seed\'s round is exact')
