@@ -81,11 +81,12 @@ def own_draws(key, r, num_clients):
 
 
 def own_order(key, n, max_n, pool_rows):
-  """A uniform permutation of the client's n examples (sorted random keys, padding last),
-  cycled: ``order[t]`` is the example of draw t."""
+  """Step t's examples: a uniform permutation of the client's n examples (sorted random keys,
+  padding last), taken B at a time, cycling."""
   del pool_rows
   u = jnp.where(jnp.arange(max_n) < n, jax.random.uniform(key, (max_n,)), 2.0)
-  return jnp.argsort(u)[jnp.arange(GEL_STEPS * BATCH) % n]
+  perm = jnp.argsort(u)
+  return lambda t: perm[(t * BATCH + jnp.arange(BATCH)) % n]
 
 
 def project_draws(root, r, num_clients):
@@ -103,9 +104,11 @@ def project_draws(root, r, num_clients):
 
 
 def project_order(key, n, max_n, pool_rows):
+  """Step t's examples as fedjax_gel draws them (``core.shuffle.cycled_permutation``)."""
   from fedjax_gel.core import shuffle  # pylint: disable=g-import-not-at-top
   del max_n
-  return shuffle.cycled_permutation(key, n, GEL_STEPS * BATCH, pool_rows)
+  order = shuffle.cycled_permutation(key, n, GEL_STEPS * BATCH, pool_rows)
+  return lambda t: order[t * BATCH + jnp.arange(BATCH)]
 
 
 DRAWS = {'own': (own_draws, own_order), 'project': (project_draws, project_order)}
@@ -120,12 +123,12 @@ def make_round(x_pool, y_pool, offsets, counts, max_n, gel, draws='own'):
   draw, order_of = DRAWS[draws]
 
   def client_update(params, offset, n, tau, key, lr):
-    order = order_of(key, n, max_n, x_pool.shape[0])
+    examples = order_of(key, n, max_n, x_pool.shape[0])
     last = tau if not gel else GEL_STEPS
 
     def step(t, state):
       w, v = state
-      idx = offset + order[t * BATCH + jnp.arange(BATCH)]
+      idx = offset + examples(t)
       g = grad_fn(w, x_pool[idx], y_pool[idx])
       real = t < tau                  # a real step; otherwise a zero-gradient guess (GeL)
       active = t < last               # this client still has steps to take
