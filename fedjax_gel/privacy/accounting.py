@@ -1,0 +1,83 @@
+"""Client-level privacy accounting with Google's ``dp-accounting`` library (no accountant of our
+own): a DP round is one sampled Gaussian query, or two composed with adaptive clipping, and
+``epsilon`` composes it over the rounds run.
+
+The sampling the round actually used decides the event and the neighbouring relation:
+
+* Poisson sampling (each client independently with rate ``q``):
+  ``PoissonSampledDpEvent(q, ...)``, adding or removing one client;
+* a fixed-size cohort drawn uniformly without replacement (``C`` of ``N``):
+  ``SampledWithoutReplacementDpEvent(N, C, ...)``, replacing one client (RDP only: the
+  library's PLD accountant does not take it).
+
+Sampling with replacement, power-of-d and cyclic selection have no event in the library: a DP
+run with them is refused (``event`` raises). The privacy unit is the client; the server is
+trusted (no secure aggregation is simulated).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import dp_accounting
+from dp_accounting import pld, rdp
+
+ACCOUNTANTS = ('rdp', 'pld')
+
+
+class Sampling(NamedTuple):
+  """How a round's cohort was drawn: ``kind`` ``'poisson'`` (rate ``cohort / population``, the
+  expected cohort) or ``'without_replacement'`` (exactly ``cohort`` of ``population``)."""
+  kind: str
+  population: int
+  cohort: float
+
+  @property
+  def rate(self) -> float:
+    """The probability that a given client takes part in a round."""
+    return self.cohort / self.population
+
+
+def round_event(sampling: Sampling, noise_multiplier: float,
+                count_noise_multiplier: Optional[float] = None) -> dp_accounting.DpEvent:
+  """One round's event: the Gaussian sum of clipped updates (``noise_multiplier`` = noise std
+  over the clip norm), composed with the Gaussian count of adaptive clipping when given
+  (``count_noise_multiplier`` = its noise std over the count's sensitivity, 1/2 for the
+  centred bits of Andrew et al. 2021), subsampled as ``sampling`` says. A ValueError for a
+  sampling the library has no event of."""
+  query = dp_accounting.GaussianDpEvent(noise_multiplier)
+  if count_noise_multiplier is not None:
+    query = dp_accounting.ComposedDpEvent(
+        [query, dp_accounting.GaussianDpEvent(count_noise_multiplier)])
+  if sampling.kind == 'poisson':
+    return dp_accounting.PoissonSampledDpEvent(sampling.rate, query)
+  if sampling.kind == 'without_replacement':
+    return dp_accounting.SampledWithoutReplacementDpEvent(
+        sampling.population, int(sampling.cohort), query)
+  raise ValueError(f'no privacy accounting for cohorts drawn {sampling.kind!r}: use Poisson '
+                   'sampling or a fixed-size cohort drawn without replacement')
+
+
+def accountant(sampling: Sampling, kind: str = 'rdp') -> dp_accounting.PrivacyAccountant:
+  """A fresh accountant of ``kind`` (``ACCOUNTANTS``) for ``sampling``'s neighbouring relation:
+  add or remove one client under Poisson sampling, replace one for a fixed-size cohort."""
+  relation = (dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE if sampling.kind == 'poisson'
+              else dp_accounting.NeighboringRelation.REPLACE_ONE)
+  if kind == 'rdp':
+    return rdp.RdpAccountant(neighboring_relation=relation)
+  if kind == 'pld':
+    return pld.PLDAccountant(neighboring_relation=relation)
+  raise ValueError(f'unknown accountant {kind!r}: one of {", ".join(ACCOUNTANTS)}')
+
+
+def epsilon(event: dp_accounting.DpEvent, rounds: int, delta: float, sampling: Sampling,
+            kind: str = 'rdp') -> float:
+  """The epsilon at ``delta`` after ``rounds`` rounds of ``event`` (0 after none). A ValueError
+  when the accountant cannot account for it (PLD with a fixed-size cohort)."""
+  if rounds == 0:
+    return 0.
+  acc = accountant(sampling, kind)
+  composed = dp_accounting.SelfComposedDpEvent(event, rounds)
+  if not acc.supports(composed):
+    raise ValueError(f'the {kind} accountant cannot account for cohorts drawn '
+                     f'{sampling.kind.replace("_", " ")}: use --dp_accountant=rdp')
+  return float(acc.compose(composed).get_epsilon(delta))
