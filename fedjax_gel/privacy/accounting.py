@@ -38,16 +38,19 @@ class Sampling(NamedTuple):
 
 
 def round_event(sampling: Sampling, noise_multiplier: float,
-                count_noise_multiplier: Optional[float] = None) -> dp_accounting.DpEvent:
-  """One round's event: the Gaussian sum of clipped updates (``noise_multiplier`` = noise std
-  over the clip norm), composed with the Gaussian count of adaptive clipping when given
-  (``count_noise_multiplier`` = its noise std over the count's sensitivity, 1/2 for the
-  centred bits of Andrew et al. 2021), subsampled as ``sampling`` says. A ValueError for a
-  sampling the library has no event of."""
-  query = dp_accounting.GaussianDpEvent(noise_multiplier)
-  if count_noise_multiplier is not None:
+                count_noise_std: Optional[float] = None) -> dp_accounting.DpEvent:
+  """One round's event: the Gaussian sum of clipped updates (noise std ``noise_multiplier``
+  times the clip norm ``C``), composed with the Gaussian count of adaptive clipping when its
+  noise std ``count_noise_std`` is given, subsampled as ``sampling`` says. The library's
+  multiplier is the noise std over the query's L2 sensitivity between neighbours: adding or
+  removing one client moves the sum by ``C`` and the centred count (Andrew et al. 2021) by 1/2;
+  replacing one client moves them by ``2C`` and 1. A ValueError for a sampling the library has
+  no event of."""
+  scale = 1. if sampling.kind == 'poisson' else 0.5   # sensitivity C, or 2C replacing one
+  query = dp_accounting.GaussianDpEvent(noise_multiplier * scale)
+  if count_noise_std is not None:
     query = dp_accounting.ComposedDpEvent(
-        [query, dp_accounting.GaussianDpEvent(count_noise_multiplier)])
+        [query, dp_accounting.GaussianDpEvent(2 * count_noise_std * scale)])
   if sampling.kind == 'poisson':
     return dp_accounting.PoissonSampledDpEvent(sampling.rate, query)
   if sampling.kind == 'without_replacement':

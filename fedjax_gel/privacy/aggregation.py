@@ -13,7 +13,8 @@ with ``m_i`` 1 for a client present in the round (0 for an empty slot of a Poiss
 the expected cohort size and ``z`` the noise multiplier. Adaptive clipping moves ``C`` towards
 the ``gamma`` quantile of the clients' update norms from a noised count of those at or below it::
 
-    b = (sum_i m_i [||Delta_i|| <= C] + N(0, sigma_b^2)) / W,    C <- C exp(-eta_C (b - gamma))
+    b = (sum_i m_i ([||Delta_i|| <= C] - 1/2) + N(0, sigma_b^2)) / W + 1/2,
+    C <- C exp(-eta_C (b - gamma))
 
 and spends part of the privacy budget on that count: for a total noise multiplier ``z`` the
 deltas get ``z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2)`` (the paper's Theorem 1), so that the two
@@ -40,20 +41,28 @@ def clip(delta, clip_norm):
   return jax.tree.map(lambda x: (x * scale).astype(x.dtype), delta), norm
 
 
-def noised_mean(deltas, present, clip_norm, noise_multiplier, expected_count, key):
-  """The fixed-denominator DP mean of the stacked ``deltas`` (leading client axis) with
-  ``present`` (``[K]``, 1 for a client in the round, 0 for an empty slot), each clipped to
-  ``clip_norm``, plus Gaussian noise of std ``noise_multiplier * clip_norm``, over
-  ``expected_count``. Returns ``(mean, norms)``, the clients' norms before clipping."""
-  clipped, norms = jax.vmap(clip, in_axes=(0, None))(deltas, clip_norm)
-  present = present.astype(jnp.float32)
-  leaves, treedef = jax.tree.flatten(clipped)
+def noised(total, clip_norm, noise_multiplier, expected_count, key):
+  """``(total + N(0, (noise_multiplier clip_norm)^2 I)) / expected_count``: the server's step on
+  the sum of the cohort's clipped deltas, noised once (after the sum over every chunk and
+  device)."""
+  leaves, treedef = jax.tree.flatten(total)
   keys = jax.random.split(key, len(leaves))
   std = noise_multiplier * clip_norm
-  out = [(jnp.tensordot(present, x.astype(jnp.float32), axes=1)
-          + std * jax.random.normal(k, x.shape[1:], jnp.float32)) / expected_count
-         for x, k in zip(leaves, keys)]
-  return jax.tree.unflatten(treedef, [o.astype(x.dtype) for o, x in zip(out, leaves)]), norms
+  out = [((x.astype(jnp.float32) + std * jax.random.normal(k, x.shape, jnp.float32))
+          / expected_count).astype(x.dtype) for x, k in zip(leaves, keys)]
+  return jax.tree.unflatten(treedef, out)
+
+
+def noised_mean(deltas, present, clip_norm, noise_multiplier, expected_count, key):
+  """The fixed-denominator DP mean of the stacked ``deltas`` (leading client axis) with
+  ``present`` (``[K]``, 1 for a client in the round, 0 for an empty slot): each clipped to
+  ``clip_norm`` (``clip``), summed, ``noised``. Returns ``(mean, norms)``, the clients' norms
+  before clipping."""
+  clipped, norms = jax.vmap(clip, in_axes=(0, None))(deltas, clip_norm)
+  present = present.astype(jnp.float32)
+  total = jax.tree.map(lambda x: jnp.tensordot(present, x.astype(jnp.float32), axes=1)
+                       .astype(x.dtype), clipped)
+  return noised(total, clip_norm, noise_multiplier, expected_count, key), norms
 
 
 class AdaptiveClip(NamedTuple):
@@ -66,11 +75,13 @@ class AdaptiveClip(NamedTuple):
 
 def adapted_clip(clip_norm, norms, present, expected_count, adaptive: AdaptiveClip, key):
   """The next round's clip norm: ``C exp(-eta_C (b - gamma))`` with ``b`` the noised fraction of
-  the present clients whose norm was at most ``C`` (over ``expected_count``)."""
-  below = jnp.sum(present.astype(jnp.float32) * (norms <= clip_norm))
-  noised = (below + adaptive.count_noise_std * jax.random.normal(key, (), jnp.float32)
-            ) / expected_count
-  return clip_norm * jnp.exp(-adaptive.clip_lr * (noised - adaptive.target_quantile))
+  the present clients whose norm was at most ``C``. The count is of centred bits
+  ``[||Delta_i|| <= C] - 1/2``, whose sum one client moves by at most 1/2 (added or removed),
+  as the paper does: ``b = (sum_i m_i ([.] - 1/2) + N(0, sigma_b^2)) / W + 1/2``."""
+  bits = present.astype(jnp.float32) * ((norms <= clip_norm).astype(jnp.float32) - 0.5)
+  b = (jnp.sum(bits) + adaptive.count_noise_std * jax.random.normal(key, (), jnp.float32)
+       ) / expected_count + 0.5
+  return clip_norm * jnp.exp(-adaptive.clip_lr * (b - adaptive.target_quantile))
 
 
 def delta_noise_multiplier(noise_multiplier: float, count_noise_std: float) -> float:

@@ -57,14 +57,23 @@ def test_adaptive_clipping_follows_the_papers_geometric_update():
   norms = jnp.asarray([0.5, 1.0, 3.0, 10.0, 0.1])
   present = jnp.asarray([1, 1, 1, 1, 0])
   settings = aggregation.AdaptiveClip(target_quantile=0.5, clip_lr=0.2, count_noise_std=0.)
+  settings = settings._replace(target_quantile=0.8)
   new = aggregation.adapted_clip(2.0, norms, present, 4., settings, jax.random.key(0))
-  b = 2 / 4   # 0.5 and 1.0 of the 4 present are at most 2.0
-  np.testing.assert_allclose(new, 2.0 * np.exp(-0.2 * (b - 0.5)), rtol=1e-6)
+  b = 2 / 4   # 0.5 and 1.0 of the 4 present are at most 2.0: below the target, C grows
+  np.testing.assert_allclose(new, 2.0 * np.exp(-0.2 * (b - 0.8)), rtol=1e-6)
+  assert new > 2.0
   settings = settings._replace(count_noise_std=3.)
   key = jax.random.key(5)
   noisy = aggregation.adapted_clip(2.0, norms, present, 4., settings, key)
   noise = 3. * jax.random.normal(key, (), jnp.float32)
-  np.testing.assert_allclose(noisy, 2.0 * np.exp(-0.2 * ((2 + noise) / 4 - 0.5)), rtol=1e-5)
+  # the centred count: (sum (b_i - 1/2) + noise) / W + 1/2, with sum (b_i - 1/2) = 0 here
+  np.testing.assert_allclose(noisy, 2.0 * np.exp(-0.2 * ((0 + noise) / 4 + 0.5 - 0.8)),
+                             rtol=1e-5)
+  # with an expected count above the present clients, the centring counts only those present
+  three = aggregation.adapted_clip(2.0, norms, present, 8., settings._replace(count_noise_std=0.),
+                                   key)
+  np.testing.assert_allclose(three, 2.0 * np.exp(-0.2 * ((2 * 0.5 - 2 * 0.5) / 8 + 0.5 - 0.8)),
+                             rtol=1e-6)
 
 
 def test_the_deltas_noise_multiplier_leaves_the_total_at_z():
