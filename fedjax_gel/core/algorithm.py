@@ -89,6 +89,12 @@ class FederatedAlgorithm(NamedTuple):
       algorithm's own per-round metrics (e.g. FedExP's server step size), computed from what
       ``server_update`` receives; the engine returns them in ``RoundMetrics.diagnostics`` and
       the experiment's records carry the last round's values under their names.
+    aggregate: ``None``: the server averages the uploads, ``sum_i w_i upload_i / sum_i w_i``,
+      and keeps its state in a round without clients. Otherwise ``(server_state, upload_sum,
+      RoundInfo, key) -> mean_upload`` from the weighted sum over every chunk and device, with
+      the round's server key (``core.keys.SERVER``), called in every round, with clients or
+      not: client-level differential privacy's noised fixed-denominator mean
+      (``fedjax_gel.privacy.private``).
     client_guesses: ``None`` for an algorithm without guessed steps. Otherwise ``(budgets,
       max_budget) -> tau'_i``: the round asks it for every client's guess count (float32
       ``[C]`` from the cohort's budgets ``[C]`` and the largest budget ``b`` of its spec) and
@@ -108,3 +114,4 @@ class FederatedAlgorithm(NamedTuple):
   store_row: Optional[Callable[[jax.Array], jax.Array]] = None
   client_guesses: Optional[Callable[[jax.Array, int], jax.Array]] = None
   diagnostics: Optional[Callable[[PyTree, PyTree, RoundInfo], dict]] = None
+  aggregate: Optional[Callable[[PyTree, PyTree, RoundInfo, jax.Array], PyTree]] = None

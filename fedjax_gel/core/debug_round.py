@@ -122,13 +122,18 @@ def debug_round(algorithm: FederatedAlgorithm, server_state, cohort: Cohort, dat
   total = tree_map(lambda u: jnp.zeros(u.shape, jnp.float32), upload_like)
   for _, w, work in done:   # sum_i w_i upload_i, in float32
     total = tree_map(lambda t, u: t + w * u.astype(jnp.float32), total, work.upload)
-  mean_upload = tree_map(lambda t, u: (t / weight if weight > 0 else 0. * t).astype(u.dtype),
-                         total, upload_like)
+  if algorithm.aggregate is None:
+    mean_upload = tree_map(lambda t, u: (t / weight if weight > 0 else 0. * t).astype(u.dtype),
+                           total, upload_like)
+  else:
+    mean_upload = tree_map(lambda m, u: m.astype(u.dtype), algorithm.aggregate(
+        server_state, total, info, keys.round_key(root_key, round_idx, keys.SERVER)),
+                           upload_like)
   diagnostics = ({} if algorithm.diagnostics is None else
                  algorithm.diagnostics(server_state, mean_upload, info))
-  new_state = kept_without_clients(jnp.asarray(weight > 0),
-                                   algorithm.server_update(server_state, mean_upload, info),
-                                   server_state)
+  stepped = algorithm.server_update(server_state, mean_upload, info)
+  new_state = (stepped if algorithm.aggregate is not None else
+               kept_without_clients(jnp.asarray(weight > 0), stepped, server_state))
   if algorithm.store_row is not None and done:
     rows = jnp.stack([jnp.asarray(algorithm.store_row(c)) for c, _, _ in done])
     new = tree_map(lambda *r: jnp.stack(r), *[work.row for work in works])

@@ -15,6 +15,7 @@ INIT = 0      # initial model (round-independent)
 COHORT = 1    # which clients take part
 BUDGET = 2    # local step budgets tau_i
 CLIENT = 3    # per-client randomness (data shuffle, algorithm draws)
+SERVER = 4    # the server's randomness (differential privacy's noise)
 
 
 SEED_MAX = 2**32 - 1   # a key holds 32 bits of the seed: 2**32 and 0 gave the same key

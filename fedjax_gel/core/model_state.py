@@ -307,6 +307,13 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
     inner_upload = upload[0] if policy == 'average' else upload
     return algorithm.diagnostics(joined(state), inner_upload, info)
 
+  def aggregate(state: ModelServer, upload_sum, info: RoundInfo, key):
+    if policy == 'average':   # the mean of the statistics would not be the algorithm's own
+      raise ValueError(f'{algorithm.name} aggregates its uploads itself (differential '
+                       'privacy); with --model_state=average the model\'s statistics would '
+                       'ride them unprotected: choose local or frozen')
+    return algorithm.aggregate(joined(state), upload_sum, info, key)
+
   return algorithm._replace(
       server_init=server_init, broadcast=broadcast, client_init=client_init,
       client_step=client_step, client_final=client_final, server_update=server_update,
@@ -315,4 +322,5 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
       client_model=lambda client: algorithm.client_model(client.inner),
       store_row=(algorithm.store_row if inner_store else
                  store_lib.by_client if local else None),
-      diagnostics=None if algorithm.diagnostics is None else diagnostics)
+      diagnostics=None if algorithm.diagnostics is None else diagnostics,
+      aggregate=None if algorithm.aggregate is None else aggregate)

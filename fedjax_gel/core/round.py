@@ -193,13 +193,20 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
     else:
       totals, written, clients, uploads = routing.on_mesh(algorithm, mesh, chunk_size, *work,
                                                           replicated)
-    scale = jnp.where(totals.weight > 0, 1. / jnp.maximum(totals.weight, 1e-30), 0.)
-    mean_upload = tree_map(lambda s, u: (s * scale).astype(u.dtype), totals.upload_sum, uploads)
     info = RoundInfo(weight_total=totals.weight, num_clients=totals.clients)
+    if algorithm.aggregate is None:
+      scale = jnp.where(totals.weight > 0, 1. / jnp.maximum(totals.weight, 1e-30), 0.)
+      mean_upload = tree_map(lambda s, u: (s * scale).astype(u.dtype), totals.upload_sum,
+                             uploads)
+    else:   # its own mean, and a step in every round (noise is released without clients too)
+      mean_upload = tree_map(lambda m, u: m.astype(u.dtype), algorithm.aggregate(
+          server_state, totals.upload_sum, info,
+          keys.round_key(root_key, round_idx, keys.SERVER)), uploads)
     diagnostics = ({} if algorithm.diagnostics is None else
                    algorithm.diagnostics(server_state, mean_upload, info))
-    new_state = kept_without_clients(
-        totals.weight > 0, algorithm.server_update(server_state, mean_upload, info), server_state)
+    stepped = algorithm.server_update(server_state, mean_upload, info)
+    new_state = (stepped if algorithm.aggregate is not None else
+                 kept_without_clients(totals.weight > 0, stepped, server_state))
     if algorithm.store_row is not None:
       new_state = new_state._replace(clients=store_lib.write_back(
           algorithm, mesh, new_state.clients, written, clients.client_ids))

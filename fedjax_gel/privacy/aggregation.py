@@ -73,15 +73,25 @@ class AdaptiveClip(NamedTuple):
   count_noise_std: float
 
 
+def noised_fraction(centred_sum, expected_count, count_noise_std, key):
+  """``b = (sum_i m_i ([||Delta_i|| <= C] - 1/2) + N(0, sigma_b^2)) / W + 1/2``, from the sum of
+  the present clients' centred bits, whose sum one client moves by at most 1/2 (added or
+  removed), as the paper counts them."""
+  noise = count_noise_std * jax.random.normal(key, (), jnp.float32)
+  return (centred_sum + noise) / expected_count + 0.5
+
+
+def next_clip(clip_norm, fraction, adaptive: AdaptiveClip):
+  """``C exp(-eta_C (b - gamma))``: the clip moves towards the ``gamma`` quantile of the norms."""
+  return clip_norm * jnp.exp(-adaptive.clip_lr * (fraction - adaptive.target_quantile))
+
+
 def adapted_clip(clip_norm, norms, present, expected_count, adaptive: AdaptiveClip, key):
-  """The next round's clip norm: ``C exp(-eta_C (b - gamma))`` with ``b`` the noised fraction of
-  the present clients whose norm was at most ``C``. The count is of centred bits
-  ``[||Delta_i|| <= C] - 1/2``, whose sum one client moves by at most 1/2 (added or removed),
-  as the paper does: ``b = (sum_i m_i ([.] - 1/2) + N(0, sigma_b^2)) / W + 1/2``."""
+  """The next round's clip norm from the clients' update ``norms`` (``[K]``) and ``present``:
+  ``next_clip`` of the ``noised_fraction`` of those at most ``clip_norm``."""
   bits = present.astype(jnp.float32) * ((norms <= clip_norm).astype(jnp.float32) - 0.5)
-  b = (jnp.sum(bits) + adaptive.count_noise_std * jax.random.normal(key, (), jnp.float32)
-       ) / expected_count + 0.5
-  return clip_norm * jnp.exp(-adaptive.clip_lr * (b - adaptive.target_quantile))
+  return next_clip(clip_norm, noised_fraction(jnp.sum(bits), expected_count,
+                                              adaptive.count_noise_std, key), adaptive)
 
 
 def delta_noise_multiplier(noise_multiplier: float, count_noise_std: float) -> float:
