@@ -175,16 +175,25 @@ def _fedavg(name: str):
   return lambda hp, s: fedavg(s.loss, optax.sgd(s.client_lr), s.server, name)
 
 
-FEDAVG = AlgorithmSpec('fedavg', _fedavg('fedavg'), paper='McMahan et al. 2017')
+FEDAVG = AlgorithmSpec('fedavg', _fedavg('fedavg'), paper='McMahan et al. 2017',
+                       upload_delta=True)
 FEDAVGCM = AlgorithmSpec(
     'fedavgcm', lambda hp, s: fedavgcm(s.loss, s.client_lr, s.client_momentum, s.server),
     client='SGD with momentum (`--client_momentum`), reset each round', momentum=True,
-    paper='Boukhari et al. 2023 (GeL) baseline')
+    paper='Boukhari et al. 2023 (GeL) baseline', upload_delta=True)
+# DP-FedAvg (McMahan, Ramage, Talwar and Zhang 2018, "Learning Differentially Private Recurrent
+# Language Models"): FedAvg whose clipped deltas the server averages with noise
+# (fedjax_gel.privacy); every other delta-uploading algorithm takes the same --dp_* flags.
+DP_FEDAVG = AlgorithmSpec(
+    'dp_fedavg', _fedavg('dp_fedavg'), upload_delta=True, private=True,
+    server='the noised fixed-denominator mean of the clipped deltas (`--dp_*`), then '
+    '`--server_optimizer`', paper='McMahan et al. 2018, "Learning Differentially Private '
+    'Recurrent Language Models"')
 # FedOpt (Reddi et al. 2021, "Adaptive Federated Optimization"): SGD clients, the server
 # optimiser fixed to the paper's form (--server_optimizer may only repeat it); FedAvg with it
 # is refused in their favour.
 FEDADAM, FEDYOGI, FEDADAGRAD = (
-    AlgorithmSpec(name, _fedavg(name), server_optimizer=name, base='fedavg',
+    AlgorithmSpec(name, _fedavg(name), server_optimizer=name, base='fedavg', upload_delta=True,
                   server=f'{name} (the paper\'s form; tune `--server_lr`, whose default 1.0 is '
                   'SGD\'s)', paper='Reddi et al. 2021, "Adaptive Federated Optimization"')
     for name in ('fedadam', 'fedyogi', 'fedadagrad'))

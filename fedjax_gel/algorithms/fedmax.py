@@ -39,7 +39,7 @@ def _check(c):
 
 FEDMAX = AlgorithmSpec('fedmax',
                        lambda hp, s: fedmax(s.model, s.client_lr, hp.fedmax_beta, s.server),
-                       FedMaxHparams, check=_check,
+                       FedMaxHparams, check=_check, upload_delta=True,
                        client='SGD on cross-entropy + `beta KL(U || softmax(penultimate '
                        'activations))` (needs a hidden layer: `--model=mlp`)',
                        paper='Chen et al. 2020, "FedMAX"')

@@ -60,7 +60,7 @@ class ProxGelHparams(GelHparams, ProxHparams):
 FEDPROX = AlgorithmSpec(
     'fedprox', lambda hp, s: fedprox(s.loss, s.client_lr, hp.prox_mu, s.client_momentum,
                                      s.server),
-    ProxHparams, client='proximal SGDM', momentum=True,
+    ProxHparams, client='proximal SGDM', momentum=True, upload_delta=True,
     paper='Li et al. 2020, "Federated Optimization in '
     'Heterogeneous Networks"')
 FEDPROX_GEL = AlgorithmSpec(
@@ -69,5 +69,5 @@ FEDPROX_GEL = AlgorithmSpec(
     ProxGelHparams, client='proximal SGDM + zero-proxy guesses that ignore the proximal term',
     guesses=True, momentum=True,
     check=check_guesses('fedprox_gel', zero_proxy_only='the guess ignores the proximal term'),
-    paired_with='fedprox',
+    paired_with='fedprox', upload_delta=True,
     paper='GeL Table 2')

@@ -214,13 +214,14 @@ GEL = AlgorithmSpec(
     'gel', lambda hp, s: gel(s.loss, s.client_lr, s.client_momentum, s.server, hp.proxy(),
                              hp.policy),
     GelHparams, client='SGDM + guessed steps (FedAvgCM + GeL)', guesses=True, momentum=True,
-    check=check_guesses('gel'), paired_with='fedavgcm', paper='Boukhari et al. 2023, "Boosting Federated Learning in '
-    'Resource-Constrained Networks" (GeL), Alg. 1, eq. 5')
+    check=check_guesses('gel'), paired_with='fedavgcm', upload_delta=True,
+    paper='Boukhari et al. 2023, "Boosting Federated Learning in Resource-Constrained Networks" '
+    '(GeL), Alg. 1, eq. 5')
 FEDAVG_GEL = AlgorithmSpec(
     'fedavg_gel', lambda hp, s: fedavg_gel(s.loss, s.client_lr, s.server, hp.proxy(True),
                                            hp.policy),
     GelHparams, client='SGD + guessed steps with the last-gradient proxy', guesses=True,
-    check=check_guesses('fedavg_gel', True), paired_with='fedavg',
+    check=check_guesses('fedavg_gel', True), paired_with='fedavg', upload_delta=True,
     paper="Dhasade et al. 2021's proxy on FedAvg's clients")
 FEDYOGI_GEL = AlgorithmSpec(
     'fedyogi_gel', lambda hp, s: gel(s.loss, s.client_lr, s.client_momentum, s.server,
@@ -228,4 +229,4 @@ FEDYOGI_GEL = AlgorithmSpec(
     GelHparams, client='SGDM + guessed steps', guesses=True, server_optimizer='fedyogi',
     base='gel', momentum=True,
     server='fedyogi', check=check_guesses('fedyogi_gel'), paired_with='fedyogi',
-    paper='GeL §4.5')
+    upload_delta=True, paper='GeL §4.5')

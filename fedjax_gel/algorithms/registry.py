@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 from fedjax_gel.algorithms.drift import ADABEST, FEDDYN, SCAFFOLD
-from fedjax_gel.algorithms.fedavg import FEDADAGRAD, FEDADAM, FEDAVG, FEDAVGCM, FEDYOGI
+from fedjax_gel.algorithms.fedavg import (DP_FEDAVG, FEDADAGRAD, FEDADAM, FEDAVG, FEDAVGCM,
+                                         FEDYOGI)
 from fedjax_gel.algorithms.fedexp import FEDEXP
 from fedjax_gel.algorithms.fedmax import FEDMAX
 from fedjax_gel.algorithms.fednova import FEDNOVA, FEDNOVA_GEL
@@ -23,7 +24,7 @@ from fedjax_gel.spec import AlgorithmSpec, Registry, flag_name
 
 BUILTIN = (FEDAVG, FEDAVGCM, GEL, FEDAVG_GEL, FEDPROX, FEDPROX_GEL, FEDNOVA, FEDNOVA_GEL, FEDADAM,
            FEDYOGI, FEDADAGRAD, FEDYOGI_GEL, FEDGBO, MFL, MIMELITE, MIMEXLITE, FEDMAX, FEDEXP,
-           SCAFFOLD, FEDDYN, ADABEST, FEDVARP, CLUSTER_FEDVARP)
+           SCAFFOLD, FEDDYN, ADABEST, FEDVARP, CLUSTER_FEDVARP, DP_FEDAVG)
 
 ALGORITHMS: Registry[AlgorithmSpec] = Registry('algorithm')
 

@@ -55,9 +55,12 @@ NEWER_RUN_SETTINGS = ('fuse_small_dots', 'client_distance', 'eval_every_round_fr
 def settings_of_earlier_versions(c) -> dict:
   """``c.to_json()`` as earlier versions wrote it, so that the command of a run they wrote finds
   its folder: the data section flat, as before datasets had settings of their own
-  (``config.flat_data``), and without the newer run settings at their defaults."""
+  (``config.flat_data``), and without the newer run settings at their defaults nor the privacy
+  section without differential privacy."""
   record = c.to_json()
   run = {k: v for k, v in record['run'].items() if k not in NEWER_RUN_SETTINGS or v}
+  if not c.privacy.on:   # a section newer than them, read only with differential privacy
+    record.pop('privacy')
   return {**record, 'data': config_lib.flat_data(c.data), 'run': run}
 
 

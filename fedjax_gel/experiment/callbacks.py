@@ -18,7 +18,7 @@ import numpy as np
 from flax import serialization
 
 from fedjax_gel.core import devices, evaluation, round as round_lib, runs as runs_lib
-from fedjax_gel.experiment import checkpoint, files, workdir as workdir_lib
+from fedjax_gel.experiment import checkpoint, dp, files, workdir as workdir_lib
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -145,6 +145,7 @@ class Evaluate(Callback):
                   'test_loss': float(test['loss']), 'train_loss': float(train['loss']),
                   **client_fields(test, metric),
                   **run.totals, 'client_distance': run.distance, **run.diagnostics,
+                  **dp.record_fields(run.config, population(loop), done),
                   'elapsed_s': round(time.perf_counter() - loop.t0, 3)}
         run.records.append(record)
         records[i] = record
@@ -344,6 +345,11 @@ def metric_fields(records, target: float, metric) -> dict:
       'rounds_to_target': workdir_lib.rounds_to_target(records, target, metric)}
 
 
+def population(loop) -> int:
+  """The training clients the cohorts are drawn from."""
+  return int(loop.exp.train.counts.shape[0])
+
+
 def run_summary(loop, i: int) -> dict:
   """Run ``i``'s ``summary.json``: the schema of every ``summary.json`` (runs, seeds and grids;
   a grid fills ``grid`` and reports its selected cell)."""
@@ -353,6 +359,8 @@ def run_summary(loop, i: int) -> dict:
   return {
       **run_fields(c), 'client_lr': c.algorithm.client_lr, 'server_lr': c.server.lr, **run.tags,
       **metric_fields(records, c.run.target, loop.exp.model.task.metric),
+      # the privacy spent by the rounds run (a diverged run's too: its noise was released)
+      **dp.record_fields(c, population(loop), run.diverged or loop.done),
       'status': 'diverged' if run.diverged else 'finished',
       'diverged_round': run.diverged,
       **run.totals,

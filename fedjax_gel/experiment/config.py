@@ -179,8 +179,8 @@ class CohortConfig:
   aggregation_weights: str = hparam(
       'default', 'samples_seen (min(tau_i B, n_i), the GeL code\'s), num_examples (n_i) or '
       'uniform; default: uniform with --client_selection=power_of_d (its candidates are drawn by '
-      'data size), else num_examples (the GeL paper\'s p_i = n_i / n). Recorded as the '
-      'weighting it stands for.', _known_weighting)
+      'data size) or differential privacy (--dp_clip_norm), else num_examples (the GeL paper\'s '
+      'p_i = n_i / n). Recorded as the weighting it stands for.', _known_weighting)
   client_selection: str = hparam(
       'uniform', 'uniform; cyclic (clients in --cyclic_groups groups by id mod K; round t '
       'samples group t mod K); power_of_d (the C highest-loss of --power_d data-weighted '
@@ -307,8 +307,49 @@ class RunConfig:
       at_least(0, ", 0 meaning the device's own"))
 
 
+@dataclasses.dataclass(frozen=True)
+class PrivacyConfig:
+  """Client-level differential privacy (``fedjax_gel.privacy``): off unless ``--dp_clip_norm``
+  is positive. The privacy unit is the client; the server is trusted (no secure aggregation is
+  simulated)."""
+  clip_norm: float = hparam(
+      0., "L2 norm each client's upload (its model delta) is clipped to, the server then taking "
+      'the noised mean of DP-FedAvg (McMahan et al. 2018) with uniform weights over the '
+      'expected cohort; 0: no differential privacy. With --dp_target_quantile, the first '
+      "round's clip.", at_least(0, ', 0 meaning no differential privacy'), flag='dp_clip_norm')
+  noise_multiplier: float = hparam(
+      1.0, "The noise's std over the clip norm, in every round (with adaptive clipping, shared "
+      "with the clip's count as Andrew et al. 2021's Theorem 1 does).", at_least(0),
+      flag='dp_noise_multiplier')
+  delta: float = hparam(1e-5, 'The delta of the (epsilon, delta) the records report.',
+                        within(0, 1, open_low=True, open_high=True), flag='dp_delta')
+  accountant: str = hparam(
+      'rdp', "dp-accounting's accountant: rdp (Renyi DP) or pld (privacy loss distributions; "
+      'Poisson sampling only).', one_of('rdp', 'pld'), flag='dp_accountant')
+  target_quantile: float = hparam(
+      0., 'Adaptive clipping (Andrew et al. 2021): the quantile of the update norms the clip '
+      'tracks, e.g. 0.5; 0: a fixed clip.', within(0, 1, open_high=True),
+      flag='dp_target_quantile')
+  clip_lr: float = hparam(0.2, "Adaptive clipping: the clip's geometric learning rate eta_C.",
+                          positive, flag='dp_clip_lr')
+  clip_count_noise: float = hparam(
+      0., "Adaptive clipping: the noise std sigma_b of the count of clients at or below the "
+      'clip; 0 = the expected cohort / 20, as the paper advises.', at_least(0),
+      flag='dp_clip_count_noise')
+
+  @property
+  def on(self) -> bool:
+    return self.clip_norm > 0
+
+  def count_noise(self, cohort: float) -> float:
+    """Adaptive clipping's count noise ``sigma_b``: ``--dp_clip_count_noise``, or the expected
+    cohort over 20."""
+    return self.clip_count_noise or cohort / 20
+
+
 SECTIONS = {'data': DataConfig, 'model': ModelConfig, 'cohort': CohortConfig,
-            'algorithm': AlgorithmConfig, 'server': ServerConfig, 'run': RunConfig}
+            'algorithm': AlgorithmConfig, 'server': ServerConfig, 'run': RunConfig,
+            'privacy': PrivacyConfig}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,6 +363,7 @@ class Config:
   algorithm: AlgorithmConfig = AlgorithmConfig()
   server: ServerConfig = ServerConfig()
   run: RunConfig = RunConfig()
+  privacy: PrivacyConfig = PrivacyConfig()
 
   @property
   def spec(self) -> AlgorithmSpec:
@@ -496,6 +538,9 @@ def make(**flags) -> Config:
   if clash:
     raise ConfigError(f'--algorithm={name}: its hyper-parameter --{clash[0]} is a setting of '
                       f'--dataset={dataset} too; rename one of them')
+  if (flags.get('dp_clip_norm', 0) or 0) > 0 and flags.get('aggregation_weights',
+                                                              'default') == 'default':
+    flags = {**flags, 'aggregation_weights': 'uniform'}   # DP's weighting (privacy_problem)
   sections = {k: {} for k in SECTIONS}
   hparams, data_hparams = {}, {}
   data_fields = data_registry.hparam_fields()
@@ -584,6 +629,12 @@ def unread_flags(c: Config) -> dict[str, str]:
   if builtin and not spec.momentum and c.algorithm.client_momentum != 0:
     out['client_momentum'] = (f'--algorithm={spec.name} does not read it (its clients take '
                               'steps without momentum)')
+  dp = [flag_name(f) for f in dataclasses.fields(PrivacyConfig)][1:]
+  if not c.privacy.on:
+    out.update(dict.fromkeys(dp, 'read only with differential privacy (--dp_clip_norm > 0)'))
+  elif not c.privacy.target_quantile:
+    out.update(dict.fromkeys(('dp_clip_lr', 'dp_clip_count_noise'),
+                             'read only with adaptive clipping (--dp_target_quantile > 0)'))
   server = [flag_name(f) for f in dataclasses.fields(ServerConfig)]
   if spec.own_server:
     out.update(dict.fromkeys(server, OWN_SERVER.format(f'--algorithm={spec.name}')))
@@ -593,6 +644,47 @@ def unread_flags(c: Config) -> dict[str, str]:
       if opt not in readers:
         out[flag] = f'--server_optimizer={opt} does not read it'
   return out
+
+
+def privacy_problem(c: Config) -> Optional[str]:
+  """What keeps ``c``'s differential privacy from being clipped, noised and accounted for as
+  ``fedjax_gel.privacy`` does it, one line; None when nothing (or DP is off)."""
+  p, k, spec = c.privacy, c.cohort, c.spec
+  if spec.private and not p.on:
+    return (f'--algorithm={spec.name} needs --dp_clip_norm > 0: the L2 norm its clients\' '
+            'updates are clipped to')
+  if not p.on:
+    return None
+  if not spec.upload_delta:
+    from fedjax_gel.algorithms import registry   # pylint: disable=g-import-not-at-top
+    able = ', '.join(s.name for s in registry.specs() if s.upload_delta)
+    return (f'--dp_clip_norm={p.clip_norm:g}: --algorithm={spec.name} uploads more than its '
+            'model delta or keeps state per client, which differential privacy here does not '
+            f'protect; one of {able}')
+  if k.aggregation_weights != 'uniform':
+    return (f'--aggregation_weights={k.aggregation_weights}: differential privacy weighs clients '
+            'uniformly (a client moves the mean by at most the clip over the cohort); pass '
+            '--aggregation_weights=uniform or leave it at its default')
+  if k.client_selection != 'uniform':
+    return (f'--client_selection={k.client_selection}: differential privacy is accounted for '
+            'cohorts drawn uniformly (dp-accounting has no event for this one)')
+  if k.sample_with_replacement:
+    return ('--sample_with_replacement: differential privacy is accounted for cohorts drawn '
+            'without replacement (dp-accounting has no event for this one); pass '
+            '--nosample_with_replacement')
+  if p.accountant == 'pld':
+    return ('--dp_accountant=pld: dp-accounting\'s PLD accountant does not account for a '
+            'fixed-size cohort drawn without replacement; use --dp_accountant=rdp')
+  if c.model.model_state == 'average':
+    return ('--model_state=average: the averaged model statistics would ride the clipped '
+            'updates unprotected by differential privacy; choose local or frozen')
+  if p.target_quantile and p.noise_multiplier:
+    sigma = p.count_noise(k.clients_per_round)
+    if 2 * sigma <= p.noise_multiplier:
+      return (f'--dp_clip_count_noise={sigma:g} leaves nothing of --dp_noise_multiplier='
+              f'{p.noise_multiplier:g} for the updates (Andrew et al. 2021: the count takes '
+              f'(2 sigma_b)^-2 of z^-2); raise it above {p.noise_multiplier / 2:g}')
+  return None
 
 
 def validate(c: Config) -> Config:
@@ -651,6 +743,8 @@ def validate(c: Config) -> Config:
        f'--budget_range={a},{b} with --clients_per_round={size} and --batch_size='
        f'{cohort.batch_size}: a round of C b B = {examples} examples exceeds the int32 limit '
        f'{INT32_MAX}; lower one of them')
+  problem = privacy_problem(c)
+  need(problem is None, problem)
   from fedjax_gel.models import BUILTIN_MODELS   # pylint: disable=g-import-not-at-top
   need(c.model.name not in BUILTIN_MODELS or 0 < c.run.target <= 1,
        f'--target must lie in (0, 1] (got {c.run.target:g}): --model={c.model.name} is scored '

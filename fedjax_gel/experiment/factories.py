@@ -14,14 +14,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fedjax_gel import algorithms, models, optim
+from fedjax_gel import algorithms, models, optim, privacy
 from fedjax_gel.core import evaluation, federated_data, sampling
 from fedjax_gel.core.backend import Backend, xla
 from fedjax_gel.core import keys, model_state, paths, runs as runs_lib, selection
 from fedjax_gel import spec as spec_lib
 from fedjax_gel.data import registry as data_registry
 from fedjax_gel.data.errors import DataError
-from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment import config as config_lib, dp
 from fedjax_gel.experiment import planning
 from fedjax_gel.experiment.config import Config, ConfigError, first_line, validate
 
@@ -242,9 +242,12 @@ def make_algorithm(c: Config, model: models.Model, counts, traced: dict | None =
       server_optimizer(c, traced.get('server_lr')), np.asarray(counts),
       c.cohort.aggregation_weights == 'uniform')
   try:
-    algorithm = model_state.with_model_state(
-        c.spec.build(hparams, setting)._replace(name=c.run_name), model, c.model.model_state,
-        num_clients=len(counts))
+    algorithm = c.spec.build(hparams, setting)._replace(name=c.run_name)
+    private = dp.settings(c)
+    if private is not None:   # clipped inside, the model's state wrapped around it
+      algorithm = privacy.private(algorithm, private)
+    algorithm = model_state.with_model_state(algorithm, model, c.model.model_state,
+                                             num_clients=len(counts))
   except ValueError as e:
     raise ConfigError(str(e)) from None
   return algorithm

@@ -66,6 +66,11 @@ class AlgorithmSpec:
       the algorithm runs once per value, a sweep), their runs told apart by ``run_name``.
     paired_with: the algorithm its runs are compared with in reports when both ran (GeL's
       speedups: ``fedavgcm`` for ``gel``), else the command's first.
+    upload_delta: its upload is its model delta and nothing else, so client-level differential
+      privacy can clip and noise it (``fedjax_gel.privacy.private``); the others are refused
+      with ``--dp_clip_norm``.
+    private: it is differentially private by definition (``dp_fedavg``): it needs
+      ``--dp_clip_norm``.
   """
   name: str
   build: Callable[[Any, Setting], FederatedAlgorithm]
@@ -84,6 +89,8 @@ class AlgorithmSpec:
   run_name: Callable[[Any], str] | None = None
   variants: tuple[str, ...] = ()
   paired_with: str = ''
+  upload_delta: bool = False
+  private: bool = False
 
   def problems(self, config) -> list[str]:
     """What is wrong with ``config.algorithm.hparams`` for this algorithm, and with the rest of

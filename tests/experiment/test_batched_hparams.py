@@ -32,7 +32,8 @@ def test_every_batched_hyper_parameter_of_every_algorithm_traces(base, experimen
   """A program of two runs that differ in it builds, initialises and runs a round (traced)."""
   traced = []
   for spec in registry.specs():
-    c = base.replace(algorithm=spec.name, model='mlp' if spec.name == 'fedmax' else 'logistic')
+    c = base.replace(algorithm=spec.name, model='mlp' if spec.name == 'fedmax' else 'logistic',
+                     **({'dp_clip_norm': 1.} if spec.private else {}))
     exp = factories.with_config(experiments[c.model.name], c)
     for flag in factories.batched_flags(c)[2:]:   # beyond the learning rates (test_grid)
       value = c.flags()[flag]

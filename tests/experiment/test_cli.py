@@ -511,26 +511,29 @@ def test_seeds_and_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf
   assert 0 < gel['compile_s'] < gel['phases_s']['compile']
 
 
-# Every algorithm from the command line, in three commands (one test each, so that the two test
+# Every algorithm from the command line, in four commands (one test each, so that the test
 # workers share them); logistic regression (cheaper to compile) for all but FedMAX, which needs
-# a hidden layer.
-_LOGISTIC = [a for a in registry.names() if a != 'fedmax']
-ALGORITHM_GROUPS = {'first_half': ('logistic', _LOGISTIC[:len(_LOGISTIC) // 2]),
-                    'second_half': ('logistic', _LOGISTIC[len(_LOGISTIC) // 2:]),
-                    'fedmax': ('mlp', ['fedmax'])}
+# a hidden layer; the differentially private ones with their clip (it applies to a command's
+# every algorithm).
+_PRIVATE = [a for a in registry.names() if registry.get(a).private]
+_LOGISTIC = [a for a in registry.names() if a != 'fedmax' and a not in _PRIVATE]
+ALGORITHM_GROUPS = {'first_half': ('logistic', _LOGISTIC[:len(_LOGISTIC) // 2], ()),
+                    'second_half': ('logistic', _LOGISTIC[len(_LOGISTIC) // 2:], ()),
+                    'fedmax': ('mlp', ['fedmax'], ()),
+                    'private': ('logistic', _PRIVATE, ('--dp_clip_norm=1',))}
 
 
 def test_the_groups_cover_every_algorithm():
-  names = [a for _, group in ALGORITHM_GROUPS.values() for a in group]
+  names = [a for _, group, _ in ALGORITHM_GROUPS.values() for a in group]
   assert sorted(names) == sorted(registry.names())
 
 
 @pytest.mark.parametrize('group', sorted(ALGORITHM_GROUPS))
 def test_every_algorithm_runs_from_the_launcher(tmp_path, tiny_leaf_file, group):
-  model, names = ALGORITHM_GROUPS[group]
+  model, names, extra = ALGORITHM_GROUPS[group]
   proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--num_rounds=2',
              '--eval_every=2', '--clients_per_round=3', '--batch_size=2', '--budget_range=1,3',
-             '--server_lr=0.1', '--fedvarp_clusters=2', f'--model={model}',
+             '--server_lr=0.1', '--fedvarp_clusters=2', f'--model={model}', *extra,
              f'--algorithm={",".join(names)}', '--noplots', f'--workdir={tmp_path}')
   assert proc.returncode == 0, proc.stderr[-2000:]
   for name in names:

@@ -93,7 +93,8 @@ def runs(base_config, tmp_path_factory):
 def test_config_json_round_trips(runs):
   c, workdir, *_ = runs['base']
   loaded = json.loads((workdir / 'config.json').read_text())
-  assert set(loaded) == {'data', 'model', 'cohort', 'algorithm', 'server', 'run', 'data_sha256'}
+  assert set(loaded) == {'data', 'model', 'cohort', 'algorithm', 'server', 'run', 'privacy',
+                         'data_sha256'}
   assert loaded['data_sha256'] == federated_data.digest(*factories.load_split(c))
   assert loaded['algorithm']['name'] == c.algorithm.name
   assert loaded['cohort']['budget_range'] == list(c.cohort.budget_range)

@@ -1,0 +1,56 @@
+"""The experiment layer's side of client-level differential privacy: the ``privacy.Privacy``
+settings a config asks for (``--dp_*``) and the accounting of its runs' rounds, which every
+evaluation record and summary carry (``dp_epsilon`` at ``--dp_delta``, ``dp_sampling_rate``).
+
+A round's cohort is ``C`` clients drawn uniformly without replacement from the ``N`` training
+clients (``config.privacy_problem`` refuses the other draws), so a round is
+``SampledWithoutReplacementDpEvent(N, C, ...)`` accounted for with ``dp-accounting``'s RDP
+accountant, and the fixed denominator is ``C``. Without noise (``--dp_noise_multiplier=0``) the
+clipping still runs and epsilon is infinite.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Optional
+
+from fedjax_gel import privacy
+from fedjax_gel.experiment.config import Config
+from fedjax_gel.privacy import aggregation
+
+
+def settings(c: Config) -> Optional[privacy.Privacy]:
+  """What ``privacy.private`` needs for ``c``; None without differential privacy."""
+  p = c.privacy
+  if not p.on:
+    return None
+  cohort = c.cohort.clients_per_round
+  adaptive = (aggregation.AdaptiveClip(p.target_quantile, p.clip_lr, p.count_noise(cohort))
+              if p.target_quantile else None)
+  noise = p.noise_multiplier
+  if adaptive is not None and noise == 0:   # no noise anywhere: nothing to share
+    adaptive = adaptive._replace(count_noise_std=0.)
+  return privacy.Privacy(p.clip_norm, noise, float(cohort), adaptive)
+
+
+def record_fields(c: Config, population: int, rounds: int) -> dict:
+  """``{'dp_epsilon', 'dp_sampling_rate'}`` after ``rounds`` rounds of ``c`` over ``population``
+  training clients; ``{}`` without differential privacy."""
+  if not c.privacy.on:
+    return {}
+  return {'dp_epsilon': _epsilon(c.privacy, c.cohort.clients_per_round, population, rounds),
+          'dp_sampling_rate': c.cohort.clients_per_round / population}
+
+
+@functools.lru_cache(maxsize=4096)
+def _epsilon(p, cohort: int, population: int, rounds: int) -> float:
+  if p.noise_multiplier == 0 and rounds:
+    return math.inf
+  ways = privacy.Sampling('without_replacement', population, cohort)
+  if p.target_quantile:
+    sigma = p.count_noise(cohort)
+    event = privacy.round_event(ways, aggregation.delta_noise_multiplier(p.noise_multiplier,
+                                                                         sigma), sigma)
+  else:
+    event = privacy.round_event(ways, p.noise_multiplier)
+  return privacy.epsilon(event, rounds, p.delta, ways, p.accountant)

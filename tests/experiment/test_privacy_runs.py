@@ -1,0 +1,87 @@
+"""Differential privacy through the experiment layer: the flags, the refusals, the records'
+epsilon against dp_accounting called directly, and a resumed DP run."""
+import io
+import json
+import math
+
+import dp_accounting
+import pytest
+from dp_accounting import rdp
+
+from fedjax_gel.experiment import api, config as config_lib, factories
+from fedjax_gel.experiment.config import ConfigError, make
+
+
+def train(c, workdir):
+  api.train(factories.prepare(c), str(workdir), err=io.StringIO())
+  return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
+
+
+@pytest.fixture(scope='module')
+def private(tiny_leaf_file):
+  return make(dataset='leaf', data_path=str(tiny_leaf_file), algorithm='dp_fedavg',
+              num_rounds=12, eval_every=3, clients_per_round=3, batch_size=2,
+              budget_range=(1, 3), client_lr=0.1, dp_clip_norm=0.5, dp_noise_multiplier=1.2,
+              dp_delta=1e-4)
+
+
+def test_every_record_carries_the_epsilon_dp_accounting_gives(private, tmp_path):
+  records = train(private, tmp_path)
+  population = factories.prepare(private).train.counts.shape[0]
+  assert private.cohort.aggregation_weights == 'uniform'   # DP's default weighting
+  eps = []
+  for r in records:
+    accountant = rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    event = dp_accounting.SampledWithoutReplacementDpEvent(
+        population, 3, dp_accounting.GaussianDpEvent(1.2 / 2))   # replacing one: 2C
+    expected = (accountant.compose(dp_accounting.SelfComposedDpEvent(event, r['round']))
+                .get_epsilon(1e-4) if r['round'] else 0.)
+    assert r['dp_epsilon'] == expected and r['dp_sampling_rate'] == 3 / population
+    eps.append(r['dp_epsilon'])
+  assert all(a < b for a, b in zip(eps, eps[1:])) and math.isfinite(eps[-1])
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  assert summary['dp_epsilon'] == eps[-1]
+  assert records[-1]['dp_clip_norm'] == 0.5
+
+
+def test_adaptive_clipping_moves_the_clip_and_its_run_resumes_to_the_bit(private, tmp_path):
+  c = private.replace(dp_target_quantile=0.5, dp_clip_lr=0.5, dp_clip_count_noise=1.0,
+                      checkpoint_every=3)
+  whole = train(c, tmp_path / 'whole')
+  assert len({r['dp_clip_norm'] for r in whole[1:]}) > 1   # the clip moved
+  train(c.replace(num_rounds=6), tmp_path / 'resumed')   # stopped at a checkpoint
+  err = io.StringIO()
+  api.train(factories.prepare(c), str(tmp_path / 'resumed'), err=err, resume=True)
+  assert 'resuming from the checkpoint of round 6' in err.getvalue()
+  again = [json.loads(line) for line in
+           (tmp_path / 'resumed' / 'metrics.jsonl').read_text().splitlines()]
+  strip = lambda rows: [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in rows]
+  assert strip(again) == strip(whole)
+
+
+@pytest.mark.parametrize('changes, message', [
+    ({'algorithm': 'dp_fedavg'}, '--algorithm=dp_fedavg needs --dp_clip_norm > 0'),
+    ({'algorithm': 'scaffold', 'dp_clip_norm': 1.}, '--dp_clip_norm=1: --algorithm=scaffold'),
+    ({'algorithm': 'fednova', 'dp_clip_norm': 1.}, '--dp_clip_norm=1: --algorithm=fednova'),
+    ({'dp_clip_norm': 1., 'aggregation_weights': 'samples_seen'},
+     '--aggregation_weights=samples_seen: differential privacy weighs clients uniformly'),
+    ({'dp_clip_norm': 1., 'sample_with_replacement': True}, '--sample_with_replacement'),
+    ({'dp_clip_norm': 1., 'client_selection': 'cyclic'}, '--client_selection=cyclic'),
+    ({'dp_clip_norm': 1., 'dp_accountant': 'pld'}, '--dp_accountant=pld'),
+    ({'dp_clip_norm': 1., 'dp_target_quantile': 0.5, 'dp_clip_count_noise': 0.4},
+     '--dp_clip_count_noise=0.4 leaves nothing'),
+    ({'dp_clip_norm': -1.}, '--dp_clip_norm must be >= 0'),
+    ({'dp_clip_norm': 1., 'dp_delta': 1.}, '--dp_delta must lie in (0, 1)'),
+])
+def test_what_differential_privacy_cannot_protect_or_account_is_refused(changes, message):
+  with pytest.raises(ConfigError) as e:
+    config_lib.validate(make(**changes))
+  assert str(e.value).startswith(message) and '\n' not in str(e.value)
+
+
+def test_the_dp_flags_are_unread_without_differential_privacy():
+  unread = config_lib.unread_flags(make(dp_noise_multiplier=2.))
+  assert 'dp_noise_multiplier' in unread and 'dp_clip_norm' not in unread
+  assert 'dp_clip_lr' in config_lib.unread_flags(make(dp_clip_norm=1.))
+  assert 'dp_clip_lr' not in config_lib.unread_flags(make(dp_clip_norm=1., dp_target_quantile=.5))
