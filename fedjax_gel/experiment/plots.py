@@ -11,6 +11,8 @@ whose files are named below; ``mse_rounds.png`` and so on for a regression model
   (FedGBO's Table 4 costs as curves);
 * ``train_loss_rounds.png``: the training loss (on ``--train_eval_examples`` training
   examples) against rounds, the same means and bands, on a log scale;
+* ``accuracy_epsilon.png``: with differential privacy (``--dp_clip_norm``), test accuracy
+  against the epsilon the rounds spent (``dp_epsilon``; runs without noise have none);
 * ``lr_grid.png``: with a client learning-rate grid, each algorithm's mean best test accuracy
   per learning rate (the grid the report picks from);
 * ``grid.png`` (in each grid's own folder): a client x server learning-rate grid's final test
@@ -63,8 +65,9 @@ def save(fig, path: str):
 
 def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
   """Per run name: ``(rounds, mean main metric, 95% half-width, mean gradient computations,
-  mean MiB uploaded, mean train loss, its 95% half-width)`` over the evaluations every seed has
-  (seeds share the evaluation schedule)."""
+  mean MiB uploaded, mean train loss, its 95% half-width, mean dp_epsilon)`` over the
+  evaluations every seed has (seeds share the evaluation schedule); the epsilon NaN without
+  differential privacy."""
   by_alg: dict[str, list[Sequence[dict]]] = {}
   for summary, records in results:
     by_alg.setdefault(summary['algorithm'], []).append(records)
@@ -81,15 +84,17 @@ def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
     out[name] = (np.array(common), np.array([m for m, _ in stats]), half(stats),
                  np.array([np.mean([a[t]['grad_computations'] for a in at]) for t in common]),
                  np.array([np.mean([a[t]['bytes_up'] for a in at]) for t in common]) / 2 ** 20,
-                 np.array([m for m, _ in loss]), half(loss))
+                 np.array([m for m, _ in loss]), half(loss),
+                 np.array([np.mean([a[t].get('dp_epsilon', math.nan) for a in at])
+                           for t in common]))
   return out
 
 
 def metric_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
                  target: float | None = None, setting: str = '',
                  labels: dict | None = None) -> list[str]:
-  """Writes the three plots of the main metric and the training-loss plot; returns their
-  paths ([] without matplotlib or runs). ``setting`` (e.g. dataset, model, learning rates)
+  """Writes the three plots of the main metric (four with differential privacy) and the
+  training-loss plot; returns their paths ([] without matplotlib or runs). ``setting`` (e.g. dataset, model, learning rates)
   heads every title; ``labels``: an algorithm's legend entry where it is not its name (e.g.
   with the learning rate a grid chose for it)."""
   labels = labels or {}
@@ -103,11 +108,14 @@ def metric_plots(results: Sequence[tuple[dict, Sequence[dict]]], plot_dir: str,
   paths = []
   band = f', mean and 95% CI over {seeds} seeds' if seeds > 1 else ''
   head = f'{setting}\n' if setting else ''
+  private = all(np.isfinite(c[7][1:]).all() and len(c[7]) > 1 for c in data.values())
   for x_key, y_key, xlabel, ylabel, file in (
       (0, 1, 'communication rounds', m.label, f'{m.name}_rounds.png'),
       (3, 1, 'cumulative gradient computations', m.label, f'{m.name}_gradients.png'),
       (4, 1, 'cumulative MiB uploaded by the clients', m.label, f'{m.name}_upload.png'),
-      (0, 5, 'communication rounds', 'training loss', 'train_loss_rounds.png')):
+      (0, 5, 'communication rounds', 'training loss', 'train_loss_rounds.png'),
+      *([(7, 1, 'epsilon spent (differential privacy, at --dp_delta)', m.label,
+          f'{m.name}_epsilon.png')] if private else [])):
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for name, c in data.items():
       x, mean, half = c[x_key], c[y_key], c[y_key + 1]

@@ -91,16 +91,18 @@ def rounds_table(summaries: Sequence[dict]) -> str:
 
   Columns: seeds, rounds to target per seed (``-`` where never reached), mean rounds to target
   over the seeds that reached it (with how many did), mean best and mean final value of the
-  main metric.
+  main metric; with differential privacy, the epsilon the runs spent (``dp_epsilon``).
   """
   by_alg: dict[str, list[dict]] = {}
   for s in summaries:
     by_alg.setdefault(s['algorithm'], []).append(s)
   m = Metric.of(summaries[0]) if summaries else Metric()
   target = m.format(summaries[0][f'target_{m.name}'] if summaries else None)
+  private = any('dp_epsilon' in s for s in summaries)
   lines = [f'| algorithm | seeds | rounds to {target} per seed | mean rounds to {target} '
-           f'| mean best {m.name} | mean final {m.name} |',
-           '|---|---|---|---:|---:|---:|']
+           f'| mean best {m.name} | mean final {m.name} |' + (' epsilon spent |' if private
+                                                               else ''),
+           '|---|---|---|---:|---:|---:|' + ('---:|' if private else '')]
   for alg, runs in by_alg.items():
     runs = sorted(runs, key=lambda s: s['seed'])
     reached = [s['rounds_to_target'] for s in runs if s['rounds_to_target'] is not None]
@@ -111,7 +113,9 @@ def rounds_table(summaries: Sequence[dict]) -> str:
     best = statistics.mean(s[f'best_{m.name}'] for s in runs)
     final = statistics.mean(s[f'final_{m.name}'] for s in runs)
     seeds = ','.join(str(s['seed']) for s in runs)
-    lines.append(f'| {alg} | {seeds} | {per_seed} | {mean} | {best:.4f} | {final:.4f} |')
+    eps = ('' if not private else ' - |' if any('dp_epsilon' not in s for s in runs) else
+           f' {statistics.mean(s["dp_epsilon"] for s in runs):.3g} |')
+    lines.append(f'| {alg} | {seeds} | {per_seed} | {mean} | {best:.4f} | {final:.4f} |{eps}')
   return '\n'.join(lines)
 
 

@@ -17,7 +17,8 @@ def run(alg, seed, lr, accs, up_mib):
 
 def test_curves_average_accuracy_gradients_and_upload_over_seeds():
   c = plots.curves([run('a', 0, 0.1, [0.1, 0.5], [0, 2]), run('a', 1, 0.1, [0.3, 0.7], [0, 4])])
-  rounds, mean, _, grads, mib, loss, _ = c['a']
+  rounds, mean, _, grads, mib, loss, _, epsilon = c['a']
+  assert np.isnan(epsilon).all()   # no differential privacy
   np.testing.assert_allclose(rounds, [0, 5])
   np.testing.assert_allclose(mean, [0.2, 0.6])
   np.testing.assert_allclose(grads, [0, 10])
@@ -35,6 +36,17 @@ def test_lr_heatmap_and_metric_plots_are_written(tmp_path):
            'train_loss_rounds.png']
   assert sorted(p.rsplit('/', 1)[1] for p in paths) == names
   assert all((tmp_path / 'plots' / name).stat().st_size > 0 for name in names)
+
+
+@pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
+def test_a_private_run_gets_accuracy_against_epsilon(tmp_path):
+  results = [run('dp_fedavg', s, 0.1, [0.1, 0.5, 0.6], [0, 2, 4]) for s in (0, 1)]
+  for _, records in results:
+    for r, eps in zip(records, [0., 1.5, 2.5]):
+      r['dp_epsilon'] = eps
+  np.testing.assert_allclose(plots.curves(results)['dp_fedavg'][7], [0., 1.5, 2.5])
+  paths = plots.metric_plots(results, str(tmp_path / 'plots'))
+  assert str(tmp_path / 'plots' / 'accuracy_epsilon.png') in paths and len(paths) == 5
 
 
 @pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
