@@ -404,6 +404,7 @@ def train_runs(exp, runs: list, label: str, resume: bool, summary, extra: list, 
   if first.run.tensorboard and runtime.writes:
     sinks_used.append(sinks.TensorBoardWriter())
   return loop_lib.train(loop, [
+      callbacks_lib.PrivacyBudget(progress),   # the rounds first: the others read them
       # a round's records are written before its checkpoint, which counts them
       callbacks_lib.Evaluate(first.run.eval_every, exp.test_pool, exp.train_pool,
                              together=same_cohorts and len(runs) > 1,

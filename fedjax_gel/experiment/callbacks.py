@@ -152,6 +152,26 @@ class Evaluate(Callback):
     loop.emit('on_evaluate', done, records)
 
 
+class PrivacyBudget(Callback):
+  """Differential privacy's budget (``--dp_target_epsilon``): before the first round, the loop's
+  last round becomes the last whose epsilon stays within it (``dp.affordable_rounds``), said in
+  a line; the last round is then evaluated and checkpointed as any run's."""
+
+  def __init__(self, progress: Progress):
+    self.progress = progress
+
+  def on_compiled(self, loop):
+    c = loop.runs[0].config   # a program's runs differ in seed and learning rate only
+    allowed = dp.affordable_rounds(c, population(loop), loop.num_rounds)
+    if allowed < loop.num_rounds:
+      spent = dp.record_fields(c, population(loop), allowed)['dp_epsilon']
+      self.progress.note(
+          f'{c.run_name}: --dp_target_epsilon={c.privacy.target_epsilon:g} allows {allowed} of '
+          f'its {loop.num_rounds} rounds (epsilon {spent:.3g} at --dp_delta={c.privacy.delta:g}); '
+          f'it stops after round {allowed}')
+      loop.num_rounds = self.progress.total = allowed
+
+
 class DivergenceGuard(Callback):
   """A line for each run whose server model stopped being finite (it stops there: no more
   records, its last good checkpoint kept); the loop ends when every run has diverged."""
@@ -357,7 +377,8 @@ def run_summary(loop, i: int) -> dict:
   records = run.records
   train_s = loop.seconds('train')
   return {
-      **run_fields(c), 'client_lr': c.algorithm.client_lr, 'server_lr': c.server.lr, **run.tags,
+      **run_fields(c), 'rounds': loop.num_rounds,   # a privacy budget's, when it is fewer
+      'client_lr': c.algorithm.client_lr, 'server_lr': c.server.lr, **run.tags,
       **metric_fields(records, c.run.target, loop.exp.model.task.metric),
       # the privacy spent by the rounds run (a diverged run's too: its noise was released)
       **dp.record_fields(c, population(loop), run.diverged or loop.done),
@@ -404,5 +425,5 @@ class RunSummary(Callback):
       summary = run_summary(loop, i)
       write(workdir_lib.write_summary, w, summary)   # after the metrics and the model
       if finished:
-        write(workdir_lib.remove_checkpoints, w, keep=run.config.run.num_rounds)
+        write(workdir_lib.remove_checkpoints, w, keep=loop.num_rounds)
       self.summaries[i] = summary

@@ -336,6 +336,10 @@ class PrivacyConfig:
       0., "Adaptive clipping: the noise std sigma_b of the count of clients at or below the "
       'clip; 0 = the expected cohort / 20, as the paper advises.', at_least(0),
       flag='dp_clip_count_noise')
+  target_epsilon: float = hparam(
+      0., 'The privacy budget: the run stops after the last round whose epsilon (at --dp_delta) '
+      'stays within it, before --num_rounds if need be; 0: no budget.', at_least(0),
+      flag='dp_target_epsilon')
 
   @property
   def on(self) -> bool:

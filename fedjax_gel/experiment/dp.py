@@ -1,6 +1,7 @@
 """The experiment layer's side of client-level differential privacy: the ``privacy.Privacy``
 settings a config asks for (``--dp_*``) and the accounting of its runs' rounds, which every
-evaluation record and summary carry (``dp_epsilon`` at ``--dp_delta``, ``dp_sampling_rate``).
+evaluation record and summary carry (``dp_epsilon`` at ``--dp_delta``, ``dp_sampling_rate``),
+and the rounds a privacy budget allows (``--dp_target_epsilon``).
 
 A round's cohort is ``C`` clients drawn uniformly without replacement from the ``N`` training
 clients (``config.privacy_problem`` refuses the other draws), so a round is
@@ -54,3 +55,19 @@ def _epsilon(p, cohort: int, population: int, rounds: int) -> float:
   else:
     event = privacy.round_event(ways, p.noise_multiplier)
   return privacy.epsilon(event, rounds, p.delta, ways, p.accountant)
+
+
+def affordable_rounds(c: Config, population: int, rounds: int) -> int:
+  """The most rounds, at most ``rounds``, whose epsilon stays within ``--dp_target_epsilon``
+  (``rounds`` without a budget); epsilon grows with the rounds, so a bisection finds it."""
+  target = c.privacy.target_epsilon
+  if not c.privacy.on or not target:
+    return rounds
+  spent = lambda r: record_fields(c, population, r)['dp_epsilon']
+  if spent(rounds) <= target:
+    return rounds
+  low, high = 0, rounds   # spent(low) <= target < spent(high)
+  while high - low > 1:
+    mid = (low + high) // 2
+    low, high = (mid, high) if spent(mid) <= target else (low, mid)
+  return low

@@ -85,3 +85,25 @@ def test_the_dp_flags_are_unread_without_differential_privacy():
   assert 'dp_noise_multiplier' in unread and 'dp_clip_norm' not in unread
   assert 'dp_clip_lr' in config_lib.unread_flags(make(dp_clip_norm=1.))
   assert 'dp_clip_lr' not in config_lib.unread_flags(make(dp_clip_norm=1., dp_target_quantile=.5))
+
+
+def test_a_privacy_budget_stops_the_run_after_its_last_affordable_round(private, tmp_path):
+  population = factories.prepare(private).train.counts.shape[0]
+
+  def spent(rounds):
+    accountant = rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    event = dp_accounting.SampledWithoutReplacementDpEvent(
+        population, 3, dp_accounting.GaussianDpEvent(1.2 / 2))
+    return accountant.compose(dp_accounting.SelfComposedDpEvent(event, rounds)).get_epsilon(1e-4)
+
+  budget = (spent(7) + spent(8)) / 2   # round 7 fits, round 8 would not
+  err = io.StringIO()
+  api.train(factories.prepare(private.replace(dp_target_epsilon=budget)), str(tmp_path), err=err)
+  records = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
+  assert [r['round'] for r in records] == [0, 3, 6, 7]   # the last round evaluated
+  assert records[-1]['dp_epsilon'] == spent(7) <= budget
+  summary = json.loads((tmp_path / 'summary.json').read_text())
+  assert summary['rounds'] == 7 and summary['status'] == 'finished'
+  assert 'allows 7 of its 12 rounds' in err.getvalue()
+  assert sorted(p.name for p in tmp_path.glob('checkpoint-*')) == ['checkpoint-7']
