@@ -324,8 +324,8 @@ def train_all(p: Plan, vmap: bool, extra: list, err, phases, runtime) -> list[di
       name = 'summary.json' if p.grid is None else 'grid.json'
       results[i] = workdir_lib.read_json_as(os.path.join(p.workdirs[i], name), dict,
                                             'is damaged; pass --overwrite to train it again')
-      runtime.write(workdir_lib.remove_checkpoints, p.workdirs[i],
-                    keep=p.configs[i].run.num_rounds)
+      runtime.write(workdir_lib.remove_checkpoints, p.workdirs[i],   # the rounds it ran (a
+                    keep=results[i].get('rounds', p.configs[i].run.num_rounds))   # DP budget's)
       print(f'{p.configs[i].run_name}, seed {p.configs[i].run.seed}: finished earlier in '
             f'{p.workdirs[i]}; its outputs are kept (--overwrite trains it again)',
             file=err or sys.stderr)

@@ -19,6 +19,7 @@ from flax import serialization
 
 from fedjax_gel.core import devices, evaluation, round as round_lib, runs as runs_lib
 from fedjax_gel.experiment import checkpoint, dp, files, workdir as workdir_lib
+from fedjax_gel.experiment.config import ConfigError
 from fedjax_gel.experiment.progress import Progress
 
 
@@ -163,6 +164,11 @@ class PrivacyBudget(Callback):
   def on_compiled(self, loop):
     c = loop.runs[0].config   # a program's runs differ in seed and learning rate only
     allowed = dp.affordable_rounds(c, population(loop), loop.num_rounds)
+    if allowed == 0:
+      one = dp.record_fields(c, population(loop), 1)['dp_epsilon']
+      raise ConfigError(f'--dp_target_epsilon={c.privacy.target_epsilon:g}: one round already '
+                        f'spends epsilon {one:.3g} (at --dp_delta={c.privacy.delta:g}); raise '
+                        'the budget or --dp_noise_multiplier')
     if allowed < loop.num_rounds:
       spent = dp.record_fields(c, population(loop), allowed)['dp_epsilon']
       self.progress.note(

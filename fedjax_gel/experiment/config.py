@@ -679,9 +679,18 @@ def privacy_problem(c: Config) -> Optional[str]:
   if p.accountant == 'pld':
     return ('--dp_accountant=pld: dp-accounting\'s PLD accountant does not account for a '
             'fixed-size cohort drawn without replacement; use --dp_accountant=rdp')
-  if c.model.model_state == 'average':
-    return ('--model_state=average: the averaged model statistics would ride the clipped '
-            'updates unprotected by differential privacy; choose local or frozen')
+  if c.model.model_state in ('average', 'local'):
+    return (f'--model_state={c.model.model_state}: the model statistics the server averages '
+            'would reach the released model unprotected by differential privacy; choose frozen')
+  if k.budget_draw == 'proportional':
+    return ('--budget_draw=proportional: every client\'s budget reads the largest client of the '
+            'population, so one client would move all the others\' updates, beyond what '
+            'differential privacy bounds; draw budgets uniformly or per client')
+  if k.budget_unit == 'epochs' and getattr(c.algorithm.hparams, 'guess_policy', '') == (
+      'cohort_max'):
+    return ('--guess_policy=cohort_max with --budget_unit=epochs: each client\'s guesses would '
+            'read the other clients\' data sizes, beyond what differential privacy bounds; '
+            'count budgets in steps or use another guess policy')
   if p.target_quantile and p.noise_multiplier:
     sigma = p.count_noise(k.clients_per_round)
     if 2 * sigma <= p.noise_multiplier:

@@ -45,7 +45,9 @@ def record_fields(c: Config, population: int, rounds: int) -> dict:
 
 @functools.lru_cache(maxsize=4096)
 def _epsilon(p, cohort: int, population: int, rounds: int) -> float:
-  if p.noise_multiplier == 0 and rounds:
+  if rounds == 0:
+    return 0.
+  if p.noise_multiplier == 0:
     return math.inf
   ways = privacy.Sampling('without_replacement', population, cohort)
   if p.target_quantile:

@@ -97,7 +97,10 @@ def adapted_clip(clip_norm, norms, present, expected_count, adaptive: AdaptiveCl
 def delta_noise_multiplier(noise_multiplier: float, count_noise_std: float) -> float:
   """``z_Delta = (z^-2 - (2 sigma_b)^-2)^(-1/2)``: the deltas' share of a total noise multiplier
   ``z`` when the clip count takes noise ``sigma_b`` (Andrew et al. 2021, Theorem 1); a
-  ValueError when ``sigma_b`` leaves nothing for the deltas (``2 sigma_b <= z``)."""
+  ValueError when ``sigma_b`` leaves nothing for the deltas (``2 sigma_b <= z``); 0 without
+  noise (no privacy claimed)."""
+  if noise_multiplier == 0:
+    return 0.
   rest = noise_multiplier ** -2 - (2 * count_noise_std) ** -2
   if rest <= 0:
     raise ValueError(f'--dp_clip_count_noise={count_noise_std:g} is too small for '

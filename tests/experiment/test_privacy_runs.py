@@ -71,6 +71,10 @@ def test_adaptive_clipping_moves_the_clip_and_its_run_resumes_to_the_bit(private
     ({'dp_clip_norm': 1., 'dp_accountant': 'pld'}, '--dp_accountant=pld'),
     ({'dp_clip_norm': 1., 'dp_target_quantile': 0.5, 'dp_clip_count_noise': 0.4},
      '--dp_clip_count_noise=0.4 leaves nothing'),
+    ({'dp_clip_norm': 1., 'model_state': 'local'}, '--model_state=local'),
+    ({'dp_clip_norm': 1., 'budget_draw': 'proportional'}, '--budget_draw=proportional'),
+    ({'dp_clip_norm': 1., 'algorithm': 'gel', 'guess_policy': 'cohort_max',
+      'budget_unit': 'epochs'}, '--guess_policy=cohort_max with --budget_unit=epochs'),
     ({'dp_clip_norm': -1.}, '--dp_clip_norm must be >= 0'),
     ({'dp_clip_norm': 1., 'dp_delta': 1.}, '--dp_delta must lie in (0, 1)'),
 ])
@@ -107,3 +111,12 @@ def test_a_privacy_budget_stops_the_run_after_its_last_affordable_round(private,
   assert summary['rounds'] == 7 and summary['status'] == 'finished'
   assert 'allows 7 of its 12 rounds' in err.getvalue()
   assert sorted(p.name for p in tmp_path.glob('checkpoint-*')) == ['checkpoint-7']
+
+
+def test_a_budget_no_round_fits_is_refused_and_zero_noise_spends_infinity(private, tmp_path):
+  with pytest.raises(ConfigError, match='--dp_target_epsilon=0.001: one round already spends'):
+    api.train(factories.prepare(private.replace(dp_target_epsilon=1e-3)), str(tmp_path / 'a'),
+              err=io.StringIO())
+  records = train(private.replace(dp_noise_multiplier=0., dp_target_quantile=0.5, num_rounds=3),
+                  tmp_path / 'b')   # clipped, adapted, not private: epsilon is infinite,
+  assert records[0]['dp_epsilon'] == 0 and records[-1]['dp_epsilon'] is None   # JSON's null

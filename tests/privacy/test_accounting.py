@@ -55,3 +55,13 @@ def test_adaptive_clipping_costs_what_one_query_of_the_total_multiplier_costs():
 def test_samplings_without_an_event_are_refused():
   with pytest.raises(ValueError, match='Poisson sampling or a fixed-size cohort'):
     privacy.round_event(privacy.Sampling('with_replacement', 1000, 20), 1.0)
+
+
+def test_adaptive_clipping_costs_one_query_of_the_total_multiplier_replacing_one_client_too():
+  """With a fixed-size cohort (replacing one client: the sum moves by 2C, the centred count by
+  1) the two queries still cost what one Gaussian query of multiplier z does."""
+  z, sigma_b = 1.0, 5.0
+  z_delta = aggregation.delta_noise_multiplier(z, sigma_b)
+  both = privacy.epsilon(privacy.round_event(FIXED, z_delta, sigma_b), 50, 1e-5, FIXED)
+  one = privacy.epsilon(privacy.round_event(FIXED, z), 50, 1e-5, FIXED)
+  assert both == pytest.approx(one, rel=1e-6)
