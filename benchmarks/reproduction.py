@@ -581,9 +581,10 @@ def header(title: str, script: str, commands: list[str], minutes: Optional[float
            resumed: bool = True) -> list[str]:
   """A reproduction README's opening lines: ``title``, the script and the commands it ran, and
   how long they took this time (``resumed``: finished commands were skipped, not re-run;
-  ``minutes`` None: written again from their outputs, ``--report_only``)."""
+  ``minutes`` None: written from the finished commands' outputs, by ``--report_only`` or
+  after each command with ``--commit``)."""
   skipped = '; a command already finished is not run again' if resumed else ''
-  when = ('this time written from their outputs, `--report_only`' if minutes is None
+  when = ('this time written from their finished outputs' if minutes is None
           else f'{minutes:.1f} minutes this time{skipped}')
   return [f'# {title}', '', f'Written by `python benchmarks/{script}`, which ran these commands '
           f'({when}):', '', '```bash', *commands, '```', '']
