@@ -232,6 +232,14 @@ def _finished(run: str, top: str) -> bool:
     return os.path.relpath(run, folder) in json.load(f)
 
 
+def paired_seeds(base: dict, other: dict) -> tuple[list, list]:
+  """Of two ``load`` results, the seeds both ran and, sorted, those both reached the target
+  in."""
+  ran = [k for k in base if k in other]
+  return ran, sorted(k for k in ran if base[k][0]['rounds_to_target'] is not None
+                     and other[k][0]['rounds_to_target'] is not None)
+
+
 def load(out: str, run: str, algorithm: str) -> dict[int, tuple[dict, Optional[list]]]:
   """Per seed, ``(summary, metrics records or None)`` of ``algorithm`` in ``out/run`` (one run
   or several, in ``seed<S>/`` and ``<algorithm>/`` folders)."""
@@ -340,9 +348,7 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
            'baseline\'s round (pp) |', '|---|---:|---:|---|---:|---|---:|']
   for b, c in pairs:
     base, other = load(out, *b), load(out, *c)
-    ran = [k for k in base if k in other]
-    common = sorted(k for k in ran if base[k][0]['rounds_to_target'] is not None
-                    and other[k][0]['rounds_to_target'] is not None)
+    ran, common = paired_seeds(base, other)
     name = f'{" ".join(b)} -> {" ".join(c)}'
     value = paper[b] / paper[c] - 1 if b in paper and c in paper else None
     paper_text = '-' if value is None else f'{value:+.1%}'
@@ -516,9 +522,7 @@ def headline(out: str, pairs: list, paper: dict, target: float) -> list[str]:
     if b not in paper or c not in paper:
       continue
     base, other = load(out, *b), load(out, *c)
-    ran = [k for k in base if k in other]
-    common = sorted(k for k in ran if base[k][0]['rounds_to_target'] is not None
-                    and other[k][0]['rounds_to_target'] is not None)
+    ran, common = paired_seeds(base, other)
     value = paper[b] / paper[c] - 1
     name = f'{" ".join(b)} -> {" ".join(c)}'
     if len(common) < 2:

@@ -308,10 +308,10 @@ def with_model_state(algorithm: FederatedAlgorithm, model, policy: str | None = 
     return algorithm.diagnostics(joined(state), inner_upload, info)
 
   def aggregate(state: ModelServer, upload_sum, info: RoundInfo, key):
-    if policy == 'average':   # the mean of the statistics would not be the algorithm's own
+    if policy in ('average', 'local'):   # averaged statistics the algorithm does not protect
       raise ValueError(f'{algorithm.name} aggregates its uploads itself (differential '
-                       'privacy); with --model_state=average the model\'s statistics would '
-                       'ride them unprotected: choose local or frozen')
+                       f'privacy); with --model_state={policy} the model\'s averaged '
+                       'statistics would reach the released model unprotected: choose frozen')
     return algorithm.aggregate(joined(state), upload_sum, info, key)
 
   return algorithm._replace(
