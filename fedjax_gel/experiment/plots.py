@@ -67,7 +67,7 @@ def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
   """Per run name: ``(rounds, mean main metric, 95% half-width, mean gradient computations,
   mean MiB uploaded, mean train loss, its 95% half-width, mean dp_epsilon)`` over the
   evaluations every seed has (seeds share the evaluation schedule); the epsilon NaN without
-  differential privacy."""
+  differential privacy or without noise (an infinite epsilon, null in the records)."""
   by_alg: dict[str, list[Sequence[dict]]] = {}
   for summary, records in results:
     by_alg.setdefault(summary['algorithm'], []).append(records)
@@ -85,8 +85,8 @@ def curves(results: Sequence[tuple[dict, Sequence[dict]]]) -> dict:
                  np.array([np.mean([a[t]['grad_computations'] for a in at]) for t in common]),
                  np.array([np.mean([a[t]['bytes_up'] for a in at]) for t in common]) / 2 ** 20,
                  np.array([m for m, _ in loss]), half(loss),
-                 np.array([np.mean([a[t].get('dp_epsilon', math.nan) for a in at])
-                           for t in common]))
+                 np.array([np.mean([value(a[t], 'dp_epsilon') if 'dp_epsilon' in a[t] else
+                                    math.nan for a in at]) for t in common]))
   return out
 
 

@@ -47,6 +47,12 @@ def test_a_private_run_gets_accuracy_against_epsilon(tmp_path):
   np.testing.assert_allclose(plots.curves(results)['dp_fedavg'][7], [0., 1.5, 2.5])
   paths = plots.metric_plots(results, str(tmp_path / 'plots'))
   assert str(tmp_path / 'plots' / 'accuracy_epsilon.png') in paths and len(paths) == 5
+  for _, records in results:   # no noise: the epsilon is infinite, null in the records
+    for r in records[1:]:
+      r['dp_epsilon'] = None
+  assert np.isnan(plots.curves(results)['dp_fedavg'][7][1:]).all()
+  paths = plots.metric_plots(results, str(tmp_path / 'clip_only'))
+  assert len(paths) == 4 and not (tmp_path / 'clip_only' / 'accuracy_epsilon.png').exists()
 
 
 @pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
