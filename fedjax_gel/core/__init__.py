@@ -7,8 +7,8 @@ from fedjax_gel.core.federated_data import (FederatedData, FederatedSplit, clien
                                             from_client_arrays, to_device)
 from fedjax_gel.core.round import RoundMetrics, build_round
 from fedjax_gel.core.sampling import (SELECTIONS, WEIGHTINGS, Cohort, CohortSpec,
-                                      aggregation_weights, sample_budgets, sample_clients,
-                                      sample_cohort)
+                                      aggregation_weights, poisson_slots, sample_budgets,
+                                      sample_clients, sample_clients_poisson, sample_cohort)
 from fedjax_gel.core.shuffle import cycled_permutation
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     'FederatedSplit', 'RoundInfo', 'RoundMetrics', 'SELECTIONS', 'WEIGHTINGS',
     'aggregation_weights', 'build_evaluate', 'build_round', 'client_examples',
     'cycled_permutation', 'from_client_arrays', 'fuse_small_dots',
-    'make_eval_pool', 'sample_budgets', 'sample_clients', 'sample_cohort', 'to_device',
+    'make_eval_pool', 'poisson_slots', 'sample_budgets', 'sample_clients',
+    'sample_clients_poisson', 'sample_cohort', 'to_device',
 ]

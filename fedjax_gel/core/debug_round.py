@@ -102,8 +102,8 @@ def debug_round(algorithm: FederatedAlgorithm, server_state, cohort: Cohort, dat
   done = []   # (client, weight, ClientWork) of the clients with examples
   for slot in range(cohort.budgets.shape[0]):
     client = cohort.client_ids[slot]
-    if int(data.counts[client]) == 0:
-      continue   # no examples: no step, no weight
+    if int(data.counts[client]) == 0 or not bool(cohort.taking_part[slot]):
+      continue   # no examples, or an absent slot: no step, no weight
     done.append((client, cohort.weights[slot], train_client(
         algorithm, spec, bcast, data, client, jnp.int32(slot), cohort.budgets[slot],
         cohort.weights[slot], guesses[slot], key_root,

@@ -109,12 +109,12 @@ def tree_bytes(tree) -> int:
 
 def cohort_guesses(algorithm: FederatedAlgorithm, cohort: Cohort, data: FederatedData):
   """Each cohort slot's guessed steps (``FederatedAlgorithm.client_guesses``; zeros without),
-  from the steps the clients take: a client without data takes none (GeL's ``cohort_max``
-  reads them all)."""
+  from the steps the clients take: a client without data or an absent slot takes none (GeL's
+  ``cohort_max`` reads them all)."""
   if algorithm.client_guesses is None:
     return jnp.zeros(cohort.budgets.shape, jnp.float32)
   taken = chunk_lib.steps_taken(cohort.spec, cohort.budgets,
-                                data.counts[cohort.client_ids] > 0)
+                                (data.counts[cohort.client_ids] > 0) & cohort.taking_part)
   return jnp.asarray(algorithm.client_guesses(taken, cohort.spec.max_budget), jnp.float32)
 
 

@@ -44,17 +44,19 @@ class Clients(NamedTuple):
 
 def pad_and_sort(cohort: Cohort, guesses, num_chunks: int, chunk_size: int) -> Clients:
   """Pads the cohort to ``num_chunks * chunk_size`` with empty clients, sorts it by budget and
-  cuts it into ``[num_chunks, chunk_size]``. Padding clients have budget 0 and weight 0, so they
-  sort into the first (cheapest) chunk."""
+  cuts it into ``[num_chunks, chunk_size]``. Padding clients and absent slots
+  (``Cohort.present``) have budget 0 and weight 0, so they sort into the first (cheapest)
+  chunk; neither is valid."""
   size = cohort.budgets.shape[0]
   pad = num_chunks * chunk_size - size
   fields = [jnp.pad(a, (pad, 0)) for a in (cohort.client_ids, cohort.budgets, cohort.weights,
                                             guesses)]
   slots = jnp.arange(-pad, size, dtype=jnp.int32)
+  valid = jnp.pad(cohort.taking_part, (pad, 0))
   order = jnp.argsort(fields[1], stable=True)
   shape = (num_chunks, chunk_size)
   return Clients(*(a[order].reshape(shape) for a in fields),
-                 jnp.maximum(slots[order], 0).reshape(shape), (slots[order] >= 0).reshape(shape))
+                 jnp.maximum(slots[order], 0).reshape(shape), valid[order].reshape(shape))
 
 
 def route(cohort: Cohort, guesses, owned: int, num_clients: int, num_devices: int,
@@ -62,11 +64,13 @@ def route(cohort: Cohort, guesses, owned: int, num_clients: int, num_devices: in
   """Sends each client of the cohort to the device that owns it (device ``d`` owns clients
   ``d owned .. (d + 1) owned - 1``, ``federated_data.clients_per_owner``): leaves
   ``[num_devices, capacity]``, row ``d`` holding device ``d``'s clients sorted by budget, then
-  padding slots (budget 0, weight 0, not valid) naming a client the device owns."""
+  padding slots (budget 0, weight 0, not valid) naming a client the device owns. Absent slots
+  (``Cohort.present``) go to no device."""
   size = cohort.budgets.shape[0]
-  owner = jnp.minimum(cohort.client_ids // owned, num_devices - 1)
-  order = jnp.lexsort((cohort.budgets, owner))          # by owner, then by budget
-  share = jnp.zeros((num_devices,), jnp.int32).at[owner].add(1)
+  owner = jnp.where(cohort.taking_part, jnp.minimum(cohort.client_ids // owned,
+                                                    num_devices - 1), num_devices)
+  order = jnp.lexsort((cohort.budgets, owner))          # by owner, then by budget; absent last
+  share = jnp.zeros((num_devices,), jnp.int32).at[owner].add(1, mode='drop')
   slot = jnp.arange(capacity)[None, :]
   valid = slot < share[:, None]
   src = order[jnp.minimum((jnp.cumsum(share) - share)[:, None] + slot, size - 1)]
@@ -79,11 +83,14 @@ def deal(cohort: Cohort, guesses, num_devices: int, capacity: int) -> Clients:
   capacity]``): device ``d`` gets the clients at sorted positions ``d, d + D, d + 2D, ...``, so
   every device trains the same number of clients (one more at most) with about the same steps,
   each row still sorted by budget; then padding slots (client 0, budget 0, weight 0, not valid).
-  For a pool every device holds whole (``to_device(data, mesh, replicate=True)``)."""
+  Absent slots (``Cohort.present``) are dealt to no device. For a pool every device holds
+  whole (``to_device(data, mesh, replicate=True)``)."""
   size = cohort.budgets.shape[0]
-  order = jnp.argsort(cohort.budgets, stable=True)
+  present = cohort.taking_part
+  # absent slots last: one past any budget
+  order = jnp.argsort(jnp.where(present, cohort.budgets, jnp.iinfo(jnp.int32).max), stable=True)
   pos = jnp.arange(capacity)[None, :] * num_devices + jnp.arange(num_devices)[:, None]
-  valid = pos < size
+  valid = pos < jnp.sum(present)
   return device_slots(cohort, guesses, order[jnp.minimum(pos, size - 1)], valid, 0)
 
 

@@ -13,7 +13,9 @@ from fedjax_gel.core.checks import INT32_MAX, is_whole, positive_int
 from fedjax_gel.core.shuffle import epoch_steps
 
 WEIGHTINGS = ('samples_seen', 'num_examples', 'uniform')
-SELECTIONS = ('uniform', 'cyclic')
+SELECTIONS = ('uniform', 'cyclic', 'poisson')
+# Poisson sampling's slots: the chance that a round draws more clients than its slots hold
+POISSON_TAIL = 1e-12
 BUDGET_UNITS = ('steps', 'epochs')
 BUDGET_DRAWS = ('uniform', 'proportional', 'per_client')
 
@@ -56,12 +58,16 @@ class CohortSpec:
       "uniformly at random"; the GeL code samples with replacement).
     weighting: aggregation weights, one of ``WEIGHTINGS`` (default ``num_examples``, the GeL
       paper's ``p_i = n_i / n``; the GeL code's is ``samples_seen``).
-    selection: ``'uniform'`` or ``'cyclic'`` (``groups`` groups; Cho et al. 2023).
+    selection: ``'uniform'``, ``'cyclic'`` (``groups`` groups; Cho et al. 2023) or
+      ``'poisson'`` (each client independently with probability ``rate``; ``cohort_size`` is
+      then the round's slots, ``poisson_slots``, and the slots no drawn client fills are
+      absent: ``Cohort.present``).
     groups: cyclic participation's number of groups ``K``.
     budget_unit: one of ``BUDGET_UNITS``.
     budget_draw: one of ``BUDGET_DRAWS``.
     max_examples: the population's largest ``n_i`` (``int(counts.max())``): needed by
       ``'epochs'`` and ``'proportional'``.
+    rate: Poisson sampling's ``q`` in ``(0, 1]`` (read only with ``selection='poisson'``).
   """
   cohort_size: int
   budget_range: tuple[int, int]
@@ -73,6 +79,7 @@ class CohortSpec:
   budget_unit: str = 'steps'
   budget_draw: str = 'uniform'
   max_examples: int = 0
+  rate: float = 0.
 
   def __post_init__(self):
     given = self.budget_range
@@ -93,6 +100,9 @@ class CohortSpec:
     if self.selection not in SELECTIONS:
       raise ValueError(f'CohortSpec: unknown selection {self.selection!r}; known: '
                        f'{", ".join(SELECTIONS)}')
+    if self.selection == 'poisson' and not (0 < self.rate <= 1 and not self.replace):
+      raise ValueError(f'CohortSpec: Poisson sampling needs a rate in (0, 1] and replace=False '
+                       f'(got rate {self.rate!r}, replace {self.replace})')
     for name, known in (('budget_unit', BUDGET_UNITS), ('budget_draw', BUDGET_DRAWS)):
       if getattr(self, name) not in known:
         raise ValueError(f'CohortSpec: unknown {name} {getattr(self, name)!r}; known: '
@@ -130,7 +140,7 @@ class CohortSpec:
 
 
 @functools.partial(jax.tree_util.register_dataclass,
-                   data_fields=['client_ids', 'budgets', 'weights'],
+                   data_fields=['client_ids', 'budgets', 'weights', 'present'],
                    meta_fields=['spec', 'population'])
 @dataclasses.dataclass(frozen=True)
 class Cohort:
@@ -144,12 +154,23 @@ class Cohort:
     population: the clients it was drawn from (``sample_cohort`` sets it; static): the round
       refuses a pool of another size, whose rows the ids would not name (they were clamped to
       its last client). None for a hand-made cohort.
+    present: ``[C]`` bool, the slots a drawn client fills (Poisson sampling draws a varying
+      number of clients into fixed slots); an absent slot takes no step, carries no weight
+      and writes no row, like a client without examples. None: every slot is present.
   """
   client_ids: jax.Array
   budgets: jax.Array
   weights: jax.Array
   spec: CohortSpec
   population: int | None = None
+  present: jax.Array | None = None
+
+  @property
+  def taking_part(self) -> jax.Array:
+    """``[C]`` bool: ``present``, all True without it."""
+    if self.present is None:
+      return jnp.ones(self.client_ids.shape, bool)
+    return self.present
 
 
 def check_ids(where: str, ids, num_clients: int):
@@ -170,8 +191,10 @@ def check_cohort(cohort: Cohort, num_clients: int):
   and one length (at least one client), ids and budgets of integers, weights of floats. On the
   host (NumPy) also their values: ids in ``[0, num_clients)`` (the round would take another
   client's rows), budgets in ``[0, max_budget]`` and all ``b`` where the spec's budgets are
-  equal (the round then reads none of them), weights finite and non-negative. Values on the device or traced are not checked
-  (that would wait on the device; the sampler's are right by construction)."""
+  equal (the round then reads none of them; absent slots' not at all), weights finite and
+  non-negative; ``present``, if given, a bool array of the same shape. Values on the device or
+  traced are not checked (that would wait on the device; the sampler's are right by
+  construction)."""
   arrays = {'client_ids': cohort.client_ids, 'budgets': cohort.budgets,
             'weights': cohort.weights}
   for name, x in arrays.items():
@@ -197,6 +220,14 @@ def check_cohort(cohort: Cohort, num_clients: int):
       np.isfinite(weights).all() and (weights >= 0).all()):
     raise ValueError(f'Cohort: weights must be finite and non-negative (got {weights.min()} to '
                      f'{weights.max()})')
+  present = cohort.present
+  if present is not None and (not hasattr(present, 'shape') or tuple(present.shape) !=
+                              shapes['client_ids'] or present.dtype != bool):
+    raise ValueError(f'Cohort: present must be a bool array of the cohort\'s shape '
+                     f'{shapes["client_ids"]} (got {getattr(present, "dtype", type(present))} '
+                     f'{np.shape(present)})')
+  if isinstance(budgets, np.ndarray) and isinstance(present, np.ndarray):
+    budgets = budgets[present]   # an absent slot's budget is never read
   if not isinstance(budgets, np.ndarray) or not budgets.size:
     return
   a, b = spec.budget_range
@@ -237,6 +268,30 @@ def sample_clients_cyclic(key, num_clients: int, cohort_size: int, replace: bool
     u = jax.random.uniform(key, (longest,))
     j = jnp.argsort(jnp.where(jnp.arange(longest) < size, u, jnp.inf))[:cohort_size]
   return (g + groups * j).astype(jnp.int32)
+
+
+def poisson_slots(num_clients: int, rate: float, tail: float = POISSON_TAIL) -> int:
+  """The smallest ``K`` with ``P(Binomial(N, q) > K) <= tail``: the slots a round of Poisson
+  sampling needs (at most ``N``). A round that draws more keeps ``K`` of them at random, so a
+  run of ``T`` rounds follows the sampling it is accounted for except with probability at most
+  ``T tail`` (added to its delta, this is below print precision for any delta used in practice).
+  """
+  from scipy import special   # pylint: disable=g-import-not-at-top
+  low, high = 0, num_clients   # P(X > high) = 0 <= tail
+  while low < high:
+    mid = (low + high) // 2
+    low, high = (low, mid) if special.bdtrc(mid, num_clients, rate) <= tail else (mid + 1, high)
+  return max(low, 1)
+
+
+def sample_clients_poisson(key, num_clients: int, slots: int, rate: float):
+  """Poisson sampling: each client independently with probability ``rate``. Returns ``(ids,
+  present)``, ``[slots]`` each: the drawn clients in random order (``u_i < q``, ordered by
+  ``u_i``, which is uniform given the draw), then clients not drawn, absent."""
+  u = jax.random.uniform(key, (num_clients,))
+  drawn = u < rate
+  _, ids = jax.lax.top_k(-jnp.where(drawn, u, 2.), slots)   # the drawn first, in random order
+  return ids.astype(jnp.int32), jnp.arange(slots) < jnp.sum(drawn)
 
 
 def sample_budgets(key, cohort_size: int, low: int, high: int) -> jax.Array:
@@ -331,6 +386,9 @@ def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
                      f'(budget_unit={spec.budget_unit!r}, budget_draw={spec.budget_draw!r}) would '
                      'be cut short; give max_examples=int(counts.max())')
   population = counts.shape[0]
+  if spec.selection == 'poisson' and spec.cohort_size > population:
+    raise ValueError(f'sample_cohort: Poisson sampling\'s {spec.cohort_size} slots exceed the '
+                     f'population of {population} clients (poisson_slots gives at most N)')
   check_ids('sample_cohort', client_ids, population)
   if client_ids is not None and np.shape(client_ids) != (spec.cohort_size,):
     raise ValueError(f'sample_cohort: client_ids must hold the cohort\'s {spec.cohort_size} '
@@ -352,8 +410,12 @@ def _drawn_cohort(root, round_idx, counts, spec: CohortSpec, client_ids, client_
                   ) -> Cohort:
   """``sample_cohort``'s draw, compiled."""
   cohort_key = keys.round_key(root, round_idx, keys.COHORT)
+  present = None
   if client_ids is not None:
     ids = jnp.asarray(client_ids, jnp.int32)
+  elif spec.selection == 'poisson':
+    ids, present = sample_clients_poisson(cohort_key, counts.shape[0], spec.cohort_size,
+                                          spec.rate)
   elif spec.selection == 'cyclic':
     ids = sample_clients_cyclic(cohort_key, counts.shape[0], spec.cohort_size, spec.replace,
                                 spec.groups, round_idx)
@@ -364,4 +426,6 @@ def _drawn_cohort(root, round_idx, counts, spec: CohortSpec, client_ids, client_
   units = budget_units(keys.round_key(root, round_idx, keys.BUDGET), spec, n, fixed)
   budgets = steps_of(units, n, spec)
   weights = aggregation_weights(spec.weighting, budgets, n, spec.batch_size)
-  return Cohort(ids, budgets, weights, spec, int(counts.shape[0]))
+  if present is not None:   # absent slots: no steps (the cheapest chunk), no weight
+    budgets, weights = jnp.where(present, budgets, 0), jnp.where(present, weights, 0.)
+  return Cohort(ids, budgets, weights, spec, int(counts.shape[0]), present)

@@ -25,7 +25,7 @@ from fedjax_gel.spec import (INT32_MAX, AlgorithmSpec, DatasetSpec, NoHparams, a
 from fedjax_gel.spec.dataset import COMMON, PATHS
 
 DATASETS = tuple(s.name for s in data_registry.BUILTIN)
-CLIENT_SELECTIONS = ('uniform', 'cyclic', 'power_of_d')
+CLIENT_SELECTIONS = ('uniform', 'cyclic', 'power_of_d', 'poisson')
 SERVER_OPTIMIZERS = ('sgd', 'momentum', 'fedadam', 'fedyogi', 'fedadagrad', 'adam', 'yogi',
                      'adagrad')
 
@@ -155,7 +155,8 @@ class ModelConfig:
 @dataclasses.dataclass(frozen=True)
 class CohortConfig:
   """Which clients train in a round, on what, and how they are weighted."""
-  clients_per_round: int = hparam(20, 'Cohort size C.', int_range(1))
+  clients_per_round: int = hparam(20, 'Cohort size C (with --client_selection=poisson the '
+                                  'expected one: q = C / N).', int_range(1))
   sample_with_replacement: bool = hparam(
       False, 'Sample the cohort with replacement (the GeL code does; its paper selects clients '
       '"uniformly at random", the default).')
@@ -184,7 +185,9 @@ class CohortConfig:
   client_selection: str = hparam(
       'uniform', 'uniform; cyclic (clients in --cyclic_groups groups by id mod K; round t '
       'samples group t mod K); power_of_d (the C highest-loss of --power_d data-weighted '
-      'candidates).', one_of(*CLIENT_SELECTIONS))
+      'candidates); poisson (each client independently with probability q = C / N, so the '
+      'cohort\'s size varies; the round has slots for all but a 1e-12 tail of it).',
+      one_of(*CLIENT_SELECTIONS))
   cyclic_groups: int = hparam(4, 'cyclic: the number of client groups K.', int_range(1))
   power_d: int = hparam(0, 'power_of_d: candidates d (drawn in proportion to data size); 0 = 2 '
                         'x C.', int_range(0))
@@ -206,13 +209,27 @@ class CohortConfig:
     ``counts`` examples per client (power-of-d hands the sampler its clients)."""
     from fedjax_gel.core.sampling import (  # pylint: disable=g-import-not-at-top
         CohortSpec, reads_sizes)
-    cyclic = self.client_selection == 'cyclic'
-    return CohortSpec(self.clients_per_round, tuple(self.budget_range), self.batch_size,
-                      self.sample_with_replacement, self.aggregation_weights,
-                      'cyclic' if cyclic else 'uniform', self.cyclic_groups if cyclic else 1,
-                      self.budget_unit, self.budget_draw,
+    cyclic, poisson = (self.client_selection == s for s in ('cyclic', 'poisson'))
+    return CohortSpec(self.slots(len(counts)), tuple(self.budget_range), self.batch_size,
+                      self.sample_with_replacement and not poisson, self.aggregation_weights,
+                      self.client_selection if cyclic or poisson else 'uniform',
+                      self.cyclic_groups if cyclic else 1, self.budget_unit, self.budget_draw,
                       int(np.max(counts, initial=0))
-                      if reads_sizes(self.budget_unit, self.budget_draw) else 0)
+                      if reads_sizes(self.budget_unit, self.budget_draw) else 0,
+                      self.rate(len(counts)) if poisson else 0.)
+
+  def rate(self, population: int) -> float:
+    """The chance ``q`` that a given client takes part in a round: ``C / N`` (exactly so
+    under Poisson sampling; uniform sampling without replacement draws ``C`` of ``N``)."""
+    return min(self.clients_per_round / population, 1.)
+
+  def slots(self, population: int) -> int:
+    """The round's cohort size: ``C``, or Poisson sampling's slots for a population of
+    ``population`` (``core.sampling.poisson_slots``)."""
+    if self.client_selection != 'poisson':
+      return self.clients_per_round
+    from fedjax_gel.core.sampling import poisson_slots  # pylint: disable=g-import-not-at-top
+    return poisson_slots(population, self.rate(population))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -627,6 +644,9 @@ def unread_flags(c: Config) -> dict[str, str]:
   if k.client_selection != 'power_of_d':
     out['power_d'] = out['power_loss'] = (f'read only with --client_selection=power_of_d (got '
                                           f'{k.client_selection})')
+  if k.client_selection == 'poisson':
+    out['sample_with_replacement'] = ('--client_selection=poisson draws each client '
+                                      'independently, at most once a round')
   builtin = (getattr(spec.build, '__module__', None) or '').startswith('fedjax_gel.')
   # a user's algorithm may read it without saying so; 0 is what clients without momentum do,
   # so one flag file can run FedGBO's plain-SGD FedProx beside FedAvg
@@ -669,16 +689,22 @@ def privacy_problem(c: Config) -> Optional[str]:
     return (f'--aggregation_weights={k.aggregation_weights}: differential privacy weighs clients '
             'uniformly (a client moves the mean by at most the clip over the cohort); pass '
             '--aggregation_weights=uniform or leave it at its default')
-  if k.client_selection != 'uniform':
+  if k.client_selection not in ('uniform', 'poisson'):
     return (f'--client_selection={k.client_selection}: differential privacy is accounted for '
-            'cohorts drawn uniformly (dp-accounting has no event for this one)')
-  if k.sample_with_replacement:
+            'cohorts drawn uniformly or by Poisson sampling (dp-accounting has no event for '
+            'this one)')
+  poisson = k.client_selection == 'poisson'
+  if k.sample_with_replacement and not poisson:
     return ('--sample_with_replacement: differential privacy is accounted for cohorts drawn '
-            'without replacement (dp-accounting has no event for this one); pass '
-            '--nosample_with_replacement')
-  if p.accountant == 'pld':
+            'without replacement or by Poisson sampling (dp-accounting has no event for this '
+            'one); pass --nosample_with_replacement')
+  if p.accountant == 'pld' and not poisson:
     return ('--dp_accountant=pld: dp-accounting\'s PLD accountant does not account for a '
-            'fixed-size cohort drawn without replacement; use --dp_accountant=rdp')
+            'fixed-size cohort drawn without replacement; use --dp_accountant=rdp or '
+            '--client_selection=poisson')
+  if p.accountant == 'pld' and p.target_quantile:
+    return ('--dp_accountant=pld: dp-accounting\'s PLD accountant does not account for adaptive '
+            'clipping\'s two queries under sampling; use --dp_accountant=rdp')
   if c.model.model_state in ('average', 'local'):
     return (f'--model_state={c.model.model_state}: the model statistics the server averages '
             'would reach the released model unprotected by differential privacy; choose frozen')

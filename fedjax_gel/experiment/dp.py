@@ -4,10 +4,11 @@ evaluation record and summary carry (``dp_epsilon`` at ``--dp_delta``, ``dp_samp
 and the rounds a privacy budget allows (``--dp_target_epsilon``).
 
 A round's cohort is ``C`` clients drawn uniformly without replacement from the ``N`` training
-clients (``config.privacy_problem`` refuses the other draws), so a round is
-``SampledWithoutReplacementDpEvent(N, C, ...)`` accounted for with ``dp-accounting``'s RDP
-accountant, and the fixed denominator is ``C``. Without noise (``--dp_noise_multiplier=0``) the
-clipping still runs and epsilon is infinite.
+clients, a round ``SampledWithoutReplacementDpEvent(N, C, ...)`` (RDP only), or each client
+independently with probability ``q = C / N`` (``--client_selection=poisson``), a round
+``PoissonSampledDpEvent(q, ...)`` (RDP or PLD); ``config.privacy_problem`` refuses the other
+draws. Either way the fixed denominator is ``C``, the expected cohort. Without noise
+(``--dp_noise_multiplier=0``) the clipping still runs and epsilon is infinite.
 """
 from __future__ import annotations
 
@@ -39,24 +40,31 @@ def record_fields(c: Config, population: int, rounds: int) -> dict:
   training clients; ``{}`` without differential privacy."""
   if not c.privacy.on:
     return {}
-  return {'dp_epsilon': _epsilon(c.privacy, c.cohort.clients_per_round, population, rounds),
-          'dp_sampling_rate': c.cohort.clients_per_round / population}
+  k = c.cohort
+  kind = 'poisson' if k.client_selection == 'poisson' else 'without_replacement'
+  ways = privacy.Sampling(kind, population, k.clients_per_round)
+  return {'dp_epsilon': _epsilon(c.privacy, ways, rounds), 'dp_sampling_rate': ways.rate}
 
 
 @functools.lru_cache(maxsize=4096)
-def _epsilon(p, cohort: int, population: int, rounds: int) -> float:
+def _epsilon(p, ways: privacy.Sampling, rounds: int) -> float:
   if rounds == 0:
     return 0.
   if p.noise_multiplier == 0:
     return math.inf
-  ways = privacy.Sampling('without_replacement', population, cohort)
+  return _one_round(p, ways).epsilon(rounds, p.delta)
+
+
+@functools.lru_cache(maxsize=64)
+def _one_round(p, ways: privacy.Sampling) -> privacy.Composition:
+  """One round's privacy loss, which every record's epsilon composes again."""
   if p.target_quantile:
-    sigma = p.count_noise(cohort)
+    sigma = p.count_noise(int(ways.cohort))
     event = privacy.round_event(ways, aggregation.delta_noise_multiplier(p.noise_multiplier,
                                                                          sigma), sigma)
   else:
     event = privacy.round_event(ways, p.noise_multiplier)
-  return privacy.epsilon(event, rounds, p.delta, ways, p.accountant)
+  return privacy.Composition(event, ways, p.accountant)
 
 
 def affordable_rounds(c: Config, population: int, rounds: int) -> int:

@@ -303,7 +303,7 @@ def prepare(c: Config, grid: bool = False) -> Experiment:
     raise ConfigError(f'--clients_per_round, --budget_range, --budget_unit and --batch_size: '
                       f'{first_line(e).removeprefix("CohortSpec: ")}') from None
   memory_bytes = planning.memory_limit(r.device_memory_gb)
-  mesh, chunk = planning.devices_and_chunk(algorithm, params, split.train, k.clients_per_round,
+  mesh, chunk = planning.devices_and_chunk(algorithm, params, split.train, spec.cohort_size,
                                            k.batch_size, spec.equal_budgets,
                                            r.num_devices or (1 if grid else 0),
                                            r.chunk_size, memory_bytes)
@@ -379,9 +379,11 @@ def load_client_budgets(k: config_lib.CohortConfig, train) -> np.ndarray | None:
 
 def check_population(k: config_lib.CohortConfig, population: int):
   """The cohort can be drawn from ``population`` clients (else a ConfigError)."""
-  if not k.sample_with_replacement and k.clients_per_round > population:
+  poisson = k.client_selection == 'poisson'
+  if (poisson or not k.sample_with_replacement) and k.clients_per_round > population:
     raise ConfigError(f'--clients_per_round={k.clients_per_round} exceeds the population of '
-                      f'{population} clients without replacement')
+                      f'{population} clients ' + ('(Poisson sampling\'s rate C / N would exceed '
+                                                   '1)' if poisson else 'without replacement'))
   if k.client_selection == 'power_of_d' and k.candidates > population:
     raise ConfigError(f'--power_d={k.candidates} exceeds the population of {population} clients')
   if k.client_selection == 'cyclic':

@@ -281,12 +281,13 @@ def runs_chunk_size(exp, num_runs: int, same_cohorts: bool = False) -> int:
   if num_runs == 1 or fits < 1:
     return min(exp.chunk_size, fits)
   params = jax.eval_shape(exp.model.init, jax.random.key(0))
+  spec = k.spec(exp.train.counts)
   total = default_chunk_size(
-      k.clients_per_round * num_runs, params, example_bytes(exp.train), k.batch_size,
-      equal_budgets=not same_cohorts or k.spec(exp.train.counts).equal_budgets)
+      spec.cohort_size * num_runs, params, example_bytes(exp.train), k.batch_size,
+      equal_budgets=not same_cohorts or spec.equal_budgets)
   if same_cohorts:
     chunk = exp.config.run.chunk_size or total // num_runs   # --chunk_size: per cell
-    return max(1, min(chunk, k.clients_per_round, fits))
+    return max(1, min(chunk, spec.cohort_size, fits))
   return max(1, min(exp.chunk_size, total // num_runs, fits))
 
 

@@ -316,13 +316,17 @@ def start(workdir: str, config_json: dict):
 
 
 def check_extend(workdir: str, rounds: int) -> str:
-  """``'extend'`` when the run in ``workdir`` (of ``rounds`` rounds) can go on: unfinished, or
-  finished with its final state kept; else a ConfigError naming ``--num_rounds``."""
+  """``'extend'`` when the run in ``workdir`` (of ``rounds`` rounds, or those its summary says
+  it ran) can go on: unfinished, or finished with its final state kept; else a ConfigError
+  naming ``--num_rounds``."""
   summary = os.path.join(workdir, 'summary.json')
   if not os.path.exists(summary):
     return 'extend'
-  status = read_json_as(summary, dict, 'is unreadable; choose another --workdir or pass '
-                        '--overwrite').get('status', 'finished')
+  found = read_json_as(summary, dict, 'is unreadable; choose another --workdir or pass '
+                       '--overwrite')
+  status = found.get('status', 'finished')
+  # the rounds it ran: fewer than asked where a privacy budget ended it (--dp_target_epsilon)
+  rounds = found.get('rounds', rounds) if isinstance(found.get('rounds'), int) else rounds
   if status != 'finished':
     raise ConfigError(f'--num_rounds: the run in {workdir} diverged and cannot be extended; '
                       'pass --overwrite to start it again')

@@ -1,9 +1,10 @@
 """Client-level differential privacy: clipping and noising the cohort's updates
 (``aggregation``), any delta-uploading algorithm made private (``dp``), and accounting with
 Google's ``dp-accounting`` (``accounting``)."""
-from fedjax_gel.privacy.accounting import ACCOUNTANTS, Sampling, epsilon, round_event
+from fedjax_gel.privacy.accounting import (ACCOUNTANTS, Composition, Sampling, epsilon,
+                                           round_event)
 from fedjax_gel.privacy.aggregation import AdaptiveClip
 from fedjax_gel.privacy.dp import Privacy, private
 
-__all__ = ['ACCOUNTANTS', 'AdaptiveClip', 'Privacy', 'Sampling', 'epsilon', 'private',
-           'round_event']
+__all__ = ['ACCOUNTANTS', 'AdaptiveClip', 'Composition', 'Privacy', 'Sampling', 'epsilon',
+           'private', 'round_event']

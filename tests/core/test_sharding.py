@@ -77,6 +77,23 @@ SCRIPT = POOL.replace('SEED', '0') + textwrap.dedent('''
     # dealt by budget: every device trains 2 or 3 of the 21 clients, one chunk each at chunk 5
     # (routed_chunk), whatever clients were drawn; every computed step of a chunk of one is real
     assert int(out[4][1].computed_steps) <= 8 * 3 * int(np.max(c.budgets))
+    # Poisson sampling: the absent slots go to no device, routed to owners or dealt
+    spec = sampling.CohortSpec(sampling.poisson_slots(30, 0.4), (1, 7), 4, selection='poisson',
+                               rate=0.4)
+    c = sampling.sample_cohort(root, 1, data.counts, spec)
+    ref, rm = build_round(alg, chunk_size=30)(alg.server_init(params), c, data, root,
+                                              jnp.int32(1))
+    for devices, whole in [(8, False), (2, True)]:
+      mesh = client_mesh(devices)
+      state, m = build_round(alg, chunk_size=5, mesh=mesh)(
+          alg.server_init(params), c, fd.to_device(host, mesh, replicate=whole), root,
+          jnp.int32(1))
+      jax.tree_util.tree_map(
+          lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6), state.params,
+          ref.params)
+      assert int(m.num_clients) == int(rm.num_clients) < int(np.sum(c.present)) + 1
+      assert int(m.grad_computations) == int(rm.grad_computations)
+    assert int(np.sum(c.present)) < spec.cohort_size
     print('SHARDED-OK')
 ''')
 

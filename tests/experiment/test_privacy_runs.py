@@ -5,11 +5,14 @@ import json
 import math
 
 import dp_accounting
+import numpy as np
 import pytest
 from dp_accounting import rdp
 
 from fedjax_gel.experiment import api, config as config_lib, factories
 from fedjax_gel.experiment.config import ConfigError, make
+
+from helpers import cli_run
 
 
 def train(c, workdir):
@@ -45,9 +48,33 @@ def test_every_record_carries_the_epsilon_dp_accounting_gives(private, tmp_path)
   assert records[-1]['dp_clip_norm'] == 0.5
 
 
+def test_the_issues_poisson_command_trains_with_the_epsilon_dp_accounting_gives(tmp_path):
+  """The quick start's flags with DP-FedAvg over Poisson-sampled cohorts, as launch/run.py
+  runs them: every record's epsilon is the library's for PoissonSampledDpEvent(q = C / N) over
+  its rounds, adding or removing one client, and the cohorts' sizes vary."""
+  out = cli_run('--flagfile=launch/configs/quickstart.flags', '--algorithm=dp_fedavg',
+                '--dp_clip_norm=1', '--dp_noise_multiplier=1.0', '--dp_delta=1e-5',
+                '--client_selection=poisson', '--num_rounds=40', f'--workdir={tmp_path}',
+                '--noplots')
+  assert out.returncode == 0, out.stderr
+  records = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
+  q = records[0]['dp_sampling_rate']
+  assert q == 20 / round(20 / q) < 0.1   # C / N for the N training clients
+  for r in records[1:]:
+    event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(1.0))
+    expected = rdp.RdpAccountant().compose(
+        dp_accounting.SelfComposedDpEvent(event, r['round'])).get_epsilon(1e-5)
+    assert r['dp_epsilon'] == pytest.approx(expected, rel=1e-12)
+  eps = [r['dp_epsilon'] for r in records]
+  assert eps[0] == 0 and all(a < b for a, b in zip(eps, eps[1:])) and math.isfinite(eps[-1])
+  per_round = np.diff([r['client_rounds'] for r in records]) / 5   # evaluated every 5 rounds
+  assert len(set(per_round)) > 1 and 10 < per_round.mean() < 30   # about C = 20 a round
+
+
 def test_adaptive_clipping_moves_the_clip_and_its_run_resumes_to_the_bit(private, tmp_path):
+  """Over Poisson-sampled cohorts, whose sizes and absent slots are part of what resumes."""
   c = private.replace(dp_target_quantile=0.5, dp_clip_lr=0.5, dp_clip_count_noise=1.0,
-                      checkpoint_every=3)
+                      checkpoint_every=3, client_selection='poisson')
   whole = train(c, tmp_path / 'whole')
   assert len({r['dp_clip_norm'] for r in whole[1:]}) > 1   # the clip moved
   train(c.replace(num_rounds=6), tmp_path / 'resumed')   # stopped at a checkpoint
@@ -68,7 +95,11 @@ def test_adaptive_clipping_moves_the_clip_and_its_run_resumes_to_the_bit(private
      '--aggregation_weights=samples_seen: differential privacy weighs clients uniformly'),
     ({'dp_clip_norm': 1., 'sample_with_replacement': True}, '--sample_with_replacement'),
     ({'dp_clip_norm': 1., 'client_selection': 'cyclic'}, '--client_selection=cyclic'),
-    ({'dp_clip_norm': 1., 'dp_accountant': 'pld'}, '--dp_accountant=pld'),
+    ({'dp_clip_norm': 1., 'dp_accountant': 'pld'}, '--dp_accountant=pld: dp-accounting\'s PLD '
+     'accountant does not account for a fixed-size cohort'),
+    ({'dp_clip_norm': 1., 'dp_accountant': 'pld', 'client_selection': 'poisson',
+      'dp_target_quantile': 0.5}, '--dp_accountant=pld: dp-accounting\'s PLD accountant does not '
+     'account for adaptive clipping'),
     ({'dp_clip_norm': 1., 'dp_target_quantile': 0.5, 'dp_clip_count_noise': 0.4},
      '--dp_clip_count_noise=0.4 leaves nothing'),
     ({'dp_clip_norm': 1., 'model_state': 'local'}, '--model_state=local'),
@@ -111,6 +142,15 @@ def test_a_privacy_budget_stops_the_run_after_its_last_affordable_round(private,
   assert summary['rounds'] == 7 and summary['status'] == 'finished'
   assert 'allows 7 of its 12 rounds' in err.getvalue()
   assert sorted(p.name for p in tmp_path.glob('checkpoint-*')) == ['checkpoint-7']
+  # more rounds asked of the stopped run: it extends from its last round, and the budget
+  # still allows none beyond round 7
+  err = io.StringIO()
+  api.train(factories.prepare(private.replace(dp_target_epsilon=budget, num_rounds=20)),
+            str(tmp_path), err=err)
+  again = [json.loads(line) for line in (tmp_path / 'metrics.jsonl').read_text().splitlines()]
+  strip = lambda rows: [{k: v for k, v in r.items() if k != 'elapsed_s'} for r in rows]
+  assert strip(again) == strip(records), err.getvalue()
+  assert 'allows 7 of its 20 rounds' in err.getvalue()
 
 
 def test_a_budget_no_round_fits_is_refused_and_zero_noise_spends_infinity(private, tmp_path):
