@@ -87,10 +87,11 @@ def test_a_row_of_the_synthetic_reproduction_regenerates_its_committed_summaries
 
 
 @pytest.mark.parametrize('name', ['gel_femnist', 'gel_shakespeare', 'gel_synthetic',
-                                  'gbo_femnist'])
+                                  'gbo_femnist', 'dp_femnist'])
 def test_the_readme_tables_are_what_the_committed_results_give(name):
   """README.md's table of each reproduction is the one its script writes from the committed
-  results (``reproduction.readme_block``), not numbers copied by hand."""
+  results (``reproduction.readme_block``), not numbers copied by hand; a paper's reproduction
+  gives a verdict on each row (the DP study has no paper's figures to judge)."""
   import reproduction  # pylint: disable=g-import-not-at-top
   lines = __import__(f'reproduce_{name}').readme_table(
       os.path.join('benchmarks', 'reproductions', name))
@@ -99,7 +100,8 @@ def test_the_readme_tables_are_what_the_committed_results_give(name):
     cells = [c.strip().strip('*') for c in line.strip().strip('|').split('|')]
     if 'verdict' in cells:
       column = cells.index('verdict')
-    elif line.startswith('|') and not set(line) <= set('|-: '):
+    elif column is not None and line.startswith('|') and not set(line) <= set('|-: '):
       said.append(cells[column])
-  assert said and set(said) <= {*reproduction.VERDICTS, reproduction.NOT_RUN, '-'}, said
+  if name != 'dp_femnist':
+    assert said and set(said) <= {*reproduction.VERDICTS, reproduction.NOT_RUN, '-'}, said
   assert reproduction.readme_block(name, lines) == (REPO / 'README.md').read_text()
