@@ -92,12 +92,13 @@ def arguments(doc: str, name: str) -> argparse.ArgumentParser:
   p.add_argument('--out', default=os.path.join('benchmarks', 'reproductions', name),
                  help=OUT_HELP)
   p.add_argument('--report_only', action='store_true',
-                 help='run nothing: write README.md again from the finished commands\' outputs '
-                      '(e.g. while a long reproduction is stopped half way)')
+                 help='run nothing: write README.md and the pages of its table again from the '
+                      'finished commands\' outputs (e.g. while a long reproduction is stopped '
+                      'half way)')
   p.add_argument('--commit', action='store_true',
-                 help='after each command, write the READMEs again and git-commit them with '
-                      'its outputs (and nothing else), so a long reproduction\'s finished seeds '
-                      'are in git as they complete')
+                 help='after each command, write the README and the pages of its table again '
+                      'and git-commit them with its outputs (and nothing else), so a long '
+                      'reproduction\'s finished seeds are in git as they complete')
   return p
 
 
@@ -106,16 +107,18 @@ def reproduce(out: str, runs: list[Run], summary_text, overwrite: bool,
               table: Optional[tuple] = None, commit: bool = False) -> None:
   """A reproduction script's whole job: ``run_all`` (nothing with ``report_only``), then
   ``out/README.md`` from ``summary_text(out, commands, minutes)`` (minutes None: nothing ran),
-  printed too, and with ``table = (name, lines_of(out))`` README.md's block ``name``
+  printed too, and with ``table = (name, lines_of)`` the block ``name`` of every page that holds
+  it (``block_pages``: README.md, the documentation's pages) from ``lines_of(out)``
   (``readme_block``). ``keep_records``: commit each run's ``metrics.jsonl`` (a few KB per run)
-  with its summaries. ``commit``: after each command, both READMEs written again and committed
-  with its outputs (``commit_finished``), so that a long reproduction's finished seeds are in
-  git as they complete and another machine continues from them."""
+  with its summaries. ``commit``: after each command, ``out/README.md`` and those pages written
+  again and committed with its outputs (``commit_finished``), so that a long reproduction's
+  finished seeds are in git as they complete and another machine continues from them."""
   gitignore = GITIGNORE.replace('metrics.jsonl\n', '') if keep_records else GITIGNORE
   shown = [run.shown(out, overwrite) for run in runs]
 
   def write(commands, minutes) -> list[str]:
-    """Writes the READMEs from the finished commands; the files written."""
+    """Writes ``out/README.md`` and the pages of the table from the finished commands; the
+    files written."""
     _read.cache_clear()   # a command finished since they were last read
     text = summary_text(out, commands, minutes)
     with open(os.path.join(REPO, out, 'README.md'), 'w') as f:
@@ -123,10 +126,12 @@ def reproduce(out: str, runs: list[Run], summary_text, overwrite: bool,
     written = [os.path.join(out, 'README.md'), os.path.join(out, 'plots')]
     if table is not None:
       name, lines_of = table
-      readme = readme_block(name, lines_of(out))
-      with open(os.path.join(REPO, 'README.md'), 'w') as f:
-        f.write(readme)
-      written.append('README.md')
+      lines = lines_of(out)
+      for page in block_pages(name):
+        text = readme_block(name, lines, page)
+        with open(os.path.join(REPO, page), 'w') as f:
+          f.write(text)
+        written.append(page)
     return written
 
   finished = None
@@ -512,9 +517,9 @@ def plot_targets(path: str, found: dict, pairs: list, targets: list[float]) -> N
 
 
 def headline(out: str, pairs: list, paper: dict, target: float) -> list[str]:
-  """Markdown lines of the table README.md shows for a reproduction: each pair the paper has,
-  the mean rounds here, the speedup with its interval and the seeds both reached, the paper's,
-  and the verdict; from the committed summaries alone (``readme_block``)."""
+  """Markdown lines of a reproduction's table on its pages (``block_pages``): each pair the
+  paper has, the mean rounds here, the speedup with its interval and the seeds both reached, the
+  paper's, and the verdict; from the committed summaries alone (``readme_block``)."""
   lines = [f'| baseline -> compared | rounds to {ACCURACY.format(target)} here, over the seeds '
            'both reached (mean +- 95% CI) | speedup here (95% CI; seeds both reached of those '
            'both ran) | paper: rounds, speedup | verdict |', '|---|---:|---:|---:|---|']
@@ -539,21 +544,43 @@ def headline(out: str, pairs: list, paper: dict, target: float) -> list[str]:
   return lines
 
 
-def readme_block(name: str, lines: list[str], readme: str = 'README.md') -> str:
-  """README.md with the lines between the markers ``<!-- <name> -->`` and ``<!-- /<name> -->``
-  (each on a line of its own) replaced by ``lines``."""
-  with open(os.path.join(REPO, readme)) as f:
+def pages() -> list[str]:
+  """The pages that may show a reproduction's table, relative to the repository: README.md
+  (the headline table) and the documentation's, docs/**/*.md (docs/results.md: the others)."""
+  docs = glob.glob(os.path.join(REPO, 'docs', '**', '*.md'), recursive=True)
+  return ['README.md', *sorted(os.path.relpath(p, REPO) for p in docs)]
+
+
+def block_pages(name: str) -> list[str]:
+  """The pages (``pages``) that hold the block ``name``: its marker ``<!-- <name> -->`` on a
+  line of its own; a ValueError when none does."""
+  found = []
+  for page in pages():
+    with open(os.path.join(REPO, page)) as f:
+      if f'<!-- {name} -->\n' in f.read().splitlines(keepends=True):
+        found.append(page)
+  if not found:
+    raise ValueError(f'neither README.md nor a page under docs/ has a <!-- {name} --> block')
+  return found
+
+
+def readme_block(name: str, lines: list[str], page: str = 'README.md') -> str:
+  """The text of ``page`` (relative to the repository: README.md, a page under docs/) with
+  the lines between the markers ``<!-- <name> -->`` and ``<!-- /<name> -->`` (each on a line of
+  its own) replaced by ``lines``."""
+  with open(os.path.join(REPO, page)) as f:
     text = f.read()
   begin, end = f'<!-- {name} -->\n', f'<!-- /{name} -->'
   head, found, rest = text.partition(begin)
   if not found or end not in rest:
-    raise ValueError(f'{readme} has no {begin.strip()} ... {end} block')
+    raise ValueError(f'{page} has no {begin.strip()} ... {end} block')
   return head + begin + '\n'.join(lines) + '\n' + end + rest.partition(end)[2]
 
 
 def readme_table_of(out: str, name: str, lines_of) -> Optional[tuple]:
-  """``reproduce``'s ``table``: README.md's block ``name`` from ``lines_of(out)``, for the
-  reproduction in its default folder only (README.md describes that one)."""
+  """``reproduce``'s ``table``: the block ``name`` of the pages that hold it
+  (``block_pages``) from ``lines_of(out)``, for the reproduction in its default folder only
+  (the pages describe that one)."""
   default = os.path.join(REPO, 'benchmarks', 'reproductions', name)
   return (name, lines_of) if os.path.abspath(os.path.join(REPO, out)) == default else None
 

@@ -289,3 +289,33 @@ def test_commit_finished_commits_its_paths_and_nothing_else(tmp_path, monkeypatc
   assert git('diff', '--cached', '--name-only') == 'other.txt\n'
   reproduction.commit_finished(['out/seed0'], 'Add it again')   # nothing new: no commit
   assert git('log', '--format=%s').count('\n') == 2
+
+
+def test_a_table_is_written_into_every_page_that_holds_its_block(tmp_path, monkeypatch):
+  """README.md holds the headline table, docs/results.md every table: a reproduction writes its
+  block wherever its marker is, and leaves the other pages and blocks as they were."""
+  import reproduction  # pylint: disable=g-import-not-at-top
+  block = lambda name, *lines: [f'<!-- {name} -->', *lines, f'<!-- /{name} -->']
+  readme = '\n'.join(['# title', *block('a', 'old a'), 'after', ''])
+  results = '\n'.join(['# results', *block('b', 'old b'), 'text', *block('a', 'old a'), ''])
+  (tmp_path / 'docs').mkdir()
+  (tmp_path / 'out').mkdir()
+  (tmp_path / 'README.md').write_text(readme)
+  (tmp_path / 'docs' / 'results.md').write_text(results)
+  (tmp_path / 'docs' / 'speed.md').write_text('# speed\n<!-- a --> in a line is no marker\n')
+  monkeypatch.setattr(reproduction, 'REPO', str(tmp_path))
+  assert reproduction.block_pages('a') == ['README.md', 'docs/results.md']
+  assert reproduction.block_pages('b') == ['docs/results.md']
+  with pytest.raises(ValueError, match='<!-- c -->'):
+    reproduction.block_pages('c')
+  summary = lambda out, commands, minutes: 'its README\n'
+  reproduction.reproduce('out', [], summary, False, report_only=True,
+                         table=('b', lambda out: ['| new b |']))
+  assert (tmp_path / 'README.md').read_text() == readme
+  assert (tmp_path / 'docs' / 'results.md').read_text() == results.replace('old b', '| new b |')
+  assert (tmp_path / 'out' / 'README.md').read_text() == 'its README\n'
+  reproduction.reproduce('out', [], summary, False, report_only=True,
+                         table=('a', lambda out: ['new a', 'in two lines']))
+  assert (tmp_path / 'README.md').read_text() == readme.replace('old a', 'new a\nin two lines')
+  assert (tmp_path / 'docs' / 'results.md').read_text() == results.replace(
+      'old b', '| new b |').replace('old a', 'new a\nin two lines')
