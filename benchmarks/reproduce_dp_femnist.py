@@ -86,7 +86,7 @@ def level_plots(out: str) -> list[str]:
 
 
 def readme_table(out: str) -> list[str]:
-  """README.md's table of this reproduction."""
+  """The table of this reproduction in docs/results.md."""
   return level_rows(out)
 
 

@@ -60,7 +60,8 @@ def grid(out: str) -> list:
 
 def kept_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
   """Markdown lines: each algorithm's kept learning rate and max accuracy against the paper's,
-  with the verdict (one seed: inconclusive), also README.md's table; appends to ``verdicts``."""
+  with the verdict (one seed: inconclusive), also docs/results.md's table; appends to
+  ``verdicts``."""
   results = grid(out)
   best = report.best_values(results, 'client_lr')
   rows = ['| algorithm | client lr kept | max test accuracy here | paper\'s max (full FEMNIST) | '
@@ -116,7 +117,8 @@ def seeds_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
 
 
 def readme_table(out: str) -> list[str]:
-  """README.md's tables of this reproduction: the grid's kept rates, the seeds at them."""
+  """The tables of this reproduction in docs/results.md: the grid's kept rates, the seeds at
+  them."""
   return [*kept_table(out), '', *seeds_table(out)]
 
 

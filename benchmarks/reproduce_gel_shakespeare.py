@@ -71,7 +71,7 @@ def summary_text(out: str, commands: list[str], minutes) -> str:
 
 
 def readme_table(out: str) -> list[str]:
-  """README.md's table of this reproduction (``reproduction.headline``)."""
+  """The table of this reproduction in docs/results.md (``reproduction.headline``)."""
   return reproduction.headline(out, PAIRS, PAPER, TARGET)
 
 

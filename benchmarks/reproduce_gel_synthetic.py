@@ -130,7 +130,7 @@ def summary_text(out: str, commands: list[str], minutes: Optional[float]) -> str
 
 
 def readme_table(out: str) -> list[str]:
-  """README.md's table of this reproduction (``reproduction.headline``)."""
+  """The table of this reproduction in README.md and docs/results.md (``reproduction.headline``)."""
   return reproduction.headline(out, PAIRS, PAPER, TARGET)
 
 

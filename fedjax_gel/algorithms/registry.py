@@ -4,7 +4,7 @@ Adding an algorithm is one module that defines its builder and its ``AlgorithmSp
 ``fedjax_gel.spec.algorithm``), plus one entry in ``BUILTIN`` below; code outside the package
 calls ``register(spec)`` before it builds a configuration. The command line's ``--algorithm``
 values, its hyper-parameter flags (one per field name, shared by the algorithms that read it),
-their checks and the README's algorithm table all come from here.
+their checks and the user guide's algorithm table all come from here.
 """
 from __future__ import annotations
 
@@ -89,7 +89,8 @@ def paired_with(name: str) -> str:
 
 
 def markdown_table() -> str:
-  """The README's table of algorithms: name, clients, server, hyper-parameters, paper."""
+  """The user guide's table of algorithms (docs/user-guide.md): name, clients, server,
+  hyper-parameters, paper."""
   rows = ['| `--algorithm` | clients | server | hyper-parameters (default) | paper |',
           '|---|---|---|---|---|']
   for spec in specs():

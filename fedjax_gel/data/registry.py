@@ -98,7 +98,8 @@ def not_read(flag: str, dataset: str) -> str:
 
 
 def markdown_table() -> str:
-  """The README's table of datasets: name, data, features, settings (default)."""
+  """The user guide's table of datasets (docs/user-guide.md): name, data, features, settings
+  (default)."""
   rows = ['| `--dataset` | data | `x` | reads | settings (default) |', '|---|---|---|---|---|']
   for spec in specs():
     own = ', '.join(f'`--{flag_name(f)}` ({f.default})' for f in dataclasses.fields(spec.hparams))

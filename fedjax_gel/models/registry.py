@@ -82,7 +82,8 @@ class Builders(Mapping):
 
 
 def markdown_table() -> str:
-  """The README's table of models: name, architecture, parameters, options."""
+  """The user guide's table of models (docs/user-guide.md): name, architecture, parameters,
+  options."""
   rows = ['| `--model` | architecture | parameters | options |', '|---|---|---|---|']
   for spec in specs():
     options = ', '.join(f'`--{o}`' for o in spec.takes()[0]) or '-'

@@ -10,7 +10,7 @@ before it builds one, each registered by name (``fedjax_gel.algorithms.registry`
 * ``registry``: ``Registry``, the specs of one kind by name.
 
 Every flag of ``launch/run.py`` beyond the experiment's sections is a field of a registered
-spec's ``hparams``, and the README's tables of algorithms, datasets and models are generated
+spec's ``hparams``, and the user guide's tables of algorithms, datasets and models are generated
 from the registries.
 """
 from fedjax_gel.spec.algorithm import AlgorithmSpec, Setting

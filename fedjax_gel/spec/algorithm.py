@@ -6,7 +6,7 @@ check, ``hparam``), how to build the ``FederatedAlgorithm`` from them and from t
 ``Setting`` (model, loss, client learning rate, server optimiser, population), and properties
 the experiment plans with (per-client state, a pre-pass over the clients' data such as Mime's,
 guessed steps, a fixed server optimiser). ``fedjax_gel.algorithms.registry`` collects the
-specs; the command line's flags, their validation and the README's algorithm table are
+specs; the command line's flags, their validation and the user guide's algorithm table are
 generated from it.
 """
 from __future__ import annotations

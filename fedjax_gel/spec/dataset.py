@@ -7,7 +7,7 @@ the settings every dataset may read it reads (``COMMON``) or needs, the classes 
 and the loader ``load(data, hparams) -> FederatedSplit`` that reads them (``data``: the
 experiment's ``DataConfig``, its common fields; ``hparams``: the record, ``data.hparams``).
 ``fedjax_gel.data.registry`` collects the specs; the flags, their checks, the settings a run
-does not read (``experiment.config.unread_flags``) and the README's table come from it.
+does not read (``experiment.config.unread_flags``) and the user guide's table come from it.
 """
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ class DatasetSpec:
     load: ``(DataConfig, hparams) -> FederatedSplit``, the train and test pools on the host
       (``core.federated_data.from_client_arrays`` builds a pool from per-client arrays).
     hparams: the frozen dataclass of its own settings (fields made with ``hparam``).
-    data: what the data is, in words (the README's table).
-    x: its examples' features, in words (the README's table).
+    data: what the data is, in words (the user guide's table).
+    x: its examples' features, in words (the user guide's table).
     family: the kind of datasets it belongs to (``LEAF``, ``TFDS``), in messages: a setting
       that only the datasets of a family read is "only read with LEAF datasets".
     classes: the classes its task fixes (FEMNIST's 62), whatever labels a sample of the data

@@ -5,7 +5,7 @@ data: the builder ``build(input_shape, num_classes, **options) -> Model``, wheth
 token ids (and is built with ``vocab_size=`` too), and which of the model options of the
 command line (``--dropout``, ``--batch_norm``: ``experiment.config.ModelConfig``) it takes, so
 that one set for a model without it is refused rather than ignored.
-``fedjax_gel.models.registry`` collects the specs; ``--model`` and the README's table come from
+``fedjax_gel.models.registry`` collects the specs; ``--model`` and the user guide's table come from
 it.
 """
 from __future__ import annotations
@@ -30,8 +30,8 @@ class ModelSpec:
     tokens: it reads int token ids and is built with ``vocab_size=`` (the largest id + 1).
     options: the options it takes (``dropout``, ``batch_norm``, ...: keyword arguments of
       ``build``); None: ``build``'s keyword arguments, from its signature (``**options``: any).
-    architecture: what it is, in words (the README's table).
-    parameters: its size, in words (the README's table).
+    architecture: what it is, in words (the user guide's table).
+    parameters: its size, in words (the user guide's table).
   """
   name: str
   build: Callable

@@ -4,12 +4,12 @@ carries the statistics), and one-line refusals."""
 from __future__ import annotations
 
 import json
-import re
 
 import flax.linen as nn
 import jax.numpy as jnp
 import pytest
 
+import doc_pages
 import helpers
 from fedjax_gel import models
 
@@ -96,15 +96,13 @@ def test_bad_model_flags_are_one_line(tiny_leaf_file, tmp_path, flags, names):
   assert not (tmp_path / 'metrics.jsonl').exists()
 
 
-def test_the_readme_example_trains_a_batch_norm_model_with_dropout():
-  readme = helpers.REPO / 'README.md'
-  block = next(b for b in re.findall(r'```python\n(.*?)```', readme.read_text(), re.S)
-               if "register_model('normed_net'" in b)
-  scope = {}
+def test_the_docs_example_trains_a_batch_norm_model_with_dropout():
+  """docs/extending.md's example (``doc_pages``), in 4 rounds."""
+  block = doc_pages.example('batch_norm_and_dropout')
+  assert "register_model('normed_net'" in block
   try:
-    exec(compile(block.replace('num_rounds=20', 'num_rounds=4').replace('eval_every=10',
-                                                                          'eval_every=2'),
-                 'README.md', 'exec'), scope)   # pylint: disable=exec-used
+    scope = doc_pages.run('batch_norm_and_dropout', block.replace(
+        'num_rounds=20', 'num_rounds=4').replace('eval_every=10', 'eval_every=2'))
   finally:
     models.unregister_model('normed_net')
   summary = scope['summaries'][0]

@@ -1,4 +1,4 @@
-"""A model and a dataset defined outside the package: the README's example registers them, trains
+"""A model and a dataset defined outside the package: the docs' example registers them, trains
 them through ``experiment.run`` and the command line by name; bad registrations and bad loaders
 are one-line errors."""
 from __future__ import annotations
@@ -6,12 +6,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import pathlib
-import re
 
 import jax.numpy as jnp
 import pytest
 
+import doc_pages
 from fedjax_gel import models
 from fedjax_gel.core import federated_data
 from fedjax_gel.data import registry as data_registry
@@ -19,31 +18,28 @@ from fedjax_gel.experiment import cli
 from fedjax_gel.experiment.config import ConfigError, make, validate
 from fedjax_gel.experiment import factories
 
-README = pathlib.Path(__file__).resolve().parents[2] / 'README.md'
-
 
 @pytest.fixture(scope='module')
-def readme_example():
-  """The README block that registers ``two_layer`` and ``blobs``, run as written; both names
-  removed from the registries afterwards."""
-  block = next(b for b in re.findall(r'```python\n(.*?)```', README.read_text(), re.S)
-               if 'register_dataset' in b)
+def docs_example():
+  """docs/extending.md's example that registers ``two_layer`` and ``blobs`` (``doc_pages``),
+  run as written; both names removed from the registries afterwards."""
+  assert 'register_dataset' in doc_pages.example('own_model_and_dataset')
   scope = {}
   try:
-    exec(compile(block, 'README.md', 'exec'), scope)   # pylint: disable=exec-used
+    doc_pages.run('own_model_and_dataset', scope=scope)
     yield scope
   finally:
     models.unregister_model('two_layer')
     data_registry.unregister('blobs')
 
 
-def test_readme_example_trains_the_registered_model_on_the_registered_data(readme_example):
-  summary = readme_example['summaries'][0]
+def test_docs_example_trains_the_registered_model_on_the_registered_data(docs_example):
+  summary = docs_example['summaries'][0]
   assert summary['status'] == 'finished'
   assert summary['final_accuracy'] > 0.75   # a plane through the origin: learnable
 
 
-def test_the_command_line_takes_both_names(readme_example, tmp_path):
+def test_the_command_line_takes_both_names(docs_example, tmp_path):
   err = io.StringIO()
   with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
     status = cli.main(['run.py', '--dataset=blobs', '--model=two_layer', '--num_rounds=4',
@@ -59,7 +55,7 @@ def test_the_command_line_takes_both_names(readme_example, tmp_path):
 
 
 def test_the_command_line_checks_the_dataset_s_own_flag_and_refuses_it_elsewhere(
-    readme_example, tmp_path):
+    docs_example, tmp_path):
   """``--blob_spread`` is a flag because ``blobs``' spec has it (the run above reads it): its
   check applies, and with another dataset it is one line naming it."""
   def main(*args):
@@ -76,7 +72,7 @@ def test_the_command_line_checks_the_dataset_s_own_flag_and_refuses_it_elsewhere
   assert not list(tmp_path.iterdir())
 
 
-def test_unknown_names_list_the_registered_ones(readme_example):
+def test_unknown_names_list_the_registered_ones(docs_example):
   with pytest.raises(ConfigError, match='blobs'):
     validate(make(dataset='nowhere'))
   with pytest.raises(ConfigError, match='two_layer'):
@@ -159,7 +155,7 @@ def test_a_loader_that_fails_or_gives_bad_values_is_one_line(loader, words):
                                               jnp.float32, classes, task=models.REGRESSION),
      'is a regression model; blobs holds integer labels, not float targets'),
 ], ids=['not_a_model', 'build_raises', 'regression_on_labels'])
-def test_a_registered_model_that_cannot_serve_the_data_is_one_line(readme_example, build, words):
+def test_a_registered_model_that_cannot_serve_the_data_is_one_line(docs_example, build, words):
   models.register_model('probe', build)
   try:
     c = make(dataset='blobs', model='probe')

@@ -1,5 +1,6 @@
 """An algorithm defined outside the package: its spec registered, it runs end to end through the
-library entry point and the command line, with its own flag, check and README row."""
+library entry point and the command line, with its own flag, check and row of the user guide's
+table."""
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +18,7 @@ from fedjax_gel.spec import AlgorithmSpec, hparam, within
 from fedjax_gel.experiment import api, cli
 from fedjax_gel.experiment.config import ConfigError, make, validate
 
-README = pathlib.Path(__file__).resolve().parents[2] / 'README.md'
+USER_GUIDE = pathlib.Path(__file__).resolve().parents[2] / 'docs' / 'user-guide.md'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,5 +140,5 @@ def test_the_registry_refuses_a_spec_its_runs_could_not_use(change, words):
   assert 'other' not in registry.names()
 
 
-def test_the_readme_table_is_the_registry_s():
-  assert registry.markdown_table() in README.read_text()
+def test_the_user_guide_table_is_the_registry_s():
+  assert registry.markdown_table() in USER_GUIDE.read_text()
