@@ -94,7 +94,7 @@ def test_proportional_and_per_client_draws(data):
   with pytest.raises(ValueError, match=r'CohortSpec.max_examples=2 is below the largest '
                      r'client\'s 30 examples'):
     sample_cohort(keys.root_key(1), 0, counts, short)
-  on_device = jnp.asarray(counts)   # the README's loop passes train.counts: it was not checked
+  on_device = jnp.asarray(counts)   # the engine example passes train.counts: it was not checked
   for _ in range(2):   # read once per array, then remembered
     with pytest.raises(ValueError, match=r'is below the largest client\'s 30 examples'):
       sample_cohort(keys.root_key(1), 0, on_device, short)

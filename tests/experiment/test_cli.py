@@ -570,7 +570,7 @@ def test_best_learning_rate_is_the_best_mean_over_seeds():
 
 def test_text_datasets_run_from_the_launcher(tmp_path):
   """Shakespeare ids into the stacked LSTM, Sent140 word counts into the linear model, from
-  generated LEAF files (the shipped subset's 30-round run is in the README)."""
+  generated LEAF files (the shipped subset's 30-round run is in docs/results.md)."""
   rng = np.random.default_rng(0)
   users = {}
   for u in range(3):
