@@ -7,7 +7,7 @@ prints one line on stderr and exits with status 2 before anything is written; Ct
 SIGTERM) stops after the round under way with a checkpoint and exits with status 130; a full
 disk or another failed write is one line too; a run that stops making progress (--stall_timeout)
 or loses one of its processes ends with one line and status 3, its last checkpoint kept for the
-same command to resume from. (This text is the command's --help.)
+same command to resume from.
 """
 import functools
 import os
@@ -44,6 +44,8 @@ def starting():
     from absl import app, flags  # pylint: disable=g-import-not-at-top,unused-import
     from fedjax_gel.experiment import cli, runtime as runtime_lib  # pylint: disable=g-import-not-at-top
     cli.define_flags(flags.FLAGS)
+    # --help: this text, then the main flags by section (absl lists the main module's own)
+    sys.modules['__main__'].__doc__ = (__doc__ + cli.overview(flags.FLAGS)).replace('%', '%%')
     runtime = runtime_lib.Runtime()
     for s in runtime_lib.STOP_SIGNALS:
       signal.signal(s, runtime.stop.interrupt)

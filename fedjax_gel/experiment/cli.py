@@ -24,6 +24,7 @@ import re
 import select
 import sys
 import tempfile
+import textwrap
 import time
 
 from absl import flags, logging
@@ -137,6 +138,47 @@ def define_flags(values: flags.FlagValues = flags.FLAGS):
                      'rounds were timed. With several processes, one silent for '
                      f'{watchdog.PEER_TIMEOUT_S:.0f} s (at most half --heartbeat_timeout) stops '
                      'the others so too.', lower_bound=0., flag_values=values)
+
+
+# --help's groups: the config's sections, then the command's own flags
+COMMAND_FLAGS = ('workdir', 'overwrite', 'plots', 'seeds', 'client_lr_grid', 'server_lr_grid',
+                 'hparam_grid', 'compilation_cache', 'stall_timeout', 'num_processes')
+HELP_WIDTH = 100
+
+
+def first_sentence(text: str, width: int) -> str:
+  """``text``'s first sentence (more where it is a few words, e.g. a list's first item), cut
+  to ``width`` characters with '...'."""
+  text = ' '.join(text.split())
+  cut = re.split(r'(?<=[.;])\s', text, maxsplit=1)[0].rstrip('.;')
+  cut = (text if len(cut) < 40 else cut).rstrip('.;')
+  return cut if len(cut) <= width else cut[:width - 3].rstrip() + '...'
+
+
+def overview(values: flags.FlagValues = flags.FLAGS) -> str:
+  """``--help``'s listing: the main flags grouped by the config's sections, then the command's
+  own, one line each with its default; the algorithms' and datasets' own settings by name
+  (absl's ``--helpfull``, which the listing ends by naming, gives every flag's whole text)."""
+  groups: dict[str, list[str]] = {}
+  for name, (section, _) in config_lib.section_flag_names().items():
+    groups.setdefault(section, []).append(name)
+  groups['command'] = list(COMMAND_FLAGS)
+  lines = []
+  for section, names in groups.items():
+    lines.append(f'\n{section}:')
+    for name in names:
+      flag = values[name]
+      default = flag.default_as_str or "''"
+      head = f'  --{name}={default.strip(chr(39))}'
+      room = HELP_WIDTH - max(len(head), 34) - 2
+      lines.append(f'{head:<34}  {first_sentence(flag.help, max(room, 30))}')
+  own = sorted(set(registry.hparam_fields()) - set(config_lib.section_flag_names()))
+  data_own = sorted(set(data_registry.hparam_fields()) - set(config_lib.section_flag_names()))
+  wrap = lambda label, names: textwrap.wrap(
+      f'{label}: {", ".join("--" + n for n in names)}', HELP_WIDTH, subsequent_indent='    ')
+  lines += ['', *wrap('the algorithms\' own settings', own),
+            *wrap('the datasets\' own settings', data_own), '']
+  return '\n'.join(lines) + '\n'
 
 
 def typed(flag: str, items, kind):

@@ -770,9 +770,28 @@ def test_help_flags_are_told_apart_from_other_flags():
   assert cli.HELP.fullmatch('--helpfull=1') and not cli.HELP.fullmatch('--helper')
 
 
-@pytest.mark.parametrize('flag', ['--helpfull', '--helpfull=1', '-?'])
+def test_help_lists_the_main_flags_by_section_one_line_each_with_defaults():
+  values = flags.FlagValues()
+  cli.define_flags(values)
+  text = cli.overview(values)
+  lines = text.splitlines()
+  for section in (*config_lib.SECTIONS, 'command'):
+    assert f'{section}:' in lines, section
+  for name in config_lib.section_flag_names():
+    line = next(l for l in lines if l.startswith(f'  --{name}='))
+    default = (values[name].default_as_str or '').strip("'")
+    assert line.startswith(f'  --{name}={default}') and len(line.split()) > 1, line
+  assert '  --clients_per_round=20' in text and '  --workdir=' in text
+  assert '--guess_policy' in text and '--leaf_sample' in text   # named, in --helpfull
+  assert all(len(l) <= cli.HELP_WIDTH for l in lines if '--compilation_cache' not in l)
+  assert cli.first_sentence('One. Two.', 80) == 'One. Two'   # a short first sentence: more
+  assert cli.first_sentence('x' * 50 + '. y', 20) == 'x' * 17 + '...'
+
+
+@pytest.mark.parametrize('flag', ['--help', '--helpfull', '--helpfull=1', '-?'])
 def test_help_exits_0(flag):
   """absl's help exits with status 1; the command's with 0, also given a value."""
   done = subprocess.run([sys.executable, str(REPO / 'launch' / 'run.py'), flag], cwd=REPO,
                         capture_output=True, text=True, timeout=120, check=False)
   assert done.returncode == 0 and 'Runs federated experiments' in done.stdout, done.stderr[-2000:]
+  assert '\ncohort:\n  --clients_per_round=20' in done.stdout   # the main flags, grouped
