@@ -302,12 +302,15 @@ def resume_round(workdirs, set_aside: bool = True) -> int:
 class ProgressReport(Callback):
   """The progress line (``experiment.progress``): a line when compiling starts and one with its
   time (and the round a resumed run starts from), the rate and ETA, a status line at each
-  evaluation, and the phases' seconds at the end."""
+  evaluation, and the seconds of each phase these runs spent, at the end (the process' totals
+  close the command: ``cli``)."""
 
   def __init__(self, progress: Progress):
     self.progress = progress
+    self.since = {}
 
   def on_start(self, loop):
+    self.since = dict(loop.phases.seconds)
     self.progress.note(f'{self.progress.label}: compiling')
 
   def on_compiled(self, loop):
@@ -336,7 +339,7 @@ class ProgressReport(Callback):
 
   def on_end(self, loop):
     self.progress.close()
-    self.progress.note(f'{self.progress.label}: {loop.phases.line()}')
+    self.progress.note(f'{self.progress.label}: {loop.phases.line(self.since)}')
 
 
 def client_fields(test: dict, metric) -> dict:

@@ -111,8 +111,13 @@ class Phases:
   def rounded(self) -> dict:
     return {k: round(v, 3) for k, v in self.seconds.items()}
 
-  def line(self) -> str:
-    return ', '.join(f'{k} {v:.1f} s' for k, v in self.seconds.items())
+  def line(self, since: dict | None = None) -> str:
+    """``phase seconds, ...``: all of them, or (``since``: an earlier copy of ``seconds``)
+    those spent since then, e.g. by one run of the process."""
+    if since is None:
+      return ', '.join(f'{k} {v:.1f} s' for k, v in self.seconds.items())
+    spent = {k: v - since.get(k, 0.) for k, v in self.seconds.items()}
+    return ', '.join(f'{k} {v:.1f} s' for k, v in spent.items() if v >= 0.05) or 'no time'
 
 
 class Loop:

@@ -1,8 +1,17 @@
-"""A one-line progress report with rounds/s and ETA."""
+"""Progress output: a bar with the rate and ETA on a terminal (tqdm, its rate a moving
+average), a plain line at each evaluation elsewhere (a log file, a pipe, a batch system's
+output), its rate over the last ``WINDOW_S`` seconds of rounds (and at least the last two
+updates). Either way a checkpoint or an evaluation slows the rate for a while, not for the rest
+of the run (a rate averaged since the start halved at each checkpoint of a short run), and the
+ETA follows it.
+"""
 from __future__ import annotations
 
+import collections
 import sys
 import time
+
+WINDOW_S = 30.
 
 
 def format_seconds(s: float) -> str:
@@ -11,7 +20,8 @@ def format_seconds(s: float) -> str:
 
 
 class Progress:
-  """Rewrites one status line on a terminal; prints one line per evaluation otherwise."""
+  """One run's (or one program's runs') progress, labelled ``label``: a tqdm bar on a terminal,
+  else a line per forced update (each evaluation); ``note`` writes a line of its own."""
 
   def __init__(self, total_rounds: int, stream=None, label: str = ''):
     self.total = total_rounds
@@ -19,15 +29,34 @@ class Progress:
     self.stream = stream or sys.stderr
     self.tty = getattr(self.stream, 'isatty', lambda: False)()
     self.start = None
-    self.start_round = 0
+    self.marks = collections.deque()   # (time, round) of the recent updates
+    self.bar = None
 
   def begin(self, round_idx: int = 0):
-    """Starts the clock (call after compilation so the rate excludes it)."""
-    self.start, self.start_round = time.perf_counter(), round_idx
+    """Starts the clock at round ``round_idx`` (call after compilation so the rate excludes
+    it); on a terminal, shows the bar."""
+    self.start = time.perf_counter()
+    self.marks = collections.deque([(self.start, round_idx)])
+    if self.tty:
+      from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+      self.bar = tqdm(total=self.total, initial=round_idx, file=self.stream,
+                      desc=self.label or None, unit='round', dynamic_ncols=True,
+                      bar_format='{desc}: {n}/{total} rounds |{bar}| {rate_fmt} ETA {remaining}'
+                                 '{postfix}')
+
+  def rate(self, done: int, now: float | None = None) -> float:
+    """Rounds per second over the recent window, with round ``done`` reached ``now``."""
+    now = time.perf_counter() if now is None else now
+    if not self.marks or now <= self.marks[0][0]:
+      return 0.
+    self.marks.append((now, done))
+    while len(self.marks) > 2 and self.marks[1][0] <= now - WINDOW_S:
+      self.marks.popleft()
+    t0, r0 = self.marks[0]
+    return (done - r0) / (now - t0)
 
   def line(self, done: int, extra: str = '') -> str:
-    elapsed = time.perf_counter() - (self.start or time.perf_counter())
-    rate = (done - self.start_round) / elapsed if elapsed > 0 else 0.
+    rate = self.rate(done)
     eta = (self.total - done) / rate if rate > 0 else float('nan')
     eta_s = format_seconds(eta) if eta == eta else '?'
     return (f'{self.label} | ' if self.label else '') + (
@@ -35,17 +64,28 @@ class Progress:
             f' | {extra}' if extra else '')
 
   def update(self, done: int, extra: str = '', force: bool = False):
-    if self.tty:
-      self.stream.write('\r' + self.line(done, extra).ljust(100))
-      self.stream.flush()
+    """Round ``done`` reached; ``extra`` (the evaluation's figures) shown beside it. Off a
+    terminal a line is written only when ``force``d."""
+    if self.bar is not None:   # tqdm redraws at most every 0.1 s
+      if extra:
+        self.bar.set_postfix_str(extra, refresh=False)
+      self.bar.update(done - self.bar.n)
+      if force:
+        self.bar.refresh()
     elif force:
       self.stream.write(self.line(done, extra) + '\n')
       self.stream.flush()
+    else:
+      self.rate(done)   # the window's marks
 
   def note(self, text: str):
-    """A line of its own (on a terminal, below the status line)."""
-    self.stream.write(('\r' + ' ' * 100 + '\r' if self.tty else '') + text + '\n')
+    """A line of its own (on a terminal, above the bar)."""
+    if self.bar is not None:
+      self.bar.clear()
+    self.stream.write(text + '\n')
     self.stream.flush()
+    if self.bar is not None:
+      self.bar.refresh()
 
   def compiled(self, seconds: float, start: int):
     """The line before the first round: compilation time, and where a resumed run starts."""
@@ -53,6 +93,6 @@ class Progress:
               (f'; resuming from the checkpoint of round {start}' if start else ''))
 
   def close(self):
-    if self.tty:
-      self.stream.write('\n')
-      self.stream.flush()
+    if self.bar is not None:
+      self.bar.close()
+      self.bar = None

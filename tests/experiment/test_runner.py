@@ -20,6 +20,7 @@ from fedjax_gel.core.sampling import CohortSpec
 from fedjax_gel.spec import Setting
 from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment import loop as loop_lib
 from fedjax_gel.experiment import progress as progress_lib
 from fedjax_gel.experiment import api, callbacks, factories, planning
 from fedjax_gel.experiment import workdir as workdir_lib
@@ -413,10 +414,48 @@ def test_progress_line_has_rate_and_eta():
   p = progress_lib.Progress(10, stream=io.StringIO())
   assert 'ETA ?' in p.line(0)
   p.begin(0)
-  p.start -= 2.0  # as if 2 s had passed
+  p.marks[0] = (p.marks[0][0] - 2.0, 0)  # as if 2 s had passed
   line = p.line(4, 'test acc 0.5')
   assert line.startswith('round 4/10 | ')
   assert '2.00 rounds/s' in line and 'ETA 0:00:03' in line and line.endswith('| test acc 0.5')
+
+
+def test_the_rate_is_the_recent_windows_so_a_checkpoint_does_not_halve_it_for_good():
+  p = progress_lib.Progress(100, stream=io.StringIO())
+  p.begin(0)
+  t0 = p.start
+  assert p.rate(10, t0 + 10) == pytest.approx(1.)
+  assert p.rate(11, t0 + 20) == pytest.approx(11 / 20)   # a 9 s checkpoint after round 10
+  for r in range(12, 42):
+    rate = p.rate(r, t0 + 20 + (r - 11))
+  assert rate == pytest.approx(1.)   # 30 s later: the window holds only rounds at 1 a second
+
+
+class Terminal(io.StringIO):
+  def isatty(self):
+    return True
+
+
+def test_a_terminal_gets_a_bar_with_rate_and_eta_and_notes_above_it():
+  stream = Terminal()
+  p = progress_lib.Progress(50, stream=stream, label='gel, seed 0')
+  p.begin(10)
+  p.update(20, 'test acc 0.5', force=True)
+  p.note('gel, seed 0: diverged')
+  p.close()
+  out = stream.getvalue()
+  assert 'gel, seed 0: 20/50 rounds |' in out and 'ETA' in out and 'test acc 0.5' in out
+  assert 'gel, seed 0: diverged\n' in out and p.bar is None
+
+
+def test_a_runs_phase_line_is_its_own_not_the_process_total():
+  phases = loop_lib.Phases(imports=2.)
+  with phases.time('compile'):
+    pass
+  since = dict(phases.seconds)
+  phases.seconds['train'] += 3.
+  assert phases.line(since) == 'train 3.0 s'
+  assert phases.line().startswith('imports 2.0 s')
 
 
 def test_progress_lines_name_the_run_and_its_compilation():
