@@ -88,6 +88,7 @@ def test_profile_round_timeline_splits_a_round_around_its_kernels():
       'after last kernel': 1.5, 'thread changes': 1.0}
 
 
+@pytest.mark.slow
 def test_a_population_above_leafs_holds_a_copy_of_each_clients_rows():
   """Client ``j`` of a larger population reads LEAF client ``j mod 1000``'s rows from a copy
   of its own: the tiled ranges overlapped, which pools no longer take (``check_pool``), and

@@ -23,12 +23,14 @@ run = doc_pages.run
 example = doc_pages.example
 
 
+@pytest.mark.slow
 def test_engine_example_trains():
   scope = run('engine')
   assert scope['metrics'].grad_computations > 0
   assert 0 < float(scope['metrics'].train_loss) < 1.0   # from ln(5) = 1.61 at the start
 
 
+@pytest.mark.slow
 def test_budgeted_learner_fits_better_with_guesses_than_without():
   code = example('budgeted_learner')
   assert 'guesses = 2' in code
@@ -53,6 +55,7 @@ def test_fedgbo_example_reaches_the_mean_client_model_and_tracks_statistics():
   assert float(jnp.abs(scope['server_state'].stats.m['w']).min()) > 0
 
 
+@pytest.mark.slow
 def test_stateful_example_keeps_a_row_per_client():
   """The SCAFFOLD block continues the engine example's session (its data, model and keys)."""
   scope = run('engine', example('engine').replace('range(100)', 'range(1)'))
@@ -63,6 +66,7 @@ def test_stateful_example_keeps_a_row_per_client():
   assert int(scope['metrics'].num_clients) == 20
 
 
+@pytest.mark.slow
 def test_mesh_example_builds_a_round_that_trains_on_the_placed_pool():
   """The mesh block continues the engine example; its round runs on the pool and state it
   placed (one device here: no mesh, the same code path as the engine example's)."""
@@ -75,6 +79,7 @@ def test_mesh_example_builds_a_round_that_trains_on_the_placed_pool():
   assert jax.tree.structure(state) == jax.tree.structure(scope['state'])
 
 
+@pytest.mark.slow
 def test_experiment_example_runs_two_seeds_as_one_program():
   scope = run('experiment_callback')
   summaries, best = scope['summaries'], scope['best'].best
@@ -94,6 +99,7 @@ def test_registry_example_runs_the_registered_algorithm():
   assert scope['config'].algorithm.hparams.damping == 0.8
 
 
+@pytest.mark.slow
 def test_own_dataset_and_model_example_registers_them_by_spec():
   """The block registers a dataset with a setting of its own and a model by spec, and trains
   them (two rounds here: test_own_model_and_data trains it as written)."""
@@ -191,6 +197,7 @@ def test_the_dataset_and_model_tables_are_the_registries():
 @pytest.mark.skipif(importlib.util.find_spec('mkdocs') is None
                     or importlib.util.find_spec('mkdocstrings_handlers') is None,
                     reason="mkdocs and mkdocstrings are not installed (pip install -e '.[docs]')")
+@pytest.mark.slow
 def test_the_site_builds_strictly(tmp_path):
   """Every page, link and anchor resolves and every API page renders from the docstrings
   (mkdocs.yml's validation: a warning fails a strict build)."""

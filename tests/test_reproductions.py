@@ -56,6 +56,7 @@ SLICES = {
 
 
 @pytest.mark.parametrize('name', sorted(SLICES))
+@pytest.mark.slow
 def test_a_slice_of_a_reproduction_regenerates_its_committed_records(name, tmp_path):
   runs, workdir, narrow, committed = SLICES[name]
   rounds = 5
@@ -70,6 +71,7 @@ def test_a_slice_of_a_reproduction_regenerates_its_committed_records(name, tmp_p
           f: v for f, v in k.items() if a.get(f) is not None}, (kept_run, k['round'])
 
 
+@pytest.mark.slow
 def test_a_row_of_the_synthetic_reproduction_regenerates_its_committed_summaries(tmp_path):
   """Synthetic commits no records (120 seeds of 6 commands): one whole row, against the
   committed summaries (the rounds to 85%, the accuracies); seeds 0-7 only, vmapped as a program

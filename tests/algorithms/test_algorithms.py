@@ -35,6 +35,7 @@ def weighted(trees, weights):
 
 
 @pytest.mark.parametrize('no_guesses', ['zero_counts', 'policy_none'])
+@pytest.mark.slow
 def test_gel_with_zero_guesses_is_fedavgcm(data, loss, model, no_guesses):
   x = init_params(model)
   c = cohort([1, 5, 9], [2, 6, 4], [1., 2., 3.])
@@ -47,6 +48,7 @@ def test_gel_with_zero_guesses_is_fedavgcm(data, loss, model, no_guesses):
   assert_trees_close(gel.params, cm.params, tol=1e-7)
 
 
+@pytest.mark.slow
 def test_gel_defaults_differ_from_fedavgcm_by_the_papers_nudge(data, loss, model):
   """GeL from Python without extra arguments guesses tau'_i = b + 5 - tau_i (budgets U{1..b}):
   x'_GeL - x'_CM = sum_i p_i alpha (1 - alpha^tau'_i) / (1 - alpha) v_i, v_i by hand."""
@@ -65,6 +67,7 @@ def test_gel_defaults_differ_from_fedavgcm_by_the_papers_nudge(data, loss, model
   assert_trees_close(diff, weighted(nudges, w), tol=1e-5)
 
 
+@pytest.mark.slow
 def test_gel_clients_take_the_eq5_nudge_each_with_its_own_count(data, loss, model):
   """x' = sum_i p_i [y_i + alpha (1 - alpha^tau'_i) / (1 - alpha) v_i] (seed 000, eq. 5)."""
   x = init_params(model)
@@ -96,6 +99,7 @@ def test_fedavg_gel_guesses_with_the_last_gradient(data, loss, model):
 
 
 @pytest.mark.parametrize('guesses', [False, True])
+@pytest.mark.slow
 def test_fedprox_gradient_is_autodiff_of_the_proximal_objective(data, loss, model, guesses):
   """Client steps on f(y) + mu/2 ||y - x||^2; the guessed nudge ignores the proximal term."""
   mu, x = 0.5, init_params(model)
@@ -118,6 +122,7 @@ def test_fedprox_gradient_is_autodiff_of_the_proximal_objective(data, loss, mode
 
 
 @pytest.mark.parametrize('momentum', [0.0, ALPHA])
+@pytest.mark.slow
 def test_fednova_with_equal_budgets_is_fedavg(data, loss, model, momentum):
   x = init_params(model)
   c = cohort([1, 5, 9], [4, 4, 4], [1., 2., 3.])
@@ -128,6 +133,7 @@ def test_fednova_with_equal_budgets_is_fedavg(data, loss, model, momentum):
 
 
 @pytest.mark.parametrize('guesses', [False, True])
+@pytest.mark.slow
 def test_fednova_normalises_by_the_lemma1_coefficients(data, loss, model, guesses):
   """x' = x - tau_eff sum_i p_i Delta_i / ||a_i||_1, ||a_i||_1 summed from eq. 6 by hand."""
   x = init_params(model)
@@ -160,6 +166,7 @@ def second_moment(name, d, b2, tau):
 
 
 @pytest.mark.parametrize('name', ['fedadam', 'fedyogi', 'fedadagrad'])
+@pytest.mark.slow
 def test_fedopt_round_is_one_hand_computed_server_step(data, loss, model, name):
   """Client SGD; server: m = (1-b1) Delta, v_1 as above, x' = x - lr m / (sqrt(v_1) + tau)."""
   x, lr, b1, b2, tau = init_params(model), 0.3, 0.9, 0.99, 1e-3
@@ -199,6 +206,7 @@ def test_fedyogi_gel_is_the_eq5_nudge_then_one_yogi_step(data, loss, model):
   assert_trees_close(state.params, tree_map(step, x, delta), tol=1e-5)
 
 
+@pytest.mark.slow
 def test_fednova_client_without_steps_is_inert(data, loss, model):
   """tau_i = 0 gives ||a_i||_1 = 0: the client must add nothing (and no NaN) to the round."""
   x = init_params(model)
@@ -222,6 +230,7 @@ def test_guess_proxies_that_would_mislead_are_refused(loss):
     algorithms.gel(loss, LR, ALPHA, proxy='last_gradient', guess_policy=GuessPolicy('inf'))
 
 
+@pytest.mark.slow
 def test_gel_client_optimiser_and_guess_policy_go_together(data, loss, model):
   """A GeL client optimiser without a guess policy, or a guess policy without one, is refused
   by server_init; a GeL state inside optax.chain is found and guesses like gel's."""
@@ -270,6 +279,7 @@ def test_a_policy_field_its_kind_does_not_read_or_no_number_is_refused(loss, pol
     algorithms.gel(loss, LR, ALPHA, guess_policy=policy)
 
 
+@pytest.mark.slow
 def test_cohort_max_reads_the_steps_taken_not_the_budgets_of_clients_without_data(data, loss,
                                                                                    model):
   """An empty client takes no step: its budget (6) must not raise the cohort's maximum, which

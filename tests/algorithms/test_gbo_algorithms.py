@@ -34,6 +34,7 @@ def sgd_by_hand(data, loss, x, cid, slot, tau, round_idx=3, direction=None):
   return y
 
 
+@pytest.mark.slow
 def test_fedgbo_sgdm_with_beta_zero_is_fedavg(data, loss, model):
   x = init_params(model)
   c = cohort([1, 5, 9], [2, 6, 4], [1., 2., 3.])
@@ -54,6 +55,7 @@ def test_fedgbo_refuses_a_learning_rate_schedule_that_mfl_and_mime_take(loss):
 
 
 @pytest.mark.parametrize('kind', ['sgdm', 'rmsprop', 'adam'])
+@pytest.mark.slow
 def test_fedgbo_round_tracks_the_mean_client_gradient(data, loss, model, kind):
   """Frozen statistics: y_i from by-hand steps; the new statistics track the step-weighted mean
   of the gradients the clients computed, which the inverse step must recover exactly."""
@@ -80,6 +82,7 @@ def test_fedgbo_round_tracks_the_mean_client_gradient(data, loss, model, kind):
   assert_trees_close(global_stats(alg, state), opt.track.update(g_bar, stats)[1], tol=1e-4)
 
 
+@pytest.mark.slow
 def test_mfl_with_one_client_is_centralised_training(data, loss, model):
   """Two rounds of one client (full participation) = one Adam run over the same batches, Adam
   written out here: m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2, y -= lr m / (sqrt(v) + eps),
@@ -105,6 +108,7 @@ def test_mfl_with_one_client_is_centralised_training(data, loss, model):
 
 
 @pytest.mark.parametrize('full_batch', [True, False])
+@pytest.mark.slow
 def test_mime_round_by_hand(data, loss, model, full_batch):
   """x' = mean y_i (frozen-statistics steps); S' = track(S, mean gradient at x), where the
   gradient is over all the client's examples (Mimelite) or its first minibatch (MimeXlite)."""
@@ -137,6 +141,7 @@ def test_mime_round_by_hand(data, loss, model, full_batch):
   assert int(metrics.grad_computations) == sum(taus) + n_anchor
 
 
+@pytest.mark.slow
 def test_mimelite_full_batch_over_several_passes_with_padding_and_an_empty_client(
     data, loss, model, monkeypatch):
   """4-row passes (client 5 has 30 examples: 8 passes), 3 clients in chunks of 2 (one padding
@@ -158,6 +163,7 @@ def test_mimelite_full_batch_over_several_passes_with_padding_and_an_empty_clien
   assert int(metrics.grad_computations) == 2 + 1 + -(-30 // B) + -(-9 // B)
 
 
+@pytest.mark.slow
 def test_fedmax_round_on_an_mlp_by_hand(data):
   """Client SGD on CE + beta KL(U || softmax(a)), the KL written as sum_f u log(u / p_f)."""
   m = models.get_model('mlp', (4,), 3)
@@ -180,6 +186,7 @@ def test_fedmax_round_on_an_mlp_by_hand(data):
   assert not np.allclose(state.params['out']['kernel'], ce_only.params['out']['kernel'])
 
 
+@pytest.mark.slow
 def test_fedmax_on_logistic_regression_is_fedavg(data, loss, model):
   x = init_params(model)
   c = cohort([1, 5], [3, 4])
@@ -199,6 +206,7 @@ def test_fedmax_loss_by_hand():
   np.testing.assert_allclose(models.max_entropy_loss(m, 0.7)(p, batch), expect, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_bytes_and_client_distance_metrics(data, loss, model):
   x = init_params(model)
   model_bytes = sum(l.size * 4 for l in jax.tree_util.tree_leaves(x))   # 15 float32

@@ -101,6 +101,7 @@ def stored(state, cid):
 
 
 @pytest.mark.parametrize('kind', ['scaffold', 'feddyn', 'adabest'])
+@pytest.mark.slow
 def test_three_rounds_match_the_per_client_reference(kind, data, loss, model):
   x = init_params(model)
   alg = {'scaffold': lambda: drift.scaffold(loss, LR, N),
@@ -119,6 +120,7 @@ def test_three_rounds_match_the_per_client_reference(kind, data, loss, model):
     assert int(state.round) == 3
 
 
+@pytest.mark.slow
 def test_scaffold_full_participation_one_step_by_hand(data, loss, model):
   """Two rounds, every client, one step each: round 1 has ``c = c_i = 0`` so ``c_i+ = g_i^1``
   and ``c+ = mean_i g_i^1``; round 2 steps on ``g_i^2 + c - c_i``, whose mean over clients is
@@ -150,6 +152,7 @@ def test_scaffold_control_moves_by_the_participating_fraction(data, loss, model)
   assert_trees_close(alg.broadcast(state)[1], scale(3 / N, mean(per_step)), tol=1e-4)
 
 
+@pytest.mark.slow
 def test_scaffold_control_is_the_clients_mean_with_duplicates(data, loss, model):
   """A client sampled twice writes the mean of its two ``c_i+``; ``c`` stays ``sum_j q_j c_j``
   for any weights ``q``."""
@@ -207,6 +210,7 @@ def test_feddyn_server_is_adabest_with_beta_one_at_full_participation(loss, mode
     assert_trees_close(s_dyn.params, s_best.params, tol=1e-5)
 
 
+@pytest.mark.slow
 def test_adabest_with_beta_and_mu_zero_is_fedavg(data, loss, model):
   """Seed 003, Remark 4; the same cohorts, budgets and data order."""
   x = init_params(model)
@@ -219,6 +223,7 @@ def full_rounds(budgets):
   return [(list(range(12)), taus) for taus in budgets]
 
 
+@pytest.mark.slow
 def test_fedvarp_with_full_participation_is_fedavg(data, loss, model):
   x = init_params(model)
   rng = np.random.default_rng(3)
@@ -256,6 +261,7 @@ def varp_reference(data, loss, x, q, clusters, rounds=ROUNDS):
 
 
 @pytest.mark.parametrize('num_clusters', [None, 3])
+@pytest.mark.slow
 def test_fedvarp_partial_participation_matches_reference(data, loss, model, num_clusters):
   x = init_params(model)
   q = np.asarray(data.counts, np.float64)

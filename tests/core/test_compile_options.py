@@ -15,6 +15,7 @@ from helpers import DEFAULT_EMITTERS, as_runs_compile, cohort, init_params
 
 
 @pytest.mark.parametrize('name', ['fedavgcm', 'gel'])
+@pytest.mark.slow
 def test_a_quick_round_equals_the_default_one(data, loss, model, name):
   if xla.compiler_options(True) is None:
     pytest.skip("one program either way: no XLA CPU legacy emitters here (jaxlib >= 0.11 or "
@@ -82,6 +83,7 @@ print(os.environ['XLA_FLAGS'])
 @pytest.mark.parametrize('preset', [
     '', '--xla_force_host_platform_device_count=2 '
         '--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1024'])
+@pytest.mark.slow
 def test_configure_cpu_sets_devices_and_small_loops_unless_xla_flags_do(preset):
   """In a fresh process: cores as devices and a loop over 8 KiB compiled as one kernel (XLA's
   own threshold is 1 KiB); options that ``XLA_FLAGS`` sets already are the user's, kept; after

@@ -50,6 +50,7 @@ def agree(alg, data, c, params, chunk_size=2, fused=False):
 
 
 @pytest.mark.parametrize('name', ['fedavgcm', 'gel', 'scaffold', 'mimelite', 'mimexlite'])
+@pytest.mark.slow
 def test_the_vmapped_round_agrees_with_the_debug_round(data, model, name):
   loss = models.cross_entropy_loss(model)
   alg = make(name, loss, data.num_clients)
@@ -60,6 +61,7 @@ def test_the_vmapped_round_agrees_with_the_debug_round(data, model, name):
   assert float(metrics.client_distance) > 0
 
 
+@pytest.mark.slow
 def test_budgets_in_epochs_agree_with_the_debug_round(data, model):
   """Epochs: a new shuffle per epoch and each epoch's short last minibatch masked."""
   alg = algorithms.fedavgcm(models.cross_entropy_loss(model), LR, 0.9)
@@ -70,6 +72,7 @@ def test_budgets_in_epochs_agree_with_the_debug_round(data, model):
   agree(alg, data, c, init_params(model), chunk_size=3)
 
 
+@pytest.mark.slow
 def test_equal_budgets_with_fused_products_agree_with_the_debug_round(data, model):
   alg = make('gel', models.cross_entropy_loss(model), data.num_clients)
   c = cohort([4, 9, EMPTY_CLIENT, 1, 4], [3] * 5, max_budget=3)
@@ -79,6 +82,7 @@ def test_equal_budgets_with_fused_products_agree_with_the_debug_round(data, mode
 
 
 @pytest.mark.parametrize('name', ['scaffold', 'mimelite'])
+@pytest.mark.slow
 def test_a_cohort_without_data_leaves_the_model_in_both(data, model, name):
   alg = make(name, models.cross_entropy_loss(model), data.num_clients)
   metrics = agree(alg, data, cohort([EMPTY_CLIENT] * 3, [2, 3, 1]), init_params(model))

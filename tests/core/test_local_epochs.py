@@ -105,6 +105,7 @@ def test_proportional_and_per_client_draws(data):
 
 
 @pytest.mark.parametrize('batch,epochs,chunk', [(4, (1, 3), 3), (5, (2, 2), 8)])
+@pytest.mark.slow
 def test_epochs_round_equals_per_client_reference_loop(data, model, batch, epochs, chunk):
   """Short last minibatches (n_i not a multiple of B), a new shuffle every epoch, clients of
   different epochs and sizes in one chunk, one without data; FedAvg with server SGD(1)."""

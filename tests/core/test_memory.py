@@ -56,6 +56,7 @@ def xla_bytes_per_client(alg, params, pool, tau, batch, chunks=(4, 12), fuse_dot
     ('fedavgcm', 'logistic', 400, 5),   # a long order
     ('gel', 'mlp', 100, 10),            # activations, a larger model, guesses
 ])   # SCAFFOLD's store rows and every other algorithm: the next test
+@pytest.mark.slow
 def test_client_bytes_bounds_xla_without_waste(algorithm, name, tau, batch):
   rng = np.random.default_rng(0)
   pool = fd.to_device(fd.from_client_arrays([
@@ -76,6 +77,7 @@ def test_client_bytes_bounds_xla_without_waste(algorithm, name, tau, batch):
 
 
 @pytest.mark.parametrize('name', [spec.name for spec in registry.BUILTIN])
+@pytest.mark.slow
 def test_client_bytes_bounds_xla_for_every_algorithm(name):
   """Every built-in algorithm with its default hyper-parameters (the MLP, a short order): the
   estimate the planner sizes chunks with is at least XLA's per-client memory (Mimelite's

@@ -103,6 +103,7 @@ def hand_rounds(module, clients, data, policy, rounds=3, seed=0):
 
 
 @pytest.mark.parametrize('policy', model_state.POLICIES)
+@pytest.mark.slow
 def test_each_policy_matches_a_per_client_loop(pool, policy):
   clients, data = pool
   module = BatchNormNet()
@@ -120,6 +121,7 @@ def test_each_policy_matches_a_per_client_loop(pool, policy):
     assert np.abs(np.asarray(stats['BatchNorm_0']['mean'])).max() > 0.1
 
 
+@pytest.mark.slow
 def test_dropout_changes_training_and_evaluation_is_deterministic(pool):
   _, data = pool
   trained = {}
@@ -153,6 +155,7 @@ def key_probe():
                       train_apply=train_apply, rngs=('noise',), collections=('probe',))
 
 
+@pytest.mark.slow
 def test_step_keys_follow_seed_round_client_and_step(pool):
   """A client's last step gets the key fold_in(fold_in(k, MODEL_KEY), tau_i - 1), ``k`` its
   algorithm key (the second half of its client key's split, ``core.keys``)."""
@@ -189,6 +192,7 @@ class NnxNet(nnx.Module):
     return self.out(self.drop(nnx.relu(self.norm(self.dense(x)))))
 
 
+@pytest.mark.slow
 def test_nnx_dropout_and_batch_norm_train_under_each_policy(pool):
   _, data = pool
   finals = {}
@@ -209,6 +213,7 @@ def test_nnx_dropout_and_batch_norm_train_under_each_policy(pool):
   assert max(jax.tree.leaves(diff)) > 1e-3
 
 
+@pytest.mark.slow
 def test_models_without_streams_or_state_keep_their_algorithm():
   """The published models (no dropout, no BatchNorm) are trained by the same program."""
   for name, shape, vocab in (('logistic', (6,), None), ('gel_femnist_cnn', (784,), None),
@@ -297,6 +302,7 @@ MESH = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_mesh_and_chunks_give_the_single_device_round():
   """BatchNorm and dropout, the local statistics' store beside SCAFFOLD's, split by client over
   2 devices (the average policy adds only means of uploads, the engine's own path)."""
@@ -314,6 +320,7 @@ def test_the_planner_counts_the_local_rows():
   assert planning.store_bytes(model_state.with_model_state(base, model, 'average'), params) == 0
 
 
+@pytest.mark.slow
 def test_modules_forwarding_kwargs_or_sowing_are_not_state(pool):
   """A ``**kwargs`` module is called without ``train``; a collection ``sow`` grows is dropped,
   not carried (its structure changes every step)."""
@@ -339,6 +346,7 @@ def test_modules_forwarding_kwargs_or_sowing_are_not_state(pool):
     assert bool(engine_rounds(alg, model, data, rounds=1)[1].finite)
 
 
+@pytest.mark.slow
 def test_mime_takes_its_anchor_gradient_in_training_mode(pool):
   """Mimelite's full-batch pre-pass on a BatchNorm and dropout model: trains, under local
   statistics (whose broadcast state is the initial one: in evaluation mode it would normalise

@@ -63,6 +63,7 @@ def present_only(c: Cohort) -> Cohort:
 
 @pytest.mark.parametrize('name, budget_range', [('fedavgcm', (1, 6)), ('gel', (1, 6)),
                                                 ('fedavgcm', (3, 3)), ('scaffold', (1, 6))])
+@pytest.mark.slow
 def test_absent_slots_take_no_part(data, model, name, budget_range):
   loss = models.cross_entropy_loss(model)
   alg = {'fedavgcm': lambda: algorithms.fedavgcm(loss, 0.1, 0.9),

@@ -22,6 +22,7 @@ from helpers import (B, EMPTY_CLIENT, TAU_MAX, as_runs_compile, cohort, grad_of,
 
 
 @pytest.mark.parametrize('momentum', [0.0, 0.9])
+@pytest.mark.slow
 def test_one_client_equals_plain_optax_loop(data, model, momentum):
   loss = models.cross_entropy_loss(model)
   opt = optax.sgd(0.1, momentum=momentum or None)
@@ -58,6 +59,7 @@ def fedavg_by_hand(data, loss, params, ids, taus, weights, lr):
     ([2, 5], [3, 6], [1.0, 3.0]),
     ([5, 2, 8], [6, 1, 3], [2.0, 1.0, 1.0]),   # largest budget first: the engine sorts them
 ])
+@pytest.mark.slow
 def test_weighted_mean_of_clients_by_hand(data, model, ids, taus, weights):
   """FedAvg with server SGD(1); each client keeps its slot whatever the sort by budget does."""
   loss = models.cross_entropy_loss(model)
@@ -131,6 +133,7 @@ def _has_while(jaxpr) -> bool:
 
 
 @pytest.mark.parametrize('budget_range', [(4, 4), (1, TAU_MAX)])
+@pytest.mark.slow
 def test_static_step_count_gives_the_same_round(data, model, budget_range):
   """A trip count fixed at compile time (every chunk loops b steps, the rest masked) against
   the chunk's own largest budget: the same models and losses, bit for bit; equal budgets
@@ -169,6 +172,7 @@ def test_zero_budget_client_uploads_nothing(data, model):
 
 
 @pytest.mark.parametrize('algorithm', ['fedavg', 'fedavgcm'])
+@pytest.mark.slow
 def test_chunk_size_does_not_change_the_result(data, model, algorithm):
   loss = models.cross_entropy_loss(model)
   alg = (algorithms.fedavg(loss, optax.sgd(0.1)) if algorithm == 'fedavg'
@@ -195,6 +199,7 @@ def test_chunk_size_does_not_change_the_result(data, model, algorithm):
   assert int(results[2][1].computed_steps) == int(results[3][1].computed_steps) == 19 * largest
 
 
+@pytest.mark.slow
 def test_round_compiles_once(data, model):
   traces = []
   loss = models.cross_entropy_loss(model)
@@ -239,6 +244,7 @@ def test_pool_without_examples_is_refused_in_one_line(model):
                                    empty, keys.root_key(0), jnp.int32(0))
 
 
+@pytest.mark.slow
 def test_round_for_one_spec_gives_the_same_result_twice(data, model):
   alg = algorithms.fedavgcm(models.cross_entropy_loss(model), 0.1, 0.9)
   rf = build_round(alg, chunk_size=3)
@@ -257,6 +263,7 @@ def test_chunk_layout_by_hand(size, chunk, devices, expect):
 
 
 @pytest.mark.parametrize('momentum', [0., 0.9])
+@pytest.mark.slow
 def test_equal_budgets_run_unmasked_and_match_the_masked_round(data, model, momentum):
   """A spec with ``a = b`` runs every step unmasked; the round equals the masked round of the
   same clients under a spec with ``a < b`` and every budget ``b``, with a client without
@@ -287,6 +294,7 @@ def test_equal_budgets_run_unmasked_and_match_the_masked_round(data, model, mome
                              )[0].params, unmasked.params)
 
 
+@pytest.mark.slow
 def test_deal_gives_every_device_the_same_number_of_clients_sorted_by_budget():
   """Hand case: 7 clients over 3 devices, sorted by budget (ties in cohort order) and dealt
   like cards; every client once, padding slots empty."""
@@ -337,6 +345,7 @@ def test_the_round_refuses_an_empty_cohort(data, model):
 
 
 @pytest.mark.parametrize('name', ['fedavg_server_momentum', 'fedadam', 'feddyn'])
+@pytest.mark.slow
 def test_a_round_without_clients_leaves_the_server_as_it_was(data, loss, model, name):
   """A cohort whose only client holds no data: the server optimiser's momentum, Adam's moments
   and FedDyn's h moved the model on no one's update (by 0.06, 0.24 and h / alpha)."""
@@ -356,6 +365,7 @@ def test_a_round_without_clients_leaves_the_server_as_it_was(data, loss, model, 
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_a_nan_training_loss_with_a_finite_model_is_not_finite():
   """Labels beyond the model's classes: each minibatch's loss is NaN (the label's log-probability
   is gathered out of range) while the gradient, and so the model, stay finite: the round said

@@ -1,4 +1,5 @@
 """Runs trained as one program (``core.runs``): their initialisation."""
+import pytest
 import subprocess
 import sys
 import textwrap
@@ -28,6 +29,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_batched_lstm_init_finishes_and_equals_each_run_alone():
   # two programs compared to the bit: compiled as runs compile, not as the suite does
   done = subprocess.run([sys.executable, '-c', SCRIPT], capture_output=True, text=True,

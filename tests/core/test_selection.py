@@ -30,6 +30,7 @@ def test_d_equal_to_c_takes_every_candidate(data, model, example_loss):
     np.testing.assert_array_equal(ids, candidate_ids(2, r, data.counts, 4))
 
 
+@pytest.mark.slow
 def test_candidates_are_drawn_in_proportion_to_data_size():
   counts = jnp.array([1, 2, 7], jnp.int32)
   draws = 3000
@@ -39,6 +40,7 @@ def test_candidates_are_drawn_in_proportion_to_data_size():
   assert stat < 13.8   # chi2(2) 99.9% quantile
 
 
+@pytest.mark.slow
 def test_more_candidates_than_clients_picks_the_highest_losses(data, model, example_loss):
   """The C of d candidates with the largest mean loss over all their examples, by hand."""
   params = init_params(model, seed=3)
@@ -72,6 +74,7 @@ def test_d_below_c_is_refused(data, model, example_loss):
 
 
 @pytest.mark.parametrize('mode', ['full', 'minibatch'])
+@pytest.mark.slow
 def test_a_candidate_without_data_is_chosen_only_when_too_few_have_data(data, model,
                                                                         example_loss, mode):
   """d = the population draws the empty client 12 too; its minibatch read another client's rows

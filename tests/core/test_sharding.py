@@ -190,10 +190,12 @@ def run_on_eight_devices(script, token):
   helpers.run_on_cpu_devices(script, token, 8)
 
 
+@pytest.mark.slow
 def test_eight_cpu_devices_match_one():
   run_on_eight_devices(SCRIPT, 'SHARDED-OK')
 
 
+@pytest.mark.slow
 def test_client_store_sharded_over_eight_devices_matches_one():
   """SCAFFOLD's and FedVARP's stores, split over 8 devices
   (30 rows padded to 32), and ClusterFedVARP's store, whole on every device, give the
@@ -202,6 +204,7 @@ def test_client_store_sharded_over_eight_devices_matches_one():
 
 
 @pytest.mark.parametrize('populations, meshes', [([[5, 0, 7, 0, 3]], 3), ([[0, 4], [9]], 2)])
+@pytest.mark.slow
 def test_populations_smaller_than_the_mesh_and_empty_clients_match_one_device(populations,
                                                                              meshes):
   # two processes: the suite's two workers can run them side by side; the 3-device mesh

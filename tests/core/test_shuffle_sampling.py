@@ -34,6 +34,7 @@ SWAPS = [lambda d: partial_fisher_yates(d, 10**6), partial_fisher_yates]
 
 @pytest.mark.parametrize('swaps', SWAPS)
 @pytest.mark.parametrize('length', [1, 2, 7, 40, 150])
+@pytest.mark.slow
 def test_vectorised_swaps_equal_textbook_fisher_yates(swaps, length):
   fn = jax.jit(jax.vmap(swaps))
   for n in [1, 2, 3, 5, 9, 40, 41, 149, 1000, 10**6]:
@@ -44,6 +45,7 @@ def test_vectorised_swaps_equal_textbook_fisher_yates(swaps, length):
 
 
 @pytest.mark.parametrize('swaps', SWAPS)
+@pytest.mark.slow
 def test_swaps_resolve_chains_by_hand(swaps):
   # L = 4, n = 6: swaps (0,2) (1,2) (2,5) (3,3): 012345 -> 210345 -> 201345 -> 205341 -> 2053..
   np.testing.assert_array_equal(swaps(jnp.array([2, 2, 5, 3], jnp.int32)), [2, 0, 5, 3])
@@ -53,6 +55,7 @@ def test_swaps_resolve_chains_by_hand(swaps):
 
 @pytest.mark.parametrize('swaps', SWAPS)
 @pytest.mark.parametrize('length', [2, 3, 4, 5, 9, 16, 17, 33, 65, 129])
+@pytest.mark.slow
 def test_swaps_resolve_the_longest_chains(swaps, length):
   """Step ``t`` swaps ``t`` and ``t + 1``: the value at the last position passes through
   every earlier one, a chain of ``L - 1`` links, the most the pointer jumping must follow
@@ -61,6 +64,7 @@ def test_swaps_resolve_the_longest_chains(swaps, length):
   assert swaps(jnp.asarray(draws)).tolist() == sequential_fisher_yates(draws, length)
 
 
+@pytest.mark.slow
 def test_same_key_same_order_other_key_other_order():
   ks = jax.random.split(jax.random.key(7), 3)
   n = jnp.array([500, 500, 500])
@@ -72,6 +76,7 @@ def test_same_key_same_order_other_key_other_order():
       cycled_permutation(ks[0], 500, 64, bound=500), cycled_permutation(ks[0], 500, 64))
 
 
+@pytest.mark.slow
 def test_long_orders_of_small_clients_do_not_overflow_the_packed_key():
   """Steps past ``n`` draw ``j_t = t``, so ``L^2`` bounds the key too: with ``L = 50,000``
   (``L^2 > 2^31``) and ``n = 10`` the pairs are sorted unpacked, and the order still cycles
@@ -81,6 +86,7 @@ def test_long_orders_of_small_clients_do_not_overflow_the_packed_key():
   np.testing.assert_array_equal(out, np.tile(out[:10], 5_000))
 
 
+@pytest.mark.slow
 def test_order_memory_is_linear_in_length():
   """O(C L) device memory: four times the length, at most about four times XLA's temporary
   buffers (an L x L intermediate would make it sixteen)."""
@@ -112,6 +118,7 @@ def test_partial_permutation_is_uniform_over_ordered_draws():
 
 
 @pytest.mark.parametrize('n,length', [(1, 5), (3, 10), (7, 7), (50, 12), (1000, 40)])
+@pytest.mark.slow
 def test_cycles_through_a_permutation(n, length):
   out = np.asarray(cycled_permutation(jax.random.key(n), n, length))
   head = out[:min(n, length)]

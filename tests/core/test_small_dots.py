@@ -27,6 +27,7 @@ CASES = [
 
 
 @pytest.mark.parametrize('lhs_shape,rhs_shape,dims', CASES)
+@pytest.mark.slow
 def test_fused_dot_equals_dot_general(lhs_shape, rhs_shape, dims):
   lhs = jax.random.normal(jax.random.key(0), lhs_shape)
   rhs = jax.random.normal(jax.random.key(1), rhs_shape)
@@ -119,6 +120,7 @@ def test_vmapped_gradient_has_no_small_reductions_left():
 
 
 @pytest.mark.parametrize('axes', [(1,), (2,), (0, 2), (1, 2)])
+@pytest.mark.slow
 def test_unrolled_reduction_combines_in_index_order(axes):
   """Sums one element after another in row-major order of the reduced axes (checked to the
   bit against a float32 running sum), maxima equal to ``jnp.max``."""
@@ -145,6 +147,7 @@ def test_dots_inside_control_flow_are_left_alone():
   np.testing.assert_allclose(fused(w, xs), step(w, xs), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_round_with_fused_dots_equals_the_library_round(data, model):
   loss = models.cross_entropy_loss(model)
   alg = algorithms.fedavgcm(loss, 0.1, 0.9)

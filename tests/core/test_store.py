@@ -16,6 +16,7 @@ from fedjax_gel.core.round import build_round
 from helpers import cohort, init_params
 
 
+@pytest.mark.slow
 def test_write_mean_averages_duplicates_and_drops_non_writers():
   s = {'a': jnp.arange(12.).reshape(6, 2), 'n': jnp.arange(6, dtype=jnp.int32)}
   idx = jnp.array([4, 1, 4, 0, 1, 4, 5])
@@ -29,6 +30,7 @@ def test_write_mean_averages_duplicates_and_drops_non_writers():
   np.testing.assert_array_equal(out['n'], [0, 14, 2, 3, 9, 5])   # ints: rounded means
 
 
+@pytest.mark.slow
 def test_write_mean_with_no_writer_changes_nothing():
   s = jnp.arange(8.).reshape(4, 2)
   out = store.write_mean(s, jnp.array([0, 3]), jnp.full((2, 2), np.nan), jnp.array([False, False]))
@@ -97,6 +99,7 @@ def test_a_store_built_for_another_population_is_refused(data, model, make, word
     rf.lower(state, cohort([0, 1], [1, 1]), data, keys.root_key(0), jnp.int32(0))
 
 
+@pytest.mark.slow
 def test_a_store_for_the_population_runs(data, model):
   loss = models.cross_entropy_loss(model)
   for alg in (algorithms.scaffold(loss, 0.1, 13),

@@ -76,6 +76,7 @@ def test_the_source_code_is_part_of_the_key():
   assert (cache.file_name('x', {}, (cache,)) != cache.file_name('x', {}, (cache, leaf)))
 
 
+@pytest.mark.slow
 def test_leaf_synthetic_through_the_cache_is_leaf_synthetic(tmp_path):
   settings = {'train_fraction': 0.9, 'split_seed': 931231}
   make = lambda: leaf_synthetic.load(**settings)

@@ -90,6 +90,7 @@ def test_shapes_dtypes_and_classes(synthetic_1_1):
 
 @pytest.mark.parametrize('alpha,beta,iid,num_users',
                          [(1, 1, False, 30), (0.5, 0.5, False, 8), (0, 0, True, 8)])
+@pytest.mark.slow
 def test_matches_fedprox_script(alpha, beta, iid, num_users):
   got = fs.generate(alpha, beta, iid=iid, num_users=num_users, seed=3)
   want = script_reference(alpha, beta, iid, seed=3, num_users=num_users)

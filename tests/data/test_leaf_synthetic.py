@@ -104,12 +104,14 @@ def test_load_gives_federated_split():
   assert split.train.client_names[:3] == ('0', '1', '2')
 
 
+@pytest.mark.slow
 def test_default_matches_leaf_reference_all_users(default_data):
   counts, tasks = leaf_reference(1000, 5, 60, 931231)
   assert default_data['num_samples'] == counts
   assert_matches_reference(default_data, counts, tasks)
 
 
+@pytest.mark.slow
 def test_default_legacy_matches_leaf_reference_all_users(default_legacy):
   counts, tasks = leaf_reference(1000, 5, 60, 931231, legacy=True)
   assert_matches_reference(default_legacy, counts, tasks)

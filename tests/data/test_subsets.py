@@ -20,6 +20,7 @@ def cache(tmp_path, monkeypatch):
   return tmp_path / 'cache'
 
 
+@pytest.mark.slow
 def test_femnist_subset_is_leafs_split_output(cache):
   path = subsets.resolve('subset:femnist_niid_05')
   assert path == str(cache / 'subsets' / 'femnist_niid_05')

@@ -28,6 +28,7 @@ def experiments(base):
   return {m: factories.prepare(base.replace(model=m)) for m in ('logistic', 'mlp')}
 
 
+@pytest.mark.slow
 def test_every_batched_hyper_parameter_of_every_algorithm_traces(base, experiments):
   """A program of two runs that differ in it builds, initialises and runs a round (traced)."""
   traced = []
@@ -55,6 +56,7 @@ def records(workdir):
 @pytest.mark.parametrize('algorithm,flag,values', [('fedprox', 'prox_mu', (0.01, 2.0)),
                                                    ('fedgbo', 'gbo_beta', (0.5, 0.9)),
                                                    ('fednova', 'client_momentum', (0.5, 0.9))])
+@pytest.mark.slow
 def test_a_batch_over_a_hyper_parameter_gives_its_separate_runs(base, experiments, tmp_path,
                                                                 algorithm, flag, values):
   configs = [base.replace(algorithm=algorithm, **{flag: v}) for v in values]

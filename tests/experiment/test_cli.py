@@ -280,6 +280,7 @@ def test_several_processes_need_a_named_workdir(paths):
     ('--stderrthreshold=bogus', ['--stderrthreshold must be one of']),
     ('--logger_levels=jax:LOUD', ["Unknown level: 'LOUD'", '--logger_levels'])],
     ids=['stderrthreshold', 'logger_levels'])
+@pytest.mark.slow
 def test_a_bad_value_of_absls_own_logging_flags_is_one_line(paths, tmp_path, flag, texts):
   """launch/run.py also takes absl's logging flags, whose values absl checks itself."""
   proc = process('--dataset=leaf', f'--data_path={paths["data"]}', flag,
@@ -288,6 +289,7 @@ def test_a_bad_value_of_absls_own_logging_flags_is_one_line(paths, tmp_path, fla
   assert not (tmp_path / 'w').exists()
 
 
+@pytest.mark.slow
 def test_more_runs_than_the_open_file_limit_is_one_line_and_leaves_nothing(paths, tmp_path):
   """Each run's folder is locked (an open file each): past the process' limit, one line naming
   the limit, and none of the folders the command created is left."""
@@ -307,6 +309,7 @@ def test_more_runs_than_the_open_file_limit_is_one_line_and_leaves_nothing(paths
   assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_compilation_cache_is_filled_once_and_changes_no_result(paths, tmp_path):
   cache = tmp_path / 'cache'
   common = ['--flagfile=launch/configs/quickstart.flags', '--dataset=leaf', '--algorithm=gel',
@@ -341,6 +344,7 @@ def test_compilation_cache_is_filled_once_and_changes_no_result(paths, tmp_path)
   assert metrics(tmp_path / 'd') == metrics(tmp_path / 'a')
 
 
+@pytest.mark.slow
 def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   workdir = tmp_path / 'run'
   common = ['--flagfile=launch/configs/quickstart.flags', '--dataset=leaf',
@@ -388,6 +392,7 @@ def test_run_outputs_and_nothing_already_written_is_lost(paths, tmp_path):
   assert (workdir / 'metrics.jsonl').read_bytes() != before[pathlib.Path('metrics.jsonl')]
 
 
+@pytest.mark.slow
 def test_grid_run_writes_its_grids_and_report(paths, tmp_path):
   workdir = tmp_path / 'grid'
   proc = run('--dataset=leaf', f'--data_path={paths["data"]}', '--algorithms=fedavgcm,gel',
@@ -414,6 +419,7 @@ def test_grid_run_writes_its_grids_and_report(paths, tmp_path):
   assert not list(workdir.rglob('*.tmp'))
 
 
+@pytest.mark.slow
 def test_noplots_writes_the_reports_and_metrics_without_a_plot(paths, tmp_path):
   """--noplots: no ``plots/`` for a learning-rate grid's report (its curves and lr_grid.png) or
   a server-rate grid (grid.png), and neither report links one; the metrics are a plotted run's."""
@@ -457,6 +463,7 @@ def test_paper_flag_files_hold_the_paper_settings():
           gel['target']) == ('remaining', 18, 5, 0.85)
 
 
+@pytest.mark.slow
 def test_gel_synthetic_fedavgcm_setting_reaches_85_percent(tmp_path):
   """The engine's acceptance run: the GeL paper's Synthetic FedAvgCM setting, 300 rounds.
 
@@ -471,6 +478,7 @@ def test_gel_synthetic_fedavgcm_setting_reaches_85_percent(tmp_path):
   assert summary['rounds_to_target'] is not None and summary['rounds_to_target'] <= 300
 
 
+@pytest.mark.slow
 def test_stateful_acceptance_runs_on_all_synthetic_clients(tmp_path):
   """Issue 5's acceptance: SCAFFOLD and AdaBest with state for all 1,000 LEAF Synthetic clients
   reach 85%; FedVARP keeps a memory for every client (1,000 rows of the 305-float model)."""
@@ -485,6 +493,7 @@ def test_stateful_acceptance_runs_on_all_synthetic_clients(tmp_path):
   assert summaries['fedvarp']['client_state_bytes'] == 1000 * 305 * 4
 
 
+@pytest.mark.slow
 def test_seeds_and_algorithms_run_paired_into_subdirectories(tmp_path, tiny_leaf_file):
   workdir = tmp_path / 'pair'
   proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--algorithm=fedavgcm,gel',
@@ -529,6 +538,7 @@ def test_the_groups_cover_every_algorithm():
 
 
 @pytest.mark.parametrize('group', sorted(ALGORITHM_GROUPS))
+@pytest.mark.slow
 def test_every_algorithm_runs_from_the_launcher(tmp_path, tiny_leaf_file, group):
   model, names, extra = ALGORITHM_GROUPS[group]
   proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--num_rounds=2',
@@ -543,6 +553,7 @@ def test_every_algorithm_runs_from_the_launcher(tmp_path, tiny_leaf_file, group)
     assert summary['algorithm'] == run_name and summary['final_accuracy'] is not None
 
 
+@pytest.mark.slow
 def test_gbo_family_and_learning_rate_grid(tmp_path, tiny_leaf_file):
   workdir = tmp_path / 'grid'
   proc = run('--dataset=leaf', f'--data_path={tiny_leaf_file}', '--algorithm=fedavg,fedgbo',
@@ -568,6 +579,7 @@ def test_best_learning_rate_is_the_best_mean_over_seeds():
       'a': 0.3}
 
 
+@pytest.mark.slow
 def test_text_datasets_run_from_the_launcher(tmp_path):
   """Shakespeare ids into the stacked LSTM, Sent140 word counts into the linear model, from
   generated LEAF files (the shipped subset's 30-round run is in docs/results.md)."""
@@ -664,6 +676,7 @@ def test_the_server_flags_go_to_the_algorithms_that_apply_a_server_optimiser(tin
   assert dyn.server == config_lib.ServerConfig()   # FedDyn's server step is its own
 
 
+@pytest.mark.slow
 def test_a_grid_extended_by_a_value_and_rounds_resumes_the_old_runs_alone(tmp_path,
                                                                           tiny_leaf_file):
   """The two runs extended from their final state and the new one train as two programs: no
@@ -679,6 +692,7 @@ def test_a_grid_extended_by_a_value_and_rounds_resumes_the_old_runs_alone(tmp_pa
     assert [json.loads(l)['round'] for l in lines] == [0, 1, 2, 3], mu
 
 
+@pytest.mark.slow
 def test_a_grid_over_a_hyper_parameter_from_the_command_line(tmp_path, tiny_leaf_file):
   """--hparam_grid: FedProx once per mu (one program), FedAvgCM (no mu) once; the records and
   summaries carry mu and the report keeps FedProx's best."""
@@ -747,6 +761,7 @@ def test_an_unknown_flag_in_a_flag_file_names_the_file_and_line(tmp_path):
     parsed('--nonsense=1')   # on the command line: nothing to add
 
 
+@pytest.mark.slow
 def test_the_command_presents_the_cores_as_devices(tiny_leaf_file, tmp_path):
   """In a fresh process without XLA_FLAGS: the command configures JAX's CPU backend before it
   starts (a check of the processes' stop signals had started it first: every run trained on
@@ -789,6 +804,7 @@ def test_help_lists_the_main_flags_by_section_one_line_each_with_defaults():
 
 
 @pytest.mark.parametrize('flag', ['--help', '--helpfull', '--helpfull=1', '-?'])
+@pytest.mark.slow
 def test_help_exits_0(flag):
   """absl's help exits with status 1; the command's with 0, also given a value."""
   done = subprocess.run([sys.executable, str(REPO / 'launch' / 'run.py'), flag], cwd=REPO,

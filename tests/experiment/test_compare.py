@@ -40,6 +40,7 @@ def tables(text):
   return text[text.index('\n| algorithm |'):]
 
 
+@pytest.mark.slow
 def test_separate_commands_give_the_report_of_one(made):
   _, root = made
   line = compare.compare([str(root / 'cm'), str(root / 'gel')], str(root / 'out'))
@@ -69,6 +70,7 @@ def test_the_command_line(made, capsys):
                                                     'make it (')
 
 
+@pytest.mark.slow
 def test_incomparable_duplicate_and_damaged_runs(made, tmp_path):
   base, root = made
   other = tmp_path / 'other'
@@ -128,6 +130,7 @@ def test_incomparable_duplicate_and_damaged_runs(made, tmp_path):
   assert not (tmp_path / 'r1').exists()   # nothing written for a refused report
 
 
+@pytest.mark.slow
 def test_runs_on_other_data_under_the_same_flags(made, leaf_writer, tmp_path):
   """Two runs of one data path whose file was rewritten between them (other examples, the same
   clients and shapes) are not compared; a config.json that is not an object is one line."""
@@ -172,6 +175,7 @@ def test_the_report_never_writes_into_a_run_or_a_command(made, tmp_path, capsys)
   assert not (run / 'checkpoint-6' / 'new').exists() and not (root / 'both' / 'somewhere').exists()
 
 
+@pytest.mark.slow
 def test_the_command_lines_help_is_plain_text(capsys):
   """--help of both commands (-h for launch/run.py): their usage, without the docstrings'
   reST markup, and status 0."""
@@ -187,6 +191,7 @@ def test_the_command_lines_help_is_plain_text(capsys):
                                     '--flagfile=') and '``' not in launcher.stdout
 
 
+@pytest.mark.slow
 def test_budget_files_are_compared_by_content(made, tmp_path):
   """Runs whose --client_budgets files hold the same budgets under other paths are compared
   (a moved file is the same input); the same path rewritten with other budgets is refused."""

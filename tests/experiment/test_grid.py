@@ -30,6 +30,7 @@ def grid_run(request, tiny_leaf_file, tmp_path_factory):
   return c, factories.prepare(c), workdir, result
 
 
+@pytest.mark.slow
 def test_each_cell_is_the_run_of_its_learning_rates(grid_run, tmp_path):
   """Every finite cell's test accuracy at every evaluation equals that of a separate run with
   the same seed and the cell's (client lr, server lr)."""

@@ -22,6 +22,7 @@ def metrics(workdir):
   return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_epochs_from_the_config(base, tmp_path):
   """Every client of the tiny file holds 10-11 training examples: an epoch is 3 minibatches of
   B = 5 (the last short) and puts every example through a gradient once."""

@@ -58,6 +58,7 @@ def one_device(tmp_path_factory):
 
 
 @pytest.mark.parametrize('count', [2, 4])
+@pytest.mark.slow
 def test_long_stretches_without_evaluation_finish_on_every_device_count(tmp_path, one_device,
                                                                          count):
   """``launch/run.py`` on ``count`` CPU devices (``--num_devices=0``: the planner's choice, all of
@@ -72,6 +73,7 @@ def test_long_stretches_without_evaluation_finish_on_every_device_count(tmp_path
   assert_same_metrics(records(tmp_path), one_device)
 
 
+@pytest.mark.slow
 def test_two_processes_run_long_stretches_with_the_metrics_of_one_device(tmp_path, one_device):
   """Two processes of one device each (a round waited for in each: ``loop``'s doc)."""
   for code, _, err in together(2, 1, [*LONG, f'--workdir={tmp_path}']):
@@ -109,6 +111,7 @@ def stalling(self, r):
 loop.Loop.step = stalling""")
 
 
+@pytest.mark.slow
 def test_the_unbounded_loop_stalls_and_the_watchdog_ends_it_with_one_line(tmp_path, one_device):
   """The loop without its bound deadlocks in XLA's CPU runtime (each try of it, 2 devices): the
   watchdog ends it with one line and status 3 instead of XLA's abort (status 134, a page of
@@ -125,6 +128,7 @@ def test_the_unbounded_loop_stalls_and_the_watchdog_ends_it_with_one_line(tmp_pa
   assert_same_metrics(records(tmp_path), one_device)
 
 
+@pytest.mark.slow
 def test_a_stalled_run_resumes_from_its_checkpoint_under_another_device_count(tmp_path,
                                                                               one_device):
   """A round that never finishes (2 devices): one line naming it and the checkpoint the same

@@ -50,6 +50,7 @@ def records(workdir):
 
 
 @pytest.mark.parametrize('policy', ['average', 'local'])
+@pytest.mark.slow
 def test_a_batch_norm_model_with_dropout_resumes_to_the_uninterrupted_run(tiny_leaf_file,
                                                                            tmp_path, policy):
   flags = ('--model=normed_mlp', '--dropout=0.5', f'--model_state={policy}')
@@ -68,6 +69,7 @@ def test_a_batch_norm_model_with_dropout_resumes_to_the_uninterrupted_run(tiny_l
                              'model_state': policy}
 
 
+@pytest.mark.slow
 def test_dropout_changes_the_run(tiny_leaf_file, tmp_path):
   runs = {}
   for rate in ('0', '0.5'):
@@ -96,6 +98,7 @@ def test_bad_model_flags_are_one_line(tiny_leaf_file, tmp_path, flags, names):
   assert not (tmp_path / 'metrics.jsonl').exists()
 
 
+@pytest.mark.slow
 def test_the_docs_example_trains_a_batch_norm_model_with_dropout():
   """docs/extending.md's example (``doc_pages``), in 4 rounds."""
   block = doc_pages.example('batch_norm_and_dropout')

@@ -39,6 +39,7 @@ def test_docs_example_trains_the_registered_model_on_the_registered_data(docs_ex
   assert summary['final_accuracy'] > 0.75   # a plane through the origin: learnable
 
 
+@pytest.mark.slow
 def test_the_command_line_takes_both_names(docs_example, tmp_path):
   err = io.StringIO()
   with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):

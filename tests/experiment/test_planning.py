@@ -1,6 +1,7 @@
 """The planner's chunk rule (``planning.default_chunk_size``) by hand: the memory it budgets and
 the budget-sorted chunks of cohorts whose budgets differ; its device rule by hand and on two
 CPU devices."""
+import pytest
 import jax
 
 from fedjax_gel.core import backend
@@ -124,6 +125,7 @@ print('TWO-DEVICES-OK')
 '''
 
 
+@pytest.mark.slow
 def test_two_cpu_devices_plan_by_work_and_evaluate_on_the_first():
   """On two CPU devices: the automatic choice by work, the evaluation on the first device, a
   learning-rate grid on one, and the pool whole on both devices where it fits (not for a store

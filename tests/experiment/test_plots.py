@@ -39,6 +39,7 @@ def test_lr_heatmap_and_metric_plots_are_written(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
+@pytest.mark.slow
 def test_a_private_run_gets_accuracy_against_epsilon(tmp_path):
   results = [run('dp_fedavg', s, 0.1, [0.1, 0.5, 0.6], [0, 2, 4]) for s in (0, 1)]
   for _, records in results:
@@ -56,6 +57,7 @@ def test_a_private_run_gets_accuracy_against_epsilon(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec('matplotlib') is None, reason='needs matplotlib')
+@pytest.mark.slow
 def test_each_plot_is_drawn_once_and_laid_out_as_tight_layout_lays_it_out(tmp_path, monkeypatch):
   """``savefig`` drew a figure twice after ``tight_layout`` (its placeholder layout engine):
   now once, to the same bytes as a figure laid out by ``tight_layout`` and saved as it was."""

@@ -28,6 +28,7 @@ def private(tiny_leaf_file):
               dp_delta=1e-4)
 
 
+@pytest.mark.slow
 def test_every_record_carries_the_epsilon_dp_accounting_gives(private, tmp_path):
   records = train(private, tmp_path)
   population = factories.prepare(private).train.counts.shape[0]
@@ -48,6 +49,7 @@ def test_every_record_carries_the_epsilon_dp_accounting_gives(private, tmp_path)
   assert records[-1]['dp_clip_norm'] == 0.5
 
 
+@pytest.mark.slow
 def test_the_issues_poisson_command_trains_with_the_epsilon_dp_accounting_gives(tmp_path):
   """The quick start's flags with DP-FedAvg over Poisson-sampled cohorts, as launch/run.py
   runs them: every record's epsilon is the library's for PoissonSampledDpEvent(q = C / N) over
@@ -71,6 +73,7 @@ def test_the_issues_poisson_command_trains_with_the_epsilon_dp_accounting_gives(
   assert len(set(per_round)) > 1 and 10 < per_round.mean() < 30   # about C = 20 a round
 
 
+@pytest.mark.slow
 def test_adaptive_clipping_moves_the_clip_and_its_run_resumes_to_the_bit(private, tmp_path):
   """Over Poisson-sampled cohorts, whose sizes and absent slots are part of what resumes."""
   c = private.replace(dp_target_quantile=0.5, dp_clip_lr=0.5, dp_clip_count_noise=1.0,
@@ -122,6 +125,7 @@ def test_the_dp_flags_are_unread_without_differential_privacy():
   assert 'dp_clip_lr' not in config_lib.unread_flags(make(dp_clip_norm=1., dp_target_quantile=.5))
 
 
+@pytest.mark.slow
 def test_a_privacy_budget_stops_the_run_after_its_last_affordable_round(private, tmp_path):
   population = factories.prepare(private).train.counts.shape[0]
 
@@ -153,6 +157,7 @@ def test_a_privacy_budget_stops_the_run_after_its_last_affordable_round(private,
   assert 'allows 7 of its 20 rounds' in err.getvalue()
 
 
+@pytest.mark.slow
 def test_a_budget_no_round_fits_is_refused_and_zero_noise_spends_infinity(private, tmp_path):
   with pytest.raises(ConfigError, match='--dp_target_epsilon=0.001: one round already spends'):
     api.train(factories.prepare(private.replace(dp_target_epsilon=1e-3)), str(tmp_path / 'a'),

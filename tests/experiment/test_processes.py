@@ -97,6 +97,7 @@ def files(workdir: pathlib.Path) -> list[str]:
                 if p.is_file() and 'tensorboard' not in p.parts and 'checkpoint-' not in str(p))
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_metrics_of_one_and_one_process_resumes_them(
     tmp_path, tiny_leaf_file, one_process):
   """2 processes x 3 devices: 8 clients owned 2 a device by 4 of the 6 devices, SCAFFOLD's
@@ -122,6 +123,7 @@ def test_two_processes_give_the_metrics_of_one_and_one_process_resumes_them(
   assert_same_metrics(two, one, [0, 2, 4, 6, 8])
 
 
+@pytest.mark.slow
 def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path,
                                                                         tiny_leaf_file, whole):
   """kill -9 of process 1 after the first checkpoint: process 0 stops with one line and a
@@ -163,6 +165,7 @@ def test_a_killed_process_stops_the_run_and_the_same_command_resumes_it(tmp_path
     ({}, (2, 1), 'devices of the process (on CPU: XLA_FLAGS=--xla_force_host_platform_device_'
      'count=N): process 1 has 1, process 0 2'),
 ], ids=['seed', 'refused', 'workdir', 'devices'])
+@pytest.mark.slow
 def test_processes_given_other_flags_stop_before_training_with_one_line(
     tmp_path, tiny_leaf_file, own, devices, line):
   """Every process stops with status 2 and one line (the refused process its own), nothing
@@ -203,6 +206,7 @@ print('RESULT ' + json.dumps({'hits': len(hits), 'value': float(y)}))
 ''')
 
 
+@pytest.mark.slow
 def test_every_process_reads_the_programs_process_0_wrote(tmp_path):
   """JAX keyed a CPU program by the calling process's own devices, so process 1 never found
   what process 0 wrote and compiled everything again at every start; it now finds it."""
@@ -246,6 +250,7 @@ def test_a_program_keeps_jaxs_key_unless_its_cpu_devices_span_processes(monkeypa
   assert compilation_cache.across_processes(both) is None
 
 
+@pytest.mark.slow
 def test_a_work_directory_in_use_stops_every_process_with_one_line(tmp_path, tiny_leaf_file):
   """Process 0 alone takes the lock: refused, it left the others waiting for its record (the
   runtime then killed them, status 134)."""
@@ -287,6 +292,7 @@ def test_a_lock_file_seen_late_is_waited_for(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize('sig, target', [(signal.SIGTERM, 1), (signal.SIGINT, 0)],
                          ids=['sigterm-to-1', 'sigint-to-0'])
+@pytest.mark.slow
 def test_a_stop_signal_to_one_process_stops_every_process_after_the_same_round(
     tmp_path, tiny_leaf_file, whole, sig, target):
   """SIGTERM to any process (JAX's preemption service holds it; it was swallowed and the run
@@ -313,6 +319,7 @@ def test_a_stop_signal_to_one_process_stops_every_process_after_the_same_round(
   assert (stopped / 'model.msgpack').read_bytes() == (whole / 'model.msgpack').read_bytes()
 
 
+@pytest.mark.slow
 def test_two_processes_train_batch_norm_and_dropout_as_one(tmp_path, leaf_writer):
   """The CelebA CNN with LEAF's BatchNorm, its statistics a row per client (FedBN) split over
   the processes' devices, and dropout: 2 processes of 1 device give one process's metrics (the

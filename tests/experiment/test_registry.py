@@ -53,6 +53,7 @@ def losses(workdir) -> list[float]:
           (pathlib.Path(workdir) / 'metrics.jsonl').read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_a_registered_algorithm_runs_through_the_library_entry_point(damped, tiny_leaf_file,
                                                                      tmp_path):
   quiet = dict(out=io.StringIO(), err=io.StringIO(), plots=False)
@@ -74,6 +75,7 @@ def main(*args):
   return code, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow
 def test_a_registered_algorithm_gets_its_flag_and_check_on_the_command_line(
     damped, tiny_leaf_file, tmp_path):
   common = ['--dataset=leaf', f'--data_path={tiny_leaf_file}', '--num_rounds=2',

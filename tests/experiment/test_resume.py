@@ -98,6 +98,7 @@ def uninterrupted(tiny_leaf_file, tmp_path_factory):
   return workdir
 
 
+@pytest.mark.slow
 def test_a_finished_run_extended_equals_the_longer_run(tiny_leaf_file, uninterrupted, tmp_path):
   """--num_rounds raised on a finished run's work directory goes on from its final state: the
   records equal the longer run's (plus the shorter run's last evaluation, had it none there); a
@@ -127,6 +128,7 @@ def test_a_finished_run_extended_equals_the_longer_run(tiny_leaf_file, uninterru
   assert diverged.returncode == 2 and 'diverged and cannot be extended' in diverged.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_between_rounds_with_a_checkpoint_and_the_run_resumes(
     tiny_leaf_file, uninterrupted, tmp_path):
   """SIGTERM mid-run (what Ctrl-C's SIGINT does too: test_a_stop_signal_only_sets_the_flag):
@@ -159,6 +161,7 @@ def test_ctrl_c_stops_between_rounds_with_a_checkpoint_and_the_run_resumes(
 
 
 @pytest.mark.parametrize('extra', [[]], ids=['vmapped'])
+@pytest.mark.slow
 def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted, tmp_path, extra):
   """Two seeds vmapped in one program: kill -9, rerun the same command; every seed's metrics
   and final model are bit-identical to the uninterrupted run's, and only the final state's
@@ -178,6 +181,7 @@ def test_resumed_run_equals_the_uninterrupted_one(tiny_leaf_file, uninterrupted,
     assert json.loads((workdir / seed / 'summary.json').read_text())['rounds'] == 200
 
 
+@pytest.mark.slow
 def test_same_command_twice_gives_the_same_metrics_bytes(tiny_leaf_file, uninterrupted, tmp_path):
   """Determinism: a second run of the command writes the same metrics.jsonl bytes, apart from
   the wall-clock field."""
@@ -190,6 +194,7 @@ def test_same_command_twice_gives_the_same_metrics_bytes(tiny_leaf_file, uninter
         (uninterrupted / seed / 'metrics.jsonl').read_text())
 
 
+@pytest.mark.slow
 def test_finished_runs_are_kept_and_a_damaged_checkpoint_is_one_line(tiny_leaf_file, tmp_path):
   workdir = tmp_path / 'run'
   cmd = command(tiny_leaf_file, workdir, '--num_rounds=20', '--algorithms=fedavg,gel')
@@ -216,6 +221,7 @@ def test_finished_runs_are_kept_and_a_damaged_checkpoint_is_one_line(tiny_leaf_f
     ({'algorithm': 'fedadam'}, "holds another configuration's state"),
     ({}, 'metrics.jsonl is shorter than at the checkpoint')],
     ids=['another_model', 'another_algorithm', 'metrics_cut_short'])
+@pytest.mark.slow
 def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_path, other,
                                                            error):
   """An unfinished run whose checkpoint holds another model's (or server optimiser's) state, or
@@ -242,6 +248,7 @@ def test_a_checkpoint_of_another_configuration_is_one_line(tiny_leaf_file, tmp_p
   assert snapshot(workdir) == before
 
 
+@pytest.mark.slow
 def test_a_resumed_grid_equals_the_uninterrupted_one(tiny_leaf_file, tmp_path):
   """A learning-rate grid killed with kill -9 and run again: its metrics.jsonl and grid.json
   are bit-identical to an uninterrupted grid's; a finished grid is kept on a third run."""
@@ -296,6 +303,7 @@ class SignalInLastRound(callbacks_lib.Callback):
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                     reason='signal handlers live in the main thread')
+@pytest.mark.slow
 def test_a_stop_signal_in_a_runs_last_round_finishes_it_and_starts_no_other(tiny_leaf_file,
                                                                            tmp_path):
   """The run whose last round was under way finishes; the command's next run does not start
@@ -465,6 +473,7 @@ def test_a_run_is_not_continued_on_other_data(on_own_data, leaf_writer, tmp_path
 
 
 @pytest.mark.parametrize('status', ['extended', 'resumed'])
+@pytest.mark.slow
 def test_a_run_recorded_without_its_datas_digest_goes_on_and_then_records_it(
     on_own_data, tmp_path, status):
   """A config.json of an earlier version (no data_sha256) is taken as it is; extended or
@@ -509,6 +518,7 @@ def test_a_data_digest_edited_into_another_value_is_one_line(on_own_data, tmp_pa
       (workdir / 'summary.json').unlink()
 
 
+@pytest.mark.slow
 def test_a_run_is_not_continued_with_other_client_budgets(on_own_data, tmp_path):
   """--budget_draw=per_client: the budgets file rewritten with other budgets under the same path
   stops the run's extension in one line naming --client_budgets; the same budgets written as
@@ -548,6 +558,7 @@ class Crash(callbacks_lib.Callback):
       raise RuntimeError('killed')
 
 
+@pytest.mark.slow
 def test_a_group_resumed_from_its_common_checkpoint_and_killed_again_resumes(tiny_leaf_file,
                                                                             tmp_path):
   """Two vmapped seeds killed between their saves of round 20 (seed1's never written): the
@@ -573,6 +584,7 @@ def test_a_group_resumed_from_its_common_checkpoint_and_killed_again_resumes(tin
             (whole / seed / 'model.msgpack').read_bytes())
 
 
+@pytest.mark.slow
 def test_a_stop_signal_while_starting_is_never_lost(tiny_leaf_file, tmp_path):
   """A signal at any moment of the start-up (imports, flags, data, compilation) ends the command
   with 130 and one line. Raised inside the imports, it crashed NumPy's or jaxlib's extension
@@ -589,6 +601,7 @@ def test_a_stop_signal_while_starting_is_never_lost(tiny_leaf_file, tmp_path):
     assert err.strip().splitlines()[-1].startswith('interrupted'), (delay, err[-2000:])
 
 
+@pytest.mark.slow
 def test_a_start_up_blocked_on_a_pipe_stops_at_a_signal(tmp_path):
   """A flag file that is a pipe nobody writes: once the imports are done a signal stops the
   command at once (recorded only, it waited for the pipe forever)."""

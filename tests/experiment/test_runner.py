@@ -91,6 +91,7 @@ def runs(base_config, tmp_path_factory):
 # --------------------------------------------------------------------------- outputs
 
 
+@pytest.mark.slow
 def test_config_json_round_trips(runs):
   c, workdir, *_ = runs['base']
   loaded = json.loads((workdir / 'config.json').read_text())
@@ -202,6 +203,7 @@ def every_round_rounds(records, every, start, end, last):
 
 
 @pytest.mark.parametrize('end', [None, 0.6])
+@pytest.mark.slow
 def test_every_round_evaluation_in_the_window_of_the_best(base_config, tmp_path, end):
   c = base_config.replace(num_rounds=16, eval_every=4, eval_every_round_from=0.4,
                           eval_every_round_until=end)
@@ -214,6 +216,7 @@ def test_every_round_evaluation_in_the_window_of_the_best(base_config, tmp_path,
   assert end is None or any(b - a == 4 for a, b in zip(rounds[3:], rounds[4:]))
 
 
+@pytest.mark.slow
 def test_a_resumed_run_evaluates_the_rounds_of_the_window_as_the_uninterrupted_one(base_config,
                                                                                    tmp_path):
   c = base_config.replace(num_rounds=16, eval_every=4, checkpoint_every=5,
@@ -591,6 +594,7 @@ def test_guess_and_server_combinations_that_cannot_work(kwargs, flag):
   assert str(e.value).startswith(flag) and '\n' not in str(e.value)
 
 
+@pytest.mark.slow
 def test_cyclic_selection_reaches_the_rounds(base_config, tmp_path):
   c = base_config.replace(client_selection='cyclic', cyclic_groups=2,
                           algorithm='fedexp')
@@ -605,6 +609,7 @@ def test_cyclic_groups_must_fit_the_population(base_config):
     factories.prepare(base_config.replace(client_selection='cyclic', cyclic_groups=9))
 
 
+@pytest.mark.slow
 def test_power_of_d_selection_runs_from_the_runner(base_config, tmp_path):
   c = base_config.replace(client_selection='power_of_d', power_d=5)
   seen = []
@@ -615,6 +620,7 @@ def test_power_of_d_selection_runs_from_the_runner(base_config, tmp_path):
     config_lib.validate(c.replace(power_d=2))
 
 
+@pytest.mark.slow
 def test_stateful_algorithms_keep_a_row_per_training_client(base_config, tmp_path):
   """The store holds every training client's row (8 clients of the tiny LEAF file; 61 floats
   of SCAFFOLD's c_i per client for its logistic model) and reports its size."""
@@ -658,6 +664,7 @@ def test_a_large_store_spreads_over_every_device():
 SHARED = pathlib.Path(__file__).resolve().parents[2].parent / 'shared' / 'data' / 'leaf'
 
 
+@pytest.mark.slow
 def test_fedprox_synthetic_generator_trains(tmp_path):
   c = make(dataset='fedprox_synthetic', algorithm='fedavg', num_rounds=4, eval_every=2,
              clients_per_round=5, batch_size=10, budget_range=(2, 4), client_lr=0.05)
@@ -671,6 +678,7 @@ def test_fedprox_synthetic_generator_trains(tmp_path):
 
 @pytest.mark.skipif(not (SHARED / 'fedprox_synthetic_1_1_subset.json').is_file(),
                     reason='../shared/data/leaf/fedprox_synthetic_1_1_subset.json not found')
+@pytest.mark.slow
 def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
   c = make(dataset='leaf', data_path=str(SHARED / 'fedprox_synthetic_1_1_subset.json'),
              algorithm='fedavg', num_rounds=10, eval_every=5, clients_per_round=10,
@@ -685,6 +693,7 @@ def test_shipped_fedprox_file_with_float_labels_loads_and_trains(tmp_path):
 
 @pytest.mark.parametrize('emitters,fused', [('quick', True), ('default', True),
                                              ('quick', False)])
+@pytest.mark.slow
 def test_vmapped_seeds_are_the_separate_runs(base_config, tmp_path, emitters, fused):
   """Three seeds as one vmapped program write exactly the metrics of three separate runs,
   whether compiled for compile time (``QUICK_COMPILE``) or with XLA's defaults; both at the LLVM
@@ -725,6 +734,7 @@ def round_program(config) -> str:
   return program.round.lower(state, hparams, cohort, exp.train, root, r).lowered.as_text()
 
 
+@pytest.mark.slow
 def test_the_round_program_does_not_depend_on_the_number_of_rounds(base_config):
   """Tuning never changes numbers: a run of 40 rounds and one of 10**6 compile the same round
   (a rule reading --num_rounds chose the fused products from 5,000 client-rounds, so a run
@@ -736,6 +746,7 @@ def test_the_round_program_does_not_depend_on_the_number_of_rounds(base_config):
   assert round_program(base_config.replace(num_rounds=40)) != short
 
 
+@pytest.mark.slow
 def test_the_client_distance_is_measured_when_asked(base_config, tmp_path):
   """--client_distance: FedGBO's drift metric in every record and in the cost table; without
   it the records hold null and the table a dash (nothing is computed for it)."""
@@ -780,6 +791,7 @@ def poisoned_client_run(base_config, tmp_path):
   return summary, tmp_path, first[client]
 
 
+@pytest.mark.slow
 def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(base_config, tmp_path):
   summary, workdir, bad_round = poisoned_client_run(base_config, tmp_path)
   assert summary['status'] == 'diverged' and summary['diverged_round'] == bad_round
@@ -793,6 +805,7 @@ def test_divergence_stops_the_run_and_keeps_the_last_good_checkpoint(base_config
   assert json.loads((workdir / 'summary.json').read_text())['status'] == 'diverged'
 
 
+@pytest.mark.slow
 def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
   """Seeds 0 and 1 vmapped, seed 1's initial model NaN: seed 1 is marked diverged after round
   1; seed 0 finishes with exactly the metrics of its own run (both programs compiled as runs
@@ -820,6 +833,7 @@ def test_a_diverged_seed_is_marked_alone(base_config, tmp_path):
 
 
 @pytest.mark.parametrize('chunk_size,asked', [(0, 'the automatic 12'), (12, '--chunk_size=12')])
+@pytest.mark.slow
 def test_memory_guard_shrinks_the_chunk_before_compiling(base_config, monkeypatch, tmp_path,
                                                          chunk_size, asked):
   c = base_config.replace(clients_per_round=12, sample_with_replacement=True,
@@ -849,6 +863,7 @@ def test_memory_guard_fails_in_one_line_when_one_client_cannot_fit(base_config, 
   assert 'lower the budgets or the batch size' in message and '\n' not in message
 
 
+@pytest.mark.slow
 def test_default_workdir_is_the_settings_digest(base_config, tmp_path, monkeypatch):
   """The same command finds its folder again and says its runs are finished; other settings
   get another folder."""
@@ -934,6 +949,7 @@ def test_run_refuses_arguments_of_the_wrong_kind_before_writing(tmp_path, kwargs
   assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_a_diverged_run_says_so_in_its_line(base_config, tmp_path):
   """Its line read as a finished run's (the 'final' value is its last finite evaluation)."""
   out = io.StringIO()

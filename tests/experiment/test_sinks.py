@@ -32,6 +32,7 @@ def records(workdir):
   return [json.loads(line) for line in (workdir / 'metrics.jsonl').read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_csv_loads_with_pandas_and_equals_the_jsonl(run_dirs):
   pandas = pytest.importorskip('pandas')
   for workdir in run_dirs:
@@ -60,6 +61,7 @@ def test_tensorboard_events_hold_every_numeric_field(run_dirs):
   assert cells == ['client_lr=0.1,server_lr=1', 'client_lr=1e+38,server_lr=1']
 
 
+@pytest.mark.slow
 def test_a_resumed_runs_events_are_rewritten_from_its_records(tiny_leaf_file, tmp_path):
   """Resumed from its checkpoint (here the final one, summary.json gone as after a kill in the
   last writes), a run's TensorBoard folder holds its metrics.jsonl's records once each, and

@@ -33,6 +33,7 @@ def _conv(impl, case):
 
 @pytest.mark.parametrize('case', CASES, ids=[str(i) for i in range(len(CASES))])
 @jax.default_matmul_precision('float32')   # on a GPU, not TF32: the tolerances are float32's
+@pytest.mark.slow
 def test_patches_conv_equals_xla_conv_and_its_gradients(case):
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.standard_normal(case[0]), jnp.float32)
@@ -55,6 +56,7 @@ def test_grouped_convolution_is_left_to_xla():
 
 @pytest.mark.parametrize('ties', [False, True])
 @pytest.mark.parametrize('padding', ['VALID', 'SAME'])
+@pytest.mark.slow
 def test_max_pool_2x2_equals_flax_max_pool_and_its_gradient(padding, ties):
   """Values and gradients, odd sides included; with ties (integers 0..2) the gradient goes to
   the first maximum of each block, as ``nn.max_pool``'s ``select_and_scatter`` gives it."""
@@ -108,6 +110,7 @@ def _primitives(jaxpr) -> set:
 
 
 @jax.default_matmul_precision('float32')   # on a GPU, not TF32: the tolerances are float32's
+@pytest.mark.slow
 def test_cnn_fast_layers_equal_xla_layers_and_vmap_without_batched_convolutions():
   """GeL's FEMNIST CNN: the default layers give XLA's outputs and per-client gradients, and
   the vmapped client gradient has no convolution or reduce_window left (on CPU and GPU)."""
@@ -150,6 +153,7 @@ def _flax_lstm(hidden, x, cell):
   return nn.RNN(nn.OptimizedLSTMCell(hidden)).apply({'params': {'cell': cell}}, x)
 
 
+@pytest.mark.slow
 def test_lstm_equals_flax_lstm_cell_and_its_gradients(features=3, hidden=5):
   from fedjax_gel.models.rnn import lstm_kernels
   x = jax.random.normal(jax.random.key(0), (2, 7, features))
@@ -182,6 +186,7 @@ def test_lstm_equals_flax_lstm_cell_and_its_gradients(features=3, hidden=5):
   np.testing.assert_allclose(second(fused), second(reference), rtol=1e-3, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_stacked_lstm_fused_and_flax_cells_share_parameters_and_gradients():
   """The model's ``fused`` apply and Flax's cell: the same initial parameters, the same loss
   gradient (Sent140's shape: a dense after the LSTMs)."""

@@ -22,6 +22,7 @@ def test_logistic_is_xw_plus_b_with_305_parameters():
   np.testing.assert_allclose(m.apply(params, x), x @ w + b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_cross_entropy_by_hand():
   m = models.get_model('logistic', (2,), 3)
   params = {'Dense_0': {'kernel': jnp.array([[1., 0., -1.], [0., 2., 0.]]),
@@ -39,6 +40,7 @@ def test_unknown_model_names_the_known_ones():
     models.get_model('cnn', (3,), 2)
 
 
+@pytest.mark.slow
 def test_nnx_module_runs_in_the_engine_like_its_linen_twin():
   """An nnx Linear and the linen logistic model, given equal params, train to equal models."""
   nnx_model = models.from_nnx('nnx_linear', lambda rngs: nnx.Linear(4, 3, rngs=rngs), 3)

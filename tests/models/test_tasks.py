@@ -33,6 +33,7 @@ def test_regression_by_hand():
                                 {'y': y, 'mask': jnp.array([True, False])})) == 0.5
 
 
+@pytest.mark.slow
 def test_next_token_masks_padding_by_hand():
   # 2 sequences of 3 tokens over a vocabulary of 3; token 0 is padding
   logits = jnp.log(jnp.array([
@@ -46,6 +47,7 @@ def test_next_token_masks_padding_by_hand():
                              rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_classification_task_loss_is_the_cross_entropy_by_hand(model, data):
   params = model.init(jax.random.key(0))
   batch = {k: v[:7] for k, v in data.examples.items()}
@@ -75,6 +77,7 @@ def regression_pool():
   return fd.from_client_arrays(clients)
 
 
+@pytest.mark.slow
 def test_a_regression_model_in_the_engine_equals_a_plain_sgd_loop():
   host = regression_pool()
   data = fd.to_device(host)
@@ -120,6 +123,7 @@ def regression_split(data):
   return fd.FederatedSplit(part(slice(0, 12)), part(slice(12, None)))
 
 
+@pytest.mark.slow
 def test_a_regression_model_runs_from_the_command_line(tmp_path):
   """Records, summaries, grids and reports follow the task's main metric (mse, lower is
   better): best is the minimum, the target is reached at or below it."""
@@ -205,6 +209,7 @@ def token_split(data):
   return fd.FederatedSplit(part(slice(0, 16)), part(slice(16, None)))
 
 
+@pytest.mark.slow
 def test_a_next_token_model_runs_from_the_command_line(tmp_path):
   build = lambda shape, classes, vocab_size: models.from_linen(
       'bigram', Bigram(vocab_size), shape, jnp.int32, classes, task=models.NEXT_TOKEN)

@@ -71,6 +71,7 @@ COUNTS = [
 
 @pytest.mark.parametrize('builder,input_shape,num_classes,expect',
                          [c[1:] for c in COUNTS], ids=[c[0] for c in COUNTS])
+@pytest.mark.slow
 def test_parameter_counts_match_the_documented_layers(builder, input_shape, num_classes, expect):
   assert models.num_params(shapes_only(builder(input_shape, num_classes))) == expect
 
@@ -83,6 +84,7 @@ def test_counts_match_the_gel_paper():
   assert shakespeare == 817_872 and abs(shakespeare / 8.2e5 - 1) < 0.01
 
 
+@pytest.mark.slow
 def test_vocab_size_sets_the_embedding():
   assert shapes_only(shakespeare_lstm((80,), 80))['embed']['embedding'].shape == (80, 8)
   assert shapes_only(shakespeare_lstm((80,), 80, 90))['embed']['embedding'].shape == (90, 8)
@@ -104,6 +106,7 @@ SHAPES = [
 
 
 @pytest.mark.parametrize('builder,input_shape,num_classes,dtype,num_features', SHAPES)
+@pytest.mark.slow
 def test_output_and_feature_shapes(builder, input_shape, num_classes, dtype, num_features):
   m = builder(input_shape, num_classes)
   x = jax.ShapeDtypeStruct((5, *input_shape), dtype)
@@ -154,6 +157,7 @@ ENGINE = [
 
 @pytest.mark.parametrize('builder,input_shape,num_classes,vocab',
                          [e[1:] for e in ENGINE], ids=[e[0] for e in ENGINE])
+@pytest.mark.slow
 def test_one_fedavg_round_in_the_engine(builder, input_shape, num_classes, vocab):
   """3 clients, vmapped in chunks of 2 under ``jax.grad``: the model moves and stays finite."""
   m = builder(input_shape, num_classes)
@@ -184,6 +188,7 @@ LSTMS = [
 
 @pytest.mark.parametrize('builder,num_classes,vocab', [s[1:] for s in LSTMS],
                          ids=[s[0] for s in LSTMS])
+@pytest.mark.slow
 def test_lstm_reads_the_whole_sequence_row_by_row(builder, num_classes, vocab):
   m = builder((5,), num_classes)
   params = random_params(m)

@@ -106,6 +106,7 @@ def guesses_of(state, params, count=3.):
 
 
 @pytest.mark.parametrize('name', CASES)
+@pytest.mark.slow
 def test_jit_and_vmap_equal_eager(name):
   case = CASES[name]
   tx, p = case.make(), params_like()
@@ -130,6 +131,7 @@ def test_jit_and_vmap_equal_eager(name):
 
 
 @pytest.mark.parametrize('name', CASES)
+@pytest.mark.slow
 def test_chain_and_named_chain_keep_updates_and_guesses(name):
   case = CASES[name]
   p = params_like()
@@ -181,6 +183,7 @@ def check_changed_under_jit(tx, hyperparams, name, p, extra, reference, gel):
 
 
 @pytest.mark.parametrize('name', CASES)
+@pytest.mark.slow
 def test_inject_hyperparams_schedule_and_changed_value_under_jit(name):
   case = CASES[name]
   p = params_like()
@@ -205,6 +208,7 @@ def test_inject_hyperparams_schedule_and_changed_value_under_jit(name):
 
 
 @pytest.mark.parametrize('name', CASES)
+@pytest.mark.slow
 def test_multisteps_applies_the_mean_gradient_every_k(name):
   """Updates as optax documents them; guesses refused around a GeL transformation (its
   every_k_schedule, which says which guessed steps would apply an update, is not in its state)
@@ -228,6 +232,7 @@ def test_multisteps_applies_the_mean_gradient_every_k(name):
 
 @pytest.mark.parametrize('dtype', [jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize('name', CASES)
+@pytest.mark.slow
 def test_low_precision_params_keep_their_dtypes(name, dtype):
   case = CASES[name]
   p = params_like(dtype)
@@ -271,6 +276,7 @@ def test_guesses_reach_a_partition_group_and_leave_the_others(name):
     lambda: optim.guessing(optax.MultiSteps(optax.sgd(LR, momentum=0.9), every_k_schedule=1)
                            .gradient_transformation()),
 ], ids=['gel_sgdm', 'guessing', 'chain', 'inject_hyperparams', 'guessing_multisteps'])
+@pytest.mark.slow
 def test_infinite_zero_proxy_guesses_are_the_closed_form_however_built(build):
   """``alpha / (1 - alpha) v`` (GeL, eq. 5 with tau' = inf), never a silent zero."""
   p = params_like()

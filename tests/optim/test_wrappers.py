@@ -226,6 +226,7 @@ _guess = jax.jit(optim.guess, static_argnames='optimizer')
 
 
 @pytest.mark.parametrize('name', FOLLOWED)
+@pytest.mark.slow
 def test_followed_wrappers_guess_what_the_optimiser_applies(name):
   row = ROWS[name]
   tx, state, p, last = train(row)
@@ -240,6 +241,7 @@ def test_followed_wrappers_guess_what_the_optimiser_applies(name):
 
 
 @pytest.mark.parametrize('name', [n for n, row in ROWS.items() if row.refused or row.nan])
+@pytest.mark.slow
 def test_other_wrappers_are_refused_in_one_line_naming_them(name):
   row = ROWS[name]
   tx, state, p, _ = train(row)
@@ -263,6 +265,7 @@ def test_other_wrappers_are_refused_in_one_line_naming_them(name):
 
 
 @pytest.mark.parametrize('name', REPLAYED)
+@pytest.mark.slow
 def test_refused_wrappers_replayed_with_the_optimiser_guess_what_it_applies(name):
   """With ``optimizer=tx`` the refusal is replaced by ``tx`` replayed with the proxy: the oracle
   on every parameter (``tx`` is handed the proxy whole)."""
@@ -308,6 +311,7 @@ def test_stateless_masked_members_cannot_be_told_apart():
 @pytest.mark.parametrize('name', ['guessing_then_reduce_on_plateau',
                                   'apply_if_finite_gel_sgdm_after_a_nan',
                                   'masked_gel_then_masked_sgdm_on_other_leaves'])
+@pytest.mark.slow
 def test_per_client_counts_under_vmap_including_inf(name):
   """Three clients, counts 0, 4 and inf under one jitted vmap: each as guessed alone."""
   row = ROWS[name]
@@ -366,6 +370,7 @@ def test_an_optimizer_that_did_not_make_the_state_is_refused():
 
 @pytest.mark.parametrize('name', ['masked_gel_then_stateless_masked_sgd', 'multisteps_gel_sgdm',
                                   'lookahead_gel_sgdm'])
+@pytest.mark.slow
 def test_per_client_counts_under_vmap_through_the_replay(name):
   """Three clients, counts 0, 4 and inf replayed under one jitted vmap: each as guessed alone;
   ``inf`` the settled sum (MultiSteps' accumulating steps apply exact zeros: not settled by

@@ -15,6 +15,7 @@ def direct(event, rounds, delta, accountant):
 
 
 @pytest.mark.parametrize('kind', ['rdp', 'pld'])
+@pytest.mark.slow
 def test_poisson_rounds_are_accounted_as_the_library_does(kind):
   event = privacy.round_event(POISSON, 1.1)
   accountant = (rdp.RdpAccountant() if kind == 'rdp' else pld.PLDAccountant())

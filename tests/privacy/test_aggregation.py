@@ -32,6 +32,7 @@ def test_clipping_scales_only_the_deltas_above_the_norm():
                              [0.5, 1.0, 2.0, 2.0], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_noised_mean_is_the_clipped_sum_over_the_expected_count_plus_its_noise():
   deltas = deltas_of([0.5, 3.0, 10.0, 1.5, 2.5])
   present = jnp.asarray([1, 1, 0, 1, 1])

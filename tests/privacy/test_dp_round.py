@@ -33,6 +33,7 @@ def deltas_by_client(alg, data, params, seed=0, round_idx=3):
   return out
 
 
+@pytest.mark.slow
 def test_no_clipping_and_no_noise_is_the_plain_algorithm_with_uniform_weights(setting):
   data, _, alg, params = setting
   dp = privacy.private(alg, privacy.Privacy(clip_norm=1e9, noise_multiplier=0.,
@@ -44,6 +45,7 @@ def test_no_clipping_and_no_noise_is_the_plain_algorithm_with_uniform_weights(se
   assert float(metrics.diagnostics['dp_clip_norm']) == pytest.approx(1e9)
 
 
+@pytest.mark.slow
 def test_the_round_clips_each_client_and_noises_the_sum_once(setting):
   data, _, alg, params = setting
   deltas = deltas_by_client(alg, data, params, seed=4)
@@ -61,6 +63,7 @@ def test_the_round_clips_each_client_and_noises_the_sum_once(setting):
                dp.server_params(state), expected)
 
 
+@pytest.mark.slow
 def test_adaptive_clipping_moves_the_clip_by_the_noised_count(setting):
   data, _, alg, params = setting
   deltas = deltas_by_client(alg, data, params, seed=1, round_idx=0)
@@ -87,6 +90,7 @@ def test_a_round_without_clients_still_steps_by_the_noise(setting):
   assert all(v > 0 for v in jax.tree.leaves(moved))
 
 
+@pytest.mark.slow
 def test_the_debug_round_agrees(setting):
   data, _, alg, params = setting
   dp = privacy.private(alg, privacy.Privacy(0.05, 0.7, 6.))

@@ -135,6 +135,7 @@ def test_a_path_flag_given_no_value_is_one_line():
      'the flags are valid: 4 runs (fedavg, scaffold); the data and the work directory were not '
      'checked'),
 ], ids=['bad', 'empty_workdir', 'processes_without_workdir', 'stray_argument', 'good'])
+@pytest.mark.slow
 def test_only_check_args_runs_every_check_of_the_flags_and_nothing_else(tmp_path, extra, code,
                                                                         line):
   """absl's ``--only_check_args`` ("validate args and exit") exited 0 before any of the

@@ -105,6 +105,7 @@ def assert_resumes(workdir, uninterrupted, where='resuming from the checkpoint o
     ('metrics.csv', 'metrics.csv'),
     ('meta.msgpack', os.path.join('checkpoint-2.tmp', 'meta.msgpack')),   # round 2's checkpoint
 ])
+@pytest.mark.slow
 def test_a_full_disk_mid_run_is_one_line_and_the_same_command_resumes(
     uninterrupted, tmp_path, monkeypatch, name, named):
   workdir = tmp_path / 'run'
@@ -117,6 +118,7 @@ def test_a_full_disk_mid_run_is_one_line_and_the_same_command_resumes(
   assert_resumes(workdir, uninterrupted)
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_tensorboard_is_one_line_and_never_hangs(uninterrupted, tmp_path):
   """tensorboardX's writer thread died of the full disk and the run waited forever for room in
   its queue (holding the work directory's lock, so the same command was refused): in a process
@@ -138,6 +140,7 @@ def test_a_full_disk_under_tensorboard_is_one_line_and_never_hangs(uninterrupted
   assert_resumes(workdir, uninterrupted)
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_a_checkpoints_state_is_one_line_and_the_same_command_resumes(
     uninterrupted, tmp_path, monkeypatch):
   """Orbax's writer threads fail half-way through the state of round 2: what they wrote stays
@@ -161,6 +164,7 @@ def test_a_full_disk_under_a_checkpoints_state_is_one_line_and_the_same_command_
   assert_resumes(workdir, uninterrupted)
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_report_is_one_line_and_the_same_command_writes_it(
     uninterrupted, tmp_path, monkeypatch):
   workdir = tmp_path / 'run'

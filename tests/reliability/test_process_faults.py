@@ -27,6 +27,7 @@ def wait_for(condition, seconds: float, procs=()):
     time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_frozen_process_stops_the_others_with_one_line_before_the_heartbeat_timeout(tmp_path):
   """Process 1 stopped (SIGSTOP) after a checkpoint: process 0 notices its silence (the
   watchdog's beats, half of --heartbeat_timeout) and ends with one line naming it and the
@@ -50,6 +51,7 @@ def test_a_frozen_process_stops_the_others_with_one_line_before_the_heartbeat_ti
   assert took < 20   # half the heartbeat timeout: before JAX's own abort
 
 
+@pytest.mark.slow
 def test_sigterm_to_every_process_stops_them_after_one_round_with_one_checkpoint(tmp_path):
   """A scheduler's SIGTERM to both processes of a run that checkpoints every round (process 1
   once saw the checkpoint of the stop's round late, entered a second save's barrier alone and
@@ -76,6 +78,7 @@ def start_alone(process_id: int, port: int, *more):
       cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+@pytest.mark.slow
 def test_sigterm_while_waiting_for_a_coordinator_nobody_serves_is_one_line(tmp_path):
   """Process 1 waits for a process 0 that never starts: SIGTERM ends the wait at once (it was
   ignored until JAX's start-up timeout, then a C++ abort), status 130, nothing written."""
@@ -89,6 +92,7 @@ def test_sigterm_while_waiting_for_a_coordinator_nobody_serves_is_one_line(tmp_p
   assert not (tmp_path / 'run').exists()
 
 
+@pytest.mark.slow
 def test_processes_that_never_meet_stop_with_one_line_at_the_initialization_timeout(tmp_path):
   """Process 1 alone: one line naming --coordinator_address and what to start, status 2, after
   --initialization_timeout (JAX's own expiry aborted the process)."""
@@ -105,6 +109,7 @@ def listening(port: int) -> bool:
     return probe.connect_ex(('127.0.0.1', port)) == 0
 
 
+@pytest.mark.slow
 def test_a_second_process_0_is_refused_with_one_line(tmp_path):
   """Two processes given --process_id=0 (both waited, then were aborted without a word): the
   one that comes second finds the coordinator's port taken and says so; the first stops at

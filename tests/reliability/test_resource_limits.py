@@ -101,6 +101,7 @@ def run_limited(limit: int, *args):
 
 
 @pytest.mark.skipif(not os.path.exists('/proc/self/status'), reason='reads VmPeak')
+@pytest.mark.slow
 def test_a_store_larger_than_ulimit_v_allows_is_refused_and_a_small_run_runs(tmp_path):
   """SCAFFOLD keeps a FEMNIST CNN (6.6 M parameters) for each of the subset's 105 clients:
   2.8 GiB, which passed the guard (the host's memory) and ended in XLA's RESOURCE_EXHAUSTED

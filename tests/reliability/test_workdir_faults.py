@@ -78,6 +78,7 @@ def hold_lock(folder, name_it=False):
   return holder
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_and_a_killed_one_leaves_no_lock(finished, tmp_path):
   workdir = tmp_path / 'run'
   workdir.mkdir()
@@ -94,6 +95,7 @@ def test_a_second_writer_is_refused_and_a_killed_one_leaves_no_lock(finished, tm
   assert model_bytes(workdir) == finished[1]
 
 
+@pytest.mark.slow
 def test_a_command_started_while_another_plans_names_it_for_the_top_and_the_run_folders(
     tmp_path):
   """The first command names itself in ``.lock`` as soon as it holds a folder (it used to write
@@ -158,6 +160,7 @@ def config(workdir, **changes):
     return cli.from_flags(values)
 
 
+@pytest.mark.slow
 def test_an_interrupted_overwrite_is_never_taken_for_the_earlier_run(finished, tmp_path):
   workdir = tmp_path / 'run'
   assert run(workdir, '--client_lr=0.05').returncode == 0   # an earlier run, finished
@@ -172,6 +175,7 @@ def test_an_interrupted_overwrite_is_never_taken_for_the_earlier_run(finished, t
   assert model_bytes(workdir) == finished[1]
 
 
+@pytest.mark.slow
 def test_a_command_never_replaces_another_commands_report(tmp_path):
   single, sweep = tmp_path / 'single', tmp_path / 'sweep'
   assert run(single, rounds=1).returncode == 0
@@ -205,6 +209,7 @@ def flip_a_bit(folder):
   open(big, 'wb').write(bytes(data))
 
 
+@pytest.mark.slow
 def test_a_flipped_bit_in_a_checkpoint_is_caught(finished, tmp_path):
   workdir = tmp_path / 'run'
   unfinished(workdir)
@@ -225,6 +230,7 @@ def test_a_flipped_bit_in_a_checkpoint_is_caught(finished, tmp_path):
   assert snapshot(other) == before
 
 
+@pytest.mark.slow
 def test_a_checkpoint_under_another_rounds_name_is_set_aside_like_a_damaged_one(finished,
                                                                                 tmp_path):
   """A checkpoint folder copied or renamed to a later round's name held round 1's state under
@@ -273,6 +279,7 @@ def test_a_finished_run_whose_outputs_changed_is_reported(finished, tmp_path, da
   assert snapshot(workdir) == before
 
 
+@pytest.mark.slow
 def test_a_garbage_line_in_metrics_is_one_line(tmp_path):
   workdir = tmp_path / 'run'
   unfinished(workdir)
@@ -302,6 +309,7 @@ def test_a_checkpoint_that_is_a_file_is_refused_before_anything_is_written(tmp_p
 
 
 @pytest.mark.parametrize('name', ['metrics.jsonl', 'checkpoint-4.tmp', 'plots', 'summary.json'])
+@pytest.mark.slow
 def test_a_planted_link_is_refused_and_nothing_outside_is_written(finished, tmp_path, name):
   workdir, outside = tmp_path / 'run', tmp_path / 'outside'
   outside.mkdir()
@@ -333,6 +341,7 @@ def test_a_link_planted_while_the_run_writes_is_never_followed(tmp_path):
   assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask   # as open() creates files
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_one_line_and_the_same_command_resumes(finished, tmp_path, monkeypatch):
   workdir = tmp_path / 'run'
   calls = []
@@ -449,6 +458,7 @@ class Starts:
     raise AttributeError(name)
 
 
+@pytest.mark.slow
 def test_vmapped_runs_with_a_diverged_one_resume_from_their_last_checkpoint(tmp_path):
   """Two runs in one program, one diverging at once: killed after round 6, the group resumes
   from its checkpoint of round 6, not from the start."""
@@ -464,6 +474,7 @@ def test_vmapped_runs_with_a_diverged_one_resume_from_their_last_checkpoint(tmp_
 
 
 @pytest.mark.parametrize('name', ['meta.msgpack'])   # a checkpoint's last write
+@pytest.mark.slow
 def test_a_kill_inside_a_write_resumes_bit_identically(finished, tmp_path, monkeypatch, name):
   """The process dies between writing a file's temporary copy and renaming it: the next run
   removes the copy and ends as an uninterrupted one."""
@@ -511,6 +522,7 @@ def test_a_link_between_the_workdir_and_a_run_folder_is_refused(tmp_path):
   assert not os.listdir(outside)
 
 
+@pytest.mark.slow
 def test_a_cut_meta_falls_back_to_the_last_intact_checkpoint(finished, tmp_path):
   workdir = tmp_path / 'run'
   unfinished(workdir)
