@@ -1,15 +1,34 @@
 """What the benchmark scripts share: the LEAF Synthetic, CNN and LSTM workloads, timing, a
-step's product FLOPs and the machine's matrix-product speed, integer-list flags, output."""
+step's product FLOPs and the machine's matrix-product speed, integer-list flags, output: the
+tables they print (``Column``, ``markdown_table``) and the results they write
+(``write_results``: ``benchmarks/results/<benchmark>[-<variant>].json``, from which
+``benchmarks/results_md.py`` writes ``benchmarks/RESULTS.md``)."""
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import datetime
 import inspect
 import json
 import os
 import platform
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, Callable
+
+BENCHMARKS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(BENCHMARKS)
+RESULTS_DIR = os.path.join(BENCHMARKS, 'results')
+# The command line as it was given, with XLA_FLAGS if the caller set them: read when this module
+# is imported, before a script's set-up (``xla.configure_cpu``) adds its own to the environment.
+_COMMAND = [os.path.relpath(os.path.abspath(sys.argv[0]), REPO)
+            if sys.argv and sys.argv[0].endswith('.py') else (sys.argv[0] if sys.argv else ''),
+            *sys.argv[1:]]
+_XLA_FLAGS = os.environ.get('XLA_FLAGS')
 
 
 def synthetic_workload(population: int = 0, cpu_devices: int | None = None):
@@ -443,3 +462,231 @@ def plot(path: str | None, title: str, xlabel: str, ylabel: str, series: dict, l
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables and results.
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+  """One column of a benchmark's table: ``field``, the figure's name in the rows of its results
+  (its unit in the name: ``round_ms``, ``compile_s``), ``heading`` (with its unit), ``unit``,
+  ``better`` (``'higher'``, ``'lower'`` or ``''`` for a setting or a reference) and ``format``
+  (a ``str.format`` template, or ``'times'``: ``12x``, ``1.4x`` below 10; a text figure takes
+  it only where it has a bare ``{}``, as ```{}``` for code); a list value is
+  formatted item by item and joined by ``join``. ``get`` reads the figure from a script's own
+  row (default: ``row[field]``; None or absent: ``-``); ``left``: a text column."""
+  field: str
+  heading: str
+  unit: str = ''
+  better: str = ''
+  format: str = '{}'
+  join: str = ', '
+  left: bool = False
+  get: Callable[[dict], Any] | None = None
+
+  def spec(self) -> dict:
+    """The column as the results' JSON holds it (everything but ``get``)."""
+    spec = {'field': self.field, 'heading': self.heading, 'unit': self.unit,
+            'better': self.better, 'format': self.format}
+    if self.join != ', ':
+      spec['join'] = self.join
+    if self.left:
+      spec['left'] = True
+    return spec
+
+
+def format_value(value, fmt: str = '{}', join: str = ', ') -> str:
+  """A figure as a table shows it: ``-`` for None, a string as it is, a list item by item."""
+  if value is None:
+    return '-'
+  if isinstance(value, list):
+    return join.join(format_value(v, fmt, join) for v in value)
+  if isinstance(value, str):   # text, or a figure a table gave as text: as it is
+    return fmt.format(value) if value and '{}' in fmt else value
+  if fmt == 'times':
+    return f'{value:.1f}x' if value < 10 else f'{value:.0f}x'
+  return fmt.format(value)
+
+
+def figures(columns: list[Column], rows: list[dict]) -> list[dict]:
+  """The rows' figures, one dict per row, named by the columns' fields, in their units."""
+  out = []
+  for row in rows:
+    out.append({c.field: (c.get(row) if c.get else row.get(c.field)) for c in columns})
+  return out
+
+
+def markdown_table(columns: list, rows: list[dict]) -> str:
+  """``rows`` (figures named by the columns' fields) as a markdown table, after a line saying
+  which way is better for each figure that has a direction. ``columns``: ``Column``s or their
+  JSON specs."""
+  cols = [c.spec() if isinstance(c, Column) else c for c in columns]
+  better = {way: [c['heading'] for c in cols if c.get('better') == way]
+            for way in ('higher', 'lower')}
+  lines = []
+  said = [f'{way} is better: ' + ', '.join(f'"{h}"' for h in headings)
+          for way, headings in better.items() if headings]
+  if said:
+    text = '; '.join(said)
+    lines += [text[0].upper() + text[1:] + '.', '']
+  lines.append('| ' + ' | '.join(c['heading'] for c in cols) + ' |')
+  lines.append('|' + ''.join('---|' if c.get('left') else '---:|' for c in cols))
+  for row in rows:
+    lines.append('| ' + ' | '.join(
+        format_value(row.get(c['field']), c.get('format', '{}'), c.get('join', ', '))
+        for c in cols) + ' |')
+  return '\n'.join(lines)
+
+
+def cpu_model() -> str:
+  """The processor's model name (``/proc/cpuinfo``), else ``platform.processor()``."""
+  try:
+    with open('/proc/cpuinfo') as f:
+      for line in f:
+        if line.startswith('model name'):
+          return line.split(':', 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine() or 'unknown CPU'
+
+
+def memory_gib() -> float | None:
+  """The host's memory in GiB (``/proc/meminfo``), None where it is not there to read."""
+  try:
+    with open('/proc/meminfo') as f:
+      for line in f:
+        if line.startswith('MemTotal:'):
+          return int(line.split()[1]) / 2**20
+  except (OSError, ValueError, IndexError):
+    pass
+  return None
+
+
+def machine() -> str:
+  """What ran the benchmark: the host (processor, cores, memory) and JAX's devices."""
+  import jax  # pylint: disable=g-import-not-at-top
+  memory = memory_gib()
+  host_text = (f'{cpu_model()}, {os.cpu_count()} cores'
+               + (f', {memory:.0f} GiB memory' if memory else ''))
+  devices = jax.devices()
+  if devices[0].platform == 'cpu':
+    return f'{host_text}, no accelerator; JAX {jax.__version__}, CPU backend'
+  return (f'{len(devices)} x {devices[0].device_kind} ({devices[0].platform}); host: '
+          f'{host_text}; JAX {jax.__version__}')
+
+
+def source_commit(repo: str = REPO) -> str:
+  """``git rev-parse --short HEAD`` of ``repo``, with ``+dirty`` when a tracked file differs from
+  it (results, plots and RESULTS.md aside: the benchmarks write them), or ``unknown``."""
+  def git(*args):
+    return subprocess.run(['git', '-C', repo, *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+  try:
+    head = git('rev-parse', '--short', 'HEAD')
+    changed = git('status', '--porcelain', '--untracked-files=no', '--', '.',
+                  ':!benchmarks/results', ':!benchmarks/plots', ':!benchmarks/RESULTS.md')
+  except (OSError, subprocess.CalledProcessError):
+    return 'unknown'
+  return head + ('+dirty' if changed else '')
+
+
+# Options that say how long or how often a benchmark measures, or where it writes, not what it
+# measures: they do not make a variant of its results.
+NOT_SETTINGS = frozenset({'json', 'plot', 'single', 'results_dir', 'notes', 'repeats',
+                          'processes', 'pairs', 'rounds', 'top', 'help'})
+
+
+def variant(parser: argparse.ArgumentParser, args: argparse.Namespace,
+            ignore: tuple[str, ...] = ()) -> str:
+  """The setting ``args`` measure, for the results' file name: every option not at its default
+  (but those of ``NOT_SETTINGS`` and ``ignore``), as ``name=value`` joined by ``+``, sorted;
+  ``''`` for the defaults. Call it right after ``parse_args``."""
+  parts = []
+  for action in parser._actions:   # pylint: disable=protected-access
+    name = action.dest
+    if (name in NOT_SETTINGS or name in ignore or action.help == argparse.SUPPRESS
+        or not action.option_strings):
+      continue
+    value = getattr(args, name, None)
+    if value is None or value == action.default:
+      continue
+    parts.append(name if value is True else f'{name}={value}')
+  return re.sub(r'[^A-Za-z0-9_.,=+-]', '-', '+'.join(sorted(parts)))
+
+
+def results_flags(parser: argparse.ArgumentParser):
+  """Adds ``--results_dir`` and ``--notes``: where ``write_results`` writes, and a line for it."""
+  parser.add_argument('--results_dir', default=RESULTS_DIR,
+                      help='folder of the results JSON (benchmarks/results, from which '
+                           'benchmarks/results_md.py writes RESULTS.md); empty: none written')
+  parser.add_argument('--notes', default='',
+                      help="a line the results keep with the figures (the machine's load, what "
+                           'else ran)')
+
+
+def check_results_dir(parser: argparse.ArgumentParser, path: str) -> str:
+  """``--results_dir``, made before anything is measured, or exit 2 with one line."""
+  if path:
+    try:
+      os.makedirs(path, exist_ok=True)
+    except OSError as e:
+      parser.exit(2, f'error: --results_dir={path}: cannot make it ({e.strerror or e})\n')
+    if not os.access(path, os.W_OK):
+      parser.exit(2, f'error: --results_dir={path}: not a folder this user can write\n')
+  return path
+
+
+def command_line() -> str:
+  """The command that ran this process, as a shell line (``XLA_FLAGS=...`` first if set)."""
+  line = 'python ' + ' '.join(shlex.quote(a) for a in _COMMAND)
+  return (f'XLA_FLAGS={shlex.quote(_XLA_FLAGS)} ' if _XLA_FLAGS else '') + line
+
+
+def results_path(name: str, variant_name: str = '', results_dir: str = RESULTS_DIR) -> str:
+  """``<results_dir>/<name>[-<variant>].json``."""
+  return os.path.join(results_dir, name + (f'-{variant_name}' if variant_name else '') + '.json')
+
+
+def write_results(name: str, columns: list[Column], rows: list[dict], *, variant_name: str = '',
+                  results_dir: str | None = RESULTS_DIR, setting: str = '', notes: str = '',
+                  plot: str | None = None, tables: list[dict] | None = None,
+                  command: str | None = None) -> str | None:
+  """Writes the results of one run of benchmark ``name`` to ``results_path`` (replacing what an
+  earlier run of the same setting wrote) and returns the path; nothing where ``results_dir`` is
+  empty. The file holds ``benchmark``, ``variant``, ``command`` (this process's command line),
+  ``commit`` (``source_commit``), ``machine``, ``date`` (UTC), ``setting`` (the line over the
+  table), ``columns`` (``Column.spec``), ``figures`` (the rows' figures, ``figures``),
+  ``notes``, and where given ``plot`` (relative to ``benchmarks/``) and further ``tables``
+  (``{'title', 'columns', 'figures'}``, each made by ``table_results``). On an accelerator the
+  platform leads the variant (``gpu+...``), so a GPU's figures do not replace a CPU's."""
+  if not results_dir:
+    return None
+  import jax  # pylint: disable=g-import-not-at-top
+  platform_name = jax.devices()[0].platform
+  if platform_name != 'cpu':
+    variant_name = '+'.join(p for p in (platform_name, variant_name) if p)
+  result = {
+      'benchmark': name, 'variant': variant_name, 'command': command or command_line(),
+      'commit': source_commit(), 'machine': machine(),
+      'date': datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%dT%H:%M:%SZ'),
+      'setting': setting, 'columns': [c.spec() for c in columns],
+      'figures': figures(columns, rows), 'notes': notes}
+  if plot and os.path.exists(plot):
+    result['plot'] = os.path.relpath(os.path.abspath(plot), BENCHMARKS)
+  if tables:
+    result['tables'] = tables
+  os.makedirs(results_dir, exist_ok=True)
+  path = results_path(name, variant_name, results_dir)
+  with open(path, 'w') as f:
+    json.dump(result, f, indent=1)
+    f.write('\n')
+  print(f'results: {os.path.relpath(path)}', file=sys.stderr)
+  return path
+
+
+def table_results(title: str, columns: list[Column], rows: list[dict]) -> dict:
+  """A further table of a run's results (``write_results``'s ``tables``)."""
+  return {'title': title, 'columns': [c.spec() for c in columns],
+          'figures': figures(columns, rows)}

@@ -13,7 +13,8 @@ On CPU the script presents ``max(--devices)`` CPU devices before JAX starts
 count the speedup stops. On GPU or TPU hosts the real devices are used.
 
 Usage: ``python benchmarks/device_scaling.py [--devices 1,2,4,8] [--cohorts 2000,10000]
-[--plot benchmarks/plots/device_scaling.png]``
+[--plot benchmarks/plots/device_scaling.png]``; the results go to
+``benchmarks/results/device_scaling[-<variant>].json`` (``common.write_results``).
 """
 from __future__ import annotations
 
@@ -86,26 +87,38 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
   return rows
 
 
+COLUMNS = [
+    common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
+    common.Column('devices', 'devices'),
+    common.Column('chunk', 'chunk', format='{:,}', get=lambda r: r['chunk_size']),
+    common.Column('compile_s', 'compile s', 's', 'lower', '{:.2f}'),
+    common.Column('round_ms', 'round ms', 'ms', 'lower', '{:.2f}',
+                  get=lambda r: r['round_s'] * 1e3),
+    common.Column('examples_per_s', 'examples/s', 'examples/s', 'higher', '{:,.0f}'),
+    common.Column('speedup', 'speedup (over the first device count)', 'x', 'higher', '{:.2f}'),
+    common.Column('max_abs_diff', 'max abs diff vs first', '', 'lower', '{:.1e}'),
+]
+SETTING = (f'FedAvg on LEAF Synthetic, tau = {TAU}, B = {BATCH}; round: median, the device '
+           'counts timed alternately in one process')
+
+
 def table(rows: list[dict]) -> str:
-  out = ['| clients | devices | chunk | compile s | round ms | examples/s | speedup | '
-         'max abs diff vs first |',
-         '|---:|---:|---:|---:|---:|---:|---:|---:|']
-  for r in rows:
-    out.append(f'| {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | '
-               f'{r["compile_s"]:.2f} | {r["round_s"] * 1e3:.2f} | '
-               f'{r["examples_per_s"]:,.0f} | {r["speedup"]:.2f} | {r["max_abs_diff"]:.1e} |')
-  return '\n'.join(out)
+  return SETTING + '\n\n' + common.markdown_table(COLUMNS, common.figures(COLUMNS, rows))
 
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--devices', default='1,2,4,8', help='device counts to compare (first: base)')
-  p.add_argument('--cohorts', default='2000,10000')
-  p.add_argument('--repeats', type=int, default=10)
-  p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--cohorts', default='2000,10000',
+                 help='clients per round, comma-separated')
+  p.add_argument('--repeats', type=int, default=10, help='rounds timed per device count')
+  p.add_argument('--json', help="also write the script's own rows (seconds) to this JSON file")
   p.add_argument('--plot', help='also plot the speedup against the device count (PNG)')
+  common.results_flags(p)
   a = p.parse_args(argv)
+  variant = common.variant(p, a)
   a.json = common.json_flag(p, a.json)
+  a.results_dir = common.check_results_dir(p, a.results_dir)
   counts = common.int_list(p, 'devices', a.devices)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   common.at_least(p, 1, devices=counts, cohorts=cohorts, repeats=a.repeats)
@@ -118,6 +131,8 @@ def main(argv=None):
               {f'{c:,} clients': ([r['devices'] for r in rows if r['cohort'] == c],
                                   [r['speedup'] for r in rows if r['cohort'] == c])
                for c in cohorts})
+  common.write_results('device_scaling', COLUMNS, rows, variant_name=variant,
+                       results_dir=a.results_dir, setting=SETTING, notes=a.notes, plot=a.plot)
 
 
 if __name__ == '__main__':

@@ -18,7 +18,8 @@ draws a key and a Bernoulli mask over the classifier's 512 inputs (``models.cnn.
 for every client.
 
 Usage: ``python benchmarks/dropout_cost.py [--rate 0.5] [--rounds 10,40] [--repeats 3]
-[--json PATH]``
+[--json PATH]``; the results go to ``benchmarks/results/dropout_cost[-<variant>].json``
+(``common.write_results``).
 """
 from __future__ import annotations
 
@@ -67,17 +68,27 @@ def measure(rates, n1: int, n2: int, repeats: int) -> dict:
   return rows
 
 
-def table(rows: list[dict]) -> str:
+def columns(n1: int, n2: int) -> list:
+  return [
+      common.Column('dropout', 'dropout', 'rate', '', '{:g}', get=lambda r: r['rate']),
+      common.Column('process_s', f'process s, {n1} / {n2} rounds', 's', 'lower', '{:.2f}',
+                    join=' / ', get=lambda r: [r['process_s'][str(n1)], r['process_s'][str(n2)]]),
+      common.Column('ms_per_round', 'ms/round through the loop', 'ms', 'lower', '{:.1f}',
+                    get=lambda r: r['round_s'] * 1e3),
+      common.Column('ratio', 'ratio (to no dropout; target at most 1.1)', 'ratio', 'lower',
+                    '{:.3f}'),
+  ]
+
+
+def setting(rows: list[dict]) -> str:
   n1, n2 = rows[0]['rounds']
-  out = [f'GeL FEMNIST CNN, FedAvgCM, 20 clients, tau ~ U{{4..20}}, B = 20; runs of {n1} and '
-         f'{n2} rounds, medians of {rows[0]["repeats"]} each\n',
-         f'| dropout | process s, {n1} / {n2} rounds | ms/round through the loop | ratio |',
-         '|---:|---:|---:|---:|']
-  for r in rows:
-    out.append(f'| {r["rate"]:g} | {r["process_s"][str(n1)]:.2f} / '
-               f'{r["process_s"][str(n2)]:.2f} | {r["round_s"] * 1e3:.1f} | '
-               f'{r["ratio"]:.3f} |')
-  return '\n'.join(out)
+  return (f'GeL FEMNIST CNN, FedAvgCM, 20 clients, tau ~ U{{4..20}}, B = 20; runs of {n1} and '
+          f'{n2} rounds, medians of {rows[0]["repeats"]} each')
+
+
+def table(rows: list[dict]) -> str:
+  cols = columns(*rows[0]['rounds'])
+  return setting(rows) + '\n\n' + common.markdown_table(cols, common.figures(cols, rows))
 
 
 def main(argv=None):
@@ -85,9 +96,12 @@ def main(argv=None):
   p.add_argument('--rate', type=float, default=0.5, help='the dropout rate compared with none')
   p.add_argument('--rounds', default='10,40', help='N1,N2: the two round counts differenced')
   p.add_argument('--repeats', type=int, default=3, help='runs of each variant and round count')
-  p.add_argument('--json', help='also write the result to this JSON file')
+  p.add_argument('--json', help="also write the script's own rows (seconds) to this JSON file")
+  common.results_flags(p)
   a = p.parse_args(argv)
+  variant = common.variant(p, a)
   a.json = common.json_flag(p, a.json)
+  a.results_dir = common.check_results_dir(p, a.results_dir)
   rounds = common.int_list(p, 'rounds', a.rounds)
   common.at_least(p, 1, rounds=rounds, repeats=a.repeats)
   if len(rounds) != 2 or rounds[0] >= rounds[1]:
@@ -96,6 +110,8 @@ def main(argv=None):
     p.exit(2, f'error: --rate must lie in (0, 1) (got {a.rate})\n')
   rows = measure([0.0, a.rate], *rounds, a.repeats)
   common.report(rows, table(rows), a.json)
+  common.write_results('dropout_cost', columns(*rounds), rows, variant_name=variant,
+                       results_dir=a.results_dir, setting=setting(rows), notes=a.notes)
 
 
 if __name__ == '__main__':

@@ -34,7 +34,8 @@ The devices and each device's chunk are the planner's (``factories.prepare``), c
 the chunk the runs' ``summary.json`` records. Prints a markdown table.
 
 Usage: ``python benchmarks/end_to_end.py [--cohorts 1000,10000] [--rounds 50,200]
-[--repeats 3] [--fedjax_cohorts 1000] [--fedjax_rounds 3] [--json PATH]``
+[--repeats 3] [--fedjax_cohorts 1000] [--fedjax_rounds 3] [--json PATH]``; the results go to
+``benchmarks/results/end_to_end[-<variant>].json`` (``common.write_results``).
 """
 from __future__ import annotations
 
@@ -192,29 +193,42 @@ def measure(cohort: int, n1: int, n2: int, repeats: int) -> dict:
                                                                  compiled]}
 
 
-def table(rows: list[dict]) -> str:
-  ms = lambda s, f='.2f': '-' if s is None else f'{s * 1e3:{f}}'
+def columns(n1: int, n2: int) -> list:
+  """The table's columns for runs of ``n1`` and ``n2`` rounds."""
+  ms = lambda key: lambda r: None if r.get(key) is None else r[key] * 1e3
+  ours = lambda key: lambda r: r.get(key) if 'rounds' in r else None
+  return [
+      common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
+      common.Column('devices', 'devices', get=ours('devices')),
+      common.Column('chunk', 'chunk', format='{:,}', get=ours('chunk')),
+      common.Column('process_s', f'process s, {n1} / {n2} rounds', 's', 'lower', '{:.2f}',
+                    join=' / ', get=lambda r: [r['process_s'][str(n1)], r['process_s'][str(n2)]]
+                    if 'rounds' in r else None),
+      common.Column('loop_ms_per_round', 'ms/round through the loop', 'ms', 'lower', '{:.2f}',
+                    get=ms('loop_round_s')),
+      common.Column('train_phase_ms_per_round', 'of it in the train phase', 'ms', 'lower',
+                    '{:.2f}', get=ms('train_phase_round_s')),
+      common.Column('compiled_round_ms', 'compiled round ms', 'ms', 'lower', '{:.2f}',
+                    get=ms('compiled_round_s')),
+      common.Column('loop_overhead', 'loop overhead (through the loop / compiled round - 1)',
+                    'fraction', 'lower', '{:+.1%}'),
+      common.Column('fedjax_ms_per_round', 'FedJAX ms/round', 'ms', '', '{:.1f}',
+                    get=ms('fedjax_round_s')),
+      common.Column('speedup', 'speedup (FedJAX / through the loop)', 'x', 'higher', '{:.0f}x'),
+  ]
+
+
+def setting(rows: list[dict]) -> str:
   r0 = next(r for r in rows if 'rounds' in r)
   n1, n2 = r0['rounds']
-  out = [f'FedAvgCM, LEAF Synthetic, tau = {TAU}, B = {BATCH}, cohorts with replacement; runs '
-         f'of {n1} and {n2} rounds, medians of {r0["repeats"]} each\n',
-         f'| clients | devices | chunk | process s, {n1} / {n2} rounds | ms/round through the '
-         'loop | of it in the train phase | compiled round ms | loop overhead | FedJAX ms/round '
-         '| speedup |',
-         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
-  for r in rows:
-    ours = 'rounds' in r
-    process = (f'{r["process_s"][str(n1)]:.2f} / {r["process_s"][str(n2)]:.2f}' if ours
-               else '-')
-    overhead, speedup = r.get('loop_overhead'), r.get('speedup')
-    out.append(f'| {r["cohort"]:,} | {r.get("devices", "-")} | '
-               f'{format(r["chunk"], ",") if ours else "-"} | {process} | '
-               f'{ms(r.get("loop_round_s"))} | {ms(r.get("train_phase_round_s"))} | '
-               f'{ms(r.get("compiled_round_s"))} | '
-               f'{"-" if overhead is None else f"{overhead:+.1%}"} | '
-               f'{ms(r.get("fedjax_round_s"), ".1f")} | '
-               f'{"-" if speedup is None else f"{speedup:.0f}x"} |')
-  return '\n'.join(out)
+  return (f'FedAvgCM, LEAF Synthetic, tau = {TAU}, B = {BATCH}, cohorts with replacement; runs '
+          f'of {n1} and {n2} rounds, medians of {r0["repeats"]} each')
+
+
+def table(rows: list[dict]) -> str:
+  n1, n2 = next(r for r in rows if 'rounds' in r)['rounds']
+  cols = columns(n1, n2)
+  return setting(rows) + '\n\n' + common.markdown_table(cols, common.figures(cols, rows))
 
 
 def main(argv=None):
@@ -224,11 +238,14 @@ def main(argv=None):
   p.add_argument('--repeats', type=int, default=3, help='runs of each round count')
   p.add_argument('--fedjax_cohorts', default='1000', help='FedJAX\'s cohort sizes; empty: none')
   p.add_argument('--fedjax_rounds', type=int, default=3, help='FedJAX rounds timed per size')
-  p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--json', help="also write the script's own rows (seconds) to this JSON file")
+  common.results_flags(p)
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)
   p.add_argument('--part', choices=('round', 'fedjax'), help=argparse.SUPPRESS)
   a = p.parse_args(argv)
+  variant = common.variant(p, a)
   a.json = common.json_flag(p, a.json)
+  a.results_dir = common.check_results_dir(p, a.results_dir) if not a.single else ''
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   rounds = common.int_list(p, 'rounds', a.rounds)
   fedjax_cohorts = (common.int_list(p, 'fedjax_cohorts', a.fedjax_cohorts) if a.fedjax_cohorts
@@ -264,6 +281,8 @@ def main(argv=None):
   for r in rows:
     r['device'] = device
   common.report(rows, table(rows), a.json)
+  common.write_results('end_to_end', columns(n1, n2), rows, variant_name=variant,
+                       results_dir=a.results_dir, setting=setting(rows), notes=a.notes)
 
 
 if __name__ == '__main__':

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU figures of benchmarks/RESULTS.md ("On a GPU"), in one run on a machine with one GPU:
+# The GPU figures of benchmarks/RESULTS.md, in one run on a machine with one GPU:
 #   1. GeL's FEMNIST CNN at 1,000 clients a round against FedJAX on the same GPU (vs_fedjax.py),
 #   2. the LEAF Synthetic round against the batched limit (round_throughput.py), again with the
 #      fused small products of core/backend/small_dots.py (CPU only by default: do they pay on a GPU?)
@@ -14,8 +14,10 @@
 # the script has not run there whole).
 #
 # Usage, from the repository root: bash benchmarks/gpu_checks.sh [OUT_DIR]
-# Each step's table goes to OUT_DIR (default gpu_checks/) as a .md file, its rows as .json, and
-# the machine (nvidia-smi, versions) to machine.txt. A failing step is reported and the next one
+# Each step's table goes to OUT_DIR (default gpu_checks/) as a .md file, its rows as .json, its
+# results (common.write_results) to OUT_DIR/results/ (the CUDA-graph run's to
+# OUT_DIR/results/graphs/), and the machine (nvidia-smi, versions) to machine.txt. Copy the
+# results wanted into benchmarks/results/ and run python benchmarks/results_md.py. A failing step is reported and the next one
 # runs; the exit status counts the failed steps. The sizes can be made smaller for a dry run on
 # CPU: CNN_CLIENTS=20 SYNTHETIC_CLIENTS=200 bash benchmarks/gpu_checks.sh /tmp/dry (there the
 # profile with XLA's convolution takes minutes: STEP_TIMEOUT=60 cuts it)
@@ -67,24 +69,25 @@ step() {   # step NAME COMMAND...: runs it, its output to NAME.md, notes a failu
 }
 
 step vs_fedjax_cnn "$python" benchmarks/vs_fedjax.py --workload cnn --cohorts "$cnn" --repeats 3 \
-  --json "$out/vs_fedjax_cnn.json"
+  --json "$out/vs_fedjax_cnn.json" --results_dir "$out/results"
 step round_throughput "$python" benchmarks/round_throughput.py --cohorts "$synthetic" \
-  --repeats 10 --json "$out/round_throughput.json"
+  --repeats 10 --json "$out/round_throughput.json" --results_dir "$out/results"
 step round_fused "$python" benchmarks/round_throughput.py --cohorts "$synthetic" \
-  --repeats 10 --fuse_dots true --json "$out/round_fused.json"
+  --repeats 10 --fuse_dots true --json "$out/round_fused.json" --results_dir "$out/results"
 XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_enable_command_buffer=$GRAPHS" \
   step round_graphs "$python" benchmarks/round_throughput.py --cohorts "$synthetic" \
-  --repeats 10 --json "$out/round_graphs.json"
+  --repeats 10 --json "$out/round_graphs.json" --results_dir "$out/results/graphs"
 step vs_naive "$python" benchmarks/vs_naive_vmap.py --cohorts "$synthetic" --repeats 10 \
-  --json "$out/vs_naive.json"
+  --json "$out/vs_naive.json" --results_dir "$out/results"
 step profile_cnn "$python" benchmarks/profile_round.py --workload cnn --clients "$cnn" \
-  --rounds 3 --top 25
+  --rounds 3 --top 25 --results_dir "$out/results"
 step profile_cnn_xla "$python" benchmarks/profile_round.py --workload cnn --clients "$cnn" \
-  --rounds 3 --top 10 --xla_layers
+  --rounds 3 --top 10 --xla_layers --results_dir "$out/results"
 step profile_synthetic "$python" benchmarks/profile_round.py --workload synthetic \
-  --clients "$largest" --rounds 10 --top 15
+  --clients "$largest" --rounds 10 --top 15 --results_dir "$out/results"
 step heterogeneous "$python" benchmarks/heterogeneous_budgets.py --cohort "$largest" \
-  --chunk_sizes "0,$((largest / 4))" --repeats 5
+  --chunk_sizes "0,$((largest / 4))" --repeats 5 --results_dir "$out/results"
 step heterogeneous_dynamic "$python" benchmarks/heterogeneous_budgets.py --cohort "$largest" \
-  --chunk_sizes "0,$((largest / 4))" --repeats 5 --static_steps false
+  --chunk_sizes "0,$((largest / 4))" --repeats 5 --static_steps false \
+  --results_dir "$out/results"
 exit "$failed"

@@ -22,7 +22,8 @@ as that; the table shows the chunk each device runs and its number of chunks for
 ``--num_devices 1`` sweeps the chunk sizes as asked.
 
 Usage: ``python benchmarks/heterogeneous_budgets.py [--cohort 2000] [--chunk_sizes 0,500,250]
-[--num_devices 1] [--plot PNG]`` (``0``: the engine's default chunk size).
+[--num_devices 1] [--plot PNG]`` (``0``: the engine's default chunk size); the results go to
+``benchmarks/results/heterogeneous_budgets[-<variant>].json`` (``common.write_results``).
 """
 from __future__ import annotations
 
@@ -109,38 +110,62 @@ def measure(cohort: int, chunk_sizes: list[int], repeats: int, low: int, high: i
   return rows
 
 
-def table(rows: list[dict], low: int, high: int) -> str:
+def columns(low: int, high: int) -> list:
   lo, hi = math.floor((low + high) / 2), math.ceil((low + high) / 2)
-  out = [f'| clients | devices | chunk a device | chunks a device | static steps | compile s | '
-         f'U{{{low}..{high}}} ms | tau={lo} ms | tau={hi} ms | ratio to homogeneous | '
-         'useful steps |',
-         '|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|']
-  for r in rows:
-    out.append(f'| {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | {r["chunks"]} | '
-               f'{r["static_steps"]} | '
-               f'{r["compile_s"]:.2f} | {r["heterogeneous_s"] * 1e3:.1f} | '
-               f'{r["homogeneous_lo_s"] * 1e3:.1f} | {r["homogeneous_hi_s"] * 1e3:.1f} | '
-               f'{r["ratio"]:.2f} | {r["useful_fraction"]:.2f} |')
-  return '\n'.join(out)
+  ms = lambda key: lambda r: r[key] * 1e3
+  return [
+      common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
+      common.Column('devices', 'devices'),
+      common.Column('chunk', 'chunk a device', format='{:,}', get=lambda r: r['chunk_size']),
+      common.Column('chunks', 'chunks a device'),
+      common.Column('static_steps', 'static steps', left=True),
+      common.Column('compile_s', 'compile s', 's', 'lower', '{:.2f}'),
+      common.Column('heterogeneous_ms', f'U{{{low}..{high}}} ms', 'ms', 'lower', '{:.1f}',
+                    get=ms('heterogeneous_s')),
+      common.Column('homogeneous_lo_ms', f'tau={lo} ms', 'ms', '', '{:.1f}',
+                    get=ms('homogeneous_lo_s')),
+      common.Column('homogeneous_hi_ms', f'tau={hi} ms', 'ms', '', '{:.1f}',
+                    get=ms('homogeneous_hi_s')),
+      common.Column('ratio', 'ratio to homogeneous (target at most 1.2)', 'ratio', 'lower',
+                    '{:.2f}'),
+      common.Column('useful_steps', 'useful steps (of those computed)', 'fraction', 'higher',
+                    '{:.2f}', get=lambda r: r['useful_fraction']),
+  ]
+
+
+def setting(low: int, high: int, batch: int) -> str:
+  return (f'FedAvg on LEAF Synthetic, tau_i ~ U{{{low}..{high}}} against the homogeneous rounds '
+          f'of the same mean work, B = {batch}; medians, the three timed alternately')
+
+
+def table(rows: list[dict], low: int, high: int, batch: int = 5) -> str:
+  cols = columns(low, high)
+  return (setting(low, high, batch) + '\n\n'
+          + common.markdown_table(cols, common.figures(cols, rows)))
 
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  p.add_argument('--cohort', type=int, default=2000)
-  p.add_argument('--chunk_sizes', default='0,500,250,125')
-  p.add_argument('--budget_range', default='1,50')
-  p.add_argument('--batch_size', type=int, default=5)
-  p.add_argument('--repeats', type=int, default=10)
+  p.add_argument('--cohort', type=int, default=2000, help='clients per round')
+  p.add_argument('--chunk_sizes', default='0,500,250,125',
+                 help="chunk sizes compared, comma-separated; 0: the planner's")
+  p.add_argument('--budget_range', default='1,50',
+                 help='a,b: tau_i ~ U{a..b}, against equal budgets of its mean')
+  p.add_argument('--batch_size', type=int, default=5, help='examples per local step (B)')
+  p.add_argument('--repeats', type=int, default=10, help='rounds timed of each kind')
   p.add_argument('--static_steps', default='auto', choices=('auto', 'true', 'false'),
                  help="the local-step loop's trip count: the engine's default, the largest "
                       "budget for every chunk, or each chunk's own largest")
   p.add_argument('--num_devices', type=int, default=0,
                  help="devices the cohort is split over; 0: the planner's, as launch/run.py")
-  p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--json', help="also write the script's own rows (seconds) to this JSON file")
   p.add_argument('--plot', help='also plot the ratio and the useful fraction against the '
                                 'number of chunks (PNG)')
+  common.results_flags(p)
   a = p.parse_args(argv)
+  variant = common.variant(p, a)
   a.json = common.json_flag(p, a.json)
+  a.results_dir = common.check_results_dir(p, a.results_dir)
   chunk_sizes = common.int_list(p, 'chunk_sizes', a.chunk_sizes)
   low, high = common.budget_range(p, a.budget_range)
   common.at_least(p, 1, cohort=a.cohort, repeats=a.repeats, batch_size=a.batch_size)
@@ -148,13 +173,16 @@ def main(argv=None):
   static = {'auto': None, 'true': True, 'false': False}[a.static_steps]
   rows = measure(a.cohort, chunk_sizes, a.repeats, low, high, a.batch_size, static,
                  a.num_devices)
-  common.report(rows, table(rows, low, high), a.json)
+  common.report(rows, table(rows, low, high, a.batch_size), a.json)
   by_chunks = sorted(rows, key=lambda r: r['chunks'])
   xs = [r['chunks'] for r in by_chunks]
   common.plot(a.plot, f'tau_i ~ U{{{low}..{high}}}, {a.cohort:,} clients', 'budget-sorted chunks',
               'ratio / fraction',
               {'round time / homogeneous': (xs, [r['ratio'] for r in by_chunks]),
                'useful steps': (xs, [r['useful_fraction'] for r in by_chunks])}, log='x')
+  common.write_results('heterogeneous_budgets', columns(low, high), rows, variant_name=variant,
+                       results_dir=a.results_dir, setting=setting(low, high, a.batch_size),
+                       notes=a.notes, plot=a.plot)
 
 
 if __name__ == '__main__':

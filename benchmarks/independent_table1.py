@@ -3,7 +3,7 @@
 This script shares nothing with fedjax_gel but the data loader (``fedjax_gel.data.leaf_synthetic``):
 no engine, no algorithms, no models. It is what a competent JAX user would write by hand for the
 Table 1 protocol of Boukhari et al. 2023, GeL, and serves as the baseline that
-``benchmarks/RESULTS.md`` compares the simulator's wall time against.
+``benchmarks/RESULTS.md`` sets the simulator's wall time against.
 
 Protocol, per seed s, per client learning rate lr, per algorithm in {FedAvgCM, GeL}:
 
@@ -32,7 +32,8 @@ Synthetic reproduction, it pairs with it seed by seed, which tells a difference 
 (rounds that differ) from one of draws (rounds that agree on every seed).
 
 Usage: ``python benchmarks/independent_table1.py [--rounds 300] [--seeds 0,1,2,3,4]
-[--lrs 0.01,0.005] [--draws own|project]``
+[--lrs 0.01,0.005] [--draws own|project]``; the results go to
+``benchmarks/results/independent_table1[-<variant>].json`` (``common.write_results``).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ import jax.numpy as jnp  # pylint: disable=wrong-import-position
 import numpy as np  # pylint: disable=wrong-import-position
 from jax import lax  # pylint: disable=wrong-import-position
 
+from benchmarks import common  # pylint: disable=wrong-import-position
 from fedjax_gel.data import leaf_synthetic  # pylint: disable=wrong-import-position
 
 CLIENTS_PER_ROUND = 20
@@ -188,12 +190,20 @@ def run(round_fn, params, run_key, lr, rounds, x_test, y_test):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--rounds', type=int, default=300)
+  parser.add_argument('--rounds', type=int, default=300, help='rounds of every run')
   parser.add_argument('--seeds', default='0,1,2,3,4', help='comma-separated seeds')
   parser.add_argument('--lrs', default='0.01,0.005', help='comma-separated client lrs')
   parser.add_argument('--draws', default='own', choices=sorted(DRAWS),
                       help="the script's own random draws, or fedjax_gel's (see the docstring)")
+  parser.add_argument('--results_dir', default=common.RESULTS_DIR,
+                      help='folder of the results JSON (benchmarks/results, from which '
+                           'benchmarks/results_md.py writes RESULTS.md); empty: none written')
+  parser.add_argument('--notes', default='',
+                      help="a line the results keep with the figures (the machine's load, what "
+                           'else ran)')
   args = parser.parse_args(argv)
+  variant = common.variant(parser, args)
+  args.results_dir = common.check_results_dir(parser, args.results_dir)
   try:
     seeds = [int(s) for s in args.seeds.split(',')]
     lrs = [float(s) for s in args.lrs.split(',')]
@@ -237,6 +247,27 @@ def main(argv=None):
     mean = f'{np.mean(hit):.1f} ({len(hit)}/{len(values)} seeds)' if hit else 'n/a'
     print(f'  lr {lr:<6g} {alg:<9s} {values}  mean {mean}')
   print(f'total: wall {wall:.1f} s, cpu {cpu:.1f} s')
+  C = common.Column
+  protocol = [C('runs', 'runs'), C('rounds', 'rounds a run'),
+              C('wall_s', 'wall s (the whole protocol)', 's', 'lower', '{:.1f}'),
+              C('cpu_s', 'CPU s', 's', 'lower', '{:.1f}')]
+  reached = [C('lr', 'client lr', format='{:g}'), C('algorithm', 'algorithm', left=True),
+             C('rounds_to_85', f'rounds to {TARGET:.0%}, each seed', 'rounds', 'lower', '{}'),
+             C('mean_rounds', 'mean over the seeds that reached it', 'rounds', 'lower',
+               '{:.1f}')]
+  rows = [{'lr': lr, 'algorithm': alg, 'rounds_to_85': [v if v is not None else '-'
+                                                         for v in values],
+           'mean_rounds': float(np.mean([v for v in values if v is not None]))
+           if any(v is not None for v in values) else None}
+          for (lr, alg), values in results.items()]
+  common.write_results(
+      'independent_table1', protocol,
+      [{'runs': len(results) * len(seeds), 'rounds': args.rounds, 'wall_s': wall, 'cpu_s': cpu}],
+      variant_name=variant, results_dir=args.results_dir, notes=args.notes,
+      setting=f'GeL\'s Table 1 protocol on LEAF Synthetic, seeds {args.seeds}, client lrs '
+              f'{args.lrs}, {args.draws} draws; LEAF Synthetic\'s generation not counted',
+      tables=[common.table_results(f'Rounds to {TARGET:.0%} test accuracy (evaluated every '
+                                   f'{EVAL_EVERY} rounds)', reached, rows)])
   return 0
 
 

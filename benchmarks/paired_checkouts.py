@@ -18,12 +18,13 @@ times; the two checkouts' processes alternate ``--pairs`` times. The fastest rou
 figure least moved by other load.
 
 A change can help one layout and not the other: GeL's FEMNIST CNN round with a faster local
-step was 1.12x faster on one device and 0.89x on the planner's two (``benchmarks/RESULTS.md``),
+step was 1.12x faster on one device and 0.89x on the planner's two (``docs/speed.md``),
 so a change meant for the shipped runs is measured with ``--launch_devices`` too.
 
 Usage: ``python benchmarks/paired_checkouts.py --before /tmp/old --after . [--workload
 synthetic|cnn|lstm] [--clients 20,200] [--budget_range 13,13] [--pairs 6] [--rounds 300]
-[--launch_devices]``
+[--launch_devices]``; the results go to ``benchmarks/results/paired_checkouts[-<variant>].json``
+(``common.write_results``; the checkouts are in its command, not in its name).
 """
 from __future__ import annotations
 
@@ -80,21 +81,38 @@ def measure(repo: str, workload: str, clients: int, rounds: int,
           'compile_s': compile_s, 'chunk': chunk, 'devices': 1}
 
 
+def columns():
+  import common  # pylint: disable=g-import-not-at-top   # this script's folder
+  C = common.Column
+  return [C('clients', 'clients', format='{:,}'), C('budgets', 'budgets', left=True),
+          C('devices', 'devices'), C('chunk', 'chunk', format='{:,}'),
+          C('checkout', 'checkout', left=True),
+          C('fastest_round_ms', 'fastest round ms (mean over processes)', 'ms', 'lower',
+            '{:.3f}'),
+          C('median_round_ms', 'median round ms (mean)', 'ms', 'lower', '{:.3f}'),
+          C('compile_s', 'compile s (mean)', 's', 'lower', '{:.2f}')]
+
+
 def main(argv=None):
   import common  # pylint: disable=g-import-not-at-top   # this script's folder
+  COLUMNS = columns()  # pylint: disable=invalid-name
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--before', required=True, help='repository root of the earlier checkout')
   p.add_argument('--after', required=True, help='repository root of the later checkout')
-  p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS))
-  p.add_argument('--clients', default='20,200')
+  p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS),
+                 help="LEAF Synthetic, GeL's FEMNIST CNN or the Shakespeare LSTM")
+  p.add_argument('--clients', default='20,200', help='clients per round, comma-separated')
   p.add_argument('--budget_range', help="a,b: tau_i ~ U{a..b} (default: the workload's tau)")
-  p.add_argument('--pairs', type=int, default=6)
-  p.add_argument('--rounds', type=int, default=300)
+  p.add_argument('--pairs', type=int, default=6,
+                 help="alternations of the two checkouts' processes")
+  p.add_argument('--rounds', type=int, default=300, help='rounds each process times')
   p.add_argument('--launch_devices', action='store_true',
                  help="time the round on launch/run.py's devices (every core a device, the "
                       "planner's choice) instead of one")
+  common.results_flags(p)
   p.add_argument('--single', nargs=3, help=argparse.SUPPRESS)   # repo clients rounds
   a = p.parse_args(argv)
+  variant = common.variant(p, a, ignore=('before', 'after'))
   tau = common.ROUND_WORKLOADS[a.workload][0]
   a.budget_range = a.budget_range or f'{tau},{tau}'
   budgets = common.budget_range(p, a.budget_range)
@@ -107,9 +125,9 @@ def main(argv=None):
   for repo in (a.before, a.after):
     if not os.path.isdir(os.path.join(repo, 'fedjax_gel')):
       p.exit(2, f'error: {repo}: not a fedjax_gel checkout (no fedjax_gel/ folder)\n')
-  print('| clients | budgets | devices | chunk | checkout | fastest round ms (mean over '
-        'processes) | median round ms (mean) | compile s (mean) |')
-  print('|---:|---|---:|---:|---|---:|---:|---:|')
+  a.results_dir = common.check_results_dir(p, a.results_dir)
+  kind = f'tau = {budgets[0]}' if budgets[0] == budgets[1] else 'U{%d..%d}' % budgets
+  table = []
   for clients in clients_list:
     runs = {'before': [], 'after': []}
     for _ in range(a.pairs):
@@ -127,10 +145,17 @@ def main(argv=None):
         runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
     for name, rows in runs.items():
       mean = lambda k, rows=rows: statistics.mean(r[k] for r in rows)
-      kind = f'tau = {budgets[0]}' if budgets[0] == budgets[1] else 'U{%d..%d}' % budgets
-      print(f'| {clients:,} | {kind} | {rows[0]["devices"]} | {rows[0]["chunk"]:,} | {name} | '
-            f'{mean("min_ms"):.3f} | '
-            f'{mean("median_ms"):.3f} | {mean("compile_s"):.2f} |')
+      table.append({'clients': clients, 'budgets': kind, 'devices': rows[0]['devices'],
+                    'chunk': rows[0]['chunk'], 'checkout': name, 'fastest_round_ms':
+                    mean('min_ms'), 'median_round_ms': mean('median_ms'),
+                    'compile_s': mean('compile_s')})
+      print(f'{clients:,} clients, {name}: fastest round {mean("min_ms"):.3f} ms',
+            file=sys.stderr, flush=True)
+  setting = (f'FedAvgCM, {a.workload}, {a.pairs} pairs of processes of {a.rounds} rounds; '
+             f'before: {a.before}, after: {a.after}')
+  print(setting + '\n\n' + common.markdown_table(COLUMNS, table))
+  common.write_results('paired_checkouts', COLUMNS, table, variant_name=variant,
+                       results_dir=a.results_dir, setting=setting, notes=a.notes)
 
 
 if __name__ == '__main__':

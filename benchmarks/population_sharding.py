@@ -15,6 +15,10 @@ Three measurements, each a set of real processes of JAX's multi-controller runti
   equal budgets), and the slowest device's: real clients over 4 x its slots.
 
     python benchmarks/population_sharding.py --what=memory,throughput,padding
+
+The results go to ``benchmarks/results/population_sharding[-<variant>].json``
+(``common.write_results``): the first measurement asked for as the main table, the others as
+further tables.
 """
 from __future__ import annotations
 
@@ -112,25 +116,67 @@ def launch(processes: int, devices: int, **kw) -> list[dict]:
   return sorted(results, key=lambda r: r['process'])
 
 
-def main():
+def columns():
+  """``(memory, throughput, padding)`` columns (``common`` is importable only after the
+  worker's set-up, so they are built when asked)."""
+  from benchmarks import common  # pylint: disable=g-import-not-at-top
+  C = common.Column
+  memory = [C('layout', 'processes x devices', left=True),
+            C('pool_bytes_process', 'pool bytes per process', 'bytes', 'lower', '{:,}'),
+            C('pool_bytes_device', 'per device', 'bytes', 'lower', '{:,}'),
+            C('pool_bytes_whole', 'whole pool (padded)', 'bytes', '', '{:,}'),
+            C('store_bytes_process', 'SCAFFOLD store bytes per process', 'bytes', 'lower', '{:,}'),
+            C('store_bytes_device', 'per device', 'bytes', 'lower', '{:,}')]
+  throughput = [C('cohort', 'cohort', format='{:,}'),
+                C('two_processes_s', '2 processes x 1 device (s/round)', 's', 'lower', '{:.4f}'),
+                C('one_process_s', '1 process x 2 devices', 's', 'lower', '{:.4f}'),
+                C('ratio', 'ratio (two processes / one)', 'ratio', 'lower', '{:.2f}')]
+  padding = [C('cohort', 'clients (of 1,000)', format='{:,}'),
+             C('devices', 'devices'),
+             C('chunk', 'chunk a device', get=lambda r: r['chunk_per_device']),
+             C('real_fraction', 'real client slots (of those computed)', 'fraction', 'higher',
+               '{:.3f}'),
+             C('slowest_fraction', "of the slowest device's slots times 4", 'fraction',
+               'higher', '{:.3f}'),
+             C('rounds', 'rounds (mean over)')]
+  return memory, throughput, padding
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--what', default='memory,throughput,padding')
-  parser.add_argument('--population', type=int, default=10_000)
-  parser.add_argument('--cohorts', default='2000,10000')
-  parser.add_argument('--padding_cohort', type=int, default=1000)
-  parser.add_argument('--rounds', type=int, default=10)
-  parser.add_argument('--repeats', type=int, default=2)
-  parser.add_argument('--worker', action='store_true')
-  parser.add_argument('--processes', type=int, default=1)
-  parser.add_argument('--process_id', type=int, default=0)
-  parser.add_argument('--port', type=int, default=0)
-  parser.add_argument('--devices', type=int, default=1)
-  parser.add_argument('--cohort', type=int, default=0)
-  parser.add_argument('--algorithm', default='fedavg')
-  args = parser.parse_args()
+  parser.add_argument('--what', default='memory,throughput,padding',
+                      help='the measurements, comma-separated: memory, throughput, padding')
+  parser.add_argument('--population', type=int, default=10_000,
+                      help="clients of the pool (LEAF Synthetic's 1,000 repeated)")
+  parser.add_argument('--cohorts', default='2000,10000',
+                      help='clients per round of the throughput rounds, comma-separated')
+  parser.add_argument('--padding_cohort', type=int, default=1000,
+                      help='clients per round routed to 4 devices for the padding figure')
+  parser.add_argument('--rounds', type=int, default=10, help='rounds each process times')
+  parser.add_argument('--repeats', type=int, default=2,
+                      help='alternations of the two layouts (the least median is kept)')
+  parser.add_argument('--results_dir', default=os.path.join(os.path.dirname(
+      os.path.abspath(__file__)), 'results'), help='folder of the results JSON (benchmarks/'
+                      'results, from which benchmarks/results_md.py writes RESULTS.md); empty: '
+                      'none written')
+  parser.add_argument('--notes', default='',
+                      help="a line the results keep with the figures (the machine's load, what "
+                           'else ran)')
+  for name, kind, default in (('worker', None, False), ('processes', int, 1),
+                              ('process_id', int, 0), ('port', int, 0), ('devices', int, 1),
+                              ('cohort', int, 0), ('algorithm', str, 'fedavg')):
+    if kind is None:   # a worker's own options, set by launch()
+      parser.add_argument(f'--{name}', action='store_true', help=argparse.SUPPRESS)
+    else:
+      parser.add_argument(f'--{name}', type=kind, default=default, help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
   if args.worker:
     return worker(args)
   from benchmarks import common  # pylint: disable=g-import-not-at-top
+  variant = common.variant(parser, args)
+  args.results_dir = common.check_results_dir(parser, args.results_dir)
+  memory_columns, throughput_columns, padding_columns = columns()
+  found = []
   what = args.what.split(',')
   unknown = sorted(set(what) - {'memory', 'throughput', 'padding'})
   if unknown:
@@ -141,17 +187,14 @@ def main():
   print(f'host: {common.host()}; memory and throughput: population {args.population:,} '
         '(LEAF Synthetic\'s 1,000 clients repeated, each client with its own rows)\n')
   if 'memory' in what:
-    print('| processes x devices | pool bytes per process | per device | whole pool (padded) | '
-          'SCAFFOLD store bytes per process | per device |\n|---|---|---|---|---|---|')
-    for p, d in [(1, 1), (1, 2), (2, 1), (4, 1)]:
-      for r in launch(p, d, population=args.population, algorithm='scaffold', rounds=0):
-        print(f'| {p} x {d} (process {r["process"]}) | {r["pool_bytes_process"]:,} | '
-              f'{r["pool_bytes_device"]:,} | {r["pool_bytes_whole"]:,} | '
-              f'{r["store_bytes_process"]:,} | {r["store_bytes_device"]:,} |', flush=True)
-    print()
+    rows = [dict(r, layout=f'{p} x {d} (process {r["process"]})')
+            for p, d in [(1, 1), (1, 2), (2, 1), (4, 1)]
+            for r in launch(p, d, population=args.population, algorithm='scaffold', rounds=0)]
+    found.append(('memory', memory_columns, rows))
+    print(common.markdown_table(memory_columns, common.figures(memory_columns, rows)) + '\n',
+          flush=True)
   if 'throughput' in what:
-    print('| cohort | 2 processes x 1 device (s/round) | 1 process x 2 devices | ratio |\n'
-          '|---|---|---|---|')
+    rows = []
     for cohort in cohorts:
       times = {(2, 1): [], (1, 2): []}
       for _ in range(args.repeats):   # alternately, so both see the same load
@@ -159,14 +202,28 @@ def main():
           times[p, d].append(launch(p, d, population=args.population, cohort=cohort,
                                     rounds=args.rounds)[0]['round_s'])
       two, one = min(times[2, 1]), min(times[1, 2])
-      print(f'| {cohort:,} | {two:.4f} | {one:.4f} | {two / one:.2f} |', flush=True)
-    print()
+      rows.append({'cohort': cohort, 'two_processes_s': two, 'one_process_s': one,
+                   'ratio': two / one})
+      print(f'{cohort:,} clients: {two:.4f} s/round as 2 processes, {one:.4f} as one',
+            file=sys.stderr, flush=True)
+    found.append(('throughput', throughput_columns, rows))
+    print(common.markdown_table(throughput_columns, common.figures(throughput_columns, rows))
+          + '\n', flush=True)
   if 'padding' in what:
     (r,) = launch(1, 4, population=1000, cohort=args.padding_cohort, rounds=args.rounds)
-    print(f'{args.padding_cohort:,} clients of 1,000 over 4 devices, {r["chunk_per_device"]} a '
-          f'chunk on each: real slots {r["real_fraction"]:.3f} of those computed, '
-          f'{r["slowest_fraction"]:.3f} of the slowest device\'s times 4 '
-          f'(mean of {args.rounds} rounds)')
+    rows = [dict(r, cohort=args.padding_cohort, devices=4, rounds=args.rounds)]
+    found.append(('padding', padding_columns, rows))
+    print(common.markdown_table(padding_columns, common.figures(padding_columns, rows)))
+  titles = {'memory': f'Memory: population {args.population:,} (LEAF Synthetic\'s 1,000 clients '
+                      'repeated, each client its own rows)',
+            'throughput': 'Throughput: FedAvg rounds (tau = 5, B = 10), the least of the '
+                          'repeats\' medians',
+            'padding': 'Padding: clients routed to their owners on 4 devices, the real share of '
+                       'the computed client slots'}
+  (first, cols, rows), *more = found
+  common.write_results('population_sharding', cols, rows, variant_name=variant,
+                       results_dir=args.results_dir, setting=titles[first], notes=args.notes,
+                       tables=[common.table_results(titles[k], c, r) for k, c, r in more])
 
 
 if __name__ == '__main__':

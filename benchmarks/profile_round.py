@@ -23,7 +23,9 @@ pool), the kernels' span and the wait after the last one until the caller sees t
 
 Usage: ``python benchmarks/profile_round.py [--workload synthetic|cnn|lstm] [--clients 200]
 [--fuse_dots auto|true|false] [--xla_layers] [--top 12] [--timeline]`` (``--fuse_dots auto``, the
-default: fused small products on CPU only, as the published configurations run the round)
+default: fused small products on CPU only, as the published configurations run the round); the
+results go to ``benchmarks/results/profile_round[-<variant>].json`` (``common.write_results``):
+the round's time (and its timeline) as the main table, the kernels as a further one.
 """
 from __future__ import annotations
 
@@ -149,9 +151,39 @@ def short(kernel: str, width: int = 100) -> str:
   return kernel if len(kernel) <= width else kernel[:width - 3] + '...'
 
 
+KERNEL_COLUMNS = [
+    common.Column('kernel', 'kernel', format='`{}`', left=True, get=lambda r: short(r['kernel'])),
+    common.Column('writes', 'writes', format='`{}`', left=True),
+    common.Column('us_per_round', 'us per round', 'us', 'lower', '{:,.0f}'),
+    common.Column('calls_per_round', 'calls per round', '', '', '{:.0f}'),
+    common.Column('share', 'share (of the kernels summed)', 'fraction', '', '{:.2f}'),
+]
+ROUND_COLUMNS = [
+    common.Column('clients', 'clients', format='{:,}'),
+    common.Column('chunk', 'chunk', format='{:,}'),
+    common.Column('round_ms', 'round ms (median)', 'ms', 'lower', '{:.2f}'),
+    common.Column('kernels_ms', 'kernels summed, ms a round', 'ms', 'lower', '{:.2f}'),
+]
+TIMELINE_COLUMNS = [
+    common.Column('dispatch_us', 'dispatch us', 'us', 'lower', '{:,.0f}',
+                  get=lambda r: r['dispatch']),
+    common.Column('to_first_kernel_us', 'call to first kernel us', 'us', 'lower', '{:,.0f}',
+                  get=lambda r: r['to first kernel']),
+    common.Column('kernels_span_us', "kernels' span us", 'us', 'lower', '{:,.0f}',
+                  get=lambda r: r['kernels span']),
+    common.Column('kernels_us', 'kernels us (summed)', 'us', 'lower', '{:,.0f}',
+                  get=lambda r: r['kernels']),
+    common.Column('after_last_kernel_us', "last kernel to the wait's end us", 'us', 'lower',
+                  '{:,.0f}', get=lambda r: r['after last kernel']),
+    common.Column('thread_changes', 'thread changes', '', 'lower', '{:.0f}',
+                  get=lambda r: r['thread changes']),
+]
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS))
+  p.add_argument('--workload', default='synthetic', choices=tuple(common.ROUND_WORKLOADS),
+                 help="LEAF Synthetic, GeL's FEMNIST CNN or the Shakespeare LSTM")
   p.add_argument('--clients', type=int, default=0,
                  help='clients per round (default: 200 for synthetic, 20 for cnn and lstm)')
   p.add_argument('--fuse_dots', default='auto', choices=('auto', 'true', 'false'),
@@ -162,11 +194,14 @@ def main(argv=None):
                       "lstm: Flax's LSTM cell instead of models.layers.lstm")
   p.add_argument('--rounds', type=int, default=0,
                  help='default: 20 (synthetic), 3 (cnn, lstm)')
-  p.add_argument('--top', type=int, default=12)
+  p.add_argument('--top', type=int, default=12, help='kernels shown, slowest first')
   p.add_argument('--timeline', action='store_true',
                  help="CPU: also each round's time from the call to its first kernel, the "
                       "kernels' span and the time from its last kernel to the wait's end")
+  common.results_flags(p)
   a = p.parse_args(argv)
+  variant = common.variant(p, a)
+  a.results_dir = common.check_results_dir(p, a.results_dir)
   model = a.workload != 'synthetic'
   clients = a.clients or (20 if model else 200)
   rounds = a.rounds or (3 if model else 20)
@@ -178,22 +213,28 @@ def main(argv=None):
                                                 rounds)
   summed = sum(us for _, us, _ in ranked)
   layers = ', xla_layers' if a.xla_layers else ''
-  print(f'{a.workload}, {clients} clients (chunk {chunk}), fuse_dots={a.fuse_dots}{layers}: '
-        f'round {round_ms:.2f} ms (median of {rounds}); kernels sum to {summed / 1e3:.2f} ms a '
-        'round\n')
-  print('| kernel | writes | us per round | calls per round | share |')
-  print('|---|---|---:|---:|---:|')
-  for name, us, n in ranked[:a.top]:
-    print(f'| `{short(name)}` | `{output_shape(hlo, name)}` | {us:,.0f} | {n:.0f} | '
-          f'{us / summed:.2f} |')
+  title = (f'{a.workload}, {clients} clients (chunk {chunk}), fuse_dots={a.fuse_dots}{layers}: '
+           f'round {round_ms:.2f} ms (median of {rounds}); kernels sum to {summed / 1e3:.2f} ms '
+           'a round')
+  print(title + '\n')
+  kernels = [{'kernel': name, 'writes': output_shape(hlo, name), 'us_per_round': us,
+              'calls_per_round': n, 'share': us / summed} for name, us, n in ranked[:a.top]]
+  print(common.markdown_table(KERNEL_COLUMNS, common.figures(KERNEL_COLUMNS, kernels)))
+  summary = {'clients': clients, 'chunk': chunk, 'round_ms': round_ms, 'kernels_ms': summed / 1e3}
+  columns = list(ROUND_COLUMNS)
   if a.timeline:
     if any(plane.name.startswith('/device:GPU') for plane in trace.planes):
       print('\n--timeline: CPU only (a GPU round is timed by its streams above)')
     else:
-      print('\n| round (median over the traced rounds, under the profiler) | us |\n|---|---:|')
-      for name, us in timeline(trace).items():
-        print(f'| {name} | {us:,.1f} |' if name != 'thread changes' else
-              f'| {name} (a count) | {us:.0f} |')
+      summary.update(timeline(trace))
+      columns += TIMELINE_COLUMNS
+      print('\nThe round (medians over the traced rounds, under the profiler):\n')
+      print(common.markdown_table(columns, common.figures(columns, [summary])))
+  common.write_results(
+      'profile_round', columns, [summary], variant_name=variant, results_dir=a.results_dir,
+      setting=f'FedAvgCM, {a.workload}, fuse_dots={a.fuse_dots}{layers}; {rounds} rounds traced',
+      notes=a.notes, tables=[common.table_results(
+          f'The {a.top} slowest kernels (per round)', KERNEL_COLUMNS, kernels)])
 
 
 if __name__ == '__main__':

@@ -28,7 +28,8 @@ gathered and written inside the round). Reported:
 
 Usage: ``python benchmarks/round_throughput.py [--cohorts 20,200,2000,10000] [--repeats 10]
 [--algorithm fedavg|scaffold|fedvarp] [--fuse_dots auto|true|false] [--plot PNG]``
-(``pip install -e '.[bench]'`` adds psutil, used to name the host's memory).
+(``pip install -e '.[bench]'`` adds psutil, used to name the host's memory). The results go to
+``benchmarks/results/round_throughput[-<variant>].json`` (``common.write_results``).
 """
 from __future__ import annotations
 
@@ -141,33 +142,67 @@ def measure(cohort: int, tau: int, batch: int, repeats: int, chunk_size: int,
   }
 
 
+def mib(b):
+  return None if b is None else b / 2**20
+
+
+COLUMNS = [
+    common.Column('algorithm', 'algorithm', left=True,
+                  get=lambda r: r['algorithm'] + ('' if r.get('fuse_dots', True)
+                                                  else ' (unfused products)')),
+    common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
+    common.Column('devices', 'devices'),
+    common.Column('chunk', 'chunk', format='{:,}', get=lambda r: r['chunk_size']),
+    common.Column('compile_s', 'compile s', 's', 'lower', '{:.2f}'),
+    common.Column('round_ms', 'round ms', 'ms', 'lower', '{:.2f}',
+                  get=lambda r: r['round_s'] * 1e3),
+    common.Column('useful_examples_per_s', 'useful examples/s', 'examples/s', 'higher',
+                  '{:,.0f}', get=lambda r: r['examples_per_s']),
+    common.Column('client_steps_per_s', 'client-steps/s', 'client-steps/s', 'higher',
+                  '{:,.0f}'),
+    common.Column('useful_steps', 'useful steps (of those computed)', 'fraction', 'higher',
+                  '{:.2f}', get=lambda r: r['useful_fraction']),
+    common.Column('batched_limit_ms', 'batched limit ms', 'ms', '', '{:.2f}',
+                  get=lambda r: r['batched_s'] * 1e3),
+    common.Column('ratio_to_batched', 'ratio to batched (<1: slower than the batched step)',
+                  'ratio', 'higher', '{:.2f}'),
+    common.Column('round_ms_in_a_row', 'round ms, in a row', 'ms', 'lower', '{:.2f}',
+                  get=lambda r: r['chained_round_s'] * 1e3),
+    common.Column('batched_limit_ms_in_a_row', 'batched limit ms, in a row', 'ms', '',
+                  '{:.2f}', get=lambda r: r['batched_chained_s'] * 1e3),
+    common.Column('ratio_to_batched_in_a_row', 'ratio to batched, in a row', 'ratio', 'higher',
+                  '{:.2f}', get=lambda r: r['chained_ratio_to_batched']),
+    common.Column('peak_rss_mib', 'peak RSS MiB', 'MiB', 'lower', '{:,.0f}',
+                  get=lambda r: mib(r['peak_rss_bytes'])),
+    common.Column('xla_temp_mib', 'XLA temp MiB', 'MiB', 'lower', '{:,.0f}',
+                  get=lambda r: mib(r['xla_temp_bytes'])),
+    common.Column('device_peak_mib', 'device peak MiB', 'MiB', 'lower', '{:,.0f}',
+                  get=lambda r: mib(r['device_peak_bytes'])),
+]
+
+
+def setting(rows: list[dict]) -> str:
+  r = rows[0]
+  return (f'{r["algorithm"]} on LEAF Synthetic (population {r["population"]:,}), tau = '
+          f'{r["tau"]}, B = {r["batch"]}; round and batched limit: medians, each round waited '
+          'for, and in a row')
+
+
 def table(rows: list[dict]) -> str:
-  mib = lambda b: '-' if b is None else f'{b / 2**20:,.0f}'
-  out = ['| algorithm | clients | devices | chunk | compile s | round ms | useful examples/s | client-steps/s | '
-         'useful steps | batched limit ms | ratio to batched | round ms, in a row | '
-         'batched limit ms, in a row | ratio to batched, in a row | peak RSS MiB | '
-         'XLA temp MiB | device peak MiB |',
-         '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
-  for r in rows:
-    name = r['algorithm'] + ('' if r.get('fuse_dots', True) else ' (unfused products)')
-    out.append(f'| {name} | {r["cohort"]:,} | {r["devices"]} | {r["chunk_size"]:,} | {r["compile_s"]:.2f} | '
-               f'{r["round_s"] * 1e3:.2f} | {r["examples_per_s"]:,.0f} | '
-               f'{r["client_steps_per_s"]:,.0f} | {r["useful_fraction"]:.2f} | '
-               f'{r["batched_s"] * 1e3:.2f} | '
-               f'{r["ratio_to_batched"]:.2f} | {r["chained_round_s"] * 1e3:.2f} | '
-               f'{r["batched_chained_s"] * 1e3:.2f} | {r["chained_ratio_to_batched"]:.2f} | '
-               f'{mib(r["peak_rss_bytes"])} | '
-               f'{mib(r["xla_temp_bytes"])} | {mib(r["device_peak_bytes"])} |')
-  return '\n'.join(out)
+  return setting(rows) + '\n\n' + common.markdown_table(COLUMNS, common.figures(COLUMNS, rows))
 
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  p.add_argument('--cohorts', default='20,200,2000,10000')
-  p.add_argument('--tau', type=int, default=13)
-  p.add_argument('--batch_size', type=int, default=5)
-  p.add_argument('--repeats', type=int, default=10)
-  p.add_argument('--chunk_size', type=int, default=0, help='0: automatic')
+  p.add_argument('--cohorts', default='20,200,2000,10000',
+                 help='clients per round, comma-separated; each size in a process of its own')
+  p.add_argument('--tau', type=int, default=13, help='local steps of every client')
+  p.add_argument('--batch_size', type=int, default=5, help='examples per local step (B)')
+  p.add_argument('--repeats', type=int, default=10,
+                 help='rounds per block; the round and the batched step alternate in '
+                      f'{BLOCKS} blocks of this many rounds each way of timing')
+  p.add_argument('--chunk_size', type=int, default=0,
+                 help="clients per chunk; 0: the planner's, as launch/run.py")
   p.add_argument('--num_devices', type=int, default=0,
                  help='devices the cohort is split over; 0: automatic (on CPU, one per core)')
   p.add_argument('--algorithm', default='fedavg',
@@ -178,12 +213,16 @@ def main(argv=None):
   p.add_argument('--fuse_dots', default='auto', choices=('auto', 'true', 'false'),
                  help="the round's fused small products (core.backend.small_dots); auto: on CPU, as "
                  'the published configurations run them')
-  p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--json', help="also write the script's own rows (seconds, bytes) to this "
+                                'JSON file')
   p.add_argument('--plot', help='also plot examples/s of the round and of the batched limit '
                                 'against the cohort size (PNG)')
+  common.results_flags(p)
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
+  variant = common.variant(p, a)
   a.json = common.json_flag(p, a.json)
+  a.results_dir = common.check_results_dir(p, a.results_dir) if not a.single else ''
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   if a.algorithm not in ALGORITHMS:
     p.exit(2, f'error: --algorithm must be one of {", ".join(ALGORITHMS)} (got {a.algorithm!r})\n')
@@ -213,6 +252,9 @@ def main(argv=None):
               {'round': (xs, [r['examples_per_s'] for r in rows]),
                'batched limit': (xs, [r['examples_per_s'] * r['ratio_to_batched'] ** -1
                                       for r in rows])}, log='xy')
+  common.write_results('round_throughput', COLUMNS, rows, variant_name=variant,
+                       results_dir=a.results_dir, setting=setting(rows), notes=a.notes,
+                       plot=a.plot)
 
 
 if __name__ == '__main__':

@@ -11,7 +11,8 @@ and plots written after the last summary.
 this host, each presenting ``cores / N`` CPU devices) and times them until the last one exits;
 the phases are process 0's.
 
-Usage: ``python benchmarks/startup.py [--repeats 3] [--processes 1] [--json out.json]``
+Usage: ``python benchmarks/startup.py [--repeats 3] [--processes 1] [--json out.json]``; the
+results go to ``benchmarks/results/startup[-<variant>].json`` (``common.write_results``).
 """
 from __future__ import annotations
 
@@ -45,14 +46,34 @@ def timed_run(cache: str, workdir: str, processes: int = 1) -> dict:
   return {'wall_s': round(wall, 2), **{k: round(v, 2) for k, v in phases.items()}}
 
 
-def main():
+PHASES = ('imports', 'data', 'compile', 'train', 'eval', 'report')
+COLUMNS = [common.Column('run', 'run', left=True),
+           common.Column('wall_s', 'wall s', 's', 'lower', '{:.2f}')] + [
+               common.Column(f'{k}_s', f'{k} s', 's', 'lower', '{:.2f}',
+                             get=lambda r, k=k: r.get(k))
+               for k in PHASES]
+
+
+def setting(processes: int) -> str:
+  return ('the quickstart (launch/configs/quickstart.flags) as a new process'
+          + (f'es: {processes} processes of one run' if processes > 1 else '')
+          + '; phases: the last summary.json\'s phases_s (process 0\'s)')
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--repeats', type=int, default=3, help='runs with the filled cache')
+  parser.add_argument('--repeats', type=int, default=3,
+                      help='runs after the first, each with the caches the first filled')
   parser.add_argument('--processes', type=int, default=1,
                       help='processes of one run (--num_processes), on this host')
-  parser.add_argument('--json', help='write the rows here')
-  args = parser.parse_args()
+  parser.add_argument('--json', help="also write the script's own rows to this JSON file")
+  common.results_flags(parser)
+  args = parser.parse_args(argv)
+  variant = common.variant(parser, args, ignore=('processes',))
+  variant = '+'.join(p for p in (f'processes={args.processes}' if args.processes > 1 else '',
+                                 variant) if p)
   args.json = common.json_flag(parser, args.json)
+  args.results_dir = common.check_results_dir(parser, args.results_dir)
   common.at_least(parser, 0, repeats=args.repeats)
   common.at_least(parser, 1, processes=args.processes)
   rows = []
@@ -66,11 +87,11 @@ def main():
   for row in rows:
     row['device'] = f'{jax.devices()[0].device_kind} ({jax.default_backend()})'
     row['processes'] = args.processes
-  keys = ['wall_s', 'imports', 'data', 'compile', 'train', 'eval', 'report']
-  table = ['| run | ' + ' | '.join(keys) + ' |', '|---|' + '---:|' * len(keys)]
-  table += ['| ' + r['run'] + ' | ' + ' | '.join(f'{r[k]:.2f}' for k in keys) + ' |'
-            for r in rows]
-  common.report(rows, '\n'.join(table), args.json)
+  table = common.markdown_table(COLUMNS, common.figures(COLUMNS, rows))
+  common.report(rows, setting(args.processes) + '\n\n' + table, args.json)
+  common.write_results('startup', COLUMNS, rows, variant_name=variant,
+                       results_dir=args.results_dir, setting=setting(args.processes),
+                       notes=args.notes)
 
 
 if __name__ == '__main__':

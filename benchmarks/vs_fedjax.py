@@ -31,7 +31,8 @@ FedJAX calls ``jax.tree_map``, which recent JAX removed; the script aliases it t
 without it the script stops with one line.
 
 Usage: ``python benchmarks/vs_fedjax.py [--workload synthetic|cnn] [--cohorts 20,200,1000]
-[--repeats 5] [--json PATH] [--plot PNG]``
+[--repeats 5] [--json PATH] [--plot PNG]``; the results go to
+``benchmarks/results/vs_fedjax[-<variant>].json`` (``common.write_results``).
 """
 from __future__ import annotations
 
@@ -158,33 +159,49 @@ def times(ratio: float) -> str:
   return f'{ratio:.1f}x' if ratio < 10 else f'{ratio:.0f}x'
 
 
-def table(rows: list[dict]) -> str:
+COLUMNS = [
+    common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
+    common.Column('devices', 'devices'),
+    common.Column('chunk', 'chunk', format='{:,}'),
+    common.Column('fedjax_gel_compile_s', 'fedjax_gel compile s', 's', 'lower', '{:.2f}'),
+    common.Column('fedjax_first_round_s', 'FedJAX first round s', 's', '', '{:.2f}'),
+    common.Column('fedjax_gel_round_ms', 'fedjax_gel round ms', 'ms', 'lower', '{:.2f}',
+                  get=lambda r: r['fedjax_gel_round_s'] * 1e3),
+    common.Column('fedjax_round_ms', 'FedJAX round ms', 'ms', '', '{:.1f}',
+                  get=lambda r: r['fedjax_round_s'] * 1e3),
+    common.Column('fedjax_apply_ms', 'FedJAX apply ms', 'ms', '', '{:.1f}',
+                  get=lambda r: r['fedjax_apply_s'] * 1e3),
+    common.Column('fedjax_gel_examples_per_s', 'fedjax_gel examples/s', 'examples/s', 'higher',
+                  '{:,.0f}'),
+    common.Column('fedjax_examples_per_s', 'FedJAX examples/s', 'examples/s', '', '{:,.0f}'),
+    common.Column('speedup', 'speedup (FedJAX round / ours)', 'x', 'higher', 'times'),
+    common.Column('speedup_apply', 'speedup (apply)', 'x', 'higher', 'times'),
+]
+
+
+def setting(rows: list[dict]) -> str:
   r = rows[0]
-  out = [f'{r["workload"]}, tau = {r["tau"]}, B = {r["batch"]}, lr {LR}, momentum {MOMENTUM}\n',
-         '| clients | devices | chunk | fedjax_gel compile s | FedJAX first round s | fedjax_gel round ms | '
-         'FedJAX round ms | FedJAX apply ms | fedjax_gel examples/s | FedJAX examples/s | '
-         'speedup | speedup (apply) |',
-         '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
-  for r in rows:
-    out.append(f'| {r["cohort"]:,} | {r["devices"]} | {r["chunk"]:,} | '
-               f'{r["fedjax_gel_compile_s"]:.2f} | '
-               f'{r["fedjax_first_round_s"]:.2f} | {r["fedjax_gel_round_s"] * 1e3:.2f} | '
-               f'{r["fedjax_round_s"] * 1e3:.1f} | {r["fedjax_apply_s"] * 1e3:.1f} | '
-               f'{r["fedjax_gel_examples_per_s"]:,.0f} | {r["fedjax_examples_per_s"]:,.0f} | '
-               f'{times(r["speedup"])} | {times(r["speedup_apply"])} |')
-  return '\n'.join(out)
+  return f'{r["workload"]}, tau = {r["tau"]}, B = {r["batch"]}, lr {LR}, momentum {MOMENTUM}'
+
+
+def table(rows: list[dict]) -> str:
+  return setting(rows) + '\n\n' + common.markdown_table(COLUMNS, common.figures(COLUMNS, rows))
 
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--workload', choices=sorted(TITLES), default='synthetic',
                  help='LEAF Synthetic logistic regression or GeL\'s FEMNIST CNN')
-  p.add_argument('--cohorts', default='20,200,1000')
-  p.add_argument('--repeats', type=int, default=5)
-  p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--cohorts', default='20,200,1000',
+                 help='clients per round, comma-separated')
+  p.add_argument('--repeats', type=int, default=5, help='rounds timed on each side')
+  p.add_argument('--json', help="also write the script's own rows (seconds) to this JSON file")
   p.add_argument('--plot', help='also plot both sides\' examples/s against the cohort (PNG)')
+  common.results_flags(p)
   a = p.parse_args(argv)
+  variant = common.variant(p, a)
   a.json = common.json_flag(p, a.json)
+  a.results_dir = common.check_results_dir(p, a.results_dir)
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   common.at_least(p, 1, cohorts=cohorts, repeats=a.repeats)
   rows = measure(a.workload, cohorts, a.repeats)
@@ -196,6 +213,9 @@ def main(argv=None):
               'examples/s', {'fedjax_gel': (xs, [r['fedjax_gel_examples_per_s'] for r in rows]),
                              'FedJAX 0.0.17': (xs, [r['fedjax_examples_per_s'] for r in rows])},
               log='xy')
+  common.write_results('vs_fedjax', COLUMNS, rows, variant_name=variant,
+                       results_dir=a.results_dir, setting=setting(rows), notes=a.notes,
+                       plot=a.plot)
 
 
 if __name__ == '__main__':

@@ -34,7 +34,8 @@ host dispatch to each timed round). Each cohort size runs in its own process.
 
 Usage: ``python benchmarks/vs_naive_vmap.py [--cohorts 20,200,1000,2000,10000]
 [--budget_range 13,13] [--batch_size 5] [--repeats 10] [--naive_order replace|shuffle]
-[--json PATH]``
+[--json PATH]``; the results go to ``benchmarks/results/vs_naive_vmap[-<variant>].json``
+(``common.write_results``).
 """
 from __future__ import annotations
 
@@ -170,34 +171,59 @@ def measure(cohort: int, budget_range: tuple[int, int], batch: int, repeats: int
           'device': f'{jax.devices()[0].platform}: {jax.devices()[0].device_kind}'}
 
 
+def budgets_text(r: dict) -> str:
+  a, b = r['budget_range']
+  return f'tau = {a}' if a == b else f'U{{{a}..{b}}}'
+
+
+COLUMNS = [
+    common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
+    common.Column('budgets', 'budgets', left=True, get=budgets_text),
+    common.Column('naive_order', 'naive order', left=True),
+    common.Column('engine_devices', 'engine devices', get=lambda r: r['devices']),
+    common.Column('chunk', 'chunk', format='{:,}'),
+    common.Column('engine_compile_s', 'engine compile s', 's', 'lower', '{:.2f}',
+                  get=lambda r: r['compile_s']),
+    common.Column('naive_compile_s', 'naive compile s', 's', '', '{:.2f}'),
+    common.Column('engine_round_ms', 'engine round ms, waited', 'ms', 'lower', '{:.2f}',
+                  get=lambda r: r['round_s'] * 1e3),
+    common.Column('naive_round_ms', 'naive round ms, waited', 'ms', '', '{:.2f}',
+                  get=lambda r: r['naive_round_s'] * 1e3),
+    common.Column('speed', 'speed, waited (naive / engine; >1: the engine faster)', 'x',
+                  'higher', '{:.2f}x', get=lambda r: r['speedup']),
+    common.Column('engine_round_ms_in_a_row', 'engine round ms, in a row', 'ms', 'lower',
+                  '{:.2f}', get=lambda r: r['chained_round_s'] * 1e3),
+    common.Column('naive_round_ms_in_a_row', 'naive round ms, in a row', 'ms', '', '{:.2f}',
+                  get=lambda r: r['naive_chained_round_s'] * 1e3),
+    common.Column('speed_in_a_row', 'speed, in a row', 'x', 'higher', '{:.2f}x',
+                  get=lambda r: r['chained_speedup']),
+]
+SETTING = (f'FedAvgCM (client lr {LR}, momentum {MOMENTUM}) on LEAF Synthetic; medians, the two '
+           'rounds timed alternately, each round waited for and in a row')
+
+
 def table(rows: list[dict]) -> str:
-  out = ['| clients | budgets | naive order | engine devices | chunk | engine compile s | '
-         'naive compile s | engine round ms, waited | naive round ms, waited | speed, waited | '
-         'engine round ms, in a row | naive round ms, in a row | speed, in a row |',
-         '|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
-  for r in rows:
-    a, b = r['budget_range']
-    out.append(f'| {r["cohort"]:,} | {"tau = " + str(a) if a == b else f"U{{{a}..{b}}}"} | '
-               f'{r["naive_order"]} | {r["devices"]} | {r["chunk"]:,} | {r["compile_s"]:.2f} | '
-               f'{r["naive_compile_s"]:.2f} | {r["round_s"] * 1e3:.2f} | '
-               f'{r["naive_round_s"] * 1e3:.2f} | {r["speedup"]:.2f}x | '
-               f'{r["chained_round_s"] * 1e3:.2f} | {r["naive_chained_round_s"] * 1e3:.2f} | '
-               f'{r["chained_speedup"]:.2f}x |')
-  return '\n'.join(out)
+  return SETTING + '\n\n' + common.markdown_table(COLUMNS, common.figures(COLUMNS, rows))
 
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  p.add_argument('--cohorts', default='20,200,1000,2000,10000')
+  p.add_argument('--cohorts', default='20,200,1000,2000,10000',
+                 help='clients per round, comma-separated; each size in a process of its own')
   p.add_argument('--budget_range', default='13,13', help='a,b: tau_i ~ U{a..b}')
-  p.add_argument('--batch_size', type=int, default=5)
-  p.add_argument('--repeats', type=int, default=10)
+  p.add_argument('--batch_size', type=int, default=5, help='examples per local step (B)')
+  p.add_argument('--repeats', type=int, default=10,
+                 help=f'rounds per block; the two rounds alternate in {BLOCKS} blocks of this '
+                      'many rounds each way of timing')
   p.add_argument('--naive_order', default='replace', choices=('replace', 'shuffle'),
                  help="the naive round's data order (see the module doc)")
-  p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--json', help="also write the script's own rows (seconds) to this JSON file")
+  common.results_flags(p)
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
+  variant = common.variant(p, a)
   a.json = common.json_flag(p, a.json)
+  a.results_dir = common.check_results_dir(p, a.results_dir) if not a.single else ''
   cohorts = common.int_list(p, 'cohorts', a.cohorts)
   budgets = common.budget_range(p, a.budget_range)
   common.at_least(p, 1, cohorts=cohorts, batch_size=a.batch_size, repeats=a.repeats)
@@ -215,6 +241,8 @@ def main(argv=None):
           f'{r["chained_round_s"] * 1e3:.2f} and {r["naive_chained_round_s"] * 1e3:.2f} ms '
           f'({r["chained_speedup"]:.2f}x) in a row', file=sys.stderr, flush=True)
   common.report(rows, table(rows), a.json)
+  common.write_results('vs_naive_vmap', COLUMNS, rows, variant_name=variant,
+                       results_dir=a.results_dir, setting=SETTING, notes=a.notes)
 
 
 if __name__ == '__main__':

@@ -41,13 +41,14 @@ speed (``common.matmul_gflops``) and the share of it that 1.5x the loop's speed 
 (above 1: not reachable in float32 on this machine, whatever the framework).
 ``--xla_layers`` builds our model without ``models.layers``: the CNN with XLA's own
 convolution and max pool, the LSTM with Flax's own ``nn.RNN(nn.OptimizedLSTMCell)`` (the
-comparisons in RESULTS.md).
+slow versions, kept to compare).
 
 Needs torch (``pip install torch``; optional, not a dependency of fedjax_gel); without it the
 script stops with one line.
 
 Usage: ``python benchmarks/vs_torch_loop.py [--model cnn|lstm] [--cohorts 20,100] [--repeats 3]
-[--processes 1] [--plot PNG]``
+[--processes 1] [--plot PNG]``; the results go to
+``benchmarks/results/vs_torch_loop[-<variant>].json`` (``common.write_results``).
 """
 from __future__ import annotations
 
@@ -361,52 +362,78 @@ def across_processes(rows: list[dict]) -> dict:
   return dict(rates(row), processes=len(rows), process_ratios=[r['ratio'] for r in rows])
 
 
-def table(rows: list[dict]) -> str:
+COLUMNS = [
+    common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
+    common.Column('layers', 'layers', left=True),
+    common.Column('devices', 'devices'),
+    common.Column('chunk', 'chunk'),
+    common.Column('fedjax_gel_compile_s', 'fedjax_gel compile s', 's', 'lower', '{:.2f}'),
+    common.Column('fedjax_gel_round_s', 'fedjax_gel round s', 's', 'lower', '{:.2f}'),
+    common.Column('torch_round_s', 'PyTorch loop round s', 's', '', '{:.2f}'),
+    common.Column('torch_vmap_round_s', 'torch.func.vmap round s', 's', '', '{:.2f}'),
+    common.Column('fedjax_gel_examples_per_s', 'fedjax_gel examples/s', 'examples/s', 'higher',
+                  '{:,.0f}'),
+    common.Column('torch_examples_per_s', 'PyTorch loop examples/s', 'examples/s', '',
+                  '{:,.0f}'),
+    common.Column('torch_vmap_examples_per_s', 'torch.func.vmap examples/s', 'examples/s', '',
+                  '{:,.0f}'),
+    common.Column('loop_per_ours', 'loop / ours (>1: ours faster)', 'x', 'higher', '{:.2f}',
+                  get=lambda r: r['ratio']),
+    common.Column('vmap_per_ours', 'vmap / ours', 'x', 'higher', '{:.2f}',
+                  get=lambda r: r['vmap_ratio']),
+    common.Column('fedjax_gel_gflops', 'fedjax_gel GFLOP/s', 'GFLOP/s', 'higher', '{:.0f}'),
+    common.Column('loop_gflops', 'loop GFLOP/s', 'GFLOP/s', '', '{:.0f}',
+                  get=lambda r: r['torch_gflops']),
+    common.Column('loop_1_5x_share_of_matmul',
+                  '1.5x loop / matmul speed (>1: out of reach in float32)', 'fraction', '',
+                  '{:.2f}', get=lambda r: 1.5 * r['torch_gflops'] / r['matmul_gflops']),
+]
+PER_PROCESS = common.Column('loop_per_ours_each_process', 'loop / ours in each process', 'x',
+                            'higher', '{:.2f}', left=True, get=lambda r: r.get('process_ratios'))
+
+
+def columns(rows: list[dict]) -> list:
+  return COLUMNS + ([PER_PROCESS] if 'processes' in rows[0] else [])
+
+
+def setting(rows: list[dict]) -> str:
   r = rows[0]
-  out = [f'{r["model"]}, tau = {r["tau"]}, B = {r["batch"]}, lr {r["lr"]}, momentum '
-         f'{r["momentum"]}; PyTorch {r["torch"]}; models after one round against ours: max abs '
-         f'diff {r["max_abs_diff"]:.1e} (loop), {r["vmap_max_abs_diff"]:.1e} (vmap); matrix '
-         f'products {r["step_product_gflop"]:.3f} GFLOP a local step; this CPU\'s float32 '
-         f'matrix product (2048^3): {r["matmul_gflops"]:.0f} GFLOP/s\n',
-         '| clients | layers | devices | chunk | fedjax_gel compile s | fedjax_gel round s | '
-         'PyTorch loop round s | torch.func.vmap round s | fedjax_gel examples/s | '
-         'PyTorch loop examples/s | torch.func.vmap examples/s | loop / ours | vmap / ours | '
-         'fedjax_gel GFLOP/s | loop GFLOP/s | 1.5x loop / matmul speed |',
-         '|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
-  if 'processes' in r:   # medians over fresh processes: each process's ratio in a last column
-    out[0] = out[0].rstrip('\n') + f'; times: medians over {r["processes"]} fresh processes\n'
-    out[1] += ' loop / ours in each process |'
-    out[2] += '---|'
-  for r in rows:
-    out.append(f'| {r["cohort"]:,} | {r["layers"]} | {r["devices"]} | {r["chunk"]} | '
-               f'{r["fedjax_gel_compile_s"]:.2f} | {r["fedjax_gel_round_s"]:.2f} | '
-               f'{r["torch_round_s"]:.2f} | {r["torch_vmap_round_s"]:.2f} | '
-               f'{r["fedjax_gel_examples_per_s"]:,.0f} | {r["torch_examples_per_s"]:,.0f} | '
-               f'{r["torch_vmap_examples_per_s"]:,.0f} | {r["ratio"]:.2f} | '
-               f'{r["vmap_ratio"]:.2f} | {r["fedjax_gel_gflops"]:.0f} | '
-               f'{r["torch_gflops"]:.0f} | {1.5 * r["torch_gflops"] / r["matmul_gflops"]:.2f} |')
-    if 'processes' in r:
-      out[-1] += ' ' + ', '.join(f'{x:.2f}' for x in r['process_ratios']) + ' |'
-  return '\n'.join(out)
+  text = (f'{r["model"]}, tau = {r["tau"]}, B = {r["batch"]}, lr {r["lr"]}, momentum '
+          f'{r["momentum"]}; PyTorch {r["torch"]}; models after one round against ours: max abs '
+          f'diff {r["max_abs_diff"]:.1e} (loop), {r["vmap_max_abs_diff"]:.1e} (vmap); matrix '
+          f'products {r["step_product_gflop"]:.3f} GFLOP a local step; this CPU\'s float32 '
+          f'matrix product (2048^3): {r["matmul_gflops"]:.0f} GFLOP/s')
+  if 'processes' in r:
+    text += f'; times: medians over {r["processes"]} fresh processes'
+  return text
+
+
+def table(rows: list[dict]) -> str:
+  cols = columns(rows)
+  return setting(rows) + '\n\n' + common.markdown_table(cols, common.figures(cols, rows))
 
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--model', choices=sorted(SETTINGS), default='cnn',
                  help="GeL's FEMNIST CNN or the Shakespeare LSTM, each in its own setting")
-  p.add_argument('--cohorts', default='20,100')
-  p.add_argument('--repeats', type=int, default=3)
+  p.add_argument('--cohorts', default='20,100',
+                 help=f'clients per round, comma-separated (at most {CLIENTS})')
+  p.add_argument('--repeats', type=int, default=3, help='rounds timed on each side')
   p.add_argument('--xla_layers', action='store_true',
                  help="our CNN with XLA's own convolution and max pool, our LSTM with Flax's "
                  "own cell (the slow versions)")
   p.add_argument('--processes', type=int, default=1,
                  help='measure each cohort in this many fresh processes, one after another, '
                  'and report the median of their times (1: in this process)')
-  p.add_argument('--json', help='also write the rows to this JSON file')
+  p.add_argument('--json', help="also write the script's own rows (seconds) to this JSON file")
   p.add_argument('--single', type=int, help=argparse.SUPPRESS)   # one cohort, a JSON row
   p.add_argument('--plot', help="also plot both sides' examples/s against the cohort (PNG)")
+  common.results_flags(p)
   a = p.parse_args(argv)
+  variant = common.variant(p, a)
   a.json = common.json_flag(p, a.json)
+  a.results_dir = common.check_results_dir(p, a.results_dir) if not a.single else ''
   if a.single:
     print(json.dumps(measure(a.model, [a.single], a.repeats, a.xla_layers)[0]))
     return
@@ -431,6 +458,9 @@ def main(argv=None):
               {'fedjax_gel': (xs, [r['fedjax_gel_examples_per_s'] for r in rows]),
                'PyTorch per-client loop': (xs, [r['torch_examples_per_s'] for r in rows]),
                'PyTorch torch.func.vmap': (xs, [r['torch_vmap_examples_per_s'] for r in rows])})
+  common.write_results('vs_torch_loop', columns(rows), rows, variant_name=variant,
+                       results_dir=a.results_dir, setting=setting(rows), notes=a.notes,
+                       plot=a.plot)
 
 
 if __name__ == '__main__':
