@@ -594,8 +594,8 @@ def source_commit(repo: str = REPO) -> str:
 
 # Options that say how long or how often a benchmark measures, or where it writes, not what it
 # measures: they do not make a variant of its results.
-NOT_SETTINGS = frozenset({'json', 'plot', 'single', 'results_dir', 'notes', 'repeats',
-                          'processes', 'pairs', 'rounds', 'top', 'help'})
+NOT_SETTINGS = frozenset({'json', 'plot', 'single', 'results_dir', 'notes', 'repeats', 'pairs',
+                          'rounds', 'top', 'help'})
 
 
 def variant(parser: argparse.ArgumentParser, args: argparse.Namespace,

@@ -69,9 +69,7 @@ def main(argv=None):
   parser.add_argument('--json', help="also write the script's own rows to this JSON file")
   common.results_flags(parser)
   args = parser.parse_args(argv)
-  variant = common.variant(parser, args, ignore=('processes',))
-  variant = '+'.join(p for p in (f'processes={args.processes}' if args.processes > 1 else '',
-                                 variant) if p)
+  variant = common.variant(parser, args)
   args.json = common.json_flag(parser, args.json)
   args.results_dir = common.check_results_dir(parser, args.results_dir)
   common.at_least(parser, 0, repeats=args.repeats)

@@ -431,7 +431,7 @@ def main(argv=None):
   p.add_argument('--plot', help="also plot both sides' examples/s against the cohort (PNG)")
   common.results_flags(p)
   a = p.parse_args(argv)
-  variant = common.variant(p, a)
+  variant = common.variant(p, a, ignore=('processes',))   # how it measures, not what
   a.json = common.json_flag(p, a.json)
   a.results_dir = common.check_results_dir(p, a.results_dir) if not a.single else ''
   if a.single:

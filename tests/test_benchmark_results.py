@@ -7,6 +7,7 @@ import importlib
 import json
 import os
 import re
+import shlex
 import sys
 
 import pytest
@@ -18,12 +19,11 @@ for path in (REPO, BENCHMARKS):
     sys.path.insert(0, path)
 
 import common  # pylint: disable=g-import-not-at-top,wrong-import-position
+import results_md  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 SCRIPTS = ('round_throughput', 'end_to_end', 'startup', 'device_scaling', 'population_sharding',
            'heterogeneous_budgets', 'dropout_cost', 'vs_fedjax', 'vs_naive_vmap',
            'vs_torch_loop', 'profile_round', 'paired_checkouts', 'independent_table1')
-FIELDS = ('benchmark', 'variant', 'command', 'commit', 'machine', 'date', 'setting', 'columns',
-          'figures', 'notes')
 COMMIT = re.compile(r'^([0-9a-f]{7,40}(\+dirty)?|unknown)$')
 COLUMNS = [common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
            common.Column('round_ms', 'round ms', 'ms', 'lower', '{:.2f}',
@@ -44,7 +44,7 @@ def test_write_results_writes_the_documented_fields_and_replaces_a_settings_file
   assert path == str(tmp_path / 'bench-cohorts=20,2000.json')
   with open(path) as f:
     result = json.load(f)
-  assert set(FIELDS) <= set(result)
+  assert set(results_md.FIELDS) <= set(result)
   assert (result['benchmark'], result['variant'], result['command'], result['setting'],
           result['notes']) == ('bench', 'cohorts=20,2000', 'python benchmarks/bench.py --x 1',
                                'a line', 'quiet')
@@ -107,6 +107,34 @@ def test_the_variant_names_the_settings_not_at_their_defaults():
   assert variant('--before', '/tmp/old', ignore=('before',)) == ''
 
 
+class Parsed(Exception):
+  pass
+
+
+def script_variant(script: str, argv: list[str], monkeypatch) -> str:
+  """The variant ``benchmarks/<script>.py argv`` names its results by (its ``common.variant``
+  call right after parsing; nothing is measured)."""
+  from benchmarks import common as package_common  # pylint: disable=g-import-not-at-top
+  def caught(*args, **kwargs):
+    raise Parsed(common.variant.__wrapped__(*args, **kwargs))
+  caught.__wrapped__ = common.variant
+  for module in {common, package_common}:
+    monkeypatch.setattr(module, 'variant', caught)
+  with pytest.raises(Parsed) as e:
+    importlib.import_module(script).main(argv)
+  monkeypatch.undo()
+  return e.value.args[0]
+
+
+def test_a_scripts_variant_is_its_settings(monkeypatch):
+  assert script_variant('startup', ['--processes', '2', '--repeats', '3'], monkeypatch) == (
+      'processes=2')
+  assert script_variant('vs_torch_loop', ['--model', 'lstm', '--cohorts', '20', '--processes',
+                                          '3'], monkeypatch) == 'cohorts=20+model=lstm'
+  assert script_variant('paired_checkouts', ['--before', '/tmp/a', '--after', '.', '--clients',
+                                             '20'], monkeypatch) == 'clients=20'
+
+
 @pytest.mark.parametrize('script', SCRIPTS)
 def test_every_option_of_a_benchmark_says_what_it_does(script, monkeypatch, capsys):
   seen = []
@@ -123,3 +151,48 @@ def test_every_option_of_a_benchmark_says_what_it_does(script, monkeypatch, caps
   assert e.value.code == 0
   assert '--results_dir' in capsys.readouterr().out
   assert [args for args, said in seen if not said] == []
+
+
+def test_results_md_is_what_the_committed_results_give():
+  with open(os.path.join(BENCHMARKS, 'RESULTS.md')) as f:
+    committed = f.read()
+  assert committed == results_md.render(), (
+      'benchmarks/RESULTS.md is not what benchmarks/results/*.json give: run '
+      'python benchmarks/results_md.py')
+
+
+def test_every_committed_result_has_the_fields_and_its_figures_their_columns():
+  paths = sorted(glob.glob(os.path.join(BENCHMARKS, 'results', '*.json')))
+  assert paths
+  for path in paths:
+    with open(path) as f:
+      result = json.load(f)
+    name = os.path.basename(path)[:-len('.json')]
+    assert set(results_md.FIELDS) <= set(result), path
+    assert name == result['benchmark'] + (f'-{result["variant"]}' if result['variant'] else '')
+    assert COMMIT.match(result['commit']), (path, result['commit'])
+    assert result.get('source', results_md.TRANSCRIBED) == results_md.TRANSCRIBED, path
+    assert os.path.exists(os.path.join(BENCHMARKS, f'{result["benchmark"]}.py')), path
+    for table in [result] + result.get('tables', []):
+      fields = [c['field'] for c in table['columns']]
+      assert len(set(fields)) == len(fields), path
+      for c in table['columns']:
+        assert c.get('better', '') in ('', 'higher', 'lower') and c['heading'], (path, c)
+      for row in table['figures']:
+        assert set(row) <= set(fields), (path, set(row) - set(fields))
+    if result.get('plot'):
+      assert os.path.exists(os.path.join(BENCHMARKS, result['plot'])), path
+
+
+def test_running_a_transcribed_command_again_replaces_its_file(monkeypatch):
+  """A committed result's command, run again, names its results the same: the new figures
+  replace the old (a GPU's file leads with ``gpu+``, which ``write_results`` adds)."""
+  for path in sorted(glob.glob(os.path.join(BENCHMARKS, 'results', '*.json'))):
+    with open(path) as f:
+      result = json.load(f)
+    argv = shlex.split(result['command'])
+    if '\n' in result['command'] or argv[:2] != ['python', f'benchmarks/{result["benchmark"]}.py']:
+      continue   # not one of this script's commands (independent_table1's pair of commands)
+    variant = script_variant(result['benchmark'], argv[2:], monkeypatch)
+    gpu = result['variant'].startswith('gpu')
+    assert ('+'.join(p for p in ('gpu' if gpu else '', variant) if p) == result['variant']), path
