@@ -80,7 +80,7 @@ def main(runtime, argv):
   from fedjax_gel.experiment import cli  # pylint: disable=g-import-not-at-top
   code = cli.guarded(runtime, cli.execute, flags.FLAGS, argv, runtime, START)
   # Every output is written and closed by now: exit without the interpreter's teardown of
-  # JAX's runtime, which takes about half a second (benchmarks/RESULTS.md, start-up).
+  # JAX's runtime, which takes about half a second (docs/speed.md, start-up).
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)  # pylint: disable=protected-access

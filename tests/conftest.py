@@ -28,7 +28,7 @@ os.environ['FEDJAX_GEL_DATA_CACHE'] = os.path.join(os.environ[SESSION_CACHE], 'd
 # tests choose their devices).
 # LLVM's optimisations are off (XLA's backend optimisation level 0; the suite's choice, not a
 # run's): its programs are small and run few steps, so optimising their machine code costs more
-# than it saves (the suite takes about a sixth less time; benchmarks/RESULTS.md). XLA's own passes
+# than it saves (the suite takes about a sixth less time; docs/speed.md). XLA's own passes
 # (fusion, buffer assignment) are unchanged, but a float result can differ from a run's in its
 # last bits, so a test of a bit-identity between two different programs compiles them as runs
 # do (``helpers.as_runs_compile``).
