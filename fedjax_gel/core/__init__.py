@@ -1,5 +1,10 @@
-"""The engine: the algorithm interface, federated data pools, samplers, the jitted round,
-evaluation."""
+"""The engine: the algorithm interface, data pools, samplers, the jitted round, evaluation.
+
+``FederatedAlgorithm`` (with ``ClientContext`` and ``RoundInfo``) is what an algorithm is;
+``FederatedData`` the flat example pool (``from_client_arrays``, ``to_device``); ``CohortSpec``
+and ``sample_cohort`` draw a round's clients and budgets; ``build_round`` compiles a round
+(``Backend``: how) and ``build_evaluate`` the evaluation over a ``make_eval_pool`` pool.
+"""
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.core.backend import Backend, fuse_small_dots
 from fedjax_gel.core.evaluation import EvalPool, build_evaluate, make_eval_pool

@@ -47,9 +47,14 @@ class ClientContext(NamedTuple):
 
 
 class RoundInfo(NamedTuple):
-  """Cohort-level totals the engine passes to ``server_update``."""
-  weight_total: jax.Array   # sum_i w_i over the real clients
-  num_clients: jax.Array    # real clients in the cohort
+  """Cohort-level totals the engine passes to ``server_update``.
+
+  Attributes:
+    weight_total: ``sum_i w_i`` over the real clients.
+    num_clients: the real clients in the cohort.
+  """
+  weight_total: jax.Array
+  num_clients: jax.Array
 
 
 class FederatedAlgorithm(NamedTuple):

@@ -8,8 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
-# The largest int32: rounds, steps, cohorts, batches and examples are int32 on the device.
 INT32_MAX = 2**31 - 1
+"""The largest int32: rounds, steps, cohorts, batches and examples are int32 on the device."""
 
 
 def is_whole(value) -> bool:

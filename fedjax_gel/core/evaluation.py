@@ -14,9 +14,18 @@ from fedjax_gel.core.tasks import CLASSIFICATION, Task
 
 
 class EvalPool(NamedTuple):
-  """Examples padded to ``[num_batches, batch, ...]`` with a validity mask and, for a whole
-  pool, each example's client (``[num_batches, batch]`` int32) and every client's number of
-  examples (``[num_clients]``); None for a sample of the pool."""
+  """A pool's examples padded to ``[num_batches, batch, ...]`` for ``build_evaluate``.
+
+  ``make_eval_pool`` builds it, host side, once.
+
+  Attributes:
+    examples: the features, each ``[num_batches, batch, ...]``.
+    mask: ``[num_batches, batch]`` bool, the real (not padding) examples.
+    clients: for a whole pool, each example's client (``[num_batches, batch]`` int32); None for
+      a sample of the pool.
+    client_counts: for a whole pool, every client's number of examples (``[num_clients]``);
+      None for a sample of the pool.
+  """
   examples: dict
   mask: jax.Array
   clients: jax.Array | None = None
@@ -27,11 +36,31 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
                    seed: int = 0) -> EvalPool:
   """Pads the pool (host side, once) so evaluation is ``lax.map`` over fixed-size batches.
 
-  The clients' rows, in client order (rows no client owns, a split pool's padding, are left
-  out). ``max_examples`` > 0 and smaller than that: a fixed sample of that many of them, drawn
-  uniformly without replacement with ``seed`` (kept in order). A malformed pool
-  (``federated_data.check_pool``), a batch size below 1, a negative ``max_examples`` or ``seed``
-  are a ValueError.
+  The pool's clients' rows, in client order (rows no client owns, a split pool's padding, are
+  left out).
+
+  Args:
+    data: the pool, e.g. ``split.test`` (host or device).
+    batch_size: examples per evaluation batch (at most the examples evaluated).
+    max_examples: above 0 and below the pool's examples, a fixed sample of that many of them,
+      drawn uniformly without replacement with ``seed`` (kept in order), without per-client
+      metrics; 0: every example.
+    seed: the sample's seed.
+
+  Returns:
+    The ``EvalPool``, on the default device.
+
+  Raises:
+    ValueError: a malformed pool (``federated_data.check_pool``), a batch size below 1, a
+      negative ``max_examples`` or ``seed``.
+
+  Examples:
+    >>> import numpy as np
+    >>> import fedjax_gel as fg
+    >>> test = fg.from_client_arrays([{'x': np.ones((3, 2)), 'y': np.zeros(3, int)}] * 2)
+    >>> pool = fg.make_eval_pool(test, batch_size=4)
+    >>> pool.mask.shape
+    (2, 4)
   """
   federated_data.check_pool(data, 'make_eval_pool')
   batch_size = positive_int('make_eval_pool', 'batch_size', batch_size)
@@ -67,11 +96,35 @@ def make_eval_pool(data: FederatedData, batch_size: int = 4096, max_examples: in
 
 
 def build_evaluate(apply_fn: Callable, task=None) -> Callable:
-  """``evaluate(params, pool) -> {'loss', <each metric of task>, 'count'}`` over the pool (the
-  task's ``sum / weight`` of each term over all examples: ``models.tasks``; default
-  classification: ``loss`` and ``accuracy``). For a pool that names its examples' clients, also
-  ``client_sum`` and ``client_weight`` (``[num_clients]``: each client's sum of the task's main
-  metric, e.g. its correct predictions, and the weight it is out of: examples, or tokens)."""
+  """Builds the jitted evaluation of a model over an ``EvalPool``.
+
+  Each value is the task's ``sum / weight`` of its term over all the pool's examples
+  (``models.tasks``; default classification: ``loss`` and ``accuracy``).
+
+  Args:
+    apply_fn: ``(params, x) -> outputs``, e.g. ``model.apply``.
+    task: the model's ``models.Task`` (None: ``models.CLASSIFICATION``).
+
+  Returns:
+    ``evaluate(params, pool) -> {'loss', <each metric of task>, 'count'}``, jitted. For a pool
+    that names its examples' clients (a whole pool), also ``client_sum`` and
+    ``client_weight`` (``[num_clients]``: each client's sum of the task's main metric, e.g.
+    its correct predictions, and the weight it is out of: examples, or tokens).
+
+  Raises:
+    TypeError: ``apply_fn`` is not callable (e.g. a ``Model`` itself), or ``task`` is no
+      ``models.Task``.
+
+  Examples:
+    >>> import jax, numpy as np
+    >>> import fedjax_gel as fg
+    >>> test = fg.from_client_arrays([{'x': np.ones((3, 60)), 'y': np.zeros(3, int)}] * 2)
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> evaluate = fg.build_evaluate(model.apply, model.task)
+    >>> metrics = evaluate(model.init(jax.random.key(0)), fg.make_eval_pool(test))
+    >>> sorted(metrics)
+    ['accuracy', 'client_sum', 'client_weight', 'count', 'loss']
+  """
   if task is None:
     task = CLASSIFICATION
   if not callable(apply_fn):   # e.g. a Model itself, whose apply is the function

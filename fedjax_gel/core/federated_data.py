@@ -21,6 +21,9 @@ Examples = Mapping[str, Any]  # e.g. {'x': [P, ...] features, 'y': [P] int label
 class FederatedData(NamedTuple):
   """A flat example pool with per-client ranges.
 
+  Client ``i`` owns pool rows ``offsets[i] : offsets[i] + counts[i]``, in client order, with no
+  per-client padding (see the module docstring).
+
   Attributes:
     examples: dict of arrays, each with leading axis ``P`` (total examples).
     offsets: ``[N]`` int32, first pool row of each client (non-decreasing in the client id).
@@ -44,9 +47,31 @@ class FederatedData(NamedTuple):
 def from_client_arrays(
     clients: Sequence[Examples], client_names: Sequence[str] | None = None
 ) -> FederatedData:
-  """Builds a pool from one dict of equally keyed numpy arrays per client (host side): every
-  client the same features, each with one row per example, rows of one shape across clients,
-  float features finite; else a ValueError naming the client and the feature."""
+  """Builds a pool from one dict of equally keyed numpy arrays per client (host side).
+
+  Args:
+    clients: one dict of feature arrays per client (e.g. ``{'x': [n_i, ...], 'y': [n_i]}``):
+      every client the same features, each with one row per example, rows of one shape across
+      clients, float features finite.
+    client_names: the clients' names (default ``'0'``, ``'1'``, ...).
+
+  Returns:
+    The ``FederatedData`` on the host (``to_device`` moves it for the round).
+
+  Raises:
+    ValueError: no clients, or a client or feature that breaks the rules above (the message
+      names them).
+
+  Examples:
+    >>> import numpy as np
+    >>> import fedjax_gel as fg
+    >>> rng = np.random.default_rng(0)
+    >>> clients = [{'x': rng.normal(size=(n, 60)).astype(np.float32),
+    ...             'y': rng.integers(0, 5, n)} for n in (12, 30, 7)]
+    >>> pool = fg.from_client_arrays(clients)
+    >>> pool.counts, pool.offsets
+    (array([12, 30,  7], dtype=int32), array([ 0, 12, 42], dtype=int32))
+  """
   where = 'from_client_arrays'
   if not clients:
     raise ValueError('a federated dataset needs at least one client')
@@ -137,7 +162,15 @@ def check_pool(data: FederatedData, where: str = 'FederatedData',
 
 
 def client_examples(data: FederatedData, i: int) -> dict:
-  """The examples of client ``i`` as numpy arrays (host side; for tests and tools)."""
+  """The examples of one client as numpy arrays (host side; for tests and tools).
+
+  Args:
+    data: the pool.
+    i: the client's id.
+
+  Returns:
+    ``{feature: [counts[i], ...]}``, the client's rows of each feature.
+  """
   lo, n = int(data.offsets[i]), int(data.counts[i])
   return {k: np.asarray(v)[lo:lo + n] for k, v in data.examples.items()}
 
@@ -153,13 +186,29 @@ def gather_rows(examples: Examples, idx) -> dict:
 
 
 def to_device(data: FederatedData, mesh=None, replicate: bool = False) -> FederatedData:
-  """Moves the pool and the index arrays onto the default device, or onto ``mesh`` split by
-  client (``owner_layout``): each device holds only the examples of the clients it owns;
-  ``replicate``: the whole pool on every device of ``mesh`` (the round then deals the cohort
-  to the devices by budget, ``core.round.deal``; a copy of the pool per device).
+  """Moves the pool and its index arrays onto the default device, or onto a mesh.
 
   The client names stay behind (strings are host metadata and cannot enter a jitted function).
-  A malformed pool is a ValueError first (``check_pool``).
+  Done once, not every round.
+
+  Args:
+    data: the host pool (e.g. ``from_client_arrays``'s, or a ``split.train``).
+    mesh: a device mesh with an axis named ``'clients'``: the pool split by client
+      (``owner_layout``), each device holding only the examples of the clients it owns; None:
+      the default device.
+    replicate: with ``mesh``, the whole pool on every device instead (the round then deals the
+      cohort to the devices by budget, ``core.round.deal``; a copy of the pool per device).
+
+  Returns:
+    The ``FederatedData`` on the device(s), without client names.
+
+  Raises:
+    ValueError: a malformed pool (``check_pool``).
+
+  Examples:
+    >>> from fedjax_gel.data import leaf_synthetic
+    >>> import fedjax_gel as fg
+    >>> train = fg.to_device(leaf_synthetic.load().train)
   """
   import jax  # pylint: disable=g-import-not-at-top
   from fedjax_gel.core import devices  # pylint: disable=g-import-not-at-top
@@ -221,7 +270,12 @@ def owner_layout(data: FederatedData, num_devices: int) -> FederatedData:
 
 
 class FederatedSplit(NamedTuple):
-  """Train and test pools over the same clients (same order)."""
+  """Train and test pools over the same clients (same order).
+
+  Attributes:
+    train: the clients' training examples.
+    test: the same clients' test examples.
+  """
   train: FederatedData
   test: FederatedData
 

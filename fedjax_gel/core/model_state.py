@@ -70,9 +70,14 @@ PRE_PASS_STEP = 2**31 - 1   # the pre-pass's step in its key (local steps count 
 
 
 class Variables(NamedTuple):
-  """The variables of a model with mutable collections: its trainable ``params`` and its
-  ``state`` (``{collection: pytree}``, e.g. ``{'batch_stats': ...}``). Algorithms optimise the
-  params; the server treats the state by a policy (``POLICIES``). (``models.Variables``.)"""
+  """The variables of a model with mutable collections (``models.Variables``).
+
+  Algorithms optimise the params; the server treats the state by a policy (``POLICIES``).
+
+  Attributes:
+    params: the trainable parameters.
+    state: ``{collection: pytree}``, e.g. ``{'batch_stats': ...}``.
+  """
   params: Any
   state: Any
 

@@ -68,21 +68,35 @@ tree_map = jax.tree_util.tree_map
 
 
 class RoundMetrics(NamedTuple):
-  """Per-round totals (scalars)."""
-  train_loss: jax.Array        # sum_i w_i mean_k loss_ik / sum_i w_i (minibatch losses; NaN
-                               # when no client with weight took a step)
-  grad_computations: jax.Array  # sum_i tau_i minibatch gradients, + full pre-passes (ceil(n_i/B))
-  examples: jax.Array          # examples through a gradient: sum_i tau_i B, + pre-pass examples
-  computed_steps: jax.Array    # client-steps the chunks ran, masked ones included
-  uploaded_bytes: jax.Array    # bytes the real clients uploaded
-  downloaded_bytes: jax.Array  # bytes the real clients downloaded
-  client_distance: jax.Array   # mean pairwise cosine distance of the clients' final models
-                               # (NaN unless build_round's ``client_distance``)
-  num_clients: jax.Array       # real clients (sampled, with data)
-  finite: jax.Array            # the new server model holds no NaN or infinity, and the train
-                               # loss is finite where a client took a step (a loss of NaN with
-                               # a finite model: e.g. labels beyond the model's classes)
-  diagnostics: Any = None      # the algorithm's own metrics ({name: scalar}; {} without)
+  """Per-round totals (scalars), the round function's second result.
+
+  Attributes:
+    train_loss: ``sum_i w_i mean_k loss_ik / sum_i w_i`` over the minibatch losses; NaN when
+      no client with weight took a step.
+    grad_computations: ``sum_i tau_i`` minibatch gradients, plus full pre-passes
+      (``ceil(n_i / B)`` each).
+    examples: examples through a gradient: ``sum_i tau_i B``, plus pre-pass examples.
+    computed_steps: client-steps the chunks ran, masked ones included.
+    uploaded_bytes: bytes the real clients uploaded.
+    downloaded_bytes: bytes the real clients downloaded.
+    client_distance: mean pairwise cosine distance of the clients' final models (NaN unless
+      ``build_round``'s ``client_distance``).
+    num_clients: real clients (sampled, with data).
+    finite: the new server model holds no NaN or infinity, and the train loss is finite where
+      a client took a step (a loss of NaN with a finite model: e.g. labels beyond the model's
+      classes).
+    diagnostics: the algorithm's own metrics (``{name: scalar}``; ``{}`` without).
+  """
+  train_loss: jax.Array
+  grad_computations: jax.Array
+  examples: jax.Array
+  computed_steps: jax.Array
+  uploaded_bytes: jax.Array
+  downloaded_bytes: jax.Array
+  client_distance: jax.Array
+  num_clients: jax.Array
+  finite: jax.Array
+  diagnostics: Any = None
 
 
 def kept_without_clients(took_part, new, old):
@@ -140,12 +154,13 @@ def round_metrics(algorithm: FederatedAlgorithm, totals: chunk_lib.ChunkTotals, 
 def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | None = None,
                 donate_state: bool = False, backend: Backend = Backend(),
                 client_distance: bool = False):
-  """Builds the jitted round function: the stages ``pre_pass`` and ``chunk`` (each chunk's
-  local work and totals), ``routing`` (the chunks on one device or a mesh), the server update,
-  ``store.write_back`` and ``round_metrics``.
+  """Builds the jitted round function of ``algorithm``.
 
-  The batch size ``B`` and the largest budget ``b`` are read from the cohort's ``CohortSpec``
-  (static: ``b B`` sizes the data-order buffer), so the sampler and the round cannot disagree.
+  The round runs the stages ``pre_pass`` and ``chunk`` (each chunk's local work and totals),
+  ``routing`` (the chunks on one device or a mesh), the server update, ``store.write_back`` and
+  ``round_metrics``. The batch size ``B`` and the largest budget ``b`` are read from the cohort's
+  ``CohortSpec`` (static: ``b B`` sizes the data-order buffer), so the sampler and the round cannot
+  disagree.
 
   Args:
     algorithm: the federated algorithm.
@@ -170,9 +185,31 @@ def build_round(algorithm: FederatedAlgorithm, *, chunk_size: int, mesh: Mesh | 
       else the metric is NaN and nothing is computed for it.
 
   Returns:
-    ``round_fn(server_state, cohort, data, root_key, round_idx)``, jitted; it compiles once per
-    cohort spec and never again from round to round. ``data`` must be on the device
-    (``fedjax_gel.to_device``); host data raises ``TypeError``.
+    ``round_fn(server_state, cohort, data, root_key, round_idx) -> (server_state,
+    RoundMetrics)``, jitted; it compiles once per cohort spec and never again from round to
+    round. ``data`` must be on the device (``fedjax_gel.to_device``); host data raises
+    ``TypeError``, a hand-made cohort that does not fit its spec or the pool a ``ValueError``.
+
+  Raises:
+    ValueError: ``chunk_size`` is not a positive integer, or a debug backend with a mesh.
+
+  Examples:
+    >>> import jax.numpy as jnp, optax
+    >>> import fedjax_gel as fg
+    >>> from fedjax_gel.core import keys
+    >>> from fedjax_gel.data import leaf_synthetic
+    >>> train = fg.to_device(leaf_synthetic.load().train)
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = fg.fedavg(fg.cross_entropy_loss(model), optax.sgd(0.01))
+    >>> root = keys.root_key(0)
+    >>> state = alg.server_init(model.init(keys.init_key(root)))
+    >>> spec = fg.CohortSpec(cohort_size=20, budget_range=(4, 13), batch_size=5)
+    >>> round_fn = fg.build_round(alg, chunk_size=20)
+    >>> for r in range(3):
+    ...   cohort = fg.sample_cohort(root, r, train.counts, spec)
+    ...   state, metrics = round_fn(state, cohort, train, root, jnp.int32(r))
+    >>> int(metrics.num_clients)
+    20
   """
   chunk_size = positive_int('build_round', 'chunk_size', chunk_size)
   if backend.debug:

@@ -13,7 +13,9 @@ from fedjax_gel.core.checks import INT32_MAX, is_whole, positive_int
 from fedjax_gel.core.shuffle import epoch_steps
 
 WEIGHTINGS = ('samples_seen', 'num_examples', 'uniform')
+"""The aggregation weightings ``CohortSpec.weighting`` takes (``aggregation_weights``)."""
 SELECTIONS = ('uniform', 'cyclic', 'poisson')
+"""The client selections ``CohortSpec.selection`` takes."""
 # Poisson sampling's slots: the chance that a round draws more clients than its slots hold
 POISSON_TAIL = 1e-12
 BUDGET_UNITS = ('steps', 'epochs')
@@ -68,6 +70,20 @@ class CohortSpec:
     max_examples: the population's largest ``n_i`` (``int(counts.max())``): needed by
       ``'epochs'`` and ``'proportional'``.
     rate: Poisson sampling's ``q`` in ``(0, 1]`` (read only with ``selection='poisson'``).
+
+  Raises:
+    ValueError: a field outside its range or not one of its values (a reversed or empty budget
+      range, a size below 1 or not a whole number, an unknown weighting, ...), or a round of
+      more than ``INT32_MAX`` examples.
+
+  Examples:
+    >>> import fedjax_gel as fg
+    >>> spec = fg.CohortSpec(cohort_size=20, budget_range=(4, 13), batch_size=5)
+    >>> spec.max_budget
+    13
+    >>> fg.CohortSpec(cohort_size=10, budget_range=(1, 2), batch_size=32, budget_unit='epochs',
+    ...               max_examples=100).max_budget
+    8
   """
   cohort_size: int
   budget_range: tuple[int, int]
@@ -240,7 +256,20 @@ def check_cohort(cohort: Cohort, num_clients: int):
 
 
 def sample_clients(key, num_clients: int, cohort_size: int, replace: bool) -> jax.Array:
-  """Uniform client ids, ``[cohort_size]``, with or without replacement."""
+  """Draws uniform client ids, with or without replacement.
+
+  Args:
+    key: the PRNG key.
+    num_clients: ``N``, the population.
+    cohort_size: ``C``, the ids drawn.
+    replace: draw with replacement.
+
+  Returns:
+    ``[cohort_size]`` int32 ids in ``[0, num_clients)``.
+
+  Raises:
+    ValueError: a cohort larger than the population without replacement.
+  """
   if replace:
     return jax.random.randint(key, (cohort_size,), 0, num_clients, dtype=jnp.int32)
   if cohort_size > num_clients:
@@ -271,10 +300,26 @@ def sample_clients_cyclic(key, num_clients: int, cohort_size: int, replace: bool
 
 
 def poisson_slots(num_clients: int, rate: float, tail: float = POISSON_TAIL) -> int:
-  """The smallest ``K`` with ``P(Binomial(N, q) > K) <= tail``: the slots a round of Poisson
-  sampling needs (at most ``N``). A round that draws more keeps ``K`` of them at random, so a
-  run of ``T`` rounds follows the sampling it is accounted for except with probability at most
-  ``T tail`` (added to its delta, this is below print precision for any delta used in practice).
+  """Counts the slots a round of Poisson sampling needs.
+
+  The smallest ``K`` with ``P(Binomial(N, q) > K) <= tail``. A round that draws more keeps ``K`` of
+  them at random, so a run of ``T`` rounds follows the sampling it is accounted for except with
+  probability at most ``T tail`` (added to its delta, this is below print precision for any delta
+  used in practice).
+
+  Args:
+    num_clients: ``N``, the population.
+    rate: ``q``, each client's probability of being drawn.
+    tail: the chance a round may draw more clients than its slots hold.
+
+  Returns:
+    ``K``, at least 1 and at most ``N``: ``CohortSpec.cohort_size`` for
+    ``selection='poisson'``.
+
+  Examples:
+    >>> from fedjax_gel import core
+    >>> core.poisson_slots(1000, 0.01) > 10
+    True
   """
   from scipy import special   # pylint: disable=g-import-not-at-top
   low, high = 0, num_clients   # P(X > high) = 0 <= tail
@@ -285,9 +330,18 @@ def poisson_slots(num_clients: int, rate: float, tail: float = POISSON_TAIL) -> 
 
 
 def sample_clients_poisson(key, num_clients: int, slots: int, rate: float):
-  """Poisson sampling: each client independently with probability ``rate``. Returns ``(ids,
-  present)``, ``[slots]`` each: the drawn clients in random order (``u_i < q``, ordered by
-  ``u_i``, which is uniform given the draw), then clients not drawn, absent."""
+  """Draws each client independently with probability ``rate`` (Poisson sampling).
+
+  Args:
+    key: the PRNG key.
+    num_clients: ``N``, the population.
+    slots: the round's slots (``poisson_slots``); drawn clients beyond them are left out.
+    rate: ``q``, each client's probability of being drawn.
+
+  Returns:
+    ``(ids, present)``, ``[slots]`` each: the drawn clients in random order (``u_i < q``,
+    ordered by ``u_i``, which is uniform given the draw), then clients not drawn, absent.
+  """
   u = jax.random.uniform(key, (num_clients,))
   drawn = u < rate
   _, ids = jax.lax.top_k(-jnp.where(drawn, u, 2.), slots)   # the drawn first, in random order
@@ -295,7 +349,17 @@ def sample_clients_poisson(key, num_clients: int, slots: int, rate: float):
 
 
 def sample_budgets(key, cohort_size: int, low: int, high: int) -> jax.Array:
-  """``tau_i ~ U{low..high}`` (both ends included), ``[cohort_size]``."""
+  """Draws local budgets ``tau_i ~ U{low..high}`` (both ends included).
+
+  Args:
+    key: the PRNG key.
+    cohort_size: ``C``, the budgets drawn.
+    low: the smallest budget ``a``.
+    high: the largest budget ``b``.
+
+  Returns:
+    ``[cohort_size]`` int32 budgets.
+  """
   return jax.random.randint(key, (cohort_size,), low, high + 1, dtype=jnp.int32)
 
 
@@ -322,10 +386,21 @@ def steps_of(units, n, spec: CohortSpec) -> jax.Array:
 
 
 def aggregation_weights(weighting: str, budgets, num_examples, batch_size: int) -> jax.Array:
-  """Unnormalised aggregation weights.
+  """Computes the clients' unnormalised aggregation weights.
 
-  ``samples_seen``: ``min(tau_i * B, n_i)``, the examples a client touched (the GeL code's);
-  ``num_examples``: ``n_i`` (FedAvg's and the GeL paper's ``p_i = n_i / n``); ``uniform``: 1.
+  Args:
+    weighting: one of ``WEIGHTINGS``: ``'samples_seen'``, ``min(tau_i * B, n_i)``, the
+      examples a client touched (the GeL code's); ``'num_examples'``, ``n_i`` (FedAvg's and
+      the GeL paper's ``p_i = n_i / n``); ``'uniform'``, 1.
+    budgets: ``[C]`` local steps ``tau_i``.
+    num_examples: ``[C]`` the clients' ``n_i``.
+    batch_size: ``B``.
+
+  Returns:
+    ``[C]`` float32 weights.
+
+  Raises:
+    ValueError: an unknown weighting.
   """
   if weighting == 'samples_seen':
     w = jnp.minimum(budgets * batch_size, num_examples)
@@ -356,16 +431,41 @@ def largest_count(counts) -> int | None:
 
 def sample_cohort(root, round_idx, counts, spec: CohortSpec, client_ids=None,
                   client_budgets=None) -> Cohort:
-  """The cohort of round ``round_idx`` under ``spec``.
+  """Draws the cohort of round ``round_idx`` under ``spec``.
 
-  Clients and budgets depend on (seed, round) only, never on the algorithm (guess counts and other
-  per-client extras are the algorithm's, computed in the round). ``client_ids`` given (e.g. by
-  ``selection.power_of_d``) replace the sampled clients; ``client_budgets`` (``[num_clients]``
-  int, within ``budget_range``) are every client's units under ``budget_draw='per_client'``.
-  Given on the host (NumPy or lists), ids outside the population and budgets outside the range
-  are a ValueError (``client_budgets`` of another length, whatever holds them); so are counts
-  above ``spec.max_examples`` with budgets that read it, on the host or on a device
-  (``largest_count``: the budgets would be cut short).
+  Clients and budgets depend on (seed, round) only, never on the algorithm (guess counts and
+  other per-client extras are the algorithm's, computed in the round), so algorithms compared
+  with one seed see the same cohorts.
+
+  Args:
+    root: the run's root key (``core.keys.root_key(seed)``).
+    round_idx: the round.
+    counts: ``[N]`` the population's examples per client (``data.counts``).
+    spec: the ``CohortSpec``.
+    client_ids: ``[cohort_size]`` ids that replace the sampled clients (e.g. from
+      ``selection.power_of_d``); None: sampled under ``spec.selection``.
+    client_budgets: ``[N]`` int, every client's units within ``budget_range``, under
+      ``budget_draw='per_client'``.
+
+  Returns:
+    The ``Cohort`` (its ``population`` set to ``N``).
+
+  Raises:
+    TypeError: ``spec`` is no ``CohortSpec``.
+    ValueError: counts that are not one non-negative integer per client; given on the host
+      (NumPy or lists), ids outside the population or budgets outside the range;
+      ``client_ids`` or ``client_budgets`` of another length; counts above
+      ``spec.max_examples`` with budgets that read it, on the host or on a device
+      (``largest_count``: the budgets would be cut short); more Poisson slots than clients.
+
+  Examples:
+    >>> import numpy as np
+    >>> import fedjax_gel as fg
+    >>> from fedjax_gel.core import keys
+    >>> spec = fg.CohortSpec(cohort_size=4, budget_range=(1, 5), batch_size=10)
+    >>> cohort = fg.sample_cohort(keys.root_key(0), 0, np.full(100, 50, np.int32), spec)
+    >>> cohort.client_ids.shape, cohort.budgets.shape
+    ((4,), (4,))
   """
   if not isinstance(spec, CohortSpec):
     raise TypeError(f'sample_cohort: spec must be a CohortSpec, got {type(spec).__name__}')

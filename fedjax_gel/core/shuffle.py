@@ -85,10 +85,25 @@ def resolve(draws: jax.Array, prev: jax.Array, into: jax.Array) -> jax.Array:
 
 
 def cycled_permutation(key: jax.Array, n, length: int, bound: int | None = None) -> jax.Array:
-  """``[length]`` int32 ``perm[t mod n]`` for a uniform random permutation of ``range(n)``.
+  """A uniform random permutation of ``range(n)``, cycled to ``length`` entries.
 
-  A client with ``n = 0`` examples gets zeros (the engine gives it no steps). ``bound``: a
-  static upper bound on ``n`` (the round passes its pool's rows), for the faster sort.
+  Args:
+    key: the PRNG key.
+    n: the number of items (may be traced); a client with ``n = 0`` examples gets zeros (the
+      engine gives it no steps).
+    length: the entries returned (static).
+    bound: a static upper bound on ``n`` (the round passes its pool's rows), for the faster
+      sort; None: none known.
+
+  Returns:
+    ``[length]`` int32 ``perm[t mod n]``.
+
+  Examples:
+    >>> import jax
+    >>> from fedjax_gel import core
+    >>> perm = core.cycled_permutation(jax.random.key(0), 3, 7)
+    >>> sorted(perm[:3].tolist()), bool((perm[3:6] == perm[:3]).all())
+    ([0, 1, 2], True)
   """
   n = jnp.asarray(n, jnp.int32)
   head = partial_fisher_yates(fisher_yates_draws(key, n, length), bound)

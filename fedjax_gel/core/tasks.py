@@ -84,8 +84,25 @@ class Metric(NamedTuple):
 
 
 class Task(NamedTuple):
-  """A model's loss and metrics (see the module doc); ``metrics`` maps names to terms; ``main``
-  names the one experiments track and ``higher_is_better`` its direction."""
+  """A model's loss and metrics: what its outputs are scored by (see the module docstring).
+
+  Each term is a per-example function ``(outputs, y) -> (sum [B], weight [B])``.
+
+  Attributes:
+    name: the task's name.
+    loss: the training loss's term.
+    metrics: ``{name: term}``, the evaluation's metrics.
+    main: the metric experiments track (report the best value of, count the rounds to
+      ``--target`` of).
+    higher_is_better: ``main``'s direction.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> from fedjax_gel import models
+    >>> total, weight = models.CLASSIFICATION.loss(jnp.zeros((2, 5)), jnp.array([0, 3]))
+    >>> total.shape, weight.tolist()
+    ((2,), [1.0, 1.0])
+  """
   name: str
   loss: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
   metrics: dict
@@ -147,8 +164,17 @@ def _token_correct(logits, y):
 
 
 CLASSIFICATION = Task('classification', _ce, {'accuracy': _correct})
+"""Softmax cross-entropy of logits ``[B, K]`` against labels ``[B]``; ``accuracy`` (main)."""
 REGRESSION = Task('regression', _squared_error, {'mse': _squared_error}, 'mse', False)
+"""Squared error of outputs ``[B, D]`` (or ``[B]``) against targets of the same shape.
+
+Averaged over ``D``; ``mse``, the loss itself, is the main metric (lower is better).
+"""
 NEXT_TOKEN = Task('next_token', _token_ce, {'accuracy': _token_correct})
+"""Per-token cross-entropy of logits ``[B, L, V]`` against token ids ``[B, L]``.
+
+Tokens equal to ``PAD`` (0) are left out of both; ``accuracy`` per token is the main metric.
+"""
 
 
 def batch_mean(term, outputs, batch: dict) -> jax.Array:

@@ -14,8 +14,8 @@ runs at full speed. The patches cost ``window`` times the input's memory.
 ``conv_general_dilated`` is the drop-in for ``flax.linen.Conv(conv_general_dilated=...)`` the
 models of ``fedjax_gel.models.cnn`` use: patches on CPU and GPU, XLA's own convolution on TPU
 (not measured there). On a GPU the vmapped convolution fares no better: on an H100, XLA runs it
-as cuDNN convolutions of one client each, per step (8,000 launches of the top kernel a round), and
-a 1,000-client GeL FEMNIST CNN round takes 436-492 ms with it against 216 ms with patches
+as cuDNN convolutions of one client each, per step (thousands of launches of the top kernel a
+round), and a 1,000-client GeL FEMNIST CNN round is slower with it than with patches
 (``benchmarks/profile_round.py --workload cnn --clients 1000`` with and without
 ``--xla_layers``, ``benchmarks/RESULTS.md``). Both compute the same convolution up to float
 summation order.
@@ -33,11 +33,39 @@ from jax import lax
 def patches_conv(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                  dimension_numbers=None, feature_group_count=1, batch_group_count=1,
                  precision=None, preferred_element_type=None):
-  """``lax.conv_general_dilated`` (same arguments) as patches times the reshaped kernel.
+  """``lax.conv_general_dilated`` computed as patches times the reshaped kernel.
 
   ``out[n, p, o] = sum_{k, c} x[n, p * s + k * d, c] w[k, c, o]`` over window offsets ``k``,
-  after padding and input dilation. Grouped convolutions (``feature_group_count`` or
-  ``batch_group_count`` above 1) and empty outputs are left to ``lax.conv_general_dilated``.
+  after padding and input dilation: the window's shifted strided slices stacked into patches
+  ``[N, *out_spatial, window * C_in]`` and one ``dot_general`` with the kernel reshaped to
+  ``[window * C_in, C_out]`` (see the module docstring for why). Grouped convolutions
+  (``feature_group_count`` or ``batch_group_count`` above 1) and empty outputs are left to
+  ``lax.conv_general_dilated``.
+
+  Args:
+    lhs: the input, laid out as ``dimension_numbers`` say.
+    rhs: the kernel, laid out as ``dimension_numbers`` say.
+    window_strides: the strides ``s``, one per spatial dimension.
+    padding: ``'SAME'``, ``'VALID'`` or a ``(low, high)`` pair per spatial dimension.
+    lhs_dilation: the input's dilation (None: 1 in every dimension).
+    rhs_dilation: the kernel's dilation ``d`` (None: 1 in every dimension).
+    dimension_numbers: as ``lax.conv_general_dilated``'s (None: ``NCHW``, ``OIHW``).
+    feature_group_count: above 1, a grouped convolution, left to XLA.
+    batch_group_count: above 1, a grouped convolution, left to XLA.
+    precision: the product's precision, as ``lax.dot_general``'s.
+    preferred_element_type: the product's accumulation type, as ``lax.dot_general``'s.
+
+  Returns:
+    The convolution's output, as ``lax.conv_general_dilated`` returns it (the same values up
+    to float summation order).
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from fedjax_gel import models
+    >>> x, w = jnp.ones((2, 28, 28, 1)), jnp.ones((5, 5, 1, 32))
+    >>> y = models.patches_conv(x, w, (1, 1), 'SAME', dimension_numbers=('NHWC', 'HWIO', 'NHWC'))
+    >>> y.shape
+    (2, 28, 28, 32)
   """
   args = (window_strides, padding, lhs_dilation, rhs_dilation, dimension_numbers,
           feature_group_count, batch_group_count, precision, preferred_element_type)

@@ -5,7 +5,7 @@ Vmapping a client's step over many clients turns every matrix product of the mod
 *batched* ``dot_general`` with one tiny product per client (logistic regression at ``B = 5``:
 a ``[5, 60] x [60, 5]`` forward and a ``[60, 5] x [5, 5]`` weight gradient per client). XLA's
 CPU backend runs such a dot as one library call per batch element, so its cost grows with the
-number of clients at about a microsecond each, whatever the size of the products
+number of clients, a call's overhead each, whatever the size of the products
 (``benchmarks/profile_round.py``: at 200 clients the batched products took about half of the
 round).
 The same product written as a sum of broadcast multiplications is one fused, vectorised loop.
@@ -22,9 +22,9 @@ that is small (at most ``max_terms`` multiply-adds per batch element) rewritten,
 which XLA fuses into one loop over the output. Sums and maxima over at most ``MAX_REDUCED``
 elements (a softmax over 5 classes, a mean over a minibatch of 5) become the same kind of
 unrolled elementwise ops, in the order of XLA's own reduction loop (``unrolled_reduction``).
-XLA's default CPU pipeline hands every reduction to its YNN library, a call of several
-microseconds for a few additions, three per local step of a logistic regression: a 200-client
-round ran 1.14x faster without them (``benchmarks/RESULTS.md``); a round compiled for compile
+XLA's default CPU pipeline hands every reduction to its YNN library, a call that costs far more
+than its few additions, three per local step of a logistic regression: a 200-client round ran
+faster without them (``benchmarks/RESULTS.md``); a round compiled for compile
 time (``core.backend.xla.QUICK_COMPILE``, jaxlib < 0.11), whose reductions are XLA's own loops,
 computes the same bits either way.
 
@@ -150,7 +150,7 @@ def swapped_dot(operands, params, permutation):
   permutation only swaps the free dimensions of the two sides (else None).
 
   Reverse-mode autodiff writes a weight gradient this way; XLA's CPU backend then runs the
-  product and a strided transpose (about 0.6 ms a step for a 1024 x 512 dense layer), where the
+  product and a strided transpose (a cost every step for a large dense layer), where the
   swapped product writes the gradient in place.
   """
   lhs, rhs = operands
@@ -211,8 +211,29 @@ def _eval(jaxpr, consts, args, limits):
 
 
 def fuse_small_dots(fn, max_contraction: int = MAX_CONTRACTION, max_terms: int = MAX_TERMS):
-  """``fn`` with its batched small products as fused multiply-adds (see above); traced anew at
-  each call (inside ``jit``, once per compilation)."""
+  """Wraps ``fn`` so that its batched small products run as fused multiply-adds.
+
+  ``fn`` is traced anew at each call (inside ``jit``, once per compilation) and its jaxpr
+  evaluated with every small batched ``dot_general`` rewritten (``'outer'`` or ``'rows'``, see
+  the module docstring), small sums and maxima unrolled and nested ``jit`` calls inlined; the
+  result equals ``fn``'s up to float summation order. A speed-up on CPU only: ``build_round``
+  applies it there when its ``Backend`` asks (``Backend.fuse_small_dots``).
+
+  Args:
+    fn: the function to wrap (a vmapped local step), of positional array arguments.
+    max_contraction: the longest contraction ``K`` fused as ``'outer'``.
+    max_terms: the most multiply-adds per batch element a fused product may take.
+
+  Returns:
+    ``wrapped(*args)``, computing what ``fn(*args)`` does.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from fedjax_gel import core
+    >>> step = jax.vmap(lambda w, x: jnp.tanh(x @ w))   # one tiny product per client
+    >>> w, x = jnp.ones((200, 60, 5)), jnp.ones((200, 5, 60))
+    >>> out = jax.jit(core.fuse_small_dots(step))(w, x)
+  """
   def wrapped(*args):
     closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*args)
     outs = _eval(closed.jaxpr, closed.consts, jax.tree_util.tree_leaves(args),
