@@ -139,9 +139,37 @@ def client_weights(where: str, weights, num_clients: int | None = None) -> np.nd
 def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
              server_optimizer: Optional[optax.GradientTransformation] = None,
              weights=None, name: str = 'scaffold') -> FederatedAlgorithm:
-  """SCAFFOLD with option II control variates; ``server_optimizer`` (default ``optax.sgd(1.0)``)
-  steps on ``Delta`` (its learning rate is SCAFFOLD's global ``eta_g``); ``weights``: ``q_j``
-  (``[num_clients]``, summing to 1; default ``1/N``) of ``c = sum_j q_j c_j``."""
+  """Builds SCAFFOLD with option II control variates, client SGD.
+
+  SCAFFOLD (Karimireddy et al. 2020, SCAFFOLD: Stochastic Controlled Averaging for Federated
+  Learning, Alg. 1): clients step on ``g = grad L_i(y) + c - c_i`` and update their control
+  variate ``c_i+ = c_i - c + Delta_i / (tau_i lr)`` (a client without steps keeps ``c_i``),
+  kept in the per-client store; ``c = sum_j q_j c_j`` is read from the store when the round
+  starts (see the module docstring).
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' learning rate, positive and finite.
+    num_clients: ``N``, the population: the store's rows (the round refuses a pool of another
+      size).
+    server_optimizer: steps on ``Delta`` (its learning rate is SCAFFOLD's global ``eta_g``);
+      default ``optax.sgd(1.0)``.
+    weights: ``q_j``, ``[num_clients]`` non-negative, summing to 1; None: ``1/N``.
+    name: display name.
+
+  Returns:
+    The stateful ``FederatedAlgorithm``.
+
+  Raises:
+    ValueError: a concrete learning rate outside its range, ``num_clients`` not a positive
+      integer, or ``weights`` not one non-negative value per client summing to 1.
+
+  Examples:
+    >>> import fedjax_gel as fg
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = fg.algorithms.scaffold(fg.cross_entropy_loss(model), client_lr=0.1,
+    ...                              num_clients=1000)
+  """
   check(name, 'client_lr', client_lr, POSITIVE)
   server_optimizer = server_optimizer or optax.sgd(1.0)
   num_clients = positive_int(name, 'num_clients', num_clients)
@@ -178,7 +206,27 @@ def scaffold(loss_fn: Callable, client_lr: float, num_clients: int,
 
 def feddyn(loss_fn: Callable, client_lr: float, mu: float, num_clients: int,
            name: str = 'feddyn') -> FederatedAlgorithm:
-  """FedDyn with dynamic-regulariser weight ``mu`` (FedDyn's ``alpha``)."""
+  """Builds FedDyn, client SGD on a dynamically regularised loss.
+
+  FedDyn (Acar et al. 2021, Federated Learning Based on Dynamic Regularization; in AdaBest's
+  notation, Varno et al. 2022, Alg. 2): clients step on ``g = grad L_i(y) - h_i + mu (y -
+  x)``, then ``h_i <- h_i + mu Delta_i`` (the per-client store); the server keeps ``h <- h +
+  |P^t| / N * Delta`` and sets ``x <- (x - Delta) - h``.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' learning rate, positive and finite.
+    mu: the dynamic regulariser's weight (FedDyn's ``alpha``), at least 0.
+    num_clients: ``N``, the population: the store's rows.
+    name: display name.
+
+  Returns:
+    The stateful ``FederatedAlgorithm``.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range, or ``num_clients`` not a
+      positive integer.
+  """
   check(name, 'client_lr', client_lr, POSITIVE)
   check(name, 'mu', mu, AT_LEAST_ZERO)
   num_clients = positive_int(name, 'num_clients', num_clients)
@@ -205,7 +253,29 @@ def feddyn(loss_fn: Callable, client_lr: float, mu: float, num_clients: int,
 
 def adabest(loss_fn: Callable, client_lr: float, mu: float, beta: float, num_clients: int,
             name: str = 'adabest') -> FederatedAlgorithm:
-  """AdaBest with local-estimate weight ``mu`` and server decay ``beta``."""
+  """Builds AdaBest, client SGD corrected by adaptive bias estimates.
+
+  AdaBest (Varno et al. 2022, AdaBest: Minimizing Client Drift in Federated Learning via
+  Adaptive Bias Estimation, Alg. 2): clients step on ``g = grad L_i(y) - h_i``, then ``h_i <-
+  h_i / (t - t_i') + mu Delta_i`` and ``t_i' <- t`` (the per-client store); the server sets
+  ``h <- beta (theta_bar^{t-1} - theta_bar^t)`` and ``x <- theta_bar^t - h``. ``beta = mu =
+  0`` is FedAvg, ``beta = 1`` FedDyn's server with every client sampled.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' learning rate, positive and finite.
+    mu: the local estimates' weight, at least 0.
+    beta: the server's decay, in ``[0, 1]``.
+    num_clients: ``N``, the population: the store's rows.
+    name: display name.
+
+  Returns:
+    The stateful ``FederatedAlgorithm``.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range, or ``num_clients`` not a
+      positive integer.
+  """
   check(name, 'client_lr', client_lr, POSITIVE)
   check(name, 'mu', mu, AT_LEAST_ZERO)
   check(name, 'beta', beta, UNIT)

@@ -68,7 +68,12 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
               normalizer: Callable[[ClientContext], jax.Array] | None = None,
               client_guesses: Callable[[jax.Array, int], jax.Array] | None = None,
               name: str = 'local_sgd') -> FederatedAlgorithm:
-  """Clients run ``client_optimizer`` for ``tau_i`` steps; the server steps on the mean update.
+  """Builds local SGD: clients run ``client_optimizer`` for ``tau_i`` steps, the server steps.
+
+  Each client uploads ``Delta_i = x - y_i``; the server applies ``server_optimizer`` to the
+  weighted mean ``Delta = sum_i p_i Delta_i`` as if it were a gradient. The three ingredients
+  the GeL paper combines (Boukhari et al. 2023, GeL, Table 3) are options: guessed steps,
+  FedProx's proximal term and FedNova's normalised averaging.
 
   Args:
     loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
@@ -92,10 +97,26 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
       then not the optimiser's input.
     name: display name.
 
-  Raises (from ``server_init``, before any round): ``ValueError`` when ``client_guesses`` is
-  given but the client optimiser holds no GeL state, or when it holds one but ``client_guesses``
-  is ``None`` (its guesses would silently never be taken); ``optim.GuessRefusedError`` when
-  ``optim.guess`` cannot take its guesses (``check_guessable``).
+  Returns:
+    The ``FederatedAlgorithm``.
+
+  Raises:
+    ValueError: from ``server_init``, before any round: ``client_guesses`` is given but the
+      client optimiser holds no GeL state, or it holds one but ``client_guesses`` is ``None``
+      (its guesses would silently never be taken).
+    optim.GuessRefusedError: from ``server_init``: ``optim.guess`` cannot take its guesses
+      (``check_guessable``).
+
+  Examples:
+    FedProx with GeL's guessed steps (what ``algorithms.fedprox_gel`` builds):
+
+    >>> import optax
+    >>> import fedjax_gel as fg
+    >>> from fedjax_gel import algorithms, optim
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = algorithms.local_sgd(
+    ...     fg.cross_entropy_loss(model), optim.gel_sgdm(0.01, momentum=0.9), prox_mu=0.01,
+    ...     client_guesses=fg.GuessPolicy().counts, name='fedprox_gel')
   """
   server_optimizer = server_optimizer or optax.sgd(1.0)
 
@@ -154,18 +175,61 @@ def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,
 def fedavg(loss_fn: Callable, client_optimizer: optax.GradientTransformation,
            server_optimizer: optax.GradientTransformation | None = None,
            name: str = 'fedavg') -> FederatedAlgorithm:
-  """Federated averaging with any client and server optax optimiser.
+  """Builds federated averaging with any client and server optax optimiser.
 
-  ``client_optimizer`` e.g. ``optax.sgd(lr)`` (FedAvg) or ``optax.sgd(lr, momentum=0.9)``
-  (FedAvgCM); ``server_optimizer`` default ``optax.sgd(1.0)``.
+  FedAvg (McMahan et al. 2017, Communication-Efficient Learning of Deep Networks from
+  Decentralized Data): clients take local steps from the server model ``x`` and upload
+  ``Delta_i = x - y_i``; the server applies ``server_optimizer`` to ``Delta = sum_i p_i
+  Delta_i`` as if it were a gradient, so ``optax.sgd(1.0)`` gives ``x <- sum_i p_i y_i``.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_optimizer: e.g. ``optax.sgd(lr)`` (FedAvg) or ``optax.sgd(lr, momentum=0.9)``
+      (FedAvgCM), restarted every round.
+    server_optimizer: applied to the mean update; default ``optax.sgd(1.0)``.
+    name: display name.
+
+  Returns:
+    The ``FederatedAlgorithm``.
+
+  Examples:
+    >>> import optax
+    >>> import fedjax_gel as fg
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = fg.fedavg(fg.cross_entropy_loss(model), optax.sgd(0.01),
+    ...                 server_optimizer=fg.optim.fedadam(0.01))
   """
   return local_sgd(loss_fn, client_optimizer, server_optimizer, name=name)
 
 
 def fedavgcm(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
              server_optimizer: optax.GradientTransformation | None = None) -> FederatedAlgorithm:
-  """FedAvg with client momentum (GeL's FedAvgCM baseline): client ``optax.sgd(lr, momentum)``;
-  a concrete momentum outside ``[0, 1)`` is a ValueError, as for GeL's ``gel_sgdm``."""
+  """Builds FedAvg with client momentum, GeL's FedAvgCM baseline (Boukhari et al. 2023, GeL).
+
+  Clients take SGD steps with momentum ``v <- alpha v - lr g; y <- y + v``
+  (``optax.sgd(lr, momentum=alpha)``), reset every round.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' learning rate, positive and finite.
+    momentum: ``alpha``, in ``[0, 1)``.
+    server_optimizer: applied to the mean update; default ``optax.sgd(1.0)``.
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'fedavgcm'``.
+
+  Raises:
+    ValueError: a concrete learning rate or momentum outside its range (as for GeL's
+      ``gel_sgdm``).
+    TypeError: a hyper-parameter that is no number.
+
+  Examples:
+    >>> import optax
+    >>> import fedjax_gel as fg
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = fg.fedavgcm(fg.cross_entropy_loss(model), client_lr=0.01, momentum=0.9,
+    ...                   server_optimizer=optax.sgd(1.0))
+  """
   check('fedavgcm', 'client_lr', client_lr, POSITIVE)
   check('fedavgcm', 'momentum', momentum, MOMENTUM)
   return fedavg(loss_fn, optax.sgd(client_lr, momentum=momentum), server_optimizer, 'fedavgcm')

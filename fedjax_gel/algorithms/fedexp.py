@@ -53,8 +53,27 @@ def server_step_size(mean_sq_norm, delta, eps: float) -> jax.Array:
 
 def fedexp(loss_fn: Callable, client_lr: float, eps: float = 1e-3,
            average_last_two: bool = True) -> FederatedAlgorithm:
-  """FedExP with client SGD; ``average_last_two``: the model evaluated is
-  ``(x^t + x^{t-1}) / 2`` (else ``x^t``)."""
+  """Builds FedExP: FedAvg with an extrapolated server step, client SGD.
+
+  FedExP (Jhunjhunwala et al. 2023, FedExP: Speeding Up Federated Averaging via
+  Extrapolation): clients also upload ``||Delta_i||^2`` and the server steps ``x <- x - eta_g
+  Delta`` with ``eta_g = max(1, sum_i p_i ||Delta_i||^2 / (2 (||Delta||^2 + eps)))``, reported
+  each round as the diagnostic ``eta_g``.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' learning rate, positive and finite.
+    eps: the step size's ``eps``, positive (``1e-3`` as in the paper's experiments).
+    average_last_two: the model evaluated and saved (``server_params``) is ``(x^t + x^{t-1}) /
+      2``, as the paper and its code evaluate (extrapolated iterates oscillate); else ``x^t``.
+      The clients always receive ``x^t``.
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'fedexp'``.
+
+  Raises:
+    ValueError: a concrete learning rate or ``eps`` not positive and finite.
+  """
   check('fedexp', 'client_lr', client_lr, POSITIVE)
   check('fedexp', 'eps', eps, POSITIVE)
   base = local_sgd(loss_fn, optax.sgd(client_lr), name='fedexp')

@@ -18,7 +18,26 @@ from fedjax_gel.models.base import Model, max_entropy_loss
 
 def fedmax(model: Model, client_lr: float, beta: float = 1.0,
            server_optimizer: optax.GradientTransformation | None = None) -> FederatedAlgorithm:
-  """FedMAX with client SGD and entropy weight ``beta``."""
+  """Builds FedMAX: FedAvg whose client loss adds a maximum-entropy term, client SGD.
+
+  FedMAX (Chen et al. 2020, FedMAX: Mitigating Activation Divergence for Accurate and
+  Communication-Efficient Federated Learning): the client loss is ``CE + beta * KL(U ||
+  softmax(a))`` over the model's penultimate activations ``a`` (``Model.features``;
+  ``models.max_entropy_loss``). For logistic regression they are the inputs, which no parameter
+  moves: FedMAX is then FedAvg.
+
+  Args:
+    model: the ``Model`` (its ``features`` give the penultimate activations).
+    client_lr: the clients' learning rate, positive and finite.
+    beta: the entropy term's weight, at least 0.
+    server_optimizer: applied to the mean update; default ``optax.sgd(1.0)``.
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'fedmax'``.
+
+  Raises:
+    ValueError: a concrete learning rate or ``beta`` outside its range.
+  """
   check('fedmax', 'client_lr', client_lr, POSITIVE)
   check('fedmax', 'beta', beta, AT_LEAST_ZERO)
   return local_sgd(max_entropy_loss(model, beta), optax.sgd(client_lr), server_optimizer,

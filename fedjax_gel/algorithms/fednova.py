@@ -22,7 +22,28 @@ from fedjax_gel.optim.guessed import gel_sgdm, momentum_coefficients_l1
 
 def fednova(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
             server_optimizer: optax.GradientTransformation | None = None) -> FederatedAlgorithm:
-  """FedNova with client SGD(M)."""
+  """Builds FedNova with client SGD(M).
+
+  FedNova (Wang et al. 2020, Tackling the Objective Inconsistency Problem in Heterogeneous Federated
+  Optimization) averages normalised updates: ``x <- x - tau_eff * sum_i p_i Delta_i / ||a_i||_1``
+  with ``tau_eff = sum_i p_i ||a_i||_1``, where ``a_i`` are the coefficients of the client's
+  accumulated update ``-lr sum_k a_ik g_k``: ``||a_i||_1 = [tau_i - alpha (1 - alpha^tau_i) / (1 -
+  alpha)] / (1 - alpha)`` for SGD with momentum ``alpha``, ``tau_i`` for plain SGD. With equal
+  budgets FedNova is FedAvg.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' constant learning rate, positive and finite.
+    momentum: ``alpha``, in ``[0, 1)``; 0: plain SGD.
+    server_optimizer: applied to the normalised mean update; default ``optax.sgd(1.0)``.
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'fednova'``.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range.
+    TypeError: a hyper-parameter that is no number.
+  """
   check('fednova', 'client_lr', client_lr, POSITIVE)
   check('fednova', 'momentum', momentum, MOMENTUM)
   def normalizer(ctx: ClientContext):
@@ -36,9 +57,27 @@ def fednova(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
 def fednova_gel(loss_fn: Callable, client_lr: float, momentum: float = 0.9,
                 server_optimizer: optax.GradientTransformation | None = None,
                 guess_policy: GuessPolicy = GuessPolicy()) -> FederatedAlgorithm:
-  """FedNova + GeL: SGDM with zero-proxy guesses (eq. 5), normalised by Lemma 1's
-  ``||a_i||_1``; ``guess_policy`` defaults to GeL's ``tau' = b + 5 - tau_i``. The client
-  learning rate is a constant (the normaliser assumes one)."""
+  """Builds FedNova + GeL: SGDM clients with guessed steps, normalised (Boukhari et al. 2023, GeL).
+
+  Clients take zero-proxy guesses (eq. 5) after their budget and upload ``Delta_i /
+  ||a_i||_1`` with GeL's Lemma 1 norm for ``tau'_i`` guesses: ``||a_i||_1 = [tau_i -
+  alpha^(tau'_i+1) (1 - alpha^tau_i) / (1 - alpha)] / (1 - alpha)``.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' learning rate, a constant (the normaliser assumes one).
+    momentum: ``alpha``, in ``(0, 1)``.
+    server_optimizer: applied to the normalised mean update; default ``optax.sgd(1.0)``.
+    guess_policy: how many guesses each client takes (default GeL's ``tau' = b + 5 -
+      tau_i``).
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'fednova_gel'``.
+
+  Raises:
+    ValueError: a concrete learning rate outside its range, a policy out of range, or guesses
+      without momentum.
+  """
   check('fednova_gel', 'client_lr', client_lr, POSITIVE)
   policy = checked_policy('fednova_gel', guess_policy, 'zero', momentum)
 

@@ -24,7 +24,30 @@ from fedjax_gel.optim.guessed import gel_sgdm
 def fedprox(loss_fn: Callable, client_lr: optax.ScalarOrSchedule, mu: float = 0.01,
             momentum: float = 0.9, server_optimizer: optax.GradientTransformation | None = None
             ) -> FederatedAlgorithm:
-  """FedProx with client SGD(M)."""
+  """Builds FedProx with client SGD(M).
+
+  FedProx (Li et al. 2020, Federated Optimization in Heterogeneous Networks): clients step on
+  the gradient ``g + mu (y - x)`` of the proximal objective ``f(y) + mu/2 ||y - x||^2``.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' learning rate (or an optax schedule), positive and finite.
+    mu: the proximal weight, at least 0 (``0.01`` in GeL's experiments).
+    momentum: the clients' momentum in ``[0, 1)``; 0: plain SGD.
+    server_optimizer: applied to the mean update; default ``optax.sgd(1.0)``.
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'fedprox'``.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range.
+    TypeError: a hyper-parameter that is no number.
+
+  Examples:
+    >>> import fedjax_gel as fg
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = fg.algorithms.fedprox(fg.cross_entropy_loss(model), client_lr=0.01, mu=0.01)
+  """
   check('fedprox', 'client_lr', client_lr, POSITIVE)
   check('fedprox', 'mu', mu, AT_LEAST_ZERO)
   check('fedprox', 'momentum', momentum, MOMENTUM)
@@ -37,9 +60,28 @@ def fedprox_gel(loss_fn: Callable, client_lr: optax.ScalarOrSchedule, mu: float 
                 momentum: float = 0.9,
                 server_optimizer: optax.GradientTransformation | None = None,
                 guess_policy: GuessPolicy = GuessPolicy()) -> FederatedAlgorithm:
-  """FedProx + GeL: proximal SGDM with zero-proxy guesses (the last-gradient proxy would carry
-  the proximal term into the guesses); ``guess_policy`` defaults to GeL's ``tau' = b + 5 -
-  tau_i``."""
+  """Builds FedProx + GeL: proximal SGDM clients with guessed steps (Boukhari et al. 2023, GeL).
+
+  GeL's Table 3 version of FedProx: the clients' gradient is ``g + mu (y - x)``, and their
+  guessed steps (eq. 5) use the momentum alone, with the zero proxy: the guess ignores the
+  proximal term (the last-gradient proxy would carry it into the guesses).
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' learning rate (or an optax schedule), positive and finite.
+    mu: the proximal weight, at least 0.
+    momentum: ``alpha``, in ``[0, 1)``; above 0 (zero-proxy guesses need momentum).
+    server_optimizer: applied to the mean update; default ``optax.sgd(1.0)``.
+    guess_policy: how many guesses each client takes (default GeL's ``tau' = b + 5 -
+      tau_i``).
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'fedprox_gel'``.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range, a policy out of range, or
+      guesses without momentum.
+  """
   check('fedprox_gel', 'client_lr', client_lr, POSITIVE)
   check('fedprox_gel', 'mu', mu, AT_LEAST_ZERO)
   policy = checked_policy('fedprox_gel', guess_policy, 'zero', momentum)

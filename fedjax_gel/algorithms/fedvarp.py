@@ -50,7 +50,13 @@ class FedVARPState(NamedTuple):
 def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
             server_optimizer: Optional[optax.GradientTransformation] = None,
             clusters=None, name: str = 'fedvarp') -> FederatedAlgorithm:
-  """FedVARP with client SGD; ClusterFedVARP when ``clusters`` is given.
+  """Builds FedVARP with client SGD; ClusterFedVARP when ``clusters`` is given.
+
+  FedVARP (Jhunjhunwala et al. 2022, FedVARP: Tackling the Variance Due to Partial Client
+  Participation in Federated Learning): the server keeps each client's latest update ``y_j``
+  (in the per-client store, initially 0) and steps on ``v = sum_{i in S} p_i (Delta_i - y_i) +
+  sum_j q_j y_j``, then ``y_i <- Delta_i`` for the cohort ``S``. ClusterFedVARP keeps one
+  memory per cluster (``q_c = sum_{j in c} q_j``); one cluster per client is FedVARP.
 
   Args:
     loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
@@ -59,6 +65,20 @@ def fedvarp(loss_fn: Callable, client_lr: float, memory_weights,
     server_optimizer: applied to ``v``; default ``optax.sgd(1.0)``.
     clusters: ``[N]`` int cluster of each client (ClusterFedVARP), or None (one memory each).
     name: display name.
+
+  Returns:
+    The stateful ``FederatedAlgorithm`` (its store holds a row per client, or per cluster).
+
+  Raises:
+    ValueError: a concrete learning rate outside its range, ``memory_weights`` not
+      non-negative and summing to 1, or ``clusters`` not one per client.
+
+  Examples:
+    >>> import numpy as np
+    >>> import fedjax_gel as fg
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = fg.algorithms.fedvarp(fg.cross_entropy_loss(model), client_lr=0.01,
+    ...                             memory_weights=np.full(1000, 1 / 1000))
   """
   check(name, 'client_lr', client_lr, POSITIVE)
   server_optimizer = server_optimizer or optax.sgd(1.0)

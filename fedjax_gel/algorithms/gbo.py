@@ -98,11 +98,36 @@ def _gbo_family(name: str, loss_fn: Callable, opt: GlobalBiasedOptimizer, *, fro
 
 
 def fedgbo(loss_fn: Callable, opt: GlobalBiasedOptimizer) -> FederatedAlgorithm:
-  """FedGBO: frozen global statistics on clients (``opt.client``); ``opt.server`` on the mean
-  model change with ``K`` the weighted mean number of local steps (inverse step, tracking,
-  ``x <- x_bar``). Rounds in which no client took a step leave the statistics as they are.
-  The learning rate must be a constant: the inverse step needs the one the clients stepped with,
-  and a schedule would be evaluated at each client's step count there, at the round here."""
+  """Builds FedGBO: clients step with the global optimiser's statistics frozen.
+
+  FedGBO (Mills et al. 2022, Accelerating Federated Learning with a Global Biased Optimiser,
+  Algorithm 1): clients step with ``opt.client`` and the broadcast statistics ``S`` frozen;
+  the server runs ``opt.server`` on the mean model change ``Delta = x - x_bar`` with ``K`` the
+  weighted mean number of local steps: the inverse step (old ``S``) recovers the mean client
+  gradient, ``S`` tracks it, and ``x <- x_bar``. Rounds in which no client took a step leave
+  the statistics as they are. Clients upload their model change and step count.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    opt: the global optimiser (``optim.gbo_sgdm``, ``gbo_rmsprop``, ``gbo_adam``), with a
+      constant learning rate: the inverse step needs the one the clients stepped with, and a
+      schedule would be evaluated at each client's step count there, at the round here.
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'fedgbo_<kind>'``.
+
+  Raises:
+    ValueError: a learning-rate schedule.
+
+  Examples:
+    >>> import fedjax_gel as fg
+    >>> from fedjax_gel import optim
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = fg.algorithms.fedgbo(fg.cross_entropy_loss(model),
+    ...                            optim.gbo_adam(0.01, b1=0.9, b2=0.99, eps=1e-3))
+    >>> alg.name
+    'fedgbo_adam'
+  """
   if callable(opt.learning_rate):
     raise ValueError('fedgbo: the learning rate must be a constant, not a schedule: the '
                      "server's inverse step recovers the clients' gradients with the learning "
@@ -123,8 +148,21 @@ def _average(opt_state, delta, mean_stats, x):
 
 
 def mfl(loss_fn: Callable, opt: GlobalBiasedOptimizer) -> FederatedAlgorithm:
-  """MFL: clients update the downloaded statistics (``opt.adaptive``); the server averages
-  models and statistics."""
+  """Builds MFL: clients update the downloaded statistics; the server averages both.
+
+  MFL (Liu et al. 2020, Accelerating Federated Learning via Momentum Gradient Descent), as
+  FedGBO compares with it (Mills et al. 2022): clients run the ordinary optimiser
+  (``opt.adaptive``) from the downloaded statistics ``S``, updating them every step; they
+  upload model change and statistics, and the server averages both (``x <- x_bar``).
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    opt: the global optimiser (``optim.gbo_sgdm``, ``gbo_rmsprop``, ``gbo_adam``); its
+      learning rate may be a schedule.
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'mfl_<kind>'``.
+  """
   return _gbo_family(f'mfl_{opt.kind}', loss_fn, opt, frozen=False,
                      extra=lambda state, ctx: state.opt_state.stats, server=opt.track,
                      stats_of=lambda stats: stats, server_step=_average)
@@ -132,8 +170,24 @@ def mfl(loss_fn: Callable, opt: GlobalBiasedOptimizer) -> FederatedAlgorithm:
 
 def mime(loss_fn: Callable, opt: GlobalBiasedOptimizer, full_batch: bool = True
          ) -> FederatedAlgorithm:
-  """Mimelite (``full_batch=True``) or MimeXlite (one minibatch): frozen statistics on clients,
-  tracked on the server (``opt.track``) with the mean client gradient at ``x``; ``x <- x_bar``."""
+  """Builds Mimelite or MimeXlite: frozen statistics on clients, tracked by the server.
+
+  Mimelite (Karimireddy et al. 2021, Breaking the Centralized Barrier for Cross-Device
+  Federated Learning): clients step with ``S`` frozen (``opt.client``) and also upload their
+  gradient at the broadcast model ``x`` (the engine's pre-pass, before local training); the
+  server sets ``x <- x_bar`` and tracks ``S`` (``opt.track``) with the mean of those
+  gradients. MimeXlite (Mills et al. 2022, §5) uses one minibatch gradient at ``x`` instead.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    opt: the global optimiser (``optim.gbo_sgdm``, ``gbo_rmsprop``, ``gbo_adam``); its
+      learning rate may be a schedule.
+    full_batch: Mimelite, the gradient over all the client's examples (``ceil(n_i / B)``
+      gradient computations more); False: MimeXlite, its first local minibatch's.
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'mimelite_<kind>'`` or ``'mimexlite_<kind>'``.
+  """
   def server_step(stats, delta, mean_grad, x):
     _, stats = opt.track.update(mean_grad, stats, x)
     return jax.tree.map(jnp.negative, delta), stats

@@ -33,22 +33,43 @@ from fedjax_gel.algorithms.fedavg import local_sgd, static_zero
 from fedjax_gel.optim.guessed import PROXIES, gel_sgdm
 
 GUESS_POLICIES = ('none', 'remaining', 'cohort_max', 'inf', 'fixed', 'percent')
+"""The kinds of ``GuessPolicy``."""
 POLICY_READS = {'remaining': 'tau', 'cohort_max': 'k', 'fixed': 'count', 'percent': 'percent'}
 MAX_GUESSES = 100_000   # a guess count above this is surely a typo (guesses may run in a loop)
 MAX_PERCENT = 100 * MAX_GUESSES   # the percent policy: at most MAX_GUESSES guesses a step
 
 
 class GuessPolicy(NamedTuple):
-  """How many guessed steps ``tau'_i`` each client takes (GeL §3.1 and App. F).
+  """How many guessed steps ``tau'_i`` each client takes (Boukhari et al. 2023, GeL §3.1, App. F).
 
-  ``kind``:
-    ``remaining`` (default): ``max(tau - tau_i, 0)``, ``tau`` the steps the server asks for;
-      ``tau=None`` means ``b + 5`` for budgets ``U{a..b}`` (GeL's experiments).
-    ``cohort_max``: ``max_j tau_j + k - tau_i`` over the round's cohort (the authors' code).
-    ``inf``: infinitely many (the ``alpha / (1 - alpha)`` nudge; zero proxy only).
-    ``fixed``: ``count`` for every client.
-    ``percent``: ``floor(percent / 100 * tau_i)`` (the earlier report's "x% guesses").
-    ``none``: no guesses (GeL's client optimiser then trains as FedAvgCM; asked for explicitly).
+  The kinds (``kind``), each reading only its own field:
+
+  * ``'remaining'`` (default): ``max(tau - tau_i, 0)``, ``tau`` the steps the server asks for;
+    ``tau=None`` means ``b + 5`` for budgets ``U{a..b}`` (GeL's experiments).
+  * ``'cohort_max'``: ``max_j tau_j + k - tau_i`` over the round's cohort (the authors' code).
+  * ``'inf'``: infinitely many (the ``alpha / (1 - alpha)`` nudge; zero proxy only).
+  * ``'fixed'``: ``count`` for every client.
+  * ``'percent'``: ``floor(percent / 100 * tau_i)`` (the earlier report's "x% guesses").
+  * ``'none'``: no guesses (GeL's client optimiser then trains as FedAvgCM; asked for
+    explicitly).
+
+  An algorithm takes the policy's ``counts`` as its ``FederatedAlgorithm.client_guesses``.
+
+  Attributes:
+    kind: one of ``GUESS_POLICIES``.
+    tau: ``'remaining'``: the steps ``tau`` the server asks for; None: ``b + 5``.
+    k: ``'cohort_max'``: the ``k`` in ``max_j tau_j + k``.
+    count: ``'fixed'``: guessed steps per client.
+    percent: ``'percent'``: guesses as a percentage of ``tau_i`` (over 100: more guesses than
+      steps).
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import fedjax_gel as fg
+    >>> fg.GuessPolicy().counts(jnp.array([4, 13]), max_budget=13)   # tau = b + 5 = 18
+    Array([14.,  5.], dtype=float32)
+    >>> fg.GuessPolicy('cohort_max', k=2).counts(jnp.array([4, 13]), max_budget=13)
+    Array([11.,  2.], dtype=float32)
   """
   kind: str = 'remaining'
   tau: int | None = None
@@ -124,8 +145,37 @@ def checked_policy(name: str, policy: GuessPolicy, proxy: str, momentum: float) 
 def gel(loss_fn: Callable, client_lr: optax.ScalarOrSchedule, momentum: float = 0.9,
         server_optimizer: optax.GradientTransformation | None = None, proxy: str = 'zero',
         guess_policy: GuessPolicy = GuessPolicy(), name: str = 'gel') -> FederatedAlgorithm:
-  """FedAvgCM + GeL: client SGDM with ``guess_policy``'s guessed steps (default ``tau' = b + 5 -
-  tau_i``, the paper's)."""
+  """Builds GeL: FedAvgCM whose clients take guessed steps (Boukhari et al. 2023, GeL).
+
+  Each client runs SGD with momentum (``gel_sgdm``: ``v <- alpha v - lr g; y <- y + v``) for
+  its ``tau_i`` gradient steps, then takes ``tau'_i`` guessed steps (``guess_policy``; default
+  the paper's ``tau' = b + 5 - tau_i``): with the zero proxy eq. 5's nudge ``alpha (1 -
+  alpha^tau') / (1 - alpha) v`` in closed form; with the last-gradient proxy (Dhasade et al.
+  2021, GeL: guess and learn) the optimiser re-applied with its last gradient. FedYogi + GeL
+  is ``gel`` with ``fedjax_gel.optim.fedyogi`` on the server.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' learning rate (or an optax schedule).
+    momentum: ``alpha``, in ``[0, 1)``.
+    server_optimizer: applied to the mean update; default ``optax.sgd(1.0)``.
+    proxy: the guessed gradient, one of ``optim.PROXIES``: ``'zero'`` or ``'last_gradient'``.
+    guess_policy: how many guesses each client takes.
+    name: display name.
+
+  Returns:
+    The ``FederatedAlgorithm``, with ``guess_policy.counts`` as its ``client_guesses``.
+
+  Raises:
+    ValueError: a policy out of range (``GuessPolicy.check``), an unknown proxy, infinitely
+      many last-gradient guesses, or zero-proxy guesses without momentum.
+
+  Examples:
+    >>> import fedjax_gel as fg
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = fg.gel(fg.cross_entropy_loss(model), client_lr=0.01, momentum=0.9,
+    ...              guess_policy=fg.GuessPolicy('fixed', count=5))
+  """
   policy = checked_policy(name, guess_policy, proxy, momentum)
   return local_sgd(loss_fn, gel_sgdm(client_lr, momentum, proxy), server_optimizer,
                    client_guesses=policy.counts, name=name)
@@ -135,8 +185,25 @@ def fedavg_gel(loss_fn: Callable, client_lr: optax.ScalarOrSchedule,
                server_optimizer: optax.GradientTransformation | None = None,
                proxy: str = 'last_gradient', guess_policy: GuessPolicy = GuessPolicy()
                ) -> FederatedAlgorithm:
-  """FedAvg + GeL: client SGD with guessed steps (last-gradient proxy; the zero proxy would
-  guess nothing without momentum)."""
+  """Builds FedAvg + GeL: client SGD with guessed steps (Boukhari et al. 2023, GeL).
+
+  GeL's Table 3 lists FedAvg's GeL version as SGDM with guesses, which is ``gel`` itself; with
+  plain SGD the zero proxy guesses nothing, so this one uses the last-gradient proxy.
+
+  Args:
+    loss_fn: ``(params, batch) -> scalar`` mean minibatch loss.
+    client_lr: the clients' learning rate (or an optax schedule).
+    server_optimizer: applied to the mean update; default ``optax.sgd(1.0)``.
+    proxy: the guessed gradient (default ``'last_gradient'``; ``'zero'`` is refused unless the
+      policy is ``'none'``: it would guess nothing without momentum).
+    guess_policy: how many guesses each client takes.
+
+  Returns:
+    The ``FederatedAlgorithm``, named ``'fedavg_gel'``.
+
+  Raises:
+    ValueError: a policy out of range, an unknown or zero proxy, or infinitely many guesses.
+  """
   policy = checked_policy('fedavg_gel', guess_policy, proxy, 0.)
   return local_sgd(loss_fn, gel_sgdm(client_lr, 0., proxy), server_optimizer,
                    client_guesses=policy.counts, name='fedavg_gel')

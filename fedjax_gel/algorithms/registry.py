@@ -22,23 +22,50 @@ from fedjax_gel.algorithms.gbo import FEDGBO, MFL, MIMELITE, MIMEXLITE
 from fedjax_gel.algorithms.gel import FEDAVG_GEL, FEDYOGI_GEL, GEL
 from fedjax_gel.spec import AlgorithmSpec, Registry, flag_name
 
+__all__ = ['ALGORITHMS', 'BUILTIN', 'get', 'hparam_fields', 'markdown_table', 'names',
+           'paired_with', 'register', 'specs', 'unregister', 'variant_flags']
+
 BUILTIN = (FEDAVG, FEDAVGCM, GEL, FEDAVG_GEL, FEDPROX, FEDPROX_GEL, FEDNOVA, FEDNOVA_GEL, FEDADAM,
            FEDYOGI, FEDADAGRAD, FEDYOGI_GEL, FEDGBO, MFL, MIMELITE, MIMEXLITE, FEDMAX, FEDEXP,
            SCAFFOLD, FEDDYN, ADABEST, FEDVARP, CLUSTER_FEDVARP, DP_FEDAVG)
+"""The built-in algorithms' specs, registered when the module is imported (in this order)."""
 
 ALGORITHMS: Registry[AlgorithmSpec] = Registry('algorithm')
+"""Every registered ``AlgorithmSpec`` by name (the functions below read and change it)."""
 
 
 def register(spec: AlgorithmSpec) -> AlgorithmSpec:
-  """Adds ``spec`` (returned, so that it can decorate an assignment).
+  """Registers an algorithm: ``--algorithm=<name>``, its hyper-parameters' flags, the tables.
 
-  Raises ``ValueError`` when its name is not an identifier (it is a value of ``--algorithm``,
-  whose commas separate names, and a run's folder name), when it is taken by another spec, when
-  ``build`` is not callable, when ``hparams`` is no frozen dataclass of ``hparam`` fields (a
-  plain field's value never reached the runs), or when one of its hyper-parameters shares a name
-  with another algorithm's but not its type, default or help (a name is one flag). A
-  hyper-parameter named as a flag of the experiment's sections is refused when a config of the
-  algorithm is made (``experiment.config.make``)."""
+  Call it before building configurations or flags. A hyper-parameter named as a flag of the
+  experiment's sections is refused when a config of the algorithm is made
+  (``experiment.config.make``).
+
+  Args:
+    spec: the algorithm's ``AlgorithmSpec``.
+
+  Returns:
+    ``spec`` itself, so that ``register`` can wrap an assignment.
+
+  Raises:
+    ValueError: its name is not an identifier (it is a value of ``--algorithm``, whose commas
+      separate names, and a run's folder name) or is taken by another spec; ``build`` is not
+      callable; ``hparams`` is no frozen dataclass of ``hparam`` fields (a plain field's value
+      never reached the runs); ``variants`` names none of its hyper-parameters; or one of its
+      hyper-parameters shares a name with another algorithm's but not its type, default or
+      help (a name is one flag).
+
+  Examples:
+    >>> import optax
+    >>> from fedjax_gel import algorithms, experiment
+    >>> from fedjax_gel.algorithms import registry
+    >>> from fedjax_gel.spec import AlgorithmSpec
+    >>> spec = registry.register(AlgorithmSpec(
+    ...     'sgd_server_half', lambda hp, s: algorithms.fedavg(
+    ...         s.loss, optax.sgd(s.client_lr), optax.sgd(0.5)), paper='none'))
+    >>> config = experiment.make(algorithm='sgd_server_half', num_rounds=10)
+    >>> registry.unregister('sgd_server_half')
+  """
   return ALGORITHMS.register(spec, _check)
 
 
@@ -54,20 +81,36 @@ def _check(spec: AlgorithmSpec):
 
 
 def unregister(name: str):
-  """Removes a spec (tests that register a toy algorithm clean up with it)."""
+  """Removes a registered algorithm (tests that register a toy algorithm clean up with it).
+
+  Args:
+    name: the algorithm's name.
+  """
   ALGORITHMS.unregister(name)
 
 
 def get(name: str) -> AlgorithmSpec:
-  """The spec of ``name``; ``KeyError`` for an unknown one."""
+  """Looks up a registered algorithm's spec.
+
+  Args:
+    name: the algorithm's name (an ``--algorithm`` value).
+
+  Returns:
+    Its ``AlgorithmSpec``.
+
+  Raises:
+    KeyError: an unknown name.
+  """
   return ALGORITHMS.get(name)
 
 
 def names() -> tuple[str, ...]:
+  """The registered algorithms' names, in the order they were registered."""
   return ALGORITHMS.names()
 
 
 def specs() -> tuple[AlgorithmSpec, ...]:
+  """The registered algorithms' specs, in the order they were registered."""
   return ALGORITHMS.specs()
 
 
@@ -77,20 +120,30 @@ def hparam_fields() -> dict[str, dataclasses.Field]:
 
 
 def variant_flags() -> tuple[str, ...]:
-  """The hyper-parameters some algorithm takes several values of (``AlgorithmSpec.variants``):
-  comma-separated lists on the command line."""
+  """The hyper-parameters some algorithm takes several values of (``AlgorithmSpec.variants``).
+
+  They are comma-separated lists on the command line.
+  """
   return tuple(dict.fromkeys(v for s in specs() for v in s.variants))
 
 
 def paired_with(name: str) -> str:
-  """The algorithm ``name``'s runs are compared with (``AlgorithmSpec.paired_with``); '' for
-  none or an algorithm this process does not know."""
+  """The algorithm whose runs ``name``'s are compared with (``AlgorithmSpec.paired_with``).
+
+  Args:
+    name: the algorithm's name.
+
+  Returns:
+    The other algorithm's name; ``''`` for none or an algorithm this process does not know.
+  """
   return get(name).paired_with if name in ALGORITHMS else ''
 
 
 def markdown_table() -> str:
-  """The user guide's table of algorithms (docs/user-guide.md): name, clients, server,
-  hyper-parameters, paper."""
+  """The user guide's table of algorithms (docs/user-guide.md), in Markdown.
+
+  One row per algorithm: name, clients, server, hyper-parameters (with defaults), paper.
+  """
   rows = ['| `--algorithm` | clients | server | hyper-parameters (default) | paper |',
           '|---|---|---|---|---|']
   for spec in specs():

@@ -1,9 +1,12 @@
-"""optax transformations: GeL's guessed updates, FedGBO's global biased optimisers and the FedOpt
-server optimisers.
+"""optax transformations: GeL's guessed updates, FedGBO's optimisers, FedOpt's servers.
 
-Every factory returns an ``optax.GradientTransformationExtraArgs`` (learning rates may be optax
-schedules), usable in any JAX training loop and inside optax's combinators. Guessed steps are
-taken by ``guess(opt_state, params, count)``, which finds the GeL state wherever it sits.
+GeL's guessed updates (Boukhari et al. 2023, GeL: ``gel_sgdm``, ``guessing``, ``guess``), FedGBO's
+global biased optimisers (Mills et al. 2022, FedGBO: ``gbo_sgdm``, ``gbo_rmsprop``, ``gbo_adam``)
+and the FedOpt server optimisers (Reddi et al. 2021, Adaptive Federated Optimization: ``fedadam``,
+``fedyogi``, ``fedadagrad``). Every factory returns an ``optax.GradientTransformationExtraArgs``
+(learning rates may be optax schedules), usable in any JAX training loop and inside optax's
+combinators. Guessed steps are taken by ``guess(opt_state, params, count)``, which finds the GeL
+state wherever it sits.
 """
 from fedjax_gel.optim.fedopt import FedOptState, fedadagrad, fedadam, fedyogi
 from fedjax_gel.optim.gbo import (KINDS as GBO_KINDS, GBOAdaptiveState, GBOCountState,

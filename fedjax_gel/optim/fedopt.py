@@ -44,7 +44,13 @@ from fedjax_gel.optim.guessed import check_hyperparameter
 
 
 class FedOptState(NamedTuple):
-  """``m`` and ``v`` are pytrees like params; ``count`` is the number of updates applied."""
+  """The state of ``fedadagrad``, ``fedyogi`` and ``fedadam``.
+
+  Attributes:
+    m: the first moment, a pytree like params.
+    v: the second moment, a pytree like params.
+    count: the number of updates applied (a learning-rate schedule's step).
+  """
   m: Any
   v: Any
   count: jax.Array
@@ -83,14 +89,66 @@ def _fedopt(learning_rate: optax.ScalarOrSchedule, b1: float, eps: float,
 
 def fedadagrad(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, eps: float = 1e-3,
                initial_accumulator: float | None = None) -> optax.GradientTransformationExtraArgs:
-  """FedAdagrad: ``v_t = v_{t-1} + g^2``; ``v_0 = initial_accumulator`` (default ``eps**2``)."""
+  """FedAdagrad, a FedOpt server optimiser (Reddi et al. 2021, Adaptive Federated Optimization).
+
+  ``m_t = b1 m_{t-1} + (1 - b1) g``, ``v_t = v_{t-1} + g^2``, ``updates = -lr m_t /
+  (sqrt(v_t) + eps)`` (no bias correction; see the module docstring for how it differs from
+  ``optax.adagrad``).
+
+  Args:
+    learning_rate: ``lr`` >= 0, a float or an optax schedule evaluated at the number of updates
+      applied so far (0 on the first call).
+    b1: Reddi's ``beta_1``, the momentum of ``m``, in ``[0, 1)``.
+    eps: Reddi's ``tau``, the degree of adaptivity (outside the sqrt), positive and finite.
+    initial_accumulator: ``v_0``, >= 0 and finite; None: ``eps**2`` (the equality case of
+      Algorithm 2's ``v_{-1} >= tau^2``).
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` whose state is a ``FedOptState``; its
+    ``update`` takes the mean client update ``Delta`` as the gradient.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range.
+    TypeError: a hyper-parameter that is no number.
+  """
   return _fedopt(learning_rate, b1, eps, initial_accumulator, lambda v, g: v + g * g)
 
 
 def fedyogi(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
             eps: float = 1e-3, initial_accumulator: float | None = None
             ) -> optax.GradientTransformationExtraArgs:
-  """FedYogi: ``v_t = v_{t-1} - (1 - b2) g^2 sign(v_{t-1} - g^2)``; ``v_0`` as in FedAdagrad."""
+  """FedYogi, a FedOpt server optimiser (Reddi et al. 2021, Adaptive Federated Optimization).
+
+  ``m_t = b1 m_{t-1} + (1 - b1) g``, ``v_t = v_{t-1} - (1 - b2) g^2 sign(v_{t-1} - g^2)``,
+  ``updates = -lr m_t / (sqrt(v_t) + eps)`` (no bias correction; see the module docstring for
+  how it differs from ``optax.yogi``).
+
+  Args:
+    learning_rate: ``lr`` >= 0, a float or an optax schedule evaluated at the number of updates
+      applied so far (0 on the first call).
+    b1: Reddi's ``beta_1``, the momentum of ``m``, in ``[0, 1)``.
+    b2: Reddi's ``beta_2``, in ``[0, 1]``.
+    eps: Reddi's ``tau``, the degree of adaptivity (outside the sqrt), positive and finite.
+    initial_accumulator: ``v_0``, >= 0 and finite; None: ``eps**2`` (the equality case of
+      Algorithm 2's ``v_{-1} >= tau^2``).
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` whose state is a ``FedOptState``; its
+    ``update`` takes the mean client update ``Delta`` as the gradient.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range.
+    TypeError: a hyper-parameter that is no number.
+
+  Examples:
+    >>> import jax.numpy as jnp, optax
+    >>> from fedjax_gel import optim
+    >>> server = optim.fedyogi(learning_rate=0.1, b1=0.9, b2=0.99, eps=1e-3)
+    >>> x, target = jnp.zeros(3), jnp.array([1., 2., 3.])
+    >>> state = server.init(x)
+    >>> updates, state = server.update(x - target, state, x)   # Delta = x - mean client model
+    >>> x = optax.apply_updates(x, updates)
+  """
   check_hyperparameter('b2', b2, lambda b: 0 <= b <= 1, 'in [0, 1]')
 
   def second_moment(v, g):
@@ -102,7 +160,36 @@ def fedyogi(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float = 
 def fedadam(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
             eps: float = 1e-3, initial_accumulator: float | None = None
             ) -> optax.GradientTransformationExtraArgs:
-  """FedAdam: ``v_t = b2 v_{t-1} + (1 - b2) g^2`` (no bias correction); ``v_0`` as above."""
+  """FedAdam, a FedOpt server optimiser (Reddi et al. 2021, Adaptive Federated Optimization).
+
+  ``m_t = b1 m_{t-1} + (1 - b1) g``, ``v_t = b2 v_{t-1} + (1 - b2) g^2``, ``updates = -lr m_t /
+  (sqrt(v_t) + eps)`` (no bias correction; see the module docstring for how it differs from
+  ``optax.adam``).
+
+  Args:
+    learning_rate: ``lr`` >= 0, a float or an optax schedule evaluated at the number of updates
+      applied so far (0 on the first call).
+    b1: Reddi's ``beta_1``, the momentum of ``m``, in ``[0, 1)``.
+    b2: Reddi's ``beta_2``, in ``[0, 1]``.
+    eps: Reddi's ``tau``, the degree of adaptivity (outside the sqrt), positive and finite.
+    initial_accumulator: ``v_0``, >= 0 and finite; None: ``eps**2`` (the equality case of
+      Algorithm 2's ``v_{-1} >= tau^2``).
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` whose state is a ``FedOptState``; its
+    ``update`` takes the mean client update ``Delta`` as the gradient.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range.
+    TypeError: a hyper-parameter that is no number.
+
+  Examples:
+    >>> import optax
+    >>> import fedjax_gel as fg
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = fg.fedavg(fg.cross_entropy_loss(model), optax.sgd(0.01),
+    ...                 server_optimizer=fg.optim.fedadam(learning_rate=0.01))
+  """
   check_hyperparameter('b2', b2, lambda b: 0 <= b <= 1, 'in [0, 1]')
   return _fedopt(learning_rate, b1, eps, initial_accumulator,
                  lambda v, g: b2 * v + (1 - b2) * g * g)

@@ -52,28 +52,47 @@ import optax
 from fedjax_gel.optim.guessed import check_hyperparameter
 
 KINDS = ('sgdm', 'rmsprop', 'adam')
+"""The FedGBO optimisers by name (``gbo``'s ``kind``)."""
 
 
 class GBOStats(NamedTuple):
-  """FedGBO's global statistics, pytrees like params: ``m`` (``None`` for RMSProp) and ``v``
-  (``None`` for SGDm)."""
+  """FedGBO's global statistics ``S``, pytrees like params (``m_0 = 0``, ``v_0 = 1``).
+
+  Attributes:
+    m: the momentum (SGDm, Adam); ``None`` for RMSProp.
+    v: the second moment (RMSProp, Adam); ``None`` for SGDm.
+  """
   m: Any
   v: Any
 
 
 class GBOCountState(NamedTuple):
-  """The step count a learning-rate schedule is evaluated at (``gbo_client``, ``gbo_inverse``)."""
+  """The state of ``gbo_client`` and ``gbo_inverse``.
+
+  Attributes:
+    count: the step count a learning-rate schedule is evaluated at.
+  """
   count: jax.Array
 
 
 class GBOServerState(NamedTuple):
-  """``gbo_server``'s state: the round count and the global statistics."""
+  """The state of ``gbo_server``.
+
+  Attributes:
+    count: the round count (a learning-rate schedule's step).
+    stats: the global statistics ``S``.
+  """
   count: jax.Array
   stats: GBOStats
 
 
 class GBOAdaptiveState(NamedTuple):
-  """``gbo_adaptive``'s state: the step count and the statistics it tracks."""
+  """The state of ``gbo_adaptive``.
+
+  Attributes:
+    count: the step count (a learning-rate schedule's step).
+    stats: the statistics it tracks every step.
+  """
   count: jax.Array
   stats: GBOStats
 
@@ -129,9 +148,26 @@ def _lr(learning_rate, count):
 def gbo_client(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
                b2: float | None = None, eps: float = 1e-3
                ) -> optax.GradientTransformationExtraArgs:
-  """The client step with frozen global statistics; ``update(grads, state, params, stats=S)``.
+  """FedGBO's client step, with the global statistics frozen (Mills et al. 2022, FedGBO).
 
-  ``b1`` set and ``b2 = None``: SGDm; ``b1 = None`` and ``b2`` set: RMSProp; both: Adam.
+  Per step with minibatch gradient ``g``: SGDm ``y <- y - lr (b1 m + (1 - b1) g)``, RMSProp
+  ``y <- y - lr g / (sqrt(v) + eps)``, Adam ``y <- y - lr (b1 m + (1 - b1) g) / (sqrt(v) +
+  eps)``; ``S = (m, v)`` is passed to every ``update`` and never changed.
+
+  Args:
+    learning_rate: ``lr``, positive and finite, or an optax schedule evaluated at the client steps.
+    b1: the momentum ``m``'s decay in ``[0, 1)``; None: no ``m``.
+    b2: the second moment ``v``'s decay in ``[0, 1]``; None: no ``v``. ``b1`` set and ``b2 =
+      None``: SGDm; ``b1 = None`` and ``b2`` set: RMSProp; both: Adam.
+    eps: the adaptivity ``eps`` >= 0, read with ``v``.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` (state ``GBOCountState``) whose update is
+    ``update(grads, state, params, stats=S)``.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range; from ``update``, no ``stats`` or
+      statistics of another kind.
   """
   _check(learning_rate, b1, b2, eps)
 
@@ -180,8 +216,30 @@ def track(stats: GBOStats, grads, b1, b2) -> GBOStats:
 def gbo_inverse(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
                 b2: float | None = None, eps: float = 1e-3
                 ) -> optax.GradientTransformationExtraArgs:
-  """``Delta -> g``: ``update(delta, state, params, stats=S, num_steps=K)``; ``K > 0`` (a
-  traced float is fine, e.g. the weighted mean number of local steps)."""
+  """FedGBO's inverse step: the mean client gradient from the mean model change (Mills et al. 2022).
+
+  From ``Delta = x - x_bar`` and ``K`` local steps, with the old statistics: SGDm ``g =
+  [Delta / (lr K) - b1 m] / (1 - b1)``, RMSProp ``g = Delta (sqrt(v) + eps) / (lr K)``, Adam
+  ``g = [Delta (sqrt(v) + eps) / (lr K) - b1 m] / (1 - b1)``. With ``S`` frozen the client
+  step is affine in ``g``, so the inverse is exact (for a learning rate the clients held
+  constant in the round).
+
+  Args:
+    learning_rate: ``lr``, positive and finite, or an optax schedule evaluated at its rounds.
+    b1: the momentum ``m``'s decay in ``[0, 1)``; None: no ``m``.
+    b2: the second moment ``v``'s decay in ``[0, 1]``; None: no ``v``. ``b1`` set and ``b2 =
+      None``: SGDm; ``b1 = None`` and ``b2`` set: RMSProp; both: Adam.
+    eps: the adaptivity ``eps`` >= 0, read with ``v``.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` (state ``GBOCountState``) whose update is
+    ``update(delta, state, params, stats=S, num_steps=K)``, ``K > 0`` (a traced float is fine,
+    e.g. the weighted mean number of local steps).
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range; from ``update``, no ``stats`` or
+      ``num_steps``, statistics of another kind, or a known ``K <= 0``.
+  """
   _check(learning_rate, b1, b2, eps)
 
   def init(params):
@@ -204,7 +262,20 @@ def gbo_inverse(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
 
 def gbo_track(b1: float | None = 0.9, b2: float | None = None
               ) -> optax.GradientTransformationExtraArgs:
-  """Tracks the statistics (its state, ``GBOStats``) with the updates, which pass through."""
+  """Tracks the global statistics with the updates, which pass through unchanged.
+
+  ``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2``; its state is the ``GBOStats``.
+
+  Args:
+    b1: the momentum ``m``'s decay in ``[0, 1)``; None: no ``m``.
+    b2: the second moment ``v``'s decay in ``[0, 1]``; None: no ``v``.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` whose state is the ``GBOStats``.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range.
+  """
   _check(1., b1, b2, 0.)
 
   def init(params):
@@ -220,9 +291,26 @@ def gbo_track(b1: float | None = 0.9, b2: float | None = None
 def gbo_server(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
                b2: float | None = None, eps: float = 1e-3
                ) -> optax.GradientTransformationExtraArgs:
-  """FedGBO's server on ``Delta = x - x_bar``: the inverse step (old statistics), tracking,
-  updates ``-Delta``; ``update(delta, state, params, num_steps=K)``. ``K <= 0`` (no client took
-  a step) leaves the statistics unchanged."""
+  """FedGBO's server step on the mean model change ``Delta = x - x_bar`` (Mills et al. 2022).
+
+  The inverse step (``gbo_inverse``, with the old statistics) then tracking (``gbo_track``) on
+  its gradient; the updates are ``-Delta``, so that ``x <- x_bar``. ``K <= 0`` (no client took
+  a step) leaves the statistics unchanged.
+
+  Args:
+    learning_rate: ``lr``, positive and finite, or an optax schedule evaluated at its rounds.
+    b1: the momentum ``m``'s decay in ``[0, 1)``; None: no ``m``.
+    b2: the second moment ``v``'s decay in ``[0, 1]``; None: no ``v``. ``b1`` set and ``b2 =
+      None``: SGDm; ``b1 = None`` and ``b2`` set: RMSProp; both: Adam.
+    eps: the adaptivity ``eps`` >= 0, read with ``v``.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` (state ``GBOServerState``) whose update is
+    ``update(delta, state, params, num_steps=K)``.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range; from ``update``, no ``num_steps``.
+  """
   _check(learning_rate, b1, b2, eps)
 
   def init(params):
@@ -246,8 +334,24 @@ def gbo_server(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
 def gbo_adaptive(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
                  b2: float | None = None, eps: float = 1e-3
                  ) -> optax.GradientTransformationExtraArgs:
-  """The ordinary optimiser in FedGBO's form: statistics tracked every step, the step taken with
-  the new ones (``b1 m + (1 - b1) g`` is the new ``m``); ``m_0 = 0``, ``v_0 = 1``."""
+  """The ordinary optimiser in FedGBO's form, its statistics tracked every step (MFL's clients).
+
+  The step is taken with the new statistics (``b1 m + (1 - b1) g`` is the new ``m``); ``m_0 =
+  0``, ``v_0 = 1``. MFL's clients start it from the downloaded statistics.
+
+  Args:
+    learning_rate: ``lr``, positive and finite, or an optax schedule evaluated at its steps.
+    b1: the momentum ``m``'s decay in ``[0, 1)``; None: no ``m``.
+    b2: the second moment ``v``'s decay in ``[0, 1]``; None: no ``v``. ``b1`` set and ``b2 =
+      None``: SGDm; ``b1 = None`` and ``b2`` set: RMSProp; both: Adam.
+    eps: the adaptivity ``eps`` >= 0, read with ``v``.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` whose state is a ``GBOAdaptiveState``.
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range.
+  """
   _check(learning_rate, b1, b2, eps)
 
   def init(params):
@@ -303,14 +407,45 @@ def _given(kind: str, **hparams):
 
 
 def gbo_sgdm(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9) -> GlobalBiasedOptimizer:
-  """FedGBO with SGDm: ``y <- y - lr (b1 m + (1 - b1) g)``; tracks ``m``; ``b1`` in [0, 1)."""
+  """FedGBO's optimisers with SGDm (Mills et al. 2022, FedGBO).
+
+  Clients step ``y <- y - lr (b1 m + (1 - b1) g)`` with ``m`` frozen; the server tracks ``m``.
+
+  Args:
+    learning_rate: ``lr``, positive and finite, or an optax schedule.
+    b1: the paper's ``beta``, in ``[0, 1)``.
+
+  Returns:
+    The ``GlobalBiasedOptimizer`` (``kind='sgdm'``).
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range.
+    TypeError: a hyper-parameter that is no number (``None`` included).
+  """
   _given('sgdm', b1=b1)
   return _bundle('sgdm', learning_rate, b1, None, 0.)
 
 
 def gbo_rmsprop(learning_rate: optax.ScalarOrSchedule, decay: float = 0.9, eps: float = 1e-3
                 ) -> GlobalBiasedOptimizer:
-  """FedGBO with RMSProp: ``y <- y - lr g / (sqrt(v) + eps)``; tracks ``v`` with ``decay``."""
+  """FedGBO's optimisers with RMSProp (Mills et al. 2022, FedGBO).
+
+  Clients step ``y <- y - lr g / (sqrt(v) + eps)`` with ``v`` frozen; the server tracks ``v <-
+  decay v + (1 - decay) g^2``.
+
+  Args:
+    learning_rate: ``lr``, positive and finite, or an optax schedule.
+    decay: the paper's ``beta``, in ``[0, 1]``.
+    eps: the paper's ``epsilon``, >= 0 (``1e-3``: RMSProp needs a large adaptivity parameter to
+      be stable).
+
+  Returns:
+    The ``GlobalBiasedOptimizer`` (``kind='rmsprop'``).
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range.
+    TypeError: a hyper-parameter that is no number (``None`` included).
+  """
   _given('rmsprop', decay=decay, eps=eps)
   _check(learning_rate, None, decay, eps, b2_name='decay')
   return _bundle('rmsprop', learning_rate, None, decay, eps)
@@ -318,8 +453,39 @@ def gbo_rmsprop(learning_rate: optax.ScalarOrSchedule, decay: float = 0.9, eps: 
 
 def gbo_adam(learning_rate: optax.ScalarOrSchedule, b1: float = 0.9, b2: float = 0.99,
              eps: float = 1e-3) -> GlobalBiasedOptimizer:
-  """FedGBO with Adam: ``y <- y - lr (b1 m + (1 - b1) g) / (sqrt(v) + eps)``; no bias
-  correction; tracks ``m`` with ``b1`` and ``v`` with ``b2``."""
+  """FedGBO's optimisers with Adam (Mills et al. 2022, FedGBO).
+
+  Clients step ``y <- y - lr (b1 m + (1 - b1) g) / (sqrt(v) + eps)`` with ``m`` and ``v``
+  frozen, no bias correction; the server tracks ``m`` with ``b1`` and ``v`` with ``b2``.
+
+  Args:
+    learning_rate: ``lr``, positive and finite, or an optax schedule.
+    b1: the paper's ``beta1``, in ``[0, 1)``.
+    b2: the paper's ``beta2``, in ``[0, 1]``.
+    eps: the paper's ``epsilon``, >= 0 (``1e-3``: Adam needs a large adaptivity parameter to be
+      stable).
+
+  Returns:
+    The ``GlobalBiasedOptimizer`` (``kind='adam'``).
+
+  Raises:
+    ValueError: a concrete hyper-parameter outside its range.
+    TypeError: a hyper-parameter that is no number (``None`` included).
+
+  Examples:
+    >>> import jax, jax.numpy as jnp, optax
+    >>> from fedjax_gel import optim
+    >>> gbo = optim.gbo_adam(learning_rate=0.1, b1=0.9, b2=0.99, eps=1e-3)
+    >>> x = {'w': jnp.ones(3)}
+    >>> server_state = gbo.server.init(x)
+    >>> y, client_state = x, gbo.client.init(x)          # a client, statistics frozen
+    >>> g = jax.grad(lambda p: 0.5 * jnp.sum(p['w'] ** 2))(y)
+    >>> updates, client_state = gbo.client.update(g, client_state, y, stats=server_state.stats)
+    >>> y = optax.apply_updates(y, updates)
+    >>> delta = jax.tree.map(jnp.subtract, x, y)
+    >>> updates, server_state = gbo.server.update(delta, server_state, x, num_steps=1)
+    >>> x = optax.apply_updates(x, updates)              # the client's model, statistics tracked
+  """
   _given('adam', b1=b1, b2=b2, eps=eps)
   return _bundle('adam', learning_rate, b1, b2, eps)
 
@@ -329,9 +495,25 @@ _FACTORIES = {'sgdm': (gbo_sgdm, ('b1',)), 'rmsprop': (gbo_rmsprop, ('decay', 'e
 
 
 def gbo(kind: str, learning_rate: optax.ScalarOrSchedule, **hparams) -> GlobalBiasedOptimizer:
-  """FedGBO optimiser by name: ``gbo('adam', 1e-3, b1=0.9)``; ``hparams`` are those of
-  ``gbo_sgdm`` (``b1``), ``gbo_rmsprop`` (``decay``, ``eps``) or ``gbo_adam`` (``b1``, ``b2``,
-  ``eps``); others raise ``ValueError``."""
+  """Builds a FedGBO optimiser by name.
+
+  Args:
+    kind: one of ``GBO_KINDS``: ``'sgdm'``, ``'rmsprop'``, ``'adam'``.
+    learning_rate: ``lr``, positive and finite, or an optax schedule.
+    **hparams: those of ``gbo_sgdm`` (``b1``), ``gbo_rmsprop`` (``decay``, ``eps``) or
+      ``gbo_adam`` (``b1``, ``b2``, ``eps``).
+
+  Returns:
+    The ``GlobalBiasedOptimizer``.
+
+  Raises:
+    ValueError: an unknown kind, or a hyper-parameter the kind does not take.
+
+  Examples:
+    >>> from fedjax_gel import optim
+    >>> optim.gbo('adam', 1e-3, b1=0.9).kind
+    'adam'
+  """
   if kind not in _FACTORIES:
     raise ValueError(f'unknown FedGBO optimiser {kind!r}; known: {", ".join(KINDS)}')
   factory, allowed = _FACTORIES[kind]

@@ -70,7 +70,11 @@ import optax
 
 
 class GuessRefusedError(ValueError):
-  """``guess`` cannot tell the updates a wrapper would apply for guessed steps (one line)."""
+  """Raised by ``guess`` where it cannot tell the updates a wrapper would apply for guesses.
+
+  Its message is one line naming the wrapper and what to use instead (e.g. ``guess(...,
+  optimizer=tx)``, or the wrapper after ``guessing`` in the chain); a ``ValueError``.
+  """
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,12 +63,14 @@ from fedjax_gel.optim import guess_wrappers
 from fedjax_gel.optim.guess_wrappers import GuessRefusedError
 
 PROXIES = ('zero', 'last_gradient')
-MAX_INFINITE_GUESSES = 10_000   # steps an infinite count may take before it is declared NaN
+"""The proxies a guessed step uses in place of the gradient."""
+MAX_INFINITE_GUESSES = 10_000
+"""The steps an infinite count of ``guessing``'s guesses may take before it is declared NaN."""
 ZERO_RUN = 128   # exact-zero steps in a row that settle an infinite count (see ``replay``)
 
 
 class NoGuessStateError(ValueError):
-  """``guess`` found no GeL state in an optimiser state."""
+  """Raised by ``guess`` for an optimiser state that holds no GeL state (a ``ValueError``)."""
 
 
 def concrete_values(value) -> np.ndarray | None:
@@ -130,8 +132,9 @@ def gel_sgdm(learning_rate: optax.ScalarOrSchedule, momentum: float = 0.9,
              proxy: str = 'zero') -> optax.GradientTransformationExtraArgs:
   """SGD with momentum whose guessed steps are taken in closed form (GeL, eqs. 1, 2, 5).
 
-  ``update``: ``v <- alpha v - lr_t g``, updates ``= v`` (``optax.sgd(lr, momentum)`` for a
-  constant ``lr``; optax scales the trace instead, which differs under a schedule).
+  Boukhari et al. 2023, GeL. ``update``: ``v <- alpha v - lr_t g``, updates ``= v``
+  (``optax.sgd(lr, momentum)`` for a constant ``lr``; optax scales the trace instead, which
+  differs under a schedule).
 
   Guesses (``guess``), ``c`` of them, with ``lr`` the last step's learning rate (a schedule is
   not advanced by guesses):
@@ -140,6 +143,30 @@ def gel_sgdm(learning_rate: optax.ScalarOrSchedule, momentum: float = 0.9,
   * last gradient ``g``: updates ``alpha (1 - alpha^c)/(1 - alpha) v - lr g [c - alpha (1 -
     alpha^c)/(1 - alpha)] / (1 - alpha)`` and ``v <- alpha^c v - lr g (1 - alpha^c)/(1 - alpha)``
     (``-lr c g`` when ``alpha = 0``); infinite for ``c = inf``.
+
+  Args:
+    learning_rate: ``lr`` >= 0 and finite, or an optax schedule evaluated at the gradient steps
+      taken.
+    momentum: ``alpha``, in ``[0, 1)``.
+    proxy: one of ``PROXIES``: ``'zero'`` or ``'last_gradient'``.
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` whose state is a ``GeLSGDMState``.
+
+  Raises:
+    ValueError: an unknown proxy, or a concrete hyper-parameter outside its range.
+    TypeError: a hyper-parameter that is no number.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp, optax
+    >>> from fedjax_gel import optim
+    >>> tx = optax.chain(optax.clip_by_global_norm(1.0), optim.gel_sgdm(0.05, momentum=0.9))
+    >>> params = jnp.ones(3)
+    >>> state = tx.init(params)
+    >>> updates, state = tx.update(jax.grad(lambda p: jnp.sum(p ** 2))(params), state, params)
+    >>> params = optax.apply_updates(params, updates)
+    >>> updates, state = optim.guess(state, params, 2)   # two guessed steps, no gradient
+    >>> params = optax.apply_updates(params, updates)
   """
   if proxy not in PROXIES:
     raise ValueError(f'unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
@@ -228,18 +255,36 @@ def guessing(inner: optax.GradientTransformation, proxy: str = 'zero'
              ) -> optax.GradientTransformationExtraArgs:
   """Gives any optax optimiser guessed steps: ``inner`` re-applied with a proxy gradient.
 
-  Args:
-    inner: the optimiser, e.g. ``optax.adam(1e-3)``; built once (its hyper-parameters may be
-      injected: ``optax.inject_hyperparams(optax.adam)(learning_rate=schedule)``).
-    proxy: ``'zero'`` (momentum-type optimisers coast on their first moment) or
-      ``'last_gradient'`` (the last computed gradient stands in; the earlier GeL report).
-
-  ``update`` is ``inner``'s; ``guess`` runs ``count`` updates of ``inner`` with the proxy,
-  moving a copy of the params along, and returns their sum. A learning-rate schedule inside
-  ``inner`` therefore advances with every guessed step, as it would with computed ones
+  Boukhari et al. 2023, GeL; the last-gradient proxy from Dhasade et al. 2021, GeL: guess and
+  learn. ``update`` is ``inner``'s; ``guess`` runs ``count`` updates of ``inner`` with the
+  proxy, moving a copy of the params along, and returns their sum. A learning-rate schedule
+  inside ``inner`` therefore advances with every guessed step, as it would with computed ones
   (``gel_sgdm``'s closed form keeps the rate of the last computed step). ``count = inf`` runs
   until the sum no longer changes in its dtype, at most ``MAX_INFINITE_GUESSES`` steps, else NaN
   (e.g. ``optax.sgd`` with momentum 0.999, whose terms fall below float32's rounding later).
+
+  Args:
+    inner: the optimiser, e.g. ``optax.adam(1e-3)``; built once (its hyper-parameters may be
+      injected: ``optax.inject_hyperparams(optax.adam)(learning_rate=schedule)``; inject into
+      ``inner``, not around ``guessing``).
+    proxy: ``'zero'`` (momentum-type optimisers coast on their first moment) or
+      ``'last_gradient'`` (the last computed gradient stands in; the earlier GeL report).
+
+  Returns:
+    An ``optax.GradientTransformationExtraArgs`` whose state is a ``GuessState``.
+
+  Raises:
+    ValueError: an unknown proxy.
+    TypeError: ``inner`` is no optax transformation (e.g. the factory, not built).
+
+  Examples:
+    >>> import jax, jax.numpy as jnp, optax
+    >>> from fedjax_gel import optim
+    >>> tx = optim.guessing(optax.adam(1e-2))
+    >>> params = jnp.ones(3)
+    >>> state = tx.init(params)
+    >>> updates, state = tx.update(2 * params, state, params)
+    >>> updates, state = optim.guess(state, optax.apply_updates(params, updates), 5)
   """
   if proxy not in PROXIES:
     raise ValueError(f'unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
@@ -354,7 +399,14 @@ def is_guess_state(x) -> bool:
 
 
 def has_guess_state(opt_state) -> bool:
-  """Whether ``opt_state`` holds a GeL state anywhere (``guess`` can take guessed steps)."""
+  """Whether an optimiser state holds a GeL state anywhere (``guess`` can take guessed steps).
+
+  Args:
+    opt_state: any optax state.
+
+  Returns:
+    True where a ``gel_sgdm`` or ``guessing`` state is inside it, at any depth.
+  """
   return any(map(is_guess_state, jax.tree.leaves(opt_state, is_leaf=is_guess_state)))
 
 
@@ -458,6 +510,17 @@ def guess(opt_state, params, count, *, optimizer=None):
       ``init(params)`` is not shaped like ``opt_state``.
     TypeError: an ``optimizer`` that is not an optax transformation.
     ValueError: a concrete ``count`` that is not one whole number >= 0 or ``inf``.
+
+  Examples:
+    >>> import jax.numpy as jnp, optax
+    >>> from fedjax_gel import optim
+    >>> tx = optax.chain(optim.gel_sgdm(0.1, momentum=0.5), optax.scale(2.))
+    >>> params = jnp.zeros(2)
+    >>> state = tx.init(params)
+    >>> updates, state = tx.update(jnp.ones(2), state, params)    # v = -0.1
+    >>> updates, _ = optim.guess(state, params, jnp.inf, optimizer=tx)
+    >>> updates                                  # 2 alpha / (1 - alpha) v, the scale replayed
+    Array([-0.2, -0.2], dtype=float32)
   """
   if params is None:
     raise ValueError('guess: pass the current params (the guessed steps start from them)')
@@ -493,17 +556,46 @@ def guess(opt_state, params, count, *, optimizer=None):
 
 
 def check_guessable(opt_state, params, *, optimizer=None) -> None:
-  """Raises what ``guess(opt_state, params, count, optimizer=optimizer)`` would
-  (``NoGuessStateError``, ``GuessRefusedError``), computing nothing: shapes only, e.g. at a run's
-  start."""
+  """Raises what ``guess(opt_state, params, count, optimizer=optimizer)`` would, computing nothing.
+
+  It traces ``guess`` for shapes only, e.g. at a run's start (``algorithms.local_sgd``'s
+  ``server_init``).
+
+  Args:
+    opt_state: the optimiser state, as for ``guess``.
+    params: the params, as for ``guess``.
+    optimizer: as for ``guess``.
+
+  Raises:
+    NoGuessStateError: ``opt_state`` holds no GeL state.
+    GuessRefusedError: ``guess`` cannot take the guesses.
+  """
   jax.eval_shape(lambda s, p: guess(s, p, jnp.float32(0.), optimizer=optimizer), opt_state,
                  params)
 
 
 def momentum_coefficients(tau: int, tau_prime, alpha: float) -> jax.Array:
-  """Lemma 1 (GeL, eq. 6): ``a_k = (1 - alpha^(tau' + tau - k)) / (1 - alpha)``, k < tau.
+  """The coefficients of a client's accumulated update under momentum and zero-proxy guesses.
 
-  With ``alpha = 0`` (plain SGD) every coefficient is 1.
+  Lemma 1 (Boukhari et al. 2023, GeL, eq. 6): the accumulated update is ``-lr sum_k a_k g_k``
+  with ``a_k = (1 - alpha^(tau' + tau - k)) / (1 - alpha)``, ``k < tau``. With ``alpha = 0``
+  (plain SGD) every coefficient is 1.
+
+  Args:
+    tau: the gradient steps, a static whole number >= 0 (it sizes the result).
+    tau_prime: ``tau'``, the guessed steps after them (may be traced, or ``inf``).
+    alpha: the momentum, in ``[0, 1)``.
+
+  Returns:
+    ``[tau]`` float32 ``a_k``.
+
+  Raises:
+    ValueError: ``tau`` not a whole number >= 0, or a concrete ``alpha`` outside its range.
+
+  Examples:
+    >>> from fedjax_gel import optim
+    >>> optim.momentum_coefficients(3, 0, 0.5)
+    Array([1.75, 1.5 , 1.  ], dtype=float32)
   """
   check_hyperparameter('momentum_coefficients alpha', alpha, lambda a: 0 <= a < 1, 'in [0, 1)')
   try:   # a static count (it sizes the result), e.g. a Python or NumPy integer
@@ -520,10 +612,26 @@ def momentum_coefficients(tau: int, tau_prime, alpha: float) -> jax.Array:
 
 
 def momentum_coefficients_l1(tau, tau_prime, alpha: float) -> jax.Array:
-  """``||a||_1 = [tau - alpha^(tau'+1) (1 - alpha^tau) / (1 - alpha)] / (1 - alpha)``.
+  """The sum of Lemma 1's coefficients, FedNova's ``||a_i||_1`` (Boukhari et al. 2023, GeL).
 
-  ``tau``, ``tau'`` and ``alpha`` may be traced arrays (``tau``, ``tau'``: one per client);
-  ``tau' = inf`` gives ``tau / (1 - alpha)``; ``alpha = 0`` gives ``tau``.
+  ``||a||_1 = [tau - alpha^(tau'+1) (1 - alpha^tau) / (1 - alpha)] / (1 - alpha)``; ``tau' =
+  inf`` gives ``tau / (1 - alpha)``, ``alpha = 0`` gives ``tau``.
+
+  Args:
+    tau: the gradient steps, >= 0; may be a traced array (one per client).
+    tau_prime: ``tau'``, the guessed steps after them; may be a traced array, or ``inf``.
+    alpha: the momentum, in ``[0, 1)``; may be traced.
+
+  Returns:
+    float32 ``||a||_1``, shaped like ``tau``.
+
+  Raises:
+    ValueError: a concrete ``alpha`` or ``tau`` outside its range.
+
+  Examples:
+    >>> from fedjax_gel import optim
+    >>> optim.momentum_coefficients_l1(3, 0, 0.5)
+    Array(4.25, dtype=float32)
   """
   check_hyperparameter('momentum_coefficients_l1 alpha', alpha, lambda a: 0 <= a < 1,
                        'in [0, 1)')

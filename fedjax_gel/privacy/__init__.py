@@ -1,6 +1,9 @@
-"""Client-level differential privacy: clipping and noising the cohort's updates
-(``aggregation``), any delta-uploading algorithm made private (``dp``), and accounting with
-Google's ``dp-accounting`` (``accounting``)."""
+"""Client-level differential privacy: private aggregation, and accounting with ``dp-accounting``.
+
+Clipping and noising the cohort's updates (``aggregation``), any delta-uploading algorithm made
+private (``dp``: ``private`` with ``Privacy`` settings), and accounting with Google's
+``dp-accounting`` (``accounting``: ``round_event``, ``epsilon``, ``Composition``).
+"""
 from fedjax_gel.privacy.accounting import (ACCOUNTANTS, Composition, Sampling, epsilon,
                                            round_event)
 from fedjax_gel.privacy.aggregation import AdaptiveClip

@@ -23,11 +23,19 @@ from absl import logging
 from dp_accounting import pld, rdp
 
 ACCOUNTANTS = ('rdp', 'pld')
+"""The ``dp-accounting`` accountants ``epsilon`` and ``Composition`` take (``kind``)."""
 
 
 class Sampling(NamedTuple):
-  """How a round's cohort was drawn: ``kind`` ``'poisson'`` (rate ``cohort / population``, the
-  expected cohort) or ``'without_replacement'`` (exactly ``cohort`` of ``population``)."""
+  """How a round's cohort was drawn, which decides the event and the neighbouring relation.
+
+  Attributes:
+    kind: ``'poisson'`` (each client with rate ``cohort / population``; add or remove one
+      client) or ``'without_replacement'`` (exactly ``cohort`` of ``population``; replace one
+      client).
+    population: ``N``, the clients.
+    cohort: the expected (Poisson) or exact cohort size.
+  """
   kind: str
   population: int
   cohort: float
@@ -40,13 +48,25 @@ class Sampling(NamedTuple):
 
 def round_event(sampling: Sampling, noise_multiplier: float,
                 count_noise_std: Optional[float] = None) -> dp_accounting.DpEvent:
-  """One round's event: the Gaussian sum of clipped updates (noise std ``noise_multiplier``
-  times the clip norm ``C``), composed with the Gaussian count of adaptive clipping when its
-  noise std ``count_noise_std`` is given, subsampled as ``sampling`` says. The library's
-  multiplier is the noise std over the query's L2 sensitivity between neighbours: adding or
-  removing one client moves the sum by ``C`` and the centred count (Andrew et al. 2021) by 1/2;
-  replacing one client moves them by ``2C`` and 1. A ValueError for a sampling the library has
-  no event of."""
+  """One DP round's ``dp_accounting`` event, subsampled as the cohort was drawn.
+
+  The Gaussian sum of clipped updates, composed with the Gaussian count of adaptive clipping
+  when its noise is given. The library's multiplier is the noise std over the query's L2
+  sensitivity between neighbours: adding or removing one client moves the sum by ``C`` and the
+  centred count (Andrew et al. 2021, Differentially Private Learning with Adaptive Clipping) by
+  1/2; replacing one client moves them by ``2C`` and 1.
+
+  Args:
+    sampling: how the round's cohort was drawn.
+    noise_multiplier: the sum's noise std over the clip norm ``C``.
+    count_noise_std: the noise std of adaptive clipping's count; None: a fixed clip norm.
+
+  Returns:
+    A ``PoissonSampledDpEvent`` or ``SampledWithoutReplacementDpEvent``.
+
+  Raises:
+    ValueError: a sampling the library has no event of (with replacement, power-of-d, cyclic).
+  """
   scale = 1. if sampling.kind == 'poisson' else 0.5   # sensitivity C, or 2C replacing one
   query = dp_accounting.GaussianDpEvent(noise_multiplier * scale)
   if count_noise_std is not None:
@@ -78,10 +98,25 @@ class Composition:
 
   An RDP accountant composes ``T`` rounds as ``T`` times one round's RDP curve, which is computed
   once here and scaled for every ``T`` (as the library does for a ``SelfComposedDpEvent``: a
-  run's records each cost one optimisation over the orders, not a new curve, which took 0.26 s
-  for a fixed-size cohort); a PLD accountant composes the event again each time. A ValueError
-  when the accountant cannot account for the event (PLD with a fixed-size cohort, or with
-  adaptive clipping's composed query)."""
+  run's records each cost one optimisation over the orders, not a new curve, which is slow to
+  compute for a fixed-size cohort); a PLD accountant composes the event again each time.
+
+  Args:
+    event: one round's event (``round_event``).
+    sampling: how the cohorts are drawn (the neighbouring relation).
+    kind: the accountant, one of ``ACCOUNTANTS``.
+
+  Raises:
+    ValueError: the accountant cannot account for the event (PLD with a fixed-size cohort, or
+      with adaptive clipping's composed query), or an unknown accountant.
+
+  Examples:
+    >>> from fedjax_gel import privacy
+    >>> sampling = privacy.Sampling('poisson', population=1000, cohort=10)
+    >>> spent = privacy.Composition(privacy.round_event(sampling, 1.0), sampling)
+    >>> [round(spent.epsilon(t, 1e-5), 2) for t in (0, 100)]
+    [0.0, 1.21]
+  """
 
   def __init__(self, event: dp_accounting.DpEvent, sampling: Sampling, kind: str = 'rdp'):
     self.event, self.sampling, self.kind = event, sampling, kind
@@ -121,5 +156,19 @@ def _composed(event) -> bool:
 
 def epsilon(event: dp_accounting.DpEvent, rounds: int, delta: float, sampling: Sampling,
             kind: str = 'rdp') -> float:
-  """The epsilon at ``delta`` after ``rounds`` rounds of ``event`` (``Composition``)."""
+  """The epsilon at ``delta`` after ``rounds`` rounds of ``event`` (``Composition``).
+
+  Args:
+    event: one round's event (``round_event``).
+    rounds: the rounds run (0: epsilon 0).
+    delta: the target delta.
+    sampling: how the cohorts are drawn.
+    kind: the accountant, one of ``ACCOUNTANTS``.
+
+  Returns:
+    The epsilon.
+
+  Raises:
+    ValueError: as ``Composition``.
+  """
   return Composition(event, sampling, kind).epsilon(rounds, delta)

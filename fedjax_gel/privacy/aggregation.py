@@ -66,8 +66,17 @@ def noised_mean(deltas, present, clip_norm, noise_multiplier, expected_count, ke
 
 
 class AdaptiveClip(NamedTuple):
-  """Andrew et al. 2021's settings: the target quantile ``gamma``, the clip's learning rate
-  ``eta_C`` and the count's noise std ``sigma_b``."""
+  """Adaptive clipping's settings.
+
+  Andrew et al. 2021, Differentially Private Learning with Adaptive Clipping: the clip norm moves
+  towards the ``gamma`` quantile of the clients' update norms: ``C <- C exp(-eta_C (b - gamma))``
+  with ``b`` the noised fraction of clients at or below ``C``.
+
+  Attributes:
+    target_quantile: ``gamma``.
+    clip_lr: ``eta_C``, the clip's learning rate.
+    count_noise_std: ``sigma_b``, the count's noise std.
+  """
   target_quantile: float
   clip_lr: float
   count_noise_std: float

@@ -21,9 +21,15 @@ from fedjax_gel.privacy import aggregation
 
 
 class Privacy(NamedTuple):
-  """The DP settings: the (initial) clip norm ``C``, the total noise multiplier ``z`` (noise std
-  over ``C``), the expected number of clients a round ``W`` (the fixed denominator), and the
-  adaptive clipping settings (None: a fixed ``C``)."""
+  """Client-level DP settings for ``private``.
+
+  Attributes:
+    clip_norm: the (initial) clip norm ``C``.
+    noise_multiplier: the total noise multiplier ``z`` (noise std over ``C``), shared with
+      adaptive clipping's count where there is one.
+    expected_clients: ``W``, the expected number of clients a round (the fixed denominator).
+    adaptive: adaptive clipping's settings; None: a fixed ``C``.
+  """
   clip_norm: float
   noise_multiplier: float
   expected_clients: float
@@ -56,9 +62,36 @@ class PrivateUpload(NamedTuple):
 
 
 def private(algorithm: FederatedAlgorithm, settings: Privacy) -> FederatedAlgorithm:
-  """``algorithm`` with client-level DP (module docstring). Its upload must be its model delta,
-  the whole of it (FedAvg, FedAvgCM, GeL, FedProx, the FedOpt servers); an algorithm with
-  per-client state (a store) is a ValueError: what it keeps per client is not protected."""
+  """Makes an algorithm client-level differentially private (DP-FedAvg's aggregation).
+
+  DP-FedAvg (McMahan et al. 2018, Learning Differentially Private Recurrent Language Models):
+  each client's upload is clipped to L2 norm ``C`` and the server's mean replaced by the
+  noised fixed-denominator mean ``(sum_i m_i clip(Delta_i, C) + N(0, (z C)^2 I)) / W``, noised
+  once a round with the round's server key, in every round; with ``settings.adaptive`` the clip
+  norm adapts (Andrew et al. 2021). Each round reports ``dp_clip_norm`` (and
+  ``dp_below_fraction``) as diagnostics. The clients should be weighted uniformly.
+
+  Args:
+    algorithm: an algorithm whose upload is its model delta, the whole of it (FedAvg, FedAvgCM,
+      GeL, FedProx, the FedOpt servers).
+    settings: the DP settings.
+
+  Returns:
+    The private ``FederatedAlgorithm``.
+
+  Raises:
+    ValueError: an algorithm with per-client state (a store): what it keeps per client is not
+      protected.
+
+  Examples:
+    >>> import optax
+    >>> import fedjax_gel as fg
+    >>> from fedjax_gel import privacy
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> alg = privacy.private(fg.fedavg(fg.cross_entropy_loss(model), optax.sgd(0.1)),
+    ...                       privacy.Privacy(clip_norm=1.0, noise_multiplier=1.0,
+    ...                                       expected_clients=20))
+  """
   if algorithm.store_row is not None:
     raise ValueError(f'{algorithm.name} keeps state per client, which differential privacy '
                      'does not protect: choose an algorithm whose upload is its model delta')
