@@ -1,6 +1,7 @@
-"""LEAF data as a ``FederatedSplit``: ``load`` reads LEAF JSON files (``leaf_files``), applies
-LEAF's sampling and split (``leaf_preprocess``) and builds the train and test pools
-(``to_federated``).
+"""LEAF data as a ``FederatedSplit``: LEAF's JSON files read, sampled, split and pooled.
+
+``load`` reads LEAF JSON files (``leaf_files``), applies LEAF's sampling and split
+(``leaf_preprocess``) and builds the train and test pools (``to_federated``).
 """
 from __future__ import annotations
 
@@ -40,13 +41,23 @@ def _pool(clients: list[dict], names: list[str], source: str) -> FederatedData:
 
 def to_federated(train: Mapping[str, Any], test: Mapping[str, Any],
                  same_users: bool = True) -> FederatedSplit:
-  """Turns LEAF train/test dicts into a ``FederatedSplit``: over the users present in both
-  (``same_users``, a by-sample split), or over each dict's own users (a by-user split, whose
-  test clients are held-out users).
+  """Turns LEAF train and test dicts into a ``FederatedSplit``.
 
   Users keep the dicts' order. Examples are ``{'x', 'y'}``: numeric features as float32,
   string features as unicode arrays (left for a task to encode); labels as int32 (integer-valued
   floats accepted) or unicode arrays for string labels.
+
+  Args:
+    train: the training LEAF dict.
+    test: the test LEAF dict.
+    same_users: the pools hold the users present in both (a by-sample split); False: each
+      dict's own users (a by-user split, whose test clients are held-out users).
+
+  Returns:
+    The ``FederatedSplit`` on the host.
+
+  Raises:
+    DataError: no user in common (or none on a side), or users' features of different shapes.
   """
   if same_users:
     in_test = set(test['users'])
@@ -95,17 +106,40 @@ def load(
     gap: int = 0,
     sampling: Sampling = Sampling(),
 ) -> FederatedSplit:
-  """Loads LEAF data as a ``FederatedSplit``.
+  """Loads LEAF data as a ``FederatedSplit`` (``data.load_leaf``).
 
-  ``path`` is either one LEAF JSON file (or a directory of them, such as LEAF's ``all_data/``:
-  FEMNIST's many files are merged), split by LEAF's rules: ``split='sample'`` (each user's
-  samples at random, ``split_by_sample``), ``'position'`` (each user's first samples for
-  training, then ``gap`` skipped: Shakespeare) or ``'user'`` (held-out users,
-  ``split_by_user``); or a directory with ``train/`` and ``test/`` sub-directories of LEAF JSON
-  files (LEAF's split output), joined by user name (their features must have one shape; every
-  user on both sides, ``check_same_users``), and the split arguments are unused.
-  ``sampling``: LEAF's sampling and user filter of raw files before the split (``Sampling``;
-  not for ``train/`` and ``test/``, which LEAF wrote after them).
+  Args:
+    path: either one LEAF JSON file (or a directory of them, such as LEAF's ``all_data/``:
+      FEMNIST's many files are merged), split by LEAF's rules; or a directory with ``train/``
+      and ``test/`` sub-directories of LEAF JSON files (LEAF's split output), joined by user
+      name (their features must have one shape; every user on both sides,
+      ``check_same_users``), and the split arguments are unused.
+    train_fraction: the share of each user's samples (``'user'``: of the users) to train on.
+    seed: the split's seed.
+    split: ``'sample'`` (each user's samples at random, ``split_by_sample``), ``'position'``
+      (each user's first samples for training, then ``gap`` skipped: Shakespeare) or
+      ``'user'`` (held-out users, ``split_by_user``).
+    gap: with ``'position'``, the samples skipped between a user's train and test parts.
+    sampling: LEAF's sampling and user filter of raw files before the split (``Sampling``; not
+      for ``train/`` and ``test/``, which LEAF wrote after them).
+
+  Returns:
+    The ``FederatedSplit`` on the host (``to_device`` moves a pool for the round).
+
+  Raises:
+    ValueError: an unknown split.
+    DataError: a missing path, a file that cannot be used (naming it), sampling asked of
+      ``train/`` and ``test/``, or no user left after the sampling or the split.
+
+  Examples:
+    >>> import numpy as np
+    >>> from fedjax_gel import data
+    >>> users = {f'u{i}': {'x': np.ones((10, 3)), 'y': np.arange(10) % 2} for i in range(4)}
+    >>> data.write_leaf_json({'users': list(users), 'num_samples': [10] * 4,
+    ...                       'user_data': users}, 'all_data/all_data.json')
+    >>> split = data.load_leaf('all_data', train_fraction=0.8)
+    >>> split.train.counts, split.test.counts
+    (array([8, 8, 8, 8], dtype=int32), array([2, 2, 2, 2], dtype=int32))
   """
   if split not in SPLITS:
     raise ValueError(f'split must be one of {SPLITS}, got {split!r}')

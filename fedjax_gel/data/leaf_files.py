@@ -284,7 +284,18 @@ def read_leaf_json(paths: PathLike | Iterable[PathLike], sampling=None) -> dict:
   when every file has it (concatenated as found: LEAF's own split output keeps the entries of
   dropped users, so a file's may be longer than its ``'users'``, not shorter). ``sampling``:
   LEAF's sampling and user filter (``Sampling``), applied to each file as LEAF's
-  ``preprocess.sh`` does, before the merge. Raises ``DataError`` naming the file on any problem.
+  ``preprocess.sh`` does, before the merge.
+
+  Args:
+    paths: a LEAF JSON file or a directory of them, or several.
+    sampling: LEAF's sampling and user filter (``Sampling``); None: neither.
+
+  Returns:
+    The merged LEAF dict (``users``, ``num_samples``, ``user_data``, maybe ``hierarchies``).
+
+  Raises:
+    DataError: any problem, naming the file (unreadable, not LEAF's format, a user twice,
+      features of different shapes).
   """
   return read_merged(paths, sampling)[0]
 
@@ -319,7 +330,12 @@ def _jsonable(v: Any) -> Any:
 
 
 def write_leaf_json(data: Mapping[str, Any], path: PathLike) -> None:
-  """Writes a LEAF dict to ``path`` in LEAF's own format (plain lists, ``json.dump``)."""
+  """Writes a LEAF dict to a file in LEAF's own format (plain lists, ``json.dump``).
+
+  Args:
+    data: the LEAF dict (``users``, ``num_samples``, ``user_data``; ``hierarchies`` kept).
+    path: the file; its folder is made if missing.
+  """
   out = {'users': [str(u) for u in data['users']]}
   if 'hierarchies' in data:
     out['hierarchies'] = _jsonable(data['hierarchies'])

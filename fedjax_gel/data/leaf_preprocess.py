@@ -14,6 +14,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 
 DEFAULT_SPLIT_SEED = 931231
+"""The splits' and the sampling's seed by default (LEAF's own default is time-based)."""
 
 
 # --------------------------------------------------------------------------- sampling
@@ -23,8 +24,9 @@ SAMPLINGS = ('none', 'niid', 'iid')
 
 
 class Sampling(NamedTuple):
-  """LEAF's ``preprocess.sh`` steps before its split, on raw ``all_data`` files: ``-s niid|iid
-  --sf fraction [--iu users]`` (``utils/sample.py``), then ``-k min_samples``
+  """LEAF's ``preprocess.sh`` steps before its split, on raw ``all_data`` files.
+
+  ``-s niid|iid --sf fraction [--iu users]`` (``utils/sample.py``), then ``-k min_samples``
   (``utils/remove_users.py``). The defaults do neither.
 
   Attributes:
@@ -157,7 +159,15 @@ def _take(seq: Any, idx: Sequence[int]) -> Any:
 
 
 def num_train_samples(n: int, train_fraction: float) -> int:
-  """LEAF's train size for a user with ``n >= 2`` samples (test always keeps at least one)."""
+  """LEAF's train size for a user with ``n >= 2`` samples (test always keeps at least one).
+
+  Args:
+    n: the user's samples, at least 2.
+    train_fraction: the share of them to train on.
+
+  Returns:
+    ``max(1, int(train_fraction * n))``, 1 when ``n == 2``.
+  """
   return 1 if n == 2 else max(1, int(train_fraction * n))
 
 
@@ -179,6 +189,19 @@ def split_by_sample(
   ``gap`` samples, the rest as test (LEAF's rule for Shakespeare, with ``gap = 79``: sequence
   length 80 minus 1, so no test window overlaps a training one; no randomness). A user whose
   test part is then empty is dropped, as LEAF does.
+
+  Args:
+    data: a LEAF dict (``users``, ``num_samples``, ``user_data``; ``hierarchies`` kept).
+    train_fraction: the share of each user's samples to train on, in ``(0, 1)``.
+    seed: the split's seed.
+    by_position: split by position instead of at random.
+    gap: with ``by_position``, the samples skipped between train and test.
+
+  Returns:
+    ``(train, test)``, LEAF dicts over the users kept.
+
+  Raises:
+    ValueError: ``train_fraction`` outside ``(0, 1)``.
   """
   if not 0.0 < train_fraction < 1.0:
     raise ValueError(f'train_fraction must be in (0, 1), got {train_fraction}')

@@ -1,14 +1,14 @@
-"""The registry of datasets: every ``DatasetSpec`` the experiment layer loads by name
-(``--dataset=name``, ``experiment.make(dataset=name)``).
+"""The registry of datasets: every ``DatasetSpec`` the experiment layer loads by name.
 
-Adding a built-in dataset is one module holding its spec (``fedjax_gel/data/specs/``) and one
-entry in ``BUILTIN`` below. From your own code, ``register_dataset(DatasetSpec(...))`` before
-building configs or flags gives a dataset its ``--dataset`` value, a flag per field of its
-``hparams`` and every output of a built-in one; ``register_dataset(name, load)`` registers a
-loader ``load(data_config) -> FederatedSplit`` of no settings of its own, which reads the
-experiment's ``DataConfig`` (``data_path``, ``data_dir``, ``train_fraction``, ``split_seed``).
-The experiment checks what a registered loader returns (``DatasetSpec.checked``), builds the
-model from its shapes, and plans, trains and reports as for any dataset.
+By name: ``--dataset=name``, ``experiment.make(dataset=name)``. Adding a built-in dataset is one
+module holding its spec (``fedjax_gel/data/specs/``) and one entry in ``BUILTIN`` below. From your
+own code, ``register_dataset(DatasetSpec(...))`` before building configs or flags gives a dataset
+its ``--dataset`` value, a flag per field of its ``hparams`` and every output of a built-in one;
+``register_dataset(name, load)`` registers a loader ``load(data_config) -> FederatedSplit`` of no
+settings of its own, which reads the experiment's ``DataConfig`` (``data_path``, ``data_dir``,
+``train_fraction``, ``split_seed``). The experiment checks what a registered loader returns
+(``DatasetSpec.checked``), builds the model from its shapes, and plans, trains and reports as for
+any dataset.
 """
 from __future__ import annotations
 
@@ -39,11 +39,42 @@ def _check(spec: DatasetSpec):
 
 
 def register_dataset(spec: DatasetSpec | str, load: Callable | None = None) -> DatasetSpec:
-  """Makes ``spec`` a dataset (returned); call it before building configs or flags.
-  ``register_dataset(name, load)``: a loader ``load(data_config)`` of no settings of its own,
-  which reads ``data_path``, ``data_dir`` and ``train_fraction``. A name taken (by a built-in or
-  a registered dataset), a loader that is not callable, or a setting of another dataset of the
-  same name but another type, default or help is a ValueError."""
+  """Registers a dataset: ``--dataset=<name>``, a flag per field of its ``hparams``, the tables.
+
+  Call it before building configs or flags. The experiment checks what a registered loader
+  returns (``DatasetSpec.checked``), builds the model from its shapes, and plans, trains and
+  reports as for any dataset.
+
+  Args:
+    spec: the dataset's ``DatasetSpec``; or its name, with ``load``.
+    load: with a name, a loader ``load(data_config) -> FederatedSplit`` of no settings of its
+      own, which reads ``data_path``, ``data_dir`` and ``train_fraction`` of the experiment's
+      ``DataConfig``.
+
+  Returns:
+    The registered ``DatasetSpec``.
+
+  Raises:
+    ValueError: a name taken (by a built-in or a registered dataset), a loader that is not
+      callable, ``needs`` or ``reads`` naming no common setting, or a setting of another
+      dataset of the same name but another type, default or help.
+
+  Examples:
+    >>> import numpy as np
+    >>> import fedjax_gel as fg
+    >>> from fedjax_gel import experiment
+    >>> from fedjax_gel.data import registry
+    >>> def blobs(data_config):
+    ...   rng = np.random.default_rng(data_config.split_seed)
+    ...   clients = [{'x': rng.normal(size=(50, 5)).astype(np.float32),
+    ...               'y': rng.integers(0, 2, 50).astype(np.int32)} for _ in range(30)]
+    ...   part = lambda s: fg.from_client_arrays([{k: v[s] for k, v in c.items()}
+    ...                                           for c in clients])
+    ...   return fg.core.FederatedSplit(part(slice(0, 40)), part(slice(40, None)))
+    >>> spec = fg.register_dataset('blobs', blobs)
+    >>> config = experiment.make(dataset='blobs', model='mlp', num_rounds=10)
+    >>> registry.unregister('blobs')
+  """
   if not isinstance(spec, DatasetSpec):
     if not callable(load):
       raise ValueError(f'register_dataset: load must be callable, got {type(load).__name__}')

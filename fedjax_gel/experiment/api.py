@@ -171,17 +171,49 @@ def run(c: Config, workdir: str | None = None, sweep: Sweep = Sweep(), *,
         callbacks: Sequence = (), out=None, err=None,
         phases: loop_lib.Phases | None = None,
         runtime: runtime_lib.Runtime | None = None) -> list[dict]:
-  """Trains every run of ``c`` and ``sweep`` into ``workdir`` (default
-  ``default_workdir``: the same settings, the same folder) and writes ``report.md`` and ``plots/``; returns the
-  runs' summaries (``summary.json``; a grid's ``grid.json``), in ``expand``'s order.
+  """Trains every run of a ``Config`` and a ``Sweep`` into a work directory, with its report.
 
-  ``plots``: write ``plots/`` (``--plots``; False: ``report.md`` and the metrics alone).
-  ``callbacks``: more loop callbacks (``experiment.callbacks.Callback``) for every program,
-  after the library's own. ``out``: where the results' lines go (default stdout); ``err``: the
-  progress lines (default stderr). ``phases``: the clock of a caller that timed its imports
-  (``Phases(imports=...)``). ``runtime``: the command's ``runtime.Runtime`` (its stop token,
-  writer and agreements between processes; ``launch/run.py``'s), else one of its own. Every
-  process returns the summaries; only process 0's hold the checksums of the files it wrote.
+  What ``launch/run.py`` does, in-process. A work directory already holding runs of this
+  configuration keeps the finished ones, resumes the others from their last checkpoint and
+  extends finished ones whose ``num_rounds`` was raised (see the module docstring for its
+  layout). Runs that differ only in the seed, the learning rates and other batched flags train
+  as one program where they fit.
+
+  Args:
+    c: the ``Config`` (``make``).
+    workdir: where the runs, ``report.md`` and ``plots/`` go; None: ``default_workdir`` (the
+      same settings, the same folder).
+    sweep: the seeds, algorithms, learning rates, ... to run over (``expand``).
+    overwrite: replace another configuration's runs in ``workdir`` (else refused).
+    vmap: train runs that can share one program together (``--vmap_seeds``); False: one by
+      one. The numbers are those of their separate runs either way.
+    plots: write ``plots/`` (``--plots``); False: ``report.md`` and the metrics alone.
+    callbacks: more loop callbacks (``experiment.callbacks.Callback``) for every program, after
+      the library's own.
+    out: where the results' lines go (default stdout).
+    err: where the progress lines go (default stderr).
+    phases: the clock of a caller that timed its imports (``Phases(imports=...)``).
+    runtime: the command's ``Runtime`` (its stop token, writer and agreements between
+      processes; ``launch/run.py``'s); None: one of its own.
+
+  Returns:
+    The runs' summaries (``summary.json``; a grid's ``grid.json``), in ``expand``'s order.
+    Every process returns them; only process 0's hold the checksums of the files it wrote.
+
+  Raises:
+    TypeError: a ``Config`` or ``Sweep`` that is not one, callbacks that are not a list of
+      callbacks, or ``out``/``err`` that are not streams, before anything is written.
+    ConfigError: bad input (``DataError`` for data files), before anything is written; a work
+      directory holding another configuration's runs without ``overwrite``.
+
+  Examples:
+    >>> import io, tempfile
+    >>> from fedjax_gel import experiment
+    >>> config = experiment.make(algorithm='gel', num_rounds=10, eval_every=5)
+    >>> summaries = experiment.run(config, tempfile.mkdtemp(), experiment.Sweep(seeds=[0, 1]),
+    ...                            out=io.StringIO(), err=io.StringIO())
+    >>> [(s['seed'], s['status'], s['rounds']) for s in summaries]
+    [(0, 'finished', 10), (1, 'finished', 10)]
   """
   check_run_arguments(c, sweep, callbacks, out, err)
   runtime = runtime or runtime_lib.Runtime()

@@ -31,7 +31,7 @@ SERVER_OPTIMIZERS = ('sgd', 'momentum', 'fedadam', 'fedyogi', 'fedadagrad', 'ada
 
 
 class ConfigError(ValueError):
-  """A user error in the configuration; its message is one line naming the flag."""
+  """Raised for a user error in the configuration; its message is one line naming the flag."""
 
 
 def first_line(e: BaseException) -> str:
@@ -375,9 +375,33 @@ SECTIONS = {'data': DataConfig, 'model': ModelConfig, 'cohort': CohortConfig,
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  """Every knob of a run, by component. Defaults follow the GeL paper's Synthetic FedAvgCM
-  setting (Boukhari et al. 2023, "Boosting Federated Learning in Resource-Constrained Networks",
-  §4 and App. E)."""
+  """Every knob of a run, by component: one section per component, each field one flag.
+
+  Defaults follow the GeL paper's Synthetic FedAvgCM setting (Boukhari et al. 2023, "Boosting
+  Federated Learning in Resource-Constrained Networks", §4 and App. E). ``make(**flags)``
+  builds one from flag names, ``replace(**flags)`` changes some, ``to_json``/``from_json``
+  are ``config.json``.
+
+  Attributes:
+    data: where the clients' data comes from and how it is split, with the dataset's own
+      settings (``DataConfig``, ``data.hparams``).
+    model: the model and its options (``ModelConfig``).
+    cohort: which clients train in a round, on what, and how they are weighted
+      (``CohortConfig``).
+    algorithm: the algorithm, its clients' optimiser and its own hyper-parameters
+      (``AlgorithmConfig``, ``algorithm.hparams``).
+    server: the server optimiser applied to ``Delta`` (``ServerConfig``).
+    run: how long, with what seed, and what is measured and kept (``RunConfig``).
+    privacy: client-level differential privacy, off by default (``PrivacyConfig``).
+
+  Examples:
+    >>> from fedjax_gel import experiment
+    >>> config = experiment.make(algorithm='gel', guess_tau=20, num_rounds=100)
+    >>> config.algorithm.hparams.guess_tau, config.run.seed
+    (20, 0)
+    >>> config.replace(seed=1).flags()['seed']
+    1
+  """
   data: DataConfig = DataConfig()
   model: ModelConfig = ModelConfig()
   cohort: CohortConfig = CohortConfig()
@@ -537,11 +561,28 @@ def dataset_flags(dataset: str) -> tuple[str, ...]:
 
 
 def make(**flags) -> Config:
-  """A Config from flag values (``make(dataset='leaf', data_path=..., algorithm='gel',
-  guess_tau=20)``); the others take their defaults. Raises ConfigError for a name that is no
-  flag, an unknown algorithm or dataset, a hyper-parameter of another algorithm, or a setting
-  of another dataset away from its default (its runs would not read it). Not validated
-  (``validate``)."""
+  """Builds a ``Config`` from flag values; the others take their defaults.
+
+  Not validated (``validate`` checks the values; ``run`` and ``expand`` do).
+
+  Args:
+    **flags: ``{flag: value}``, as ``launch/run.py``'s flags (``dataset='leaf', data_path=...,
+      algorithm='gel', guess_tau=20``): the sections' flags, the algorithm's hyper-parameters
+      and the dataset's settings; ``budget_range`` may be ``(a, b)`` or ``'a,b'``.
+
+  Returns:
+    The ``Config``.
+
+  Raises:
+    ConfigError: a name that is no flag, an unknown algorithm or dataset, a hyper-parameter of
+      another algorithm, a setting of another dataset away from its default (its runs would not
+      read it), or a hyper-parameter named as a flag of the experiment.
+
+  Examples:
+    >>> from fedjax_gel import experiment
+    >>> experiment.make(algorithm='fedprox', prox_mu=0.1).algorithm.hparams.prox_mu
+    0.1
+  """
   from fedjax_gel.algorithms import registry   # pylint: disable=g-import-not-at-top
   where = section_flag_names()
   name = flags.get('algorithm', AlgorithmConfig.name)
@@ -727,8 +768,24 @@ def privacy_problem(c: Config) -> Optional[str]:
 
 
 def validate(c: Config) -> Config:
-  """Checks every field (its own check, from its metadata) and the rules across fields; raises
-  ConfigError with one line naming the flag and the problem."""
+  """Checks a ``Config``: every field's own check (from its metadata), then the rules across them.
+
+  Args:
+    c: the ``Config``.
+
+  Returns:
+    ``c`` itself.
+
+  Raises:
+    ConfigError: one line naming the flag and the problem.
+
+  Examples:
+    >>> from fedjax_gel import experiment
+    >>> experiment.validate(experiment.make(clients_per_round=0))
+    Traceback (most recent call last):
+    ...
+    fedjax_gel.experiment.config.ConfigError: --clients_per_round must be an integer in [1, ...
+  """
   def need(ok, msg):
     if not ok:
       raise ConfigError(msg)

@@ -98,12 +98,16 @@ def _unraisable(report):
 
 
 class Runtime:
-  """One process's part in one command (the module's doc).
+  """One process's part in one command: its stop token, writer and agreements between processes.
 
-  ``stop``: its ``StopToken``; ``refused``: the refusals and stops every process shares. The
-  role (``index``, ``count``, ``writes``) is JAX's, read when first asked: creating a runtime
-  starts no backend (``xla.configure_cpu`` must come first). The numbers of the gathers and
-  rounds told to JAX's services are the process's (``cluster``), as those services are.
+  See the module docstring. The role (``index``, ``count``, ``writes``) is JAX's, read when
+  first asked: creating a runtime starts no backend (``xla.configure_cpu`` must come first). The
+  numbers of the gathers and rounds told to JAX's services are the process's (``cluster``), as
+  those services are.
+
+  Attributes:
+    stop: its ``StopToken``.
+    refused: the refusals and stops every process shares (they leave together: ``leave``).
   """
 
   def __init__(self):

@@ -16,21 +16,43 @@ from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, vali
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
-  """What one invocation runs besides ``config`` itself: every algorithm (once per value of
-  each of its ``AlgorithmSpec.variants`` in ``variants``: the FedGBO family once per global
-  optimiser) with every seed and client learning rate (or every value of ``hparam_grid``'s
-  hyper-parameter); ``server_lrs`` make each of those a ``client_lrs x server_lrs`` grid
-  (``experiment.grid``). Empty: the config's."""
+  """What one invocation runs besides ``config`` itself: the command line's list flags.
+
+  Every algorithm (once per value of each of its ``AlgorithmSpec.variants`` in ``variants``:
+  the FedGBO family once per global optimiser) with every seed and client learning rate (or
+  every value of ``hparam_grid``'s hyper-parameter); ``server_lrs`` make each of those a
+  ``client_lrs x server_lrs`` grid (``experiment.grid``). An empty field: the config's value.
+
+  Attributes:
+    seeds: the runs' seeds (whole numbers).
+    algorithms: the algorithms, by name or as ``AlgorithmConfig`` (with hyper-parameters of
+      their own).
+    variants: ``{flag: values}`` of hyper-parameters that algorithms take several values of
+      (``AlgorithmSpec.variants``): ``{'gbo_optimizer': ['sgdm', 'adam']}`` runs each algorithm
+      of the FedGBO family twice.
+    client_lrs: the clients' learning rates, one run each (a grid's rows with ``server_lrs``).
+    server_lrs: the server's learning rates, a grid's columns.
+    hparam_grid: ``(flag, values)``: a float hyper-parameter of the algorithms
+      (``factories.batched_flags``), one run per value for each algorithm that has it, the runs
+      of one algorithm one program where they fit; the report keeps each algorithm's best
+      value, as with ``client_lrs``.
+
+  Raises:
+    ConfigError: a field that is no list (or, for ``variants``, no map of lists), or seeds and
+      learning rates that are no numbers.
+
+  Examples:
+    >>> from fedjax_gel import experiment
+    >>> sweep = experiment.Sweep(seeds=[0, 1], algorithms=['fedavgcm', 'gel'])
+    >>> runs = experiment.expand(experiment.make(num_rounds=10), sweep)
+    >>> [(c.run.seed, c.algorithm.name) for c in runs]
+    [(0, 'fedavgcm'), (0, 'gel'), (1, 'fedavgcm'), (1, 'gel')]
+  """
   seeds: Sequence[int] = ()
-  algorithms: Sequence = ()   # names, or AlgorithmConfigs (with hyper-parameters of their own)
-  # {flag: values} of hyper-parameters that algorithms take several values of (``variants``):
-  # {'gbo_optimizer': ['sgdm', 'adam']} runs each algorithm of the FedGBO family twice.
+  algorithms: Sequence = ()
   variants: Mapping[str, Sequence] = dataclasses.field(default_factory=dict)
   client_lrs: Sequence[float] = ()
   server_lrs: Sequence[float] = ()
-  # (flag, values): a float hyper-parameter of the algorithms (``factories.batched_flags``), one
-  # run per value for each algorithm that has it, the runs of one algorithm one program where
-  # they fit; the report keeps each algorithm's best value, as with ``client_lrs``.
   hparam_grid: tuple = ()
 
   def __post_init__(self):
@@ -57,8 +79,22 @@ class Sweep:
 
 
 def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
-  """One validated Config per run: seeds x algorithms (x their variants) x client learning rates
-  (with ``server_lrs``, the client lrs are a grid's rows, not separate runs)."""
+  """Expands a ``Config`` and a ``Sweep`` into one validated ``Config`` per run.
+
+  Seeds x algorithms (x their variants) x client learning rates (with ``server_lrs``, the
+  client learning rates are a grid's rows, not separate runs) x ``hparam_grid``'s values.
+
+  Args:
+    c: the base ``Config``.
+    sweep: the lists to run over.
+
+  Returns:
+    The runs' configs, seed by seed, then algorithm by algorithm.
+
+  Raises:
+    ConfigError: a value repeated in a list, a learning rate not positive and finite, a
+      setting no run reads away from its default, or a config ``validate`` refuses.
+  """
   lists = {name_of_flag(f.name): getattr(sweep, f.name) for f in dataclasses.fields(sweep)
            if f.name not in ('hparam_grid', 'variants')}   # check_hparam_grid
   for name, values in {**lists, **sweep.variants}.items():

@@ -1,5 +1,10 @@
-"""Flax models and a registry of them by spec (``registry``; ``register_model`` adds your
-own)."""
+"""Flax models and a registry of them by spec (``registry``; ``register_model`` adds your own).
+
+A ``Model`` is pure functions (``init``, ``apply``) with the ``Task`` that scores its outputs;
+``get_model`` builds a registered one by name, ``from_linen`` and ``from_nnx`` wrap your own
+Flax module, and ``task_loss`` (``cross_entropy_loss`` for classifiers) gives the algorithms
+their ``loss_fn``.
+"""
 from __future__ import annotations
 
 import functools
@@ -19,8 +24,10 @@ from fedjax_gel.models.registry import register_model, unregister_model
 from fedjax_gel.models.rnn import StackedLSTM, sent140_lstm, shakespeare_lstm
 from fedjax_gel.spec.model import ModelSpec
 
-MODELS = registry.Builders()   # {name: build}, read-only: register_model adds one
-BUILTIN_MODELS = tuple(s.name for s in registry.BUILTIN)   # all scored by accuracy
+MODELS = registry.Builders()
+"""``{name: build}`` of the registered models, read-only (``register_model`` adds one)."""
+BUILTIN_MODELS = tuple(s.name for s in registry.BUILTIN)
+"""The built-in models' names (all scored by accuracy)."""
 
 
 @functools.lru_cache(maxsize=64)
@@ -32,16 +39,38 @@ def _built_in(name: str, input_shape: tuple, num_classes: int, options: tuple) -
 
 
 class OptionError(ValueError):
-  """``get_model`` was given an option the model does not take."""
+  """Raised by ``get_model`` for an option the model does not take (a ``ValueError``)."""
 
 
 def get_model(name: str, input_shape, num_classes: int, vocab_size: int | None = None,
               **options) -> Model:
-  """Builds the registered model ``name`` for inputs ``[*input_shape]`` and ``num_classes``
-  (token models: ids below ``vocab_size``). ``options``: the model's own keyword arguments
-  (``dropout=``, ``batch_norm=``, ...); one that is set (not 0 or False) for a model whose
-  builder does not take it is a ValueError naming it, so that ``--dropout=0.5`` is never
-  silently ignored."""
+  """Builds the registered model ``name`` for inputs ``[*input_shape]`` and ``num_classes``.
+
+  A built-in model is built once per shape, classes and options, and shared.
+
+  Args:
+    name: the model's name (``BUILTIN_MODELS``, or one ``register_model`` added).
+    input_shape: one example's shape, a tuple of positive integers.
+    num_classes: output classes, a positive integer.
+    vocab_size: token models: token ids lie below it.
+    **options: the model's own keyword arguments (``dropout=``, ``batch_norm=``, ...).
+
+  Returns:
+    The ``Model``.
+
+  Raises:
+    ValueError: an unknown name, or a shape or ``num_classes`` that is not positive.
+    OptionError: an option set (not 0 or False) for a model whose builder does not take it, so
+      that ``--dropout=0.5`` is never silently ignored.
+    TypeError: a registered builder that returns something other than a ``Model``.
+
+  Examples:
+    >>> import jax
+    >>> import fedjax_gel as fg
+    >>> model = fg.get_model('mlp', (60,), 5, dropout=0.5)
+    >>> model.rngs
+    ('dropout',)
+  """
   if name not in registry.names():
     raise ValueError(f'unknown model {name!r}; known: {", ".join(sorted(registry.names()))}')
   spec = registry.get(name)

@@ -100,18 +100,41 @@ def discover_streams(name: str, run: Callable, where: str, *args) -> tuple[tuple
 
 def from_linen(name: str, module, input_shape, input_dtype, num_classes: int,
                task: Task = CLASSIFICATION) -> Model:
-  """Wraps a Flax linen module whose ``__call__(x)`` maps ``[B, *input_shape]`` to its outputs
-  (logits for classification; ``task`` says how they are scored).
+  """Wraps a Flax linen module as a ``Model``.
 
-  A module whose ``__call__`` takes ``train`` is called with ``train=True`` in the clients'
-  local steps and ``train=False`` in evaluation; one that does not is called without it. The
-  rng streams it draws in training (``self.make_rng``, ``nn.Dropout``) are found by tracing it
-  once, and each step gets a key per stream (``core.model_state``). Collections its ``init``
-  returns besides ``'params'`` (e.g. BatchNorm's ``'batch_stats'``) are its mutable state
-  (``Variables``), written in training; ``sow``'s ``'intermediates'`` are dropped. A module
-  that asks for an rng stream in evaluation (dropout without ``deterministic=not train``) is a
-  ValueError naming the stream. A module with a ``features(x)`` method exposes its penultimate
-  activations.
+  The module's ``__call__(x)`` maps ``[B, *input_shape]`` to its outputs (logits for classification;
+  ``task`` says how they are scored). A module whose ``__call__`` takes ``train`` is called with
+  ``train=True`` in the clients' local steps and ``train=False`` in evaluation; one that does not is
+  called without it. The rng streams it draws in training (``self.make_rng``, ``nn.Dropout``) are
+  found by tracing it once, and each step gets a key per stream (``core.model_state``). Collections
+  its ``init`` returns besides ``'params'`` (e.g. BatchNorm's ``'batch_stats'``) are its mutable
+  state (``Variables``), written in training; ``sow``'s ``'intermediates'`` are dropped. A module
+  that asks for an rng stream in evaluation (dropout without ``deterministic=not train``) is
+  refused. A module with a ``features(x)`` method exposes its penultimate activations.
+
+  Args:
+    name: the model's name.
+    module: the linen module.
+    input_shape: one example's shape.
+    input_dtype: the inputs' dtype (e.g. ``jnp.float32``, ``jnp.int32`` for tokens).
+    num_classes: output classes.
+    task: what its outputs are scored by (``models.tasks``).
+
+  Returns:
+    The ``Model``.
+
+  Raises:
+    ValueError: a module that asks for an rng stream in evaluation (naming the stream), or for
+      more than ``MAX_STREAMS`` streams.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> import flax.linen as nn
+    >>> from fedjax_gel import models
+    >>> model = models.from_linen('two_layer', nn.Sequential([nn.Dense(32), nn.relu,
+    ...                                                       nn.Dense(3)]), (4,), jnp.float32, 3)
+    >>> model.apply(model.init(jax.random.key(0)), jnp.ones((2, 4))).shape
+    (2, 3)
   """
   dummy = np.zeros((1, *input_shape), input_dtype)   # host array: nothing to compile
   train_kw = (lambda train: {'train': train}) if takes_train(module) else (lambda train: {})
@@ -181,7 +204,7 @@ def from_linen(name: str, module, input_shape, input_dtype, num_classes: int,
 
 def from_nnx(name: str, make_module: Callable, num_classes: int,
              task: Task = CLASSIFICATION) -> Model:
-  """Wraps a Flax ``nnx`` module: ``make_module(rngs) -> module`` mapping ``[B, ...]`` to outputs.
+  """Wraps a Flax ``nnx`` module as a ``Model``.
 
   The module is split once into a graph definition and its state: params are its
   ``nnx.Param`` variables as a plain dict of arrays, which is all the engine vmaps over clients
@@ -189,6 +212,24 @@ def from_nnx(name: str, make_module: Callable, num_classes: int,
   (``nnx.BatchStat``, ...) but rng state are its mutable state (``Variables``). The clients'
   local steps run it after ``module.train()`` with every rng stream it holds (``nnx.Dropout``'s)
   reseeded from the step's key; evaluation after ``module.eval()``.
+
+  Args:
+    name: the model's name.
+    make_module: ``rngs -> module``, building the module (mapping ``[B, ...]`` to outputs)
+      from an ``nnx.Rngs``.
+    num_classes: output classes.
+    task: what its outputs are scored by (``models.tasks``).
+
+  Returns:
+    The ``Model``.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> from flax import nnx
+    >>> from fedjax_gel import models
+    >>> model = models.from_nnx('linear', lambda rngs: nnx.Linear(4, 3, rngs=rngs), 3)
+    >>> model.apply(model.init(jax.random.key(0)), jnp.ones((2, 4))).shape
+    (2, 3)
   """
   from flax import nnx  # pylint: disable=g-import-not-at-top
 
@@ -261,7 +302,15 @@ def training_outputs(model: Model, params, batch):
 
 
 def masked_mean(values: jax.Array, batch: dict) -> jax.Array:
-  """Mean over the batch, or over the rows ``batch['mask']`` marks when it has one."""
+  """Mean over the batch, or over the rows ``batch['mask']`` marks when it has one.
+
+  Args:
+    values: ``[B]`` per-example values.
+    batch: the minibatch (its ``'mask'``, if any, ``[B]``).
+
+  Returns:
+    The scalar mean.
+  """
   if 'mask' not in batch:
     return values.mean()
   mask = batch['mask'].astype(values.dtype)
@@ -269,14 +318,43 @@ def masked_mean(values: jax.Array, batch: dict) -> jax.Array:
 
 
 def task_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
-  """``loss(params, batch)``: the model's task loss over the batch (``tasks.batch_mean``);
-  for classification ``cross_entropy_loss``."""
+  """The model's task loss as ``loss(params, batch)``, for the algorithms' ``loss_fn``.
+
+  The task's ``sum / weight`` over the batch (``tasks.batch_mean``, over the rows
+  ``batch['mask']`` marks); for classification ``cross_entropy_loss``. A model with rng
+  streams or mutable state trains with what the engine puts in the batch
+  (``core.model_state``).
+
+  Args:
+    model: the ``Model``.
+
+  Returns:
+    ``loss(params, batch) -> scalar`` (with the new state, for a model with state).
+  """
   return _mean_loss(model, model.task)
 
 
 def cross_entropy_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
-  """``loss(params, batch)``: mean softmax cross-entropy of ``batch['x']`` against ``batch['y']``
-  (over the rows ``batch['mask']`` marks, if present)."""
+  """The mean softmax cross-entropy loss of a classifier, ``loss(params, batch)``.
+
+  The cross-entropy of the model's outputs on ``batch['x']`` against the labels ``batch['y']``,
+  over the rows ``batch['mask']`` marks, if present.
+
+  Args:
+    model: the ``Model`` (trained in training mode: ``train=True``).
+
+  Returns:
+    ``loss(params, batch) -> scalar``, for the algorithms' ``loss_fn``.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> import fedjax_gel as fg
+    >>> model = fg.get_model('logistic', (60,), 5)
+    >>> loss = fg.cross_entropy_loss(model)
+    >>> batch = {'x': jnp.zeros((4, 60)), 'y': jnp.array([0, 1, 2, 3])}
+    >>> round(float(loss(model.init(jax.random.key(0)), batch)), 4)   # ln 5 at zero inputs
+    1.6094
+  """
   return _mean_loss(model, CLASSIFICATION)
 
 
@@ -289,8 +367,15 @@ def _mean_loss(model: Model, task: Task) -> Callable[[Params, dict], jax.Array]:
 
 
 def per_example_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
-  """``(params, examples) -> [P]`` the task loss of every example (client selection by loss):
-  its ``sum / weight`` (``models.tasks``); for classification the cross-entropy, to the bit."""
+  """The task loss of every example, for client selection by loss.
+
+  Args:
+    model: the ``Model``.
+
+  Returns:
+    ``(params, examples) -> [P]``, each example's ``sum / weight`` (``models.tasks``); for
+    classification the cross-entropy, to the bit.
+  """
   def loss(params, examples):
     total, weight = model.task.loss(model.apply(params, examples['x']), examples['y'])
     return total / jnp.maximum(weight, 1e-30)
@@ -298,11 +383,21 @@ def per_example_loss(model: Model) -> Callable[[Params, dict], jax.Array]:
 
 
 def max_entropy_loss(model: Model, beta: float) -> Callable[[Params, dict], jax.Array]:
-  """FedMAX (Chen et al. 2020): the task loss (cross-entropy for classification) +
-  ``beta * KL(U || softmax(a))`` over the penultimate activations ``a`` (``model.features``),
-  pushing them towards maximum entropy.
+  """FedMAX's client loss: the task loss plus a maximum-entropy term (Chen et al. 2020, FedMAX).
 
+  The task loss (cross-entropy for classification) ``+ beta * KL(U || softmax(a))`` over the
+  penultimate activations ``a`` (``model.features``), pushing them towards maximum entropy;
   ``KL(U || p) = -log F - (1/F) sum_f log p_f`` for ``F`` activations.
+
+  Args:
+    model: the ``Model``, with ``features`` and without rng streams or mutable state.
+    beta: the entropy term's weight.
+
+  Returns:
+    ``loss(params, batch) -> scalar``.
+
+  Raises:
+    ValueError: a model without penultimate activations, or with rng streams or mutable state.
   """
   if model.features is None:
     raise ValueError(f'model {model.name!r} exposes no penultimate activations for FedMAX')
@@ -319,4 +414,12 @@ def max_entropy_loss(model: Model, beta: float) -> Callable[[Params, dict], jax.
 
 
 def num_params(params: Params) -> int:
+  """Counts the parameters of a pytree.
+
+  Args:
+    params: the params pytree.
+
+  Returns:
+    The number of scalars over all leaves.
+  """
   return sum(int(x.size) for x in jax.tree_util.tree_leaves(params))

@@ -39,14 +39,23 @@ def _xla_pool(x, padding: str = 'VALID'):
 
 
 class TwoConvCNN(nn.Module):
-  """conv ``k x k`` (``channels[0]``) + ReLU, maxpool 2x2/2, conv ``k x k`` (``channels[1]``) +
-  ReLU, maxpool 2x2/2, dense ``hidden`` + ReLU, dense ``num_classes``.
+  """A CNN of two convolutions, a hidden dense layer and a classifier (linen).
 
-  ``padding`` is the convolutions' (``'SAME'`` as in TF/LEAF, ``'VALID'`` as PyTorch's
-  default); the pools are unpadded. ``features`` are the ``hidden`` ReLU activations.
-  ``xla_layers`` runs the convolutions and pools as XLA's own ``conv_general_dilated`` and
-  ``nn.max_pool`` on every backend (the same function; slower when vmapped on CPU, see
-  ``models.layers``), for comparison.
+  conv ``k x k`` (``channels[0]``) + ReLU, maxpool 2x2/2, conv ``k x k`` (``channels[1]``) +
+  ReLU, maxpool 2x2/2, dense ``hidden`` + ReLU, dense ``num_classes``; the pools are unpadded.
+  ``features`` are the ``hidden`` ReLU activations.
+
+  Attributes:
+    num_classes: output classes.
+    kernel: ``k``, the convolutions' size.
+    padding: the convolutions' padding (``'SAME'`` as in TF/LEAF, ``'VALID'`` as PyTorch's
+      default).
+    hidden: the hidden dense layer's units.
+    channels: the two convolutions' output channels.
+    xla_layers: run the convolutions and pools as XLA's own ``conv_general_dilated`` and
+      ``nn.max_pool`` on every backend (the same function; slower when vmapped on CPU, see
+      ``models.layers``), for comparison.
+    dropout: the rate of dropout on the classifier's input in training; 0: none.
   """
   num_classes: int
   kernel: int = 5
@@ -77,17 +86,27 @@ class TwoConvCNN(nn.Module):
 
 
 def femnist_cnn(input_shape, num_classes: int, dropout: float = 0.) -> Model:
-  """LEAF's FEMNIST CNN (Caldas et al. 2018, ``models/femnist/cnn.py``): conv 5x5 32 'SAME' +
-  ReLU, maxpool, conv 5x5 64 'SAME' + ReLU, maxpool, dense 2048 + ReLU, dense ``num_classes``.
+  """Builds LEAF's FEMNIST CNN (Caldas et al. 2018, LEAF: A Benchmark for Federated Settings).
 
-  28x28x1 inputs and 62 classes: 6,603,710 parameters.
+  LEAF's ``models/femnist/cnn.py``: conv 5x5 32 'SAME' + ReLU, maxpool, conv 5x5 64 'SAME' +
+  ReLU, maxpool, dense 2048 + ReLU, dense ``num_classes``. 28x28x1 inputs and 62 classes:
+  6,603,710 parameters.
+
+  Args:
+    input_shape: one image's shape: ``(H, W, C)``, ``(H, W)`` or ``(H*W,)`` (a flattened
+      square one-channel image).
+    num_classes: output classes.
+    dropout: the rate of dropout on the classifier's input in training; 0 (default): none.
+
+  Returns:
+    The ``Model`` ``'femnist_cnn'``.
   """
   module = TwoConvCNN(num_classes, kernel=5, padding='SAME', hidden=2048, dropout=dropout)
   return from_linen('femnist_cnn', module, tuple(input_shape), jnp.float32, num_classes)
 
 
 def gel_femnist_cnn(input_shape, num_classes: int, dropout: float = 0.) -> Model:
-  """The FEMNIST CNN of GeL (Boukhari et al. 2023; about 6.1e5 parameters, Table 1).
+  """Builds the FEMNIST CNN of GeL (Boukhari et al. 2023, GeL; about 6.1e5 parameters, Table 1).
 
   The paper says only "CNN, 2 Conv2D layers" (Table 4), "the same models as McMahan et al.
   (2017) and Li et al. (2020b)" and 6.1e5 parameters. McMahan et al.'s CNN (conv 5x5 32,
@@ -95,27 +114,57 @@ def gel_femnist_cnn(input_shape, num_classes: int, dropout: float = 0.) -> Model
   ('VALID', PyTorch's default) convolutions: 28 -> 24 -> 12 -> 8 -> 4, so 4*4*64 = 1024
   inputs to the dense layer and 608,702 parameters for 28x28x1 inputs and 62 classes ('SAME'
   convolutions give 1.69e6; LEAF's 2048-wide CNN, ``femnist_cnn``, 6.6e6). This is our choice.
+
+  Args:
+    input_shape: one image's shape: ``(H, W, C)``, ``(H, W)`` or ``(H*W,)`` (a flattened
+      square one-channel image).
+    num_classes: output classes.
+    dropout: the rate of dropout on the classifier's input in training; 0 (default): none.
+
+  Returns:
+    The ``Model`` ``'gel_femnist_cnn'``.
   """
   module = TwoConvCNN(num_classes, kernel=5, padding='VALID', hidden=512, dropout=dropout)
   return from_linen('gel_femnist_cnn', module, tuple(input_shape), jnp.float32, num_classes)
 
 
 def cifar_cnn(input_shape, num_classes: int, dropout: float = 0.) -> Model:
-  """FedGBO's CIFAR100 CNN (Mills et al. 2022, §5; layer sizes from the authors' code,
-  github.com/JedMills/FedGBO ``models.py``): conv 3x3 32 'VALID' + ReLU, maxpool, conv 3x3 64
-  'VALID' + ReLU, maxpool, dense 512 + ReLU, dense ``num_classes``.
+  """Builds FedGBO's CIFAR100 CNN (Mills et al. 2022, FedGBO, §5).
 
+  Layer sizes from the authors' code (github.com/JedMills/FedGBO ``models.py``): conv 3x3 32
+  'VALID' + ReLU, maxpool, conv 3x3 64 'VALID' + ReLU, maxpool, dense 512 + ReLU, dense
+  ``num_classes``.
   32x32x3 inputs (32 -> 30 -> 15 -> 13 -> 6, 2304 dense inputs) and 100 classes: 1,250,852
-  parameters. FedGBO's FEMNIST CNN is the same network on 28x28x1 inputs with 62 classes
-  (1600 dense inputs, 870,334 parameters): build this on that shape.
+  parameters. FedGBO's FEMNIST CNN is the same network on 28x28x1 inputs with 62 classes (1600 dense
+  inputs, 870,334 parameters): build this on that shape.
+
+  Args:
+    input_shape: one image's shape: ``(H, W, C)``, ``(H, W)`` or ``(H*W,)`` (a flattened
+      square one-channel image).
+    num_classes: output classes.
+    dropout: the rate of dropout on the classifier's input in training; 0 (default): none.
+
+  Returns:
+    The ``Model`` ``'cifar_cnn'``.
   """
   module = TwoConvCNN(num_classes, kernel=3, padding='VALID', hidden=512, dropout=dropout)
   return from_linen('cifar_cnn', module, tuple(input_shape), jnp.float32, num_classes)
 
 
 class CelebACNN(nn.Module):
-  """``blocks`` x [conv 3x3 ``channels`` 'SAME', (BatchNorm), maxpool 2x2/2 'SAME', ReLU], dense
-  ``num_classes`` on the flattened maps (``features``)."""
+  """LEAF's CelebA CNN as a linen module: convolution blocks, then a classifier.
+
+  ``blocks`` x [conv 3x3 ``channels`` 'SAME', (BatchNorm), maxpool 2x2/2 'SAME', ReLU], dense
+  ``num_classes`` on the flattened maps (``features``).
+
+  Attributes:
+    num_classes: output classes.
+    blocks: the convolution blocks.
+    channels: each convolution's output channels.
+    dropout: the rate of dropout on the classifier's input in training; 0: none.
+    batch_norm: BatchNorm after each convolution (its running statistics in
+      ``'batch_stats'``).
+  """
   num_classes: int
   blocks: int = 4
   channels: int = 32
@@ -147,14 +196,24 @@ class CelebACNN(nn.Module):
 
 def celeba_cnn(input_shape, num_classes: int, dropout: float = 0.,
                batch_norm: bool = False) -> Model:
-  """LEAF's CelebA CNN (Caldas et al. 2018, ``models/celeba/cnn.py``): 4 x [conv 3x3 32 'SAME',
-  (BatchNorm), maxpool 2x2/2 'SAME', ReLU], dense ``num_classes``.
+  """Builds LEAF's CelebA CNN (Caldas et al. 2018, LEAF: A Benchmark for Federated Settings).
 
-  LEAF normalises after every convolution with BatchNorm in training mode; ``batch_norm`` (off
-  by default, as this model was published here without it) restores it, Flax's ``nn.BatchNorm``
-  (momentum 0.99, epsilon 1e-5; LEAF's TF layer: 0.99, 1e-3), its statistics treated by the
-  run's ``--model_state``. 84x84x3 inputs (84 -> 42 -> 21 -> 11 -> 6, 1152 dense inputs) and 2
-  classes: 30,946 parameters (31,202 with BatchNorm's scales and biases).
+  LEAF's ``models/celeba/cnn.py``: 4 x [conv 3x3 32 'SAME', (BatchNorm), maxpool 2x2/2 'SAME',
+  ReLU], dense ``num_classes``. LEAF normalises after every convolution with BatchNorm in training
+  mode; ``batch_norm`` (off by default, as this model was published here without it) restores it,
+  Flax's ``nn.BatchNorm`` (momentum 0.99, epsilon 1e-5; LEAF's TF layer: 0.99, 1e-3), its statistics
+  treated by the run's ``--model_state``. 84x84x3 inputs (84 -> 42 -> 21 -> 11 -> 6, 1152 dense
+  inputs) and 2 classes: 30,946 parameters (31,202 with BatchNorm's scales and biases).
+
+  Args:
+    input_shape: one image's shape: ``(H, W, C)``, ``(H, W)`` or ``(H*W,)`` (a flattened
+      square one-channel image).
+    num_classes: output classes.
+    dropout: the rate of dropout on the classifier's input in training; 0 (default): none.
+    batch_norm: LEAF's BatchNorm after every convolution.
+
+  Returns:
+    The ``Model`` ``'celeba_cnn'``.
   """
   return from_linen('celeba_cnn', CelebACNN(num_classes, dropout=dropout, batch_norm=batch_norm),
                     tuple(input_shape), jnp.float32, num_classes)

@@ -26,25 +26,55 @@ def _check(spec: ModelSpec):
 
 def register_model(spec: ModelSpec | str, build: Callable | None = None, *,
                    tokens: bool = False) -> ModelSpec:
-  """Makes ``spec`` a model (returned): ``--model=name``, ``get_model(name, ...)``; call it
-  before building configs or flags. ``register_model(name, build, tokens=False)`` is
-  ``register_model(ModelSpec(name, build, tokens))``: its options are ``build``'s keyword
-  arguments.
+  """Registers a model: ``--model=<name>``, ``get_model(name, ...)``, the user guide's table.
 
-  ``build(input_shape, num_classes, **options) -> Model`` (``from_linen`` / ``from_nnx`` wrap a
-  Flax module) is called with the training features' shape ``[*input_shape]`` and the outputs
-  it needs: ``max label + 1`` classes for integer labels, the size of one target for float
-  targets (a regression model: its ``Model.task`` says how it is scored); ``tokens``: the
-  model reads int token ids and is built with ``vocab_size=`` (the largest id + 1) too. A name
-  taken is a ValueError."""
+  Call it before building configs or flags. ``build(input_shape, num_classes, **options) ->
+  Model`` (``from_linen`` / ``from_nnx`` wrap a Flax module) is called with the training
+  features' shape ``[*input_shape]`` and the outputs it needs: ``max label + 1`` classes for
+  integer labels, the size of one target for float targets (a regression model: its
+  ``Model.task`` says how it is scored).
+
+  Args:
+    spec: the model's ``ModelSpec``; or its name, with ``build`` (``register_model(name, build,
+      tokens=False)`` is ``register_model(ModelSpec(name, build, tokens))``: its options are
+      ``build``'s keyword arguments).
+    build: with a name, the builder.
+    tokens: with a name, the model reads int token ids and is built with ``vocab_size=`` (the
+      largest id + 1) too.
+
+  Returns:
+    The registered ``ModelSpec``.
+
+  Raises:
+    ValueError: a name taken, or a ``build`` that is not callable.
+
+  Examples:
+    >>> import jax.numpy as jnp
+    >>> import flax.linen as nn
+    >>> import fedjax_gel as fg
+    >>> from fedjax_gel import models
+    >>> def two_layer(input_shape, num_classes, dropout=0.):
+    ...   module = nn.Sequential([nn.Dense(32), nn.relu, nn.Dense(num_classes)])
+    ...   return models.from_linen('two_layer', module, input_shape, jnp.float32, num_classes)
+    >>> spec = fg.register_model(models.ModelSpec('two_layer', two_layer))
+    >>> fg.get_model('two_layer', (60,), 5).num_classes
+    5
+    >>> models.unregister_model('two_layer')
+  """
   if not isinstance(spec, ModelSpec):
     spec = ModelSpec(spec, build, tokens=tokens)
   return MODEL_SPECS.register(spec, _check)
 
 
 def unregister_model(name: str):
-  """Removes a registered model (tests that register a toy one clean up with it); a built-in
-  one is a ValueError (``get_model`` keeps built-in models once built)."""
+  """Removes a registered model (tests that register a toy one clean up with it).
+
+  Args:
+    name: the model's name.
+
+  Raises:
+    ValueError: a built-in model (``get_model`` keeps built-in models once built).
+  """
   if name in MODEL_SPECS.builtin:
     raise ValueError(f'unregister_model: {name!r} is a built-in model')
   MODEL_SPECS.unregister(name)

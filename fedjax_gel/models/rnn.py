@@ -27,14 +27,26 @@ def lstm_kernels(cell) -> tuple:
 
 
 class StackedLSTM(nn.Module):
-  """Embedding ``vocab_size x embed_dim``, ``layers`` LSTMs of ``hidden`` units (flax
-  ``OptimizedLSTMCell``: input kernels without bias, recurrent kernels with one bias), the top
-  output at the last position, an optional linear dense ``dense`` (no activation, as LEAF's
-  Sent140 ``fc1``; 0: none), then dense ``num_classes``. ``features``: the classifier's input.
+  """A stacked-LSTM classifier of token sequences, read at the last position (linen).
 
-  The parameters are Flax's ``nn.RNN(nn.OptimizedLSTMCell)``'s, initialised by it; with
-  ``fused`` (the default) ``apply`` runs them through ``layers.lstm``, the same function with a
-  faster gradient (``fused=False``: Flax's cell, which the tests compare it with).
+  Embedding ``vocab_size x embed_dim``, ``layers`` LSTMs of ``hidden`` units (flax
+  ``OptimizedLSTMCell``: input kernels without bias, recurrent kernels with one bias), the top
+  output at the last position, an optional linear dense ``dense``, then dense
+  ``num_classes``. ``features``: the classifier's input. The parameters are Flax's
+  ``nn.RNN(nn.OptimizedLSTMCell)``'s, initialised by it.
+
+  Attributes:
+    num_classes: output classes.
+    vocab_size: token ids lie in ``[0, vocab_size)``.
+    embed_dim: the embedding's width.
+    hidden: each LSTM's units.
+    layers: the stacked LSTMs.
+    dense: a linear dense layer's units before the classifier (no activation, as LEAF's
+      Sent140 ``fc1``); 0: none.
+    fused: ``apply`` runs the LSTMs through ``layers.lstm``, the same function with a faster
+      gradient; False: Flax's cell (which the tests compare it with).
+    dropout: the rate of dropout on each LSTM's outputs in training (between the layers and
+      before the classifier); 0: none.
   """
   num_classes: int
   vocab_size: int
@@ -74,12 +86,21 @@ class StackedLSTM(nn.Module):
 
 def shakespeare_lstm(input_shape, num_classes: int, vocab_size: int | None = None,
                      fused: bool = True, dropout: float = 0.) -> Model:
-  """LEAF's Shakespeare next-character model (Caldas et al. 2018; also GeL's, Boukhari et al. 2023):
-  embedding 8, two stacked LSTMs of 256 units, dense ``num_classes`` on the last position.
+  """Builds LEAF's Shakespeare next-character model (Caldas et al. 2018; also GeL's).
 
-  ``input_shape = (L,)`` (80 in LEAF); ``vocab_size`` defaults to ``num_classes`` (the same
-  characters in and out). With LEAF's 80 characters: 817,872 parameters, GeL's 8.2e5.
-  ``fused``: ``StackedLSTM.fused``.
+  LEAF: A Benchmark for Federated Settings; GeL's (Boukhari et al. 2023) too: embedding 8, two
+  stacked LSTMs of 256 units, dense ``num_classes`` on the last position. With LEAF's 80
+  characters: 817,872 parameters, GeL's 8.2e5.
+
+  Args:
+    input_shape: ``(L,)``, the sequence length (80 in LEAF).
+    num_classes: output classes (characters).
+    vocab_size: the input tokens; None: ``num_classes`` (the same characters in and out).
+    fused: ``StackedLSTM.fused``.
+    dropout: the rate of dropout on each LSTM's outputs in training; 0 (default): none.
+
+  Returns:
+    The ``Model`` ``'shakespeare_lstm'``, on int32 token ids.
   """
   vocab = num_classes if vocab_size is None else vocab_size
   module = StackedLSTM(num_classes, vocab, embed_dim=8, hidden=256, fused=fused, dropout=dropout)
@@ -88,14 +109,23 @@ def shakespeare_lstm(input_shape, num_classes: int, vocab_size: int | None = Non
 
 def sent140_lstm(input_shape, num_classes: int, vocab_size: int | None = None,
                  dropout: float = 0.) -> Model:
-  """LEAF's Sent140 stacked LSTM (Caldas et al. 2018, ``models/sent140/stacked_lstm.py``):
-  learned embedding 100, two LSTMs of 100 units, linear dense 128, dense ``num_classes``, read
-  at the last of ``input_shape = (L,)`` positions (25 in LEAF, padding included).
+  """Builds LEAF's Sent140 stacked LSTM (Caldas et al. 2018, LEAF).
 
-  As in LEAF's current code, the embedding is learned with the LSTM width (100); its earlier
-  version used frozen 300-d GloVe vectors. ``vocab_size`` counts every id, padding and unknown
-  included (LEAF: its word list plus one); default 10,000. 2 classes, vocab 10,000: 1,173,986
-  parameters (1,000,000 in the embedding).
+  LEAF: A Benchmark for Federated Settings, ``models/sent140/stacked_lstm.py``: learned embedding
+  100, two LSTMs of 100 units, linear dense 128, dense ``num_classes``, read at the last position.
+  As in LEAF's current code, the embedding is learned with the LSTM width (100); its earlier version
+  used frozen 300-d GloVe vectors. ``vocab_size`` counts every id, padding and unknown included
+  (LEAF: its word list plus one); default 10,000. 2 classes, vocab 10,000: 1,173,986 parameters
+  (1,000,000 in the embedding).
+
+  Args:
+    input_shape: ``(L,)``, the sequence length (25 in LEAF, padding included).
+    num_classes: output classes.
+    vocab_size: every token id, padding and unknown included; None: 10,000.
+    dropout: the rate of dropout on each LSTM's outputs in training; 0 (default): none.
+
+  Returns:
+    The ``Model`` ``'sent140_lstm'``, on int32 token ids.
   """
   vocab = 10_000 if vocab_size is None else vocab_size
   module = StackedLSTM(num_classes, vocab, embed_dim=100, hidden=100, dense=128, dropout=dropout)

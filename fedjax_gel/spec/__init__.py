@@ -1,5 +1,6 @@
-"""Specs: what the experiment layer needs to know about an algorithm, a dataset or a model
-before it builds one, each registered by name (``fedjax_gel.algorithms.registry``,
+"""Specs: what the experiment layer knows of an algorithm, a dataset or a model before building.
+
+Each spec is registered by name (``fedjax_gel.algorithms.registry``,
 ``fedjax_gel.data.registry``, ``fedjax_gel.models.registry``).
 
 * ``hparams``: hyper-parameter records, frozen dataclasses of ``hparam`` fields (default, help,

@@ -24,14 +24,24 @@ class Setting(NamedTuple):
   """What a builder gets from the experiment besides the algorithm's own hyper-parameters.
 
   ``client_lr``, ``client_momentum`` and the server optimiser's learning rate may be traced
-  values when several runs train as one program (``core.runs``)."""
-  model: Any                      # fedjax_gel.models.Model
-  loss: Callable                  # loss(params, batch): the model's task loss (models.task_loss)
+  values when several runs train as one program (``core.runs``).
+
+  Attributes:
+    model: the ``fedjax_gel.models.Model``.
+    loss: ``loss(params, batch)``, the model's task loss (``models.task_loss``).
+    client_lr: the clients' learning rate (``--client_lr``).
+    client_momentum: the clients' momentum (``--client_momentum``).
+    server: the server's ``optax.GradientTransformation``, applied to ``Delta``.
+    counts: the training clients' example counts (the population).
+    uniform_weights: the clients are weighted equally (not by their data).
+  """
+  model: Any
+  loss: Callable
   client_lr: Any
   client_momentum: Any
-  server: Any                     # optax.GradientTransformation applied to Delta
-  counts: np.ndarray              # the training clients' example counts (the population)
-  uniform_weights: bool = False   # clients weighted equally (not by their data)
+  server: Any
+  counts: np.ndarray
+  uniform_weights: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,11 @@ S = TypeVar('S')
 
 
 class Registry(Generic[S]):
-  """Specs of one kind (``kind``: ``algorithm``, ``dataset``, ``model``, the flag they name)."""
+  """The specs of one kind by name, in the order they were registered.
+
+  Args:
+    kind: ``'algorithm'``, ``'dataset'`` or ``'model'``, the flag their names are values of.
+  """
 
   def __init__(self, kind: str):
     self.kind = kind
@@ -23,13 +27,21 @@ class Registry(Generic[S]):
     self.builtin: tuple[str, ...] = ()
 
   def register(self, spec: S, check=None) -> S:
-    """Adds ``spec`` (returned, so that it can decorate an assignment).
+    """Adds a spec.
 
-    Raises ``ValueError`` when its name is not an identifier (it is a flag's value, which
-    commas separate, and a folder's name), when another spec holds it, when its ``hparams`` is
-    no frozen dataclass of ``hparam`` fields, or when one of those shares a flag's name with
-    another spec's field but not its type, default or help (a name is one flag); ``check``
-    (``spec -> None``) raises for the kind's own rules, before it is added."""
+    Args:
+      spec: the spec.
+      check: ``spec -> None``, raising for the kind's own rules, before it is added.
+
+    Returns:
+      ``spec`` itself, so that ``register`` can wrap an assignment.
+
+    Raises:
+      ValueError: its name is not an identifier (it is a flag's value, which commas separate,
+        and a folder's name); another spec holds it; its ``hparams`` is no frozen dataclass of
+        ``hparam`` fields; or one of those shares a flag's name with another spec's field but
+        not its type, default or help (a name is one flag).
+    """
     name, kind = spec.name, self.kind
     if not isinstance(name, str) or not name.isidentifier():
       article = 'an' if kind[0] in 'aeiou' else 'a'
