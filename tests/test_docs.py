@@ -4,8 +4,10 @@ files that exist, and the site builds with ``mkdocs build --strict``.
 
 The examples are found by name (``<!-- example: NAME -->`` before the block; ``doc_pages``).
 """
+import importlib
 import importlib.util
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -16,6 +18,7 @@ import pytest
 from absl import flags
 
 import doc_pages
+import test_docstrings
 from fedjax_gel.experiment import cli
 
 REPO = doc_pages.REPO
@@ -208,3 +211,13 @@ def test_the_site_builds_strictly(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert (site / 'index.html').exists() and (site / 'api' / 'optim' / 'index.html').exists()
   assert 'fedjax_gel.optim.gel_sgdm' in (site / 'api' / 'optim' / 'index.html').read_text()
+  # Every public name has its entry on its package's page (the top-level package's names on
+  # the pages of the packages that define them): a builder named as its module is reached
+  # through that module (``fedjax_gel.algorithms.fedavg.fedavg``), as griffe sees the module.
+  missing = []
+  for module in test_docstrings.MODULES[1:]:
+    page = (site / 'api' / module.split('.')[1] / 'index.html').read_text()
+    anchors = set(re.findall(r'id="([^"]+)"', page))
+    missing += [f'{module}.{n}' for n in importlib.import_module(module).__all__
+                if not {f'{module}.{n}', f'{module}.{n}.{n}'} & anchors]
+  assert not missing, f'the API reference does not show {missing}'
