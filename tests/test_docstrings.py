@@ -159,6 +159,7 @@ def test_every_public_name_is_documented(caplog):
   assert not offending, '\n'.join(f'{k}: {"; ".join(v)}' for k, v in sorted(offending.items()))
 
 
+@pytest.mark.slow
 def test_every_example_runs(caplog, tmp_path, monkeypatch):
   """Each docstring's ``Examples:`` run as a doctest (outputs compared), in a namespace and a
   folder of its own; one failure lists every example that fails, with doctest's report."""
