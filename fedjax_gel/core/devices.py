@@ -30,7 +30,7 @@ def auto_num_devices(cohort_size: int, available: int, client_step_work: int = 0
   ``MIN_STEP_WORK_PER_DEVICE`` of a step's work per device. A client of a large model is then a
   unit of work of its own: the Shakespeare LSTM's 20-client round runs 1.3x faster with one
   client at a time on each core than with each client's small products split over the cores'
-  threads, GeL's FEMNIST CNN about as fast or faster (``benchmarks/RESULTS.md``), while LEAF
+  threads, GeL's FEMNIST CNN about as fast or faster (``docs/speed.md``), while LEAF
   Synthetic keeps its measured 200 clients per device. Otherwise (accelerators, or no work
   given) at least ``MIN_CLIENTS_PER_DEVICE`` clients per device.
   """

@@ -12,7 +12,7 @@
   step too, on rows of the pool, and everything they return is dropped (``real``). The
   per-step select made XLA's CPU fusion read the old momentum beside the new one (a copy of it
   every step, and the weight gradient computed in both fusions); without it the round is
-  1.03-1.07x faster at 20 clients and 1.11-1.26x at 200 (``benchmarks/RESULTS.md``).
+  1.03-1.07x faster at 20 clients and 1.11-1.26x at 200 (``docs/speed.md``).
 * ``server_update`` receives ``sum_i w_i upload_i / sum_i w_i`` (summed in float32, cast back to
   the upload's dtype). A round whose total weight is 0 (no client with data and weight took
   part) leaves the server state as it was (``kept_without_clients``): a server optimiser's
@@ -35,7 +35,7 @@
   does not depend on which clients were drawn. Routed to their owners, 20 clients over 2
   devices split as Binomial(20, 1/2), 11.8 on the busier device on average, and the other
   device waited for it (GeL's FEMNIST CNN and the Shakespeare LSTM at 20 clients: rounds
-  1.10-1.15x faster dealt, ``benchmarks/RESULTS.md``).
+  1.10-1.15x faster dealt, ``docs/speed.md``).
 * Per-client state (stateful algorithms, ``FederatedAlgorithm.store_row``): the cohort's rows
   are gathered from the store in the server state before the chunks run, travel with them, and
   the rows the clients return are written back after ``server_update`` (``core.store``).

@@ -164,9 +164,8 @@ def default_chunk_size(cohort_size: int, params, example_bytes: int, batch_size:
   chunk looping to its own largest budget (the round's default on CPU,
   ``core.backend.default_static_steps``) the cohort is also cut into about
   ``HETEROGENEOUS_CHUNKS`` chunks, so that few masked steps are computed. On an accelerator every
-  chunk loops to the largest budget, so more chunks only run more, smaller loops (an H100,
-  10,000 LEAF Synthetic clients of ``tau_i ~ U{1..50}``: 14.0 ms in 16 chunks, 4.3 ms in one,
-  ``benchmarks/RESULTS.md``).
+  chunk loops to the largest budget, so more chunks only run more, smaller loops (on an H100 a
+  10,000-client round took about three times as long in 16 chunks as in one, ``docs/speed.md``).
   """
   if memory_bytes is not None:
     budget = memory_bytes // 4
@@ -308,7 +307,7 @@ def check_runs_fit(exp, num_runs: int, what: str) -> int:
 # parameters; 20 clients of the quickstart: 260,000) is compiled for compile time
 # (``core.backend.xla.QUICK_COMPILE``): it saves 0.3-0.5 s per program, and XLA's legacy emitters run
 # a round this small as fast; larger rounds run up to 1.4x faster with XLA's defaults
-# (benchmarks/RESULTS.md, start-up; jaxlib < 0.11, which has the legacy emitters: with a later
+# (docs/speed.md, start-up; jaxlib < 0.11, which has the legacy emitters: with a later
 # one every program is compiled with XLA's defaults). The rule reads neither the rounds nor the
 # runs of a program, so a run's numbers do not depend on how many rounds or runs it shares a
 # program with.

@@ -21,7 +21,7 @@ gradient (``jax.custom_vjp``): the backward recurrence only carries ``(dh, dc)``
 recurrent kernel and writes every position's gate cotangent; the kernels' gradients and the
 input's are then one matrix product each over all positions. Differentiating Flax's cell
 instead adds every gate's kernel gradient into its accumulator at every position, about 40% of
-a Shakespeare round (``benchmarks/RESULTS.md``). Forward-mode differentiation (``jax.jvp``)
+a Shakespeare round (``docs/speed.md``). Forward-mode differentiation (``jax.jvp``)
 of a ``custom_vjp`` is not defined; use Flax's cell for it.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _computed_once(g, like):
   gradient, a sum of 25 padded slices (5 x 5 window), evaluated for every position of the
   block (GeL's FEMNIST CNN: 14-15% of its round's kernel time). It does not do that with an
   expensive producer such as a division, so ``g`` is computed once and stored, and the pool's
-  gradient reads it: the same values, a faster step (``benchmarks/RESULTS.md``).
+  gradient reads it: the same values, a faster step (``docs/speed.md``).
   """
   return g / ((like == like) | (like != like)).astype(g.dtype)
 

@@ -2,7 +2,7 @@
 
 A run spends most of its start-up compiling (the round, the sampler, the evaluation). JAX can keep
 the compiled programs on disk and reuse them in the next process with the same program, flags and
-devices: the quickstart then starts in about half the time (``benchmarks/RESULTS.md``). Results
+devices: the quickstart then starts in about half the time (``docs/speed.md``). Results
 do not change: a cached program is the program XLA would compile.
 
 The cache lives in ``$FEDJAX_GEL_COMPILATION_CACHE`` if set (empty: off), else
@@ -59,7 +59,7 @@ def share_between_processes() -> bool:
   JAX keys a cached program by its devices' topology among other things; on CPU that is the
   calling process's own devices, so each process keyed the same program differently and, as
   only process 0 writes the cache, the others compiled every program at every start
-  (``benchmarks/RESULTS.md``). For such a program on a host whose processor ``host_processor``
+  (``docs/speed.md``). For such a program on a host whose processor ``host_processor``
   names, this hashes the devices' global ids, processes and kind and that processor (XLA
   compiles for it) instead: the same in every process on the same kind of host. Every other
   program keeps JAX's key. Patches JAX's key function ``_hash_accelerator_config``

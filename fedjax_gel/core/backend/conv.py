@@ -4,7 +4,7 @@ Vmapping a client's training step over a cohort turns every convolution into a b
 with a different kernel per client. XLA's CPU backend runs that, and the transposed
 convolutions of its gradient, more than an order of magnitude slower than the same arithmetic
 as matrix products (GeL's FEMNIST CNN: ``benchmarks/vs_torch_loop.py`` with and without
-``--xla_layers``, figures in ``benchmarks/RESULTS.md``).
+``--xla_layers``, the measurements in ``docs/speed.md``).
 ``patches_conv`` computes the same convolution as the window's shifted strided slices stacked
 into patches ``[N, *out_spatial, window * C_in]`` and one ``dot_general`` with the kernel
 reshaped to ``[window * C_in, C_out]``. Its gradient is slices, pads and products too, and
@@ -17,7 +17,7 @@ models of ``fedjax_gel.models.cnn`` use: patches on CPU and GPU, XLA's own convo
 as cuDNN convolutions of one client each, per step (thousands of launches of the top kernel a
 round), and a 1,000-client GeL FEMNIST CNN round is slower with it than with patches
 (``benchmarks/profile_round.py --workload cnn --clients 1000`` with and without
-``--xla_layers``, ``benchmarks/RESULTS.md``). Both compute the same convolution up to float
+``--xla_layers``, ``docs/speed.md``). Both compute the same convolution up to float
 summation order.
 """
 from __future__ import annotations

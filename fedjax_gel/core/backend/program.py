@@ -87,7 +87,7 @@ class Program:
 def default_static_steps(equal_budgets: bool) -> bool:
   """``Backend.static_steps``' default: a trip count fixed at compile time when every budget is
   equal (no step is wasted) or on an accelerator, where the data-dependent loop may read its
-  predicate back on the host once per step (an H100 with a 10,000-client LEAF Synthetic round
-  of ``tau_i ~ U{1..50}`` in one chunk: 5.2 ms against 4.3 ms with the static count, about 18 us
-  a step, ``benchmarks/RESULTS.md``); each chunk's own largest budget on CPU otherwise."""
+  predicate back on the host once per step (on an H100 a 10,000-client round of
+  ``tau_i ~ U{1..50}`` was a fifth slower with it, ``docs/speed.md``); each chunk's own largest
+  budget on CPU otherwise."""
   return equal_budgets or jax.default_backend() != 'cpu'

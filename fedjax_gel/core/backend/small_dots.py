@@ -24,7 +24,7 @@ elements (a softmax over 5 classes, a mean over a minibatch of 5) become the sam
 unrolled elementwise ops, in the order of XLA's own reduction loop (``unrolled_reduction``).
 XLA's default CPU pipeline hands every reduction to its YNN library, a call that costs far more
 than its few additions, three per local step of a logistic regression: a 200-client round ran
-faster without them (``benchmarks/RESULTS.md``); a round compiled for compile
+faster without them (``docs/speed.md``); a round compiled for compile
 time (``core.backend.xla.QUICK_COMPILE``, jaxlib < 0.11), whose reductions are XLA's own loops,
 computes the same bits either way.
 

@@ -17,7 +17,7 @@ benchmarks call it; they only concern the CPU backend, GPU and TPU devices are u
   raises the threshold to 1 GiB. In practice only programs compiled for compile time
   (``QUICK_COMPILE``, the experiment layer's choice for small rounds) qualify: XLA's fusion
   emitters hand the loops' reductions to a library. A 20-client LEAF Synthetic round runs
-  1.22x faster, to the bit the same (``benchmarks/RESULTS.md``). All of this is jaxlib < 0.11:
+  1.22x faster, to the bit the same (``docs/speed.md``). All of this is jaxlib < 0.11:
   0.11 has the fusion emitters only, and the loop stays a loop of kernels there.
 
 ``compiler_options`` are ``jax.jit``'s options of a program (``Backend.compiler_options``).
@@ -32,9 +32,8 @@ from fedjax_gel.core.backend import jax_private
 
 CPU_DEVICES_FLAG = '--xla_force_host_platform_device_count'
 # XLA options of a program compiled for compile time: XLA's CPU backend compiles with its
-# legacy loop emitters instead of its fusion emitters, 20-40% faster (a small round: 1.3 s ->
-# 1.0 s); the program then runs as fast for a 20-client logistic round, 9-16% slower for 200
-# to 2,000 clients and 1.4x slower for GeL's FEMNIST CNN (benchmarks/RESULTS.md, start-up).
+# legacy loop emitters instead of its fusion emitters, 20-40% faster; the program then runs as fast for a 20-client logistic round, 9-16% slower for 200
+# to 2,000 clients and 1.4x slower for GeL's FEMNIST CNN (docs/speed.md, start-up).
 # jaxlib 0.11 removed the legacy emitters and the option (an unknown option is an error there):
 # with it, programs are compiled with XLA's defaults (``QUICK_COMPILE`` is empty). The option is
 # passed on CPU only (``compiler_options``).
