@@ -12,8 +12,10 @@ one command per seed (``reproduction.Run``), for each of:
 * ``z0.3`` and ``z1``: noise multiplier ``z`` 0.3 and 1.
 
 The levels were fixed before any run: ``z = 1`` is the usual DP-FedAvg setting, ``z = 0.3`` a
-weaker privacy for the same rounds. Without ``--overwrite`` a finished command is skipped and
-an interrupted one resumes. Then ``README.md`` in ``--out``: per level and algorithm the
+weaker privacy for the same rounds. The commands run seed after seed (every level's seed 0,
+then every level's seed 1, ...), so a reproduction stopped half way has as many paired seeds at
+every level. Without ``--overwrite`` a finished command is skipped and an interrupted one
+resumes. Then ``README.md`` in ``--out``: per level and algorithm the
 epsilon spent, the best and final test accuracy (mean +- 95% CI over the seeds), GeL's paired
 difference from DP-FedAvg, and ``plots/<level>/accuracy_epsilon.png`` (test accuracy against
 the epsilon spent, mean and 95% CI), ended by the hand-written ``discussion.md``.
@@ -109,7 +111,8 @@ def main(argv=None):
   a = p.parse_args(argv)
   reproduction.reproduce(a.out, RUNS, summary_text, a.overwrite, keep_records=True,
                          report_only=a.report_only, commit=a.commit,
-                         table=reproduction.readme_table_of(a.out, 'dp_femnist', readme_table))
+                         table=reproduction.readme_table_of(a.out, 'dp_femnist', readme_table),
+                         by_seed=True)
 
 
 if __name__ == '__main__':

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import functools
 import glob
+import itertools
 import json
 import os
 import subprocess
@@ -104,7 +105,8 @@ def arguments(doc: str, name: str) -> argparse.ArgumentParser:
 
 def reproduce(out: str, runs: list[Run], summary_text, overwrite: bool,
               keep_records: bool = False, report_only: bool = False,
-              table: Optional[tuple] = None, commit: bool = False) -> None:
+              table: Optional[tuple] = None, commit: bool = False,
+              by_seed: bool = False) -> None:
   """A reproduction script's whole job: ``run_all`` (nothing with ``report_only``), then
   ``out/README.md`` from ``summary_text(out, commands, minutes)`` (minutes None: nothing ran),
   printed too, and with ``table = (name, lines_of)`` the block ``name`` of every page that holds
@@ -140,7 +142,7 @@ def reproduce(out: str, runs: list[Run], summary_text, overwrite: bool,
         [os.path.join(out, name), *write(shown, None)],
         f'Add {os.path.basename(os.path.normpath(out))} {name}')
   commands, minutes = ((shown, None) if report_only else
-                       run_all(out, runs, overwrite, gitignore, finished))
+                       run_all(out, runs, overwrite, gitignore, finished, by_seed))
   write(commands, minutes)
   with open(os.path.join(REPO, out, 'README.md')) as f:
     print(f.read())
@@ -161,13 +163,23 @@ def commit_finished(paths: list[str], subject: str) -> None:
           flush=True)
 
 
+def in_order(runs: list[Run], by_seed: bool = False) -> list[tuple[str, list[str]]]:
+  """Every run's commands (``Run.commands``), run after run, or with ``by_seed`` seed after
+  seed (each run's first seed, then each run's second, ...): a reproduction stopped half way
+  then has as many paired seeds in every run."""
+  if not by_seed:
+    return [c for run in runs for c in run.commands()]
+  lists = [run.commands() for run in runs]
+  return [c for row in itertools.zip_longest(*lists) for c in row if c is not None]
+
+
 def run_all(out: str, runs: list[Run], overwrite: bool, gitignore: str = GITIGNORE,
-            finished=None) -> tuple[list[str], float]:
-  """Runs the commands from the repository root (``out`` relative to it or absolute); without
-  ``overwrite`` a command whose ``report.md`` exists (written once all its runs finished) is
-  skipped and an interrupted one resumes; ``finished(name)`` is called after each command
-  that ran. Returns the commands as a user would type them and the minutes they took; exits
-  with a failed run's status."""
+            finished=None, by_seed: bool = False) -> tuple[list[str], float]:
+  """Runs the commands from the repository root (``out`` relative to it or absolute), in
+  ``in_order(runs, by_seed)``; without ``overwrite`` a command whose ``report.md`` exists
+  (written once all its runs finished) is skipped and an interrupted one resumes;
+  ``finished(name)`` is called after each command that ran. Returns the commands as a user
+  would type them and the minutes they took; exits with a failed run's status."""
   try:
     os.makedirs(os.path.join(REPO, out), exist_ok=True)
     with open(os.path.join(REPO, out, '.gitignore'), 'w') as f:
@@ -180,21 +192,21 @@ def run_all(out: str, runs: list[Run], overwrite: bool, gitignore: str = GITIGNO
       sys.exit(f'error: {os.path.join(out, run.name)} holds one command\'s runs of several '
                'seeds (its report.md), where this script runs a command per seed: move it away '
                'or delete it first')
-    for name, flags in run.commands():
-      cmd = ['launch/run.py', *flags, f'--workdir={os.path.join(out, name)}']
-      cmd += ['--overwrite'] if overwrite else []
-      report_md = os.path.join(REPO, out, name, 'report.md')
-      if not overwrite and os.path.exists(report_md):
-        print(f'finished before: python {" ".join(cmd)}', flush=True)
-        continue
-      if os.path.exists(report_md):   # not finished again until it is
-        os.remove(report_md)
-      print(f'$ python {" ".join(cmd)}', flush=True)
-      status = subprocess.run([sys.executable, *cmd], cwd=REPO, check=False).returncode
-      if status:
-        sys.exit(status)
-      if finished is not None:
-        finished(name)
+  for name, flags in in_order(runs, by_seed):
+    cmd = ['launch/run.py', *flags, f'--workdir={os.path.join(out, name)}']
+    cmd += ['--overwrite'] if overwrite else []
+    report_md = os.path.join(REPO, out, name, 'report.md')
+    if not overwrite and os.path.exists(report_md):
+      print(f'finished before: python {" ".join(cmd)}', flush=True)
+      continue
+    if os.path.exists(report_md):   # not finished again until it is
+      os.remove(report_md)
+    print(f'$ python {" ".join(cmd)}', flush=True)
+    status = subprocess.run([sys.executable, *cmd], cwd=REPO, check=False).returncode
+    if status:
+      sys.exit(status)
+    if finished is not None:
+      finished(name)
   return [run.shown(out, overwrite) for run in runs], (time.perf_counter() - start) / 60
 
 

@@ -320,3 +320,13 @@ def test_a_table_is_written_into_every_page_that_holds_its_block(tmp_path, monke
   assert (tmp_path / 'README.md').read_text() == readme.replace('old a', 'new a\nin two lines')
   assert (tmp_path / 'docs' / 'results.md').read_text() == results.replace(
       'old b', '| new b |').replace('old a', 'new a\nin two lines')
+
+
+def test_commands_run_run_after_run_or_seed_after_seed():
+  import reproduction  # pylint: disable=g-import-not-at-top
+  runs = [reproduction.Run('a', ['--x'], (0, 1, 2)), reproduction.Run('b', ['--y'], (0, 1)),
+          reproduction.Run('c', ['--z'])]
+  names = lambda by_seed: [n for n, _ in reproduction.in_order(runs, by_seed)]
+  assert names(False) == ['a/seed0', 'a/seed1', 'a/seed2', 'b/seed0', 'b/seed1', 'c']
+  assert names(True) == ['a/seed0', 'b/seed0', 'c', 'a/seed1', 'b/seed1', 'a/seed2']
+  assert dict(reproduction.in_order(runs, True))['b/seed1'] == ['--y', '--seeds=1', '--noplots']
