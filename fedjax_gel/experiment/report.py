@@ -114,6 +114,7 @@ def rounds_table(summaries: Sequence[dict]) -> str:
     final = statistics.mean(s[f'final_{m.name}'] for s in runs)
     seeds = ','.join(str(s['seed']) for s in runs)
     eps = ('' if not private else ' - |' if any('dp_epsilon' not in s for s in runs) else
+           ' inf |' if any(s['dp_epsilon'] is None for s in runs) else   # no noise: null
            f' {statistics.mean(s["dp_epsilon"] for s in runs):.3g} |')
     lines.append(f'| {alg} | {seeds} | {per_seed} | {mean} | {best:.4f} | {final:.4f} |{eps}')
   return '\n'.join(lines)

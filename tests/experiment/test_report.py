@@ -23,6 +23,14 @@ def test_rounds_table_by_hand():
   assert rows[3] == '| fedavgcm | 0,1 | 150, - | 150.0 (1/2 reached) | 0.8650 | 0.8550 |'
 
 
+def test_rounds_table_gives_the_epsilon_spent_and_inf_without_noise():
+  private = lambda seed, eps: {**summary('dp_fedavg', seed, None, 0.5, 0.4), 'dp_epsilon': eps}
+  rows = rounds_table([private(0, 2.0), private(1, 3.0)]).splitlines()
+  assert rows[0].endswith(' epsilon spent |') and rows[2].endswith('| 2.5 |')
+  rows = rounds_table([private(0, None), private(1, None)]).splitlines()   # null: infinite
+  assert rows[2].endswith('| inf |')
+
+
 def record(rnd, acc, up, grads):
   return {'round': rnd, 'test_accuracy': acc, 'bytes_up': up, 'bytes_down': 2 * up,
           'grad_computations': grads, 'client_rounds': 2 * rnd, 'client_distance': 1e-3}
