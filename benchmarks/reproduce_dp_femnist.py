@@ -39,9 +39,12 @@ RUNS = [reproduction.Run(name, [f'--flagfile={FLAGS}', f'--dp_noise_multiplier={
 BASE, GEL = 'dp_fedavg', 'gel'
 
 
-def epsilon_text(summary: dict) -> str:
-  eps = summary.get('dp_epsilon')
-  return 'inf' if eps is None or not math.isfinite(eps) else f'{eps:.2f}'
+def epsilon_text(summaries: list[dict]) -> str:
+  """The epsilon the level's longest run spent (a diverged run stops, and spends less)."""
+  eps = [s.get('dp_epsilon') for s in summaries]
+  if any(e is None or not math.isfinite(e) for e in eps):
+    return 'inf'
+  return f'{max(eps):.2f}'
 
 
 def level_rows(out: str) -> list[str]:
@@ -49,13 +52,14 @@ def level_rows(out: str) -> list[str]:
   and final test accuracy (mean +- 95% CI; the value alone for one seed); then GeL minus
   DP-FedAvg on the paired seeds (from two)."""
   rows = ['| noise | algorithm | seeds | epsilon after the rounds (delta 1e-3) | best test accuracy '
-          '(mean +- 95% CI) | final test accuracy | GeL - DP-FedAvg, best (paired seeds) |',
-          '|---|---|---:|---:|---:|---:|---:|']
+          '(mean +- 95% CI) | final test accuracy (a diverged run\'s last finite one) | clip norm '
+          'at the last evaluation (mean) | GeL - DP-FedAvg, best (paired seeds) |',
+          '|---|---|---:|---:|---:|---:|---:|---:|']
   for name, z in LEVELS.items():
     runs = {alg: reproduction.load(out, name, alg) for alg in (BASE, GEL)}
     for alg, seeds in runs.items():
       if not seeds:
-        rows.append(f'| z = {z:g} | {alg} | 0 | - | {reproduction.NOT_RUN} | - | - |')
+        rows.append(f'| z = {z:g} | {alg} | 0 | - | {reproduction.NOT_RUN} | - | - | - |')
         continue
       summaries = [s for s, _ in seeds.values()]
       best = report.mean_ci_text([100 * s['best_accuracy'] for s in summaries], 1)
@@ -66,8 +70,12 @@ def level_rows(out: str) -> list[str]:
         diff = report.mean_ci_text([100 * (runs[GEL][k][0]['best_accuracy'] -
                                            runs[BASE][k][0]['best_accuracy']) for k in paired], 1)
         diff = f'{diff} points ({len(paired)})'
-      rows.append(f'| z = {z:g} | {alg} | {len(seeds)} | {epsilon_text(summaries[0])} | {best}% '
-                  f'| {final}% | {diff} |')
+      diverged = sum(s['status'] == 'diverged' for s in summaries)
+      count = f'{len(seeds)}' + (f' ({diverged} diverged)' if diverged else '')
+      clips = [r[-1]['dp_clip_norm'] for _, r in seeds.values() if r and r[-1]['dp_clip_norm']]
+      clip = f'{sum(clips) / len(clips):.2f}' if clips else '-'
+      rows.append(f'| z = {z:g} | {alg} | {count} | {epsilon_text(summaries)} | {best}% '
+                  f'| {final}% | {clip} | {diff} |')
   return rows
 
 
