@@ -151,8 +151,7 @@ def first_sentence(text: str, width: int) -> str:
   to ``width`` characters with '...'."""
   text = ' '.join(text.split())
   cut = re.split(r'(?<=[.;])\s', text, maxsplit=1)[0].rstrip('.;')
-  cut = (text if len(cut) < 40 else cut).rstrip('.;')
-  return cut if len(cut) <= width else cut[:width - 3].rstrip() + '...'
+  return shorter((text if len(cut) < 40 else cut).rstrip('.;'), width)
 
 
 def overview(values: flags.FlagValues = flags.FLAGS) -> str:
