@@ -497,6 +497,14 @@ class Column:
     return spec
 
 
+# The columns most benchmarks share: the cohort, the devices, compile time and the round's time
+CLIENTS = Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort'])
+DEVICES = Column('devices', 'devices')
+CHUNK = Column('chunk', 'chunk', format='{:,}', get=lambda r: r['chunk_size'])
+COMPILE_S = Column('compile_s', 'compile s', 's', 'lower', '{:.2f}')
+ROUND_MS = Column('round_ms', 'round ms', 'ms', 'lower', '{:.2f}', get=lambda r: r['round_s'] * 1e3)
+
+
 def format_value(value, fmt: str = '{}', join: str = ', ') -> str:
   """A figure as a table shows it: ``-`` for None, a string as it is, a list item by item."""
   if value is None:

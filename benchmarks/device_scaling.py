@@ -88,12 +88,7 @@ def measure(cohorts: list[int], counts: list[int], repeats: int) -> list[dict]:
 
 
 COLUMNS = [
-    common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
-    common.Column('devices', 'devices'),
-    common.Column('chunk', 'chunk', format='{:,}', get=lambda r: r['chunk_size']),
-    common.Column('compile_s', 'compile s', 's', 'lower', '{:.2f}'),
-    common.Column('round_ms', 'round ms', 'ms', 'lower', '{:.2f}',
-                  get=lambda r: r['round_s'] * 1e3),
+    common.CLIENTS, common.DEVICES, common.CHUNK, common.COMPILE_S, common.ROUND_MS,
     common.Column('examples_per_s', 'examples/s', 'examples/s', 'higher', '{:,.0f}'),
     common.Column('speedup', 'speedup (over the first device count)', 'x', 'higher', '{:.2f}'),
     common.Column('max_abs_diff', 'max abs diff vs first', '', 'lower', '{:.1e}'),

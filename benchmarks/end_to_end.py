@@ -198,7 +198,7 @@ def columns(n1: int, n2: int) -> list:
   ms = lambda key: lambda r: None if r.get(key) is None else r[key] * 1e3
   ours = lambda key: lambda r: r.get(key) if 'rounds' in r else None
   return [
-      common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
+      common.CLIENTS,
       common.Column('devices', 'devices', get=ours('devices')),
       common.Column('chunk', 'chunk', format='{:,}', get=ours('chunk')),
       common.Column('process_s', f'process s, {n1} / {n2} rounds', 's', 'lower', '{:.2f}',

@@ -114,12 +114,12 @@ def columns(low: int, high: int) -> list:
   lo, hi = math.floor((low + high) / 2), math.ceil((low + high) / 2)
   ms = lambda key: lambda r: r[key] * 1e3
   return [
-      common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
-      common.Column('devices', 'devices'),
+      common.CLIENTS,
+      common.DEVICES,
       common.Column('chunk', 'chunk a device', format='{:,}', get=lambda r: r['chunk_size']),
       common.Column('chunks', 'chunks a device'),
       common.Column('static_steps', 'static steps', left=True),
-      common.Column('compile_s', 'compile s', 's', 'lower', '{:.2f}'),
+      common.COMPILE_S,
       common.Column('heterogeneous_ms', f'U{{{low}..{high}}} ms', 'ms', 'lower', '{:.1f}',
                     get=ms('heterogeneous_s')),
       common.Column('homogeneous_lo_ms', f'tau={lo} ms', 'ms', '', '{:.1f}',

@@ -150,12 +150,7 @@ COLUMNS = [
     common.Column('algorithm', 'algorithm', left=True,
                   get=lambda r: r['algorithm'] + ('' if r.get('fuse_dots', True)
                                                   else ' (unfused products)')),
-    common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
-    common.Column('devices', 'devices'),
-    common.Column('chunk', 'chunk', format='{:,}', get=lambda r: r['chunk_size']),
-    common.Column('compile_s', 'compile s', 's', 'lower', '{:.2f}'),
-    common.Column('round_ms', 'round ms', 'ms', 'lower', '{:.2f}',
-                  get=lambda r: r['round_s'] * 1e3),
+    common.CLIENTS, common.DEVICES, common.CHUNK, common.COMPILE_S, common.ROUND_MS,
     common.Column('useful_examples_per_s', 'useful examples/s', 'examples/s', 'higher',
                   '{:,.0f}', get=lambda r: r['examples_per_s']),
     common.Column('client_steps_per_s', 'client-steps/s', 'client-steps/s', 'higher',

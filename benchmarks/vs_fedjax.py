@@ -160,8 +160,8 @@ def times(ratio: float) -> str:
 
 
 COLUMNS = [
-    common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
-    common.Column('devices', 'devices'),
+    common.CLIENTS,
+    common.DEVICES,
     common.Column('chunk', 'chunk', format='{:,}'),
     common.Column('fedjax_gel_compile_s', 'fedjax_gel compile s', 's', 'lower', '{:.2f}'),
     common.Column('fedjax_first_round_s', 'FedJAX first round s', 's', '', '{:.2f}'),

@@ -177,7 +177,7 @@ def budgets_text(r: dict) -> str:
 
 
 COLUMNS = [
-    common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
+    common.CLIENTS,
     common.Column('budgets', 'budgets', left=True, get=budgets_text),
     common.Column('naive_order', 'naive order', left=True),
     common.Column('engine_devices', 'engine devices', get=lambda r: r['devices']),

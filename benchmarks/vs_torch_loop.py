@@ -363,9 +363,9 @@ def across_processes(rows: list[dict]) -> dict:
 
 
 COLUMNS = [
-    common.Column('clients', 'clients', format='{:,}', get=lambda r: r['cohort']),
+    common.CLIENTS,
     common.Column('layers', 'layers', left=True),
-    common.Column('devices', 'devices'),
+    common.DEVICES,
     common.Column('chunk', 'chunk'),
     common.Column('fedjax_gel_compile_s', 'fedjax_gel compile s', 's', 'lower', '{:.2f}'),
     common.Column('fedjax_gel_round_s', 'fedjax_gel round s', 's', 'lower', '{:.2f}'),
