@@ -17,6 +17,7 @@ from helpers import REPO
 
 sys.path.insert(0, str(REPO / 'benchmarks'))
 
+import reproduce_dp_femnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce_gel_femnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce_gel_shakespeare  # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce_gel_synthetic  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -48,6 +49,8 @@ def records(path: pathlib.Path, last: int) -> list[dict]:
 # name -> (the script's runs, its command's work directory, flags narrowing it to the slice,
 # {committed run under that directory: the slice's run under its own})
 SLICES = {
+    'dp_femnist': (reproduce_dp_femnist.RUNS, 'z1/seed0',
+                   ['--algorithm=dp_fedavg', '--num_rounds=5'], {'dp_fedavg': '.'}),
     'gel_femnist': (reproduce_gel_femnist.RUNS, 'table1/seed0',
                     ['--algorithm=gel', '--num_rounds=5'], {'gel': '.'}),
     'gel_shakespeare': (reproduce_gel_shakespeare.RUNS, 'table1/seed0',
