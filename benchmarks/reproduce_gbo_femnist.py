@@ -8,8 +8,9 @@ client learning rates 0.01, 0.03 and 0.1 as one program), then the same with the
 rule: while an algorithm's best rate is the grid's largest, the grid is extended upwards for it
 (0.1 was the best rate of the first algorithms to finish, and 1 FedGBO's and MFL's). The grid
 is the union. Then each algorithm at the rate the grid kept, 5 paired seeds over 300 rounds, a
-command per seed into ``seeds/<algorithm>/seed<S>`` (``reproduction.Run``). A finished command
-is skipped, an interrupted one resumes. Then writes into ``--out``:
+command per seed into ``seeds/<algorithm>/seed<S>`` (``reproduction.Run``); those rates are
+fixed in ``KEPT``, and the script stops before the seeds when the finished grid keeps others.
+A finished command is skipped, an interrupted one resumes. Then writes into ``--out``:
 
 * ``plots/lr_grid.png``: every algorithm's best test accuracy per learning rate of the grid;
 * ``plots/accuracy_rounds.png``, ``plots/accuracy_upload.png``: test accuracy of each
@@ -23,7 +24,9 @@ Usage: ``python benchmarks/reproduce_gbo_femnist.py [--out DIR] [--overwrite] [-
 """
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from typing import Optional
 
 import reproduction
@@ -152,14 +155,32 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
       *reproduction.discussion(out), ''])
 
 
+def grid_disagrees(out: str) -> Optional[str]:
+  """The line to stop on when the finished grid keeps other rates than ``KEPT``, at which the
+  seeds run (fixed from the grid's first run, before the seeds); None when it keeps them."""
+  kept = report.best_values(grid(out), 'client_lr')
+  wanted = {name: KEPT[alg] for alg, name in zip(KEPT, ORDER)}
+  if kept == wanted:
+    return None
+  return (f'error: the grid in {out} keeps the client learning rates {kept}, where the seeds are '
+          f'fixed at {wanted} (KEPT in {os.path.basename(__file__)}): decide the seeds\' rates '
+          'before they run')
+
+
 def main(argv=None):
   p = reproduction.arguments(__doc__, 'gbo_femnist')
   p.add_argument('--overwrite', action='store_true', help='run the command again from round 0')
   a = p.parse_args(argv)
   # the records (a few KB per run) are kept: they are what the tables come from
-  reproduction.reproduce(a.out, RUNS, summary_text, a.overwrite, keep_records=True,
-                         report_only=a.report_only, commit=a.commit,
-                         table=reproduction.readme_table_of(a.out, 'gbo_femnist', readme_table))
+  reproduce = functools.partial(
+      reproduction.reproduce, a.out, summary_text=summary_text, overwrite=a.overwrite,
+      keep_records=True, report_only=a.report_only, commit=a.commit,
+      table=reproduction.readme_table_of(a.out, 'gbo_femnist', readme_table))
+  if not a.report_only:   # the grid first: the seeds run only at the rates it keeps
+    reproduce(GRID)
+    if (said := grid_disagrees(a.out)) is not None:
+      sys.exit(said)
+  reproduce(RUNS)
 
 
 if __name__ == '__main__':
