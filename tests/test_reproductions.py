@@ -118,3 +118,26 @@ def test_the_readme_tables_are_what_the_committed_results_give(name, pages):
   assert reproduction.block_pages(name) == pages   # where the script writes it
   for page in pages:
     assert reproduction.readme_block(name, lines, page) == (REPO / page).read_text(), page
+
+
+def test_fedgbo_seeds_run_only_at_the_rates_the_finished_grid_keeps(tmp_path):
+  """The FedGBO script stops before its seeds (``grid_disagrees``) when the grid's best rate of
+  an algorithm is not the one its seeds were fixed at: here a made-up grid of two rates."""
+  import reproduce_gbo_femnist as gbo  # pylint: disable=g-import-not-at-top
+
+  def grid(best_fedavg_lr):   # an absolute folder, as --out may be
+    out = tmp_path / f'best{best_fedavg_lr:g}'
+    (out / 'fig2_table4').mkdir(parents=True)
+    (out / 'fig2_table4' / 'report.md').write_text('')
+    for alg, name in zip(gbo.KEPT, gbo.ORDER):
+      for lr in {gbo.KEPT[alg], 0.03}:
+        best = lr == (best_fedavg_lr if alg == 'fedavg' else gbo.KEPT[alg])
+        run = out / 'fig2_table4' / name / f'lr{lr:g}'
+        run.mkdir(parents=True)
+        (run / 'summary.json').write_text(json.dumps(
+            {'algorithm': name, 'client_lr': lr, 'best_accuracy': 0.8 if best else 0.5}))
+        (run / 'metrics.jsonl').write_text('{"round": 0}\n')
+    return str(out)
+  assert gbo.grid_disagrees(grid(gbo.KEPT['fedavg'])) is None
+  said = gbo.grid_disagrees(grid(0.03))
+  assert said.startswith('error: the grid in ') and "'fedavg': 0.03" in said, said
