@@ -48,6 +48,8 @@ SEEDS = [reproduction.Run(f'seeds/{alg}', [f'--flagfile={FLAGS}', f'--algorithm=
          for alg, lr in KEPT.items()]
 RUNS = GRID + SEEDS
 ORDER = ['fedavg', 'fedprox', 'fedgbo_sgdm', 'mfl_sgdm', 'mimelite_sgdm', 'mimexlite_sgdm']
+# --algorithm -> the name its runs carry (fedgbo_sgdm for --algorithm=fedgbo)
+NAMES = dict(zip(KEPT, ORDER))
 # The paper's FEMNIST max test accuracies (Table 4, full FEMNIST, K = 10, SGDm; %), where legible
 PAPER_MAX = {'fedavg': 86.6, 'fedprox': 86.6, 'fedgbo_sgdm': 86.4}
 # FedGBO's results no command here runs yet (``reproduction.verdict_lines``)
@@ -95,7 +97,7 @@ def seeds_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
   fedavg = runs['fedavg']
   for alg, lr in KEPT.items():
     seeds = runs[alg]
-    name = dict(zip(KEPT, ORDER))[alg]   # the run's name: fedgbo_sgdm for --algorithm=fedgbo
+    name = NAMES[alg]
     paper = PAPER_MAX.get(name)
     paper_text = '-' if paper is None else f'{paper:.1f}%'
     if len(seeds) < 2:
@@ -159,7 +161,7 @@ def grid_disagrees(out: str) -> Optional[str]:
   """The line to stop on when the finished grid keeps other rates than ``KEPT``, at which the
   seeds run (fixed from the grid's first run, before the seeds); None when it keeps them."""
   kept = report.best_values(grid(out), 'client_lr')
-  wanted = {name: KEPT[alg] for alg, name in zip(KEPT, ORDER)}
+  wanted = {NAMES[alg]: lr for alg, lr in KEPT.items()}
   if kept == wanted:
     return None
   return (f'error: the grid in {out} keeps the client learning rates {kept}, where the seeds are '

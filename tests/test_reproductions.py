@@ -129,7 +129,7 @@ def test_fedgbo_seeds_run_only_at_the_rates_the_finished_grid_keeps(tmp_path):
     out = tmp_path / f'best{best_fedavg_lr:g}'
     (out / 'fig2_table4').mkdir(parents=True)
     (out / 'fig2_table4' / 'report.md').write_text('')
-    for alg, name in zip(gbo.KEPT, gbo.ORDER):
+    for alg, name in gbo.NAMES.items():
       for lr in {gbo.KEPT[alg], 0.03}:
         best = lr == (best_fedavg_lr if alg == 'fedavg' else gbo.KEPT[alg])
         run = out / 'fig2_table4' / name / f'lr{lr:g}'
