@@ -358,8 +358,8 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
   """Markdown lines: per ``((run, baseline), (run, compared))`` pair, the speedup over the seeds
   both reached with Fieller's 95% interval, the paper's (from ``paper``'s rounds, when it has
   both), whether the interval lies above 0, and the compared run's accuracy beyond the target
-  at the round the baseline reaches it (percentage points, paired by seed, where the records
-  are kept), and the verdict where the paper has both. Appends to ``verdicts``."""
+  at the round the baseline reaches it (percentage points, paired by seed, over the seeds whose
+  records hold an evaluation at that round, counted), and the verdict where the paper has both. Appends to ``verdicts``."""
   lines = ['| baseline -> compared | paper | here (95% CI; seeds both reached) | verdict | '
            '5-seed subsets (95% range) | faster (interval above 0) | accuracy beyond target at '
            'baseline\'s round (pp) |', '|---|---:|---:|---|---:|---|---:|']
@@ -384,13 +384,15 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
     beyond = [report.beyond_target(other[k][1] or [], base[k][0]['rounds_to_target'], target)
               for k in common]
     beyond = [b for b in beyond if b is not None]
+    beyond_text = (f'{report.mean_ci_text(beyond, 2)} ({len(beyond)}/{len(common)} seeds)'
+                   if beyond else '-')
     faster = 'yes' if low > 0 else ('**slower**' if high < 0 else 'not shown')
     said = None if value is None else verdict(value, low, high)
     lines.append(f'| {name} | {paper_text} | '
                  f'{report.speedup_text(s, low, high, len(common), len(ran))}'
                  f' | {"-" if said is None else shown(said)} | '
                  f'{"-" if draws is None else f"{draws[0]:+.1%} to {draws[1]:+.1%}"} | {faster} | '
-                 f'{report.mean_ci_text(beyond, 2) if beyond else "-"} |')
+                 f'{beyond_text} |')
     if said is not None:
       _verdict(verdicts, said, f'{name}: {s:+.1%} ({low:+.1%} to {high:+.1%}), the paper\'s '
                f'{value:+.1%}', value, draws, '+.1%')

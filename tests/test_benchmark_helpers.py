@@ -266,6 +266,37 @@ def test_speedups_across_targets_pair_seeds_and_flag_inexact_rounds(tmp_path, mo
   reproduction._read.cache_clear()
 
 
+def test_accuracy_beyond_target_counts_the_seeds_evaluated_at_the_baselines_round(
+    tmp_path, monkeypatch):
+  """The speedup table's last column averages the compared run's accuracy past the target at
+  the round the baseline reaches it, over the seeds evaluated at that round, and says how many
+  of the paired seeds those are."""
+  import json  # pylint: disable=g-import-not-at-top
+  import reproduction  # pylint: disable=g-import-not-at-top
+  curves = {  # (algorithm, seed) -> {round: test accuracy}; 'a' reaches 0.6 at round 2 or 3
+      ('a', 0): {0: 0.1, 1: 0.5, 2: 0.6}, ('b', 0): {0: 0.1, 1: 0.6, 2: 0.64},
+      ('a', 1): {0: 0.1, 2: 0.5, 3: 0.6}, ('b', 1): {0: 0.1, 1: 0.6, 3: 0.7},
+      ('a', 2): {0: 0.1, 2: 0.5, 3: 0.6}, ('b', 2): {0: 0.1, 1: 0.6, 5: 0.9}}  # no round 3
+  for (alg, seed), accs in curves.items():
+    run = tmp_path / 'row' / f'seed{seed}' / alg
+    run.mkdir(parents=True)
+    reached = min(r for r, a in accs.items() if a >= 0.6)
+    (run / 'summary.json').write_text(json.dumps(
+        {'seed': seed, 'algorithm': alg, 'rounds_to_target': reached}))
+    (run / 'metrics.jsonl').write_text(
+        ''.join(json.dumps(r) + '\n' for r in records_of(accs)))
+    (run.parent / 'report.md').write_text('finished')
+  monkeypatch.setattr(reproduction, 'REPO', str(tmp_path))
+  reproduction._read.cache_clear()
+  lines = reproduction.speedup_table('.', [(('row', 'a'), ('row', 'b'))], {}, 0.6,
+                                     reproduction.no_verdicts())
+  reproduction._read.cache_clear()
+  cells = [c.strip() for c in lines[-1].strip('|').split('|')]
+  # seeds 0 and 1: +4 and +10 points; seed 2 has no evaluation at round 3
+  assert cells[-1].startswith('7.00 +- ') and cells[-1].endswith('(2/3 seeds)'), cells
+  assert cells[2].endswith('3/3 seeds)'), cells
+
+
 def test_commit_finished_commits_its_paths_and_nothing_else(tmp_path, monkeypatch):
   import subprocess  # pylint: disable=g-import-not-at-top
   import reproduction  # pylint: disable=g-import-not-at-top
