@@ -359,7 +359,8 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
   both reached with Fieller's 95% interval, the paper's (from ``paper``'s rounds, when it has
   both), whether the interval lies above 0, and the compared run's accuracy beyond the target
   at the round the baseline reaches it (percentage points, paired by seed, over the seeds whose
-  records hold an evaluation at that round, counted), and the verdict where the paper has both. Appends to ``verdicts``."""
+  records hold an evaluation at that round, counted), and the verdict where the paper has
+  both. Appends to ``verdicts``."""
   lines = ['| baseline -> compared | paper | here (95% CI; seeds both reached) | verdict | '
            '5-seed subsets (95% range) | faster (interval above 0) | accuracy beyond target at '
            'baseline\'s round (pp) |', '|---|---:|---:|---|---:|---|---:|']

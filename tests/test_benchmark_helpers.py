@@ -221,6 +221,17 @@ def records_of(accuracies: dict) -> list[dict]:
   return [{'round': r, 'test_accuracy': a} for r, a in accuracies.items()]
 
 
+def write_run(root, alg: str, seed: int, summary: dict, records: list[dict]) -> None:
+  """A finished seed of one algorithm as a reproduction commits it: ``root/row/seed<S>/<alg>``
+  with its summary and records, beside the seed's report."""
+  import json  # pylint: disable=g-import-not-at-top
+  run = root / 'row' / f'seed{seed}' / alg
+  run.mkdir(parents=True)
+  (run / 'summary.json').write_text(json.dumps({'seed': seed, 'algorithm': alg, **summary}))
+  (run / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in records))
+  (run.parent / 'report.md').write_text('finished')
+
+
 def test_rounds_at_a_target_are_exact_only_where_the_round_before_was_evaluated():
   import reproduction  # pylint: disable=g-import-not-at-top
   records = records_of({0: 0.1, 5: 0.6, 6: 0.7, 7: 0.8, 10: 0.9})
@@ -239,14 +250,10 @@ def test_speedups_across_targets_pair_seeds_and_flag_inexact_rounds(tmp_path, mo
       ('a', 1): [0.1, 0.4, 0.6, 0.6, 0.7], ('b', 1): [0.1, 0.6, 0.6, 0.7, 0.8],
       ('a', 2): [0.1, 0.5, 0.5, 0.7, 0.7], ('b', 2): [0.1, 0.6, 0.65, 0.7, 0.9]}
   for (alg, seed), accs in curves.items():
-    run = tmp_path / 'row' / f'seed{seed}' / alg
-    run.mkdir(parents=True)
-    (run / 'summary.json').write_text(json.dumps({'seed': seed, 'algorithm': alg}))
     rows = records_of(dict(enumerate(accs)))
     if (alg, seed) == ('b', 2):
       rows = [r for r in rows if r['round'] != 2]   # round 3's 0.7 is then not exact
-    (run / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
-    (run.parent / 'report.md').write_text('finished')
+    write_run(tmp_path, alg, seed, {}, rows)
   unfinished = tmp_path / 'row' / 'seed3' / 'a'   # a seed still running: left out
   unfinished.mkdir(parents=True)
   (unfinished / 'summary.json').write_text(json.dumps({'seed': 3, 'algorithm': 'a'}))
@@ -271,21 +278,14 @@ def test_accuracy_beyond_target_counts_the_seeds_evaluated_at_the_baselines_roun
   """The speedup table's last column averages the compared run's accuracy past the target at
   the round the baseline reaches it, over the seeds evaluated at that round, and says how many
   of the paired seeds those are."""
-  import json  # pylint: disable=g-import-not-at-top
   import reproduction  # pylint: disable=g-import-not-at-top
   curves = {  # (algorithm, seed) -> {round: test accuracy}; 'a' reaches 0.6 at round 2 or 3
       ('a', 0): {0: 0.1, 1: 0.5, 2: 0.6}, ('b', 0): {0: 0.1, 1: 0.6, 2: 0.64},
       ('a', 1): {0: 0.1, 2: 0.5, 3: 0.6}, ('b', 1): {0: 0.1, 1: 0.6, 3: 0.7},
       ('a', 2): {0: 0.1, 2: 0.5, 3: 0.6}, ('b', 2): {0: 0.1, 1: 0.6, 5: 0.9}}  # no round 3
   for (alg, seed), accs in curves.items():
-    run = tmp_path / 'row' / f'seed{seed}' / alg
-    run.mkdir(parents=True)
     reached = min(r for r, a in accs.items() if a >= 0.6)
-    (run / 'summary.json').write_text(json.dumps(
-        {'seed': seed, 'algorithm': alg, 'rounds_to_target': reached}))
-    (run / 'metrics.jsonl').write_text(
-        ''.join(json.dumps(r) + '\n' for r in records_of(accs)))
-    (run.parent / 'report.md').write_text('finished')
+    write_run(tmp_path, alg, seed, {'rounds_to_target': reached}, records_of(accs))
   monkeypatch.setattr(reproduction, 'REPO', str(tmp_path))
   reproduction._read.cache_clear()
   lines = reproduction.speedup_table('.', [(('row', 'a'), ('row', 'b'))], {}, 0.6,
