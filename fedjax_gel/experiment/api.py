@@ -261,7 +261,7 @@ def plan_record(p: 'Plan', workdir: str, vmap: bool, overwrite: bool = False) ->
   """What the processes of a run must agree on (``Runtime.agree``): the runs' flags but the
   paths of their inputs (which may differ between hosts; a flag's value is one value where
   every run has it, else the runs'), the inputs' digests, and what the work directory holds."""
-  paths = {name for _, name in workdir_lib.PATH_FIELDS}
+  paths = {name for _, name in config_lib.PATH_FIELDS}
   runs = [{f'--{k}': v for k, v in x.flags().items() if k not in paths} for x in p.configs]
   grid = {} if p.grid is None else grid_lib.grid_fields(*p.grid)
   record = {'--vmap_seeds': vmap, '--overwrite': overwrite,

@@ -18,7 +18,7 @@ import numpy as np
 from flax import serialization
 
 from fedjax_gel.core import devices, evaluation, round as round_lib, runs as runs_lib
-from fedjax_gel.experiment import checkpoint, dp, files, workdir as workdir_lib
+from fedjax_gel.experiment import checkpoint, dp, files, report, workdir as workdir_lib
 from fedjax_gel.experiment.config import ConfigError
 from fedjax_gel.experiment.progress import Progress
 
@@ -371,7 +371,7 @@ def metric_fields(records, target: float, metric) -> dict:
       **{f'final_{k}': v for k, v in (records[-1] if records else {}).items()
          if k.startswith(f'client_{name}_')},
       f'target_{name}': target,
-      'rounds_to_target': workdir_lib.rounds_to_target(records, target, metric)}
+      'rounds_to_target': report.rounds_to_target(records, target, metric)}
 
 
 def population(loop) -> int:

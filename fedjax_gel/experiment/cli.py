@@ -51,7 +51,7 @@ def lists() -> tuple[str, ...]:
 
 
 # Flags that name a file or folder: ``~`` and ``$VARIABLES`` expanded (``expand_paths``).
-PATHS = ('workdir', 'compilation_cache', 'data_path', 'image_dir', 'data_dir', 'client_budgets')
+PATHS = ('workdir', 'compilation_cache', *(name for _, name in config_lib.PATH_FIELDS))
 DEFINE = {'str': flags.DEFINE_string, 'Optional[str]': flags.DEFINE_string,
           'int': flags.DEFINE_integer, 'float': flags.DEFINE_float,
           'Optional[float]': flags.DEFINE_float, 'bool': flags.DEFINE_bool,

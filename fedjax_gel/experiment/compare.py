@@ -187,9 +187,9 @@ def comparable_flags(c: Config) -> dict:
   model, the cohort section (clients, budgets, batch, selection, weights), the rounds, the
   evaluations and the target (runs of 20 and 40 clients a round, or evaluated every round and
   every fifth, gave a paired speedup); not the settings the runs do not read
-  (``config.unread_flags``), nor input paths (``workdir.PATH_FIELDS``), compared by their
+  (``config.unread_flags``), nor input paths (``config.PATH_FIELDS``), compared by their
   digests (``check_comparable``)."""
-  skip = {name for _, name in workdir_lib.PATH_FIELDS} | set(config_lib.unread_flags(c))
+  skip = {name for _, name in config_lib.PATH_FIELDS} | set(config_lib.unread_flags(c))
   flags = {**config_lib.section_flags(c.data), **config_lib.section_flags(c.data.hparams),
            'model': c.model.name,
            **config_lib.section_flags(c.cohort), 'num_rounds': c.run.num_rounds,

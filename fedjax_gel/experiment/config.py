@@ -19,6 +19,8 @@ from typing import Any, Optional
 import numpy as np
 
 from fedjax_gel.core.keys import SEED_MAX
+from fedjax_gel.core.sampling import (BUDGET_DRAWS, BUDGET_UNITS, WEIGHTINGS, CohortSpec,
+                                      poisson_slots, reads_sizes)
 from fedjax_gel.data import registry as data_registry
 from fedjax_gel.spec import (INT32_MAX, AlgorithmSpec, DatasetSpec, NoHparams, at_least,
                              flag_name, hparam, int_range, one_of, positive, problems, within)
@@ -26,8 +28,21 @@ from fedjax_gel.spec.dataset import COMMON, PATHS
 
 DATASETS = tuple(s.name for s in data_registry.BUILTIN)
 CLIENT_SELECTIONS = ('uniform', 'cyclic', 'power_of_d', 'poisson')
-SERVER_OPTIMIZERS = ('sgd', 'momentum', 'fedadam', 'fedyogi', 'fedadagrad', 'adam', 'yogi',
-                     'adagrad')
+# Each server optimiser and the server settings it reads (``unread_flags``), in --help's order
+SERVER_READS = {
+    'sgd': (),
+    'momentum': ('server_momentum',),
+    'fedadam': ('server_beta1', 'server_beta2', 'server_tau'),
+    'fedyogi': ('server_beta1', 'server_beta2', 'server_tau'),
+    'fedadagrad': ('server_beta1', 'server_tau'),
+    'adam': ('server_beta1', 'server_beta2', 'server_tau'),
+    'yogi': ('server_beta1', 'server_beta2', 'server_tau'),
+    'adagrad': ('server_tau',),
+}
+SERVER_OPTIMIZERS = tuple(SERVER_READS)
+# The (section, field) of the settings that name where a run's inputs are: their contents have
+# digests (``workdir.INPUT_FIELDS``), and they are rewritten when a run and its data move
+PATH_FIELDS = (*(('data', name) for name in PATHS), ('cohort', 'client_budgets'))
 
 
 class ConfigError(ValueError):
@@ -58,11 +73,6 @@ def _known_model(name, value):
 def _known_algorithm(name, value):
   from fedjax_gel.algorithms import registry   # pylint: disable=g-import-not-at-top
   return one_of(*registry.names())(name, value)
-
-
-def _known_weighting(name, value):
-  from fedjax_gel.core.sampling import WEIGHTINGS   # pylint: disable=g-import-not-at-top
-  return one_of('default', *WEIGHTINGS)(name, value)
 
 
 def default_weighting(client_selection: str) -> str:
@@ -168,11 +178,11 @@ class CohortConfig:
   budget_unit: str = hparam(
       'steps', 'steps: --budget_range counts minibatch steps tau_i; epochs: it counts local '
       'epochs E_i, tau_i = E_i ceil(n_i / B) steps, each epoch a new shuffle of the client\'s '
-      'examples whose last minibatch is short (FedAvg\'s E).', one_of('steps', 'epochs'))
+      'examples whose last minibatch is short (FedAvg\'s E).', one_of(*BUDGET_UNITS))
   budget_draw: str = hparam(
       'uniform', 'uniform: U{a..b} per client and round; proportional: round(b n_i / max_j n_j) '
       'clipped to [a, b] (more data, more work); per_client: fixed per client, read from '
-      '--client_budgets.', one_of('uniform', 'proportional', 'per_client'))
+      '--client_budgets.', one_of(*BUDGET_DRAWS))
   client_budgets: Optional[str] = hparam(
       None, '--budget_draw=per_client: a JSON file of every training client\'s budget (in '
       '--budget_unit, within --budget_range): a list in client order, or an object {client '
@@ -181,7 +191,8 @@ class CohortConfig:
       'default', 'samples_seen (min(tau_i B, n_i), the GeL code\'s), num_examples (n_i) or '
       'uniform; default: uniform with --client_selection=power_of_d (its candidates are drawn by '
       'data size) or differential privacy (--dp_clip_norm), else num_examples (the GeL paper\'s '
-      'p_i = n_i / n). Recorded as the weighting it stands for.', _known_weighting)
+      'p_i = n_i / n). Recorded as the weighting it stands for.',
+      one_of('default', *WEIGHTINGS))
   client_selection: str = hparam(
       'uniform', 'uniform; cyclic (clients in --cyclic_groups groups by id mod K; round t '
       'samples group t mod K); power_of_d (the C highest-loss of --power_d data-weighted '
@@ -207,8 +218,6 @@ class CohortConfig:
   def spec(self, counts):
     """The ``core.sampling.CohortSpec`` of this section for a training population of
     ``counts`` examples per client (power-of-d hands the sampler its clients)."""
-    from fedjax_gel.core.sampling import (  # pylint: disable=g-import-not-at-top
-        CohortSpec, reads_sizes)
     cyclic, poisson = (self.client_selection == s for s in ('cyclic', 'poisson'))
     return CohortSpec(self.slots(len(counts)), tuple(self.budget_range), self.batch_size,
                       self.sample_with_replacement and not poisson, self.aggregation_weights,
@@ -228,7 +237,6 @@ class CohortConfig:
     ``population`` (``core.sampling.poisson_slots``)."""
     if self.client_selection != 'poisson':
       return self.clients_per_round
-    from fedjax_gel.core.sampling import poisson_slots  # pylint: disable=g-import-not-at-top
     return poisson_slots(population, self.rate(population))
 
 
@@ -650,15 +658,6 @@ def parse_budget_range(text: str) -> tuple[int, int]:
   return a, b
 
 
-# The server settings each server optimiser reads.
-_SERVER_READERS = {
-    'server_momentum': ('momentum',),
-    'server_beta1': ('fedadam', 'fedyogi', 'fedadagrad', 'adam', 'yogi'),
-    'server_beta2': ('fedadam', 'fedyogi', 'adam', 'yogi'),
-    'server_tau': ('fedadam', 'fedyogi', 'fedadagrad', 'adam', 'yogi', 'adagrad'),
-}
-
-
 OWN_SERVER = '{} sets its own server step and applies no server optimiser'
 
 
@@ -705,8 +704,8 @@ def unread_flags(c: Config) -> dict[str, str]:
     out.update(dict.fromkeys(server, OWN_SERVER.format(f'--algorithm={spec.name}')))
   else:
     opt = spec.server_optimizer or c.server.optimizer
-    for flag, readers in _SERVER_READERS.items():
-      if opt not in readers:
+    for flag in dict.fromkeys(f for reads in SERVER_READS.values() for f in reads):
+      if flag not in SERVER_READS[opt]:
         out[flag] = f'--server_optimizer={opt} does not read it'
   return out
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Sequence
+from typing import Optional, Sequence
 
 from fedjax_gel.core.tasks import Metric
 
@@ -152,6 +152,13 @@ def first_reaching(records: Sequence[dict], target: float, metric: Metric = Metr
   (``>=``, or ``<=`` for a lower-is-better metric), else None."""
   key = f'test_{metric.name}'
   return next((r for r in records if metric.reaches(r[key], target)), None)
+
+
+def rounds_to_target(records: Sequence[dict], target: float,
+                     metric: Metric = Metric()) -> Optional[int]:
+  """The first evaluated round whose test ``metric`` reaches ``target``, else None."""
+  hit = first_reaching(records, target, metric)
+  return None if hit is None else hit['round']
 
 
 def beyond_target(records: Sequence[dict], rnd: int, target: float, metric: Metric = Metric()):

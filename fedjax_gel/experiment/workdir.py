@@ -18,15 +18,13 @@ import json
 import math
 import os
 import shutil
-from typing import Optional
 
 import numpy as np
 
 from fedjax_gel.core import paths
-from fedjax_gel.experiment import checkpoint, files, report
+from fedjax_gel.experiment import checkpoint, files
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment.config import Config, ConfigError, json_extras
-from fedjax_gel.core import tasks
 
 
 def check_folder(workdir: str):
@@ -224,16 +222,11 @@ def outputs_sha256(workdir: str) -> dict:
           if os.path.isfile(os.path.join(workdir, name))}
 
 
-# The fields of config.json that name where its inputs are (their contents have digests,
-# INPUT_FIELDS): rewritten when a run and its data move, so not part of settings_sha256.
-PATH_FIELDS = (('data', 'data_path'), ('data', 'image_dir'), ('data', 'data_dir'),
-               ('cohort', 'client_budgets'))
-
-
 def settings_sha256(config) -> str:
-  """SHA-256 of a ``config.json``'s fields but its ``PATH_FIELDS``, as JSON reads them."""
+  """SHA-256 of a ``config.json``'s fields but those naming where its inputs are
+  (``config.PATH_FIELDS``: rewritten when a run and its data move), as JSON reads them."""
   config = json.loads(json.dumps(config))
-  for section, name in PATH_FIELDS:
+  for section, name in config_lib.PATH_FIELDS:
     if isinstance(config, dict) and isinstance(config.get(section), dict):
       config[section].pop(name, None)
   return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
@@ -442,13 +435,6 @@ def read_metrics(workdir: str) -> list[dict]:
                           'to train the run again') from None
       records.append(record)
   return records
-
-
-def rounds_to_target(records, target: float, metric=tasks.Metric()) -> Optional[int]:
-  """First evaluated round whose test ``metric`` (default accuracy) reaches ``target``, else
-  None."""
-  hit = report.first_reaching(records, target, metric)
-  return None if hit is None else hit['round']
 
 
 def json_line(record: dict) -> str:

@@ -197,3 +197,13 @@ def test_t_95_beyond_the_table_is_students_not_the_normals():
   for nu, t in exact.items():
     assert abs(report.t_95(nu + 1) - t) < 1e-4, nu
   assert report.t_95(31) == 2.042 and report.t_95(31) > report.t_95(32) > report.t_95(33)
+
+
+def test_rounds_to_target():
+  recs = [{'round': 0, 'test_accuracy': 0.1}, {'round': 5, 'test_accuracy': 0.85},
+          {'round': 10, 'test_accuracy': 0.8}, {'round': 15, 'test_accuracy': 0.9}]
+  assert report.rounds_to_target(recs, 0.85) == 5
+  assert report.rounds_to_target(recs, 0.05) == 0
+  assert report.rounds_to_target(recs, 0.86) == 15
+  assert report.rounds_to_target(recs, 0.95) is None
+  assert report.rounds_to_target([], 0.5) is None

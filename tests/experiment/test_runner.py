@@ -267,16 +267,6 @@ def test_deterministic(runs):
 # --------------------------------------------------------------------------- units
 
 
-def test_rounds_to_target():
-  recs = [{'round': 0, 'test_accuracy': 0.1}, {'round': 5, 'test_accuracy': 0.85},
-          {'round': 10, 'test_accuracy': 0.8}, {'round': 15, 'test_accuracy': 0.9}]
-  assert workdir_lib.rounds_to_target(recs, 0.85) == 5
-  assert workdir_lib.rounds_to_target(recs, 0.05) == 0
-  assert workdir_lib.rounds_to_target(recs, 0.86) == 15
-  assert workdir_lib.rounds_to_target(recs, 0.95) is None
-  assert workdir_lib.rounds_to_target([], 0.5) is None
-
-
 def test_parse_budget_range():
   assert config_lib.parse_budget_range('4,13') == (4, 13)
   assert config_lib.parse_budget_range(' 2 , 2 ') == (2, 2)
