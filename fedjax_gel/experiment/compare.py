@@ -22,7 +22,7 @@ from fedjax_gel import spec as spec_lib
 from fedjax_gel.core import paths
 from fedjax_gel.core.paths import shown
 from fedjax_gel.experiment import config as config_lib
-from fedjax_gel.experiment import files, outputs, workdir as workdir_lib
+from fedjax_gel.experiment import files, outputs, validation, workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError, first_line
 from fedjax_gel.experiment.report import CLIENT_SPREAD
 from fedjax_gel.core.tasks import Metric
@@ -187,9 +187,9 @@ def comparable_flags(c: Config) -> dict:
   model, the cohort section (clients, budgets, batch, selection, weights), the rounds, the
   evaluations and the target (runs of 20 and 40 clients a round, or evaluated every round and
   every fifth, gave a paired speedup); not the settings the runs do not read
-  (``config.unread_flags``), nor input paths (``config.PATH_FIELDS``), compared by their
+  (``validation.unread_flags``), nor input paths (``config.PATH_FIELDS``), compared by their
   digests (``check_comparable``)."""
-  skip = {name for _, name in config_lib.PATH_FIELDS} | set(config_lib.unread_flags(c))
+  skip = {name for _, name in config_lib.PATH_FIELDS} | set(validation.unread_flags(c))
   flags = {**config_lib.section_flags(c.data), **config_lib.section_flags(c.data.hparams),
            'model': c.model.name,
            **config_lib.section_flags(c.cohort), 'num_rounds': c.run.num_rounds,

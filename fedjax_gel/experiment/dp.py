@@ -6,7 +6,7 @@ and the rounds a privacy budget allows (``--dp_target_epsilon``).
 A round's cohort is ``C`` clients drawn uniformly without replacement from the ``N`` training
 clients, a round ``SampledWithoutReplacementDpEvent(N, C, ...)`` (RDP only), or each client
 independently with probability ``q = C / N`` (``--client_selection=poisson``), a round
-``PoissonSampledDpEvent(q, ...)`` (RDP or PLD); ``config.privacy_problem`` refuses the other
+``PoissonSampledDpEvent(q, ...)`` (RDP or PLD); ``validation.privacy_problem`` refuses the other
 draws. Either way the fixed denominator is ``C``, the expected cohort. Without noise
 (``--dp_noise_multiplier=0``) the clipping still runs and epsilon is infinite.
 """

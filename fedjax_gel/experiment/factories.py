@@ -23,7 +23,8 @@ from fedjax_gel.data import registry as data_registry
 from fedjax_gel.data.errors import DataError
 from fedjax_gel.experiment import config as config_lib, dp
 from fedjax_gel.experiment import planning
-from fedjax_gel.experiment.config import Config, ConfigError, first_line, validate
+from fedjax_gel.experiment.config import Config, ConfigError, first_line
+from fedjax_gel.experiment.validation import validate
 
 
 def server_optimizer(c: Config, lr=None) -> optax.GradientTransformation:

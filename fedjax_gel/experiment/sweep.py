@@ -11,7 +11,8 @@ import numpy as np
 
 from fedjax_gel.core import checks
 from fedjax_gel.experiment import config as config_lib, factories, grid as grid_lib
-from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig, validate
+from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig
+from fedjax_gel.experiment.validation import OWN_SERVER, unread_flags, validate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,23 +122,23 @@ def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
 
 
 def read_variants(configs: list[Config]) -> list[Config]:
-  """A setting away from its default that no run of the command reads (``config.unread_flags``:
+  """A setting away from its default that no run of the command reads (``validation.unread_flags``:
   another dataset's, another server optimiser's, ...) is a ConfigError naming it: it would
   change nothing, and the runs' records listed it as if it had. One flag file serves several
   algorithms and datasets, so a setting one run reads is kept, and recorded as given by the
   others (``--client_momentum=0`` for FedProx beside FedAvg); the server optimiser's flags go to
   the algorithms that apply one, those with a server step of their own (FedDyn, AdaBest, FedExP,
   the FedGBO family) run with the flags' defaults, which their ``config.json`` records."""
-  unread = [config_lib.unread_flags(x) for x in configs]
+  unread = [unread_flags(x) for x in configs]
   first = configs[0]
   fields, values = config_lib.flag_fields(first), first.flags()
   for flag, why in unread[0].items():
     value = values[flag]
     if value != fields[flag].default and all(flag in u for u in unread):
-      if all(u[flag] == config_lib.OWN_SERVER.format(f'--algorithm={x.algorithm.name}')
+      if all(u[flag] == OWN_SERVER.format(f'--algorithm={x.algorithm.name}')
              for x, u in zip(configs, unread)):   # one line for the algorithms together
         names = ','.join(dict.fromkeys(x.algorithm.name for x in configs))
-        why = config_lib.OWN_SERVER.format(f'--algorithm={names}')
+        why = OWN_SERVER.format(f'--algorithm={names}')
       raise ConfigError(f'--{flag}={value}: {why}; drop the flag')
   default = ServerConfig()
   return [dataclasses.replace(x, server=default) if x.spec.own_server else x for x in configs]

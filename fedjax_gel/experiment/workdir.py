@@ -22,7 +22,7 @@ import shutil
 import numpy as np
 
 from fedjax_gel.core import paths
-from fedjax_gel.experiment import checkpoint, files
+from fedjax_gel.experiment import checkpoint, files, validation
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment.config import Config, ConfigError, json_extras
 
@@ -109,7 +109,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   # where and how the run is computed (``NOT_SETTINGS``: a run resumes under other
   # ``PLACEMENT_FLAGS``, ``placement_notes``); check_inputs' fields; the settings the run does
   # not read (an earlier version recorded them)
-  ignore = (*NOT_SETTINGS, *INPUT_FIELDS, *config_lib.unread_flags(c))
+  ignore = (*NOT_SETTINGS, *INPUT_FIELDS, *validation.unread_flags(c))
   differ = [k for k in {**now, **before} if k not in ignore and before.get(k) != now.get(k)]
   if (differ == ['num_rounds'] and extra is None and isinstance(before['num_rounds'], int) and
       now['num_rounds'] > before['num_rounds']):

@@ -7,7 +7,7 @@ the settings every dataset may read it reads (``COMMON``) or needs, the classes 
 and the loader ``load(data, hparams) -> FederatedSplit`` that reads them (``data``: the
 experiment's ``DataConfig``, its common fields; ``hparams``: the record, ``data.hparams``).
 ``fedjax_gel.data.registry`` collects the specs; the flags, their checks, the settings a run
-does not read (``experiment.config.unread_flags``) and the user guide's table come from it.
+does not read (``experiment.validation.unread_flags``) and the user guide's table come from it.
 """
 from __future__ import annotations
 

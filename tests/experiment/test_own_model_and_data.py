@@ -15,7 +15,8 @@ from fedjax_gel import models
 from fedjax_gel.core import federated_data
 from fedjax_gel.data import registry as data_registry
 from fedjax_gel.experiment import cli
-from fedjax_gel.experiment.config import ConfigError, make, validate
+from fedjax_gel.experiment.config import ConfigError, make
+from fedjax_gel.experiment.validation import validate
 from fedjax_gel.experiment import factories
 
 

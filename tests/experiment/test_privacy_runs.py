@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from dp_accounting import rdp
 
-from fedjax_gel.experiment import api, config as config_lib, factories
+from fedjax_gel.experiment import api, factories, validation
 from fedjax_gel.experiment.config import ConfigError, make
 
 from helpers import cli_run
@@ -114,15 +114,15 @@ def test_adaptive_clipping_moves_the_clip_and_its_run_resumes_to_the_bit(private
 ])
 def test_what_differential_privacy_cannot_protect_or_account_is_refused(changes, message):
   with pytest.raises(ConfigError) as e:
-    config_lib.validate(make(**changes))
+    validation.validate(make(**changes))
   assert str(e.value).startswith(message) and '\n' not in str(e.value)
 
 
 def test_the_dp_flags_are_unread_without_differential_privacy():
-  unread = config_lib.unread_flags(make(dp_noise_multiplier=2.))
+  unread = validation.unread_flags(make(dp_noise_multiplier=2.))
   assert 'dp_noise_multiplier' in unread and 'dp_clip_norm' not in unread
-  assert 'dp_clip_lr' in config_lib.unread_flags(make(dp_clip_norm=1.))
-  assert 'dp_clip_lr' not in config_lib.unread_flags(make(dp_clip_norm=1., dp_target_quantile=.5))
+  assert 'dp_clip_lr' in validation.unread_flags(make(dp_clip_norm=1.))
+  assert 'dp_clip_lr' not in validation.unread_flags(make(dp_clip_norm=1., dp_target_quantile=.5))
 
 
 @pytest.mark.slow

@@ -16,7 +16,8 @@ from fedjax_gel import algorithms
 from fedjax_gel.algorithms import registry
 from fedjax_gel.spec import AlgorithmSpec, hparam, within
 from fedjax_gel.experiment import api, cli
-from fedjax_gel.experiment.config import ConfigError, make, validate
+from fedjax_gel.experiment.config import ConfigError, make
+from fedjax_gel.experiment.validation import validate
 
 USER_GUIDE = pathlib.Path(__file__).resolve().parents[2] / 'docs' / 'user-guide.md'
 

@@ -22,7 +22,7 @@ from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import loop as loop_lib
 from fedjax_gel.experiment import progress as progress_lib
-from fedjax_gel.experiment import api, callbacks, factories, planning
+from fedjax_gel.experiment import api, callbacks, factories, planning, validation
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import CohortConfig, Config, ConfigError, make
 from fedjax_gel.experiment.sweep import Sweep, expand
@@ -283,7 +283,7 @@ def test_a_budget_range_made_in_python_must_be_two_integers(value):
   """``make(budget_range=...)``, as a notebook writes it, is validated before a run: (2.5, 3.5)
   ran as (2, 3) while its config.json said 2.5, 3.5."""
   with pytest.raises(ConfigError, match=r'--budget_range: must be two integers a,b'):
-    config_lib.validate(make(budget_range=value))
+    validation.validate(make(budget_range=value))
   assert make(budget_range=[2, 3]).cohort.spec(np.asarray([4, 5])).budget_range == (2, 3)
 
 
@@ -360,13 +360,13 @@ def test_a_budget_range_made_in_python_must_be_two_integers(value):
 ])
 def test_validate_names_the_flag(changes, flag):
   with pytest.raises(ConfigError) as e:
-    config_lib.validate(make(**changes))
+    validation.validate(make(**changes))
   message = str(e.value)
   assert message.startswith(flag) and '\n' not in message
 
 
 def test_validate_accepts_defaults():
-  assert config_lib.validate(make()) == make()
+  assert validation.validate(make()) == make()
 
 
 def test_prepare_rejects_cohort_above_population(base_config):
@@ -580,7 +580,7 @@ def test_cohort_spec_from_the_config():
 ])
 def test_guess_and_server_combinations_that_cannot_work(kwargs, flag):
   with pytest.raises(ConfigError) as e:
-    config_lib.validate(make(**kwargs))
+    validation.validate(make(**kwargs))
   assert str(e.value).startswith(flag) and '\n' not in str(e.value)
 
 
@@ -607,7 +607,7 @@ def test_power_of_d_selection_runs_from_the_runner(base_config, tmp_path):
       OnRound(lambda r, cohort, m: seen.append(np.asarray(cohort.client_ids)))])
   assert len(seen) == 5 and all(len(set(ids.tolist())) == 3 for ids in seen)
   with pytest.raises(ConfigError, match='--power_d=2 must be at least --clients_per_round=3'):
-    config_lib.validate(c.replace(power_d=2))
+    validation.validate(c.replace(power_d=2))
 
 
 @pytest.mark.slow
