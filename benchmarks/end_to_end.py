@@ -114,7 +114,7 @@ def compiled_round(cohort: int, rounds: int) -> dict:
   from absl import flags  # pylint: disable=g-import-not-at-top
 
   from fedjax_gel.core.backend import compilation_cache  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.experiment import cli, factories  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import cli, factories, parsing  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment import loop as loop_lib, planning, sweep  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment.runtime import Runtime  # pylint: disable=g-import-not-at-top
 
@@ -122,7 +122,7 @@ def compiled_round(cohort: int, rounds: int) -> dict:
   values = flags.FlagValues()
   cli.define_flags(values)
   with tempfile.TemporaryDirectory() as tmp:
-    cli.parse(['run.py', *command_flags(cohort, rounds, tmp)], values)
+    parsing.parse(['run.py', *command_flags(cohort, rounds, tmp)], values)
   config = sweep.checked_configs(*cli.from_flags(values))[0]
   exp = factories.with_config(factories.prepare(config), config)
   chunk = planning.runs_chunk_size(exp, 1, True)   # as api.train_runs, for one run

@@ -59,10 +59,10 @@ def starting():
 
 def parse(runtime, argv):
   from absl import flags  # pylint: disable=g-import-not-at-top
-  from fedjax_gel.experiment import cli  # pylint: disable=g-import-not-at-top
+  from fedjax_gel.experiment import cli, parsing  # pylint: disable=g-import-not-at-top
   from fedjax_gel.experiment.config import ConfigError  # pylint: disable=g-import-not-at-top
   try:
-    rest = cli.parse(argv, flags.FLAGS)
+    rest = parsing.parse(argv, flags.FLAGS)
     if flags.FLAGS.only_check_args:   # absl would exit 0 before any of our checks
       sys.exit(cli.check_only(flags.FLAGS, rest))
     if runtime.stop:   # one whose KeyboardInterrupt was lost

@@ -6,7 +6,6 @@ The examples are found by name (``<!-- example: NAME -->`` before the block; ``d
 """
 import importlib
 import importlib.util
-import pathlib
 import re
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from absl import flags
 
 import doc_pages
 import test_docstrings
-from fedjax_gel.experiment import cli
+from fedjax_gel.experiment import cli, parsing
 
 REPO = doc_pages.REPO
 run = doc_pages.run
@@ -177,7 +176,7 @@ def test_every_launcher_command_names_only_the_launchers_flags(where, args, monk
   monkeypatch.chdir(REPO)
   values = flags.FlagValues()
   cli.define_flags(values)
-  assert cli.parse(['run.py', *args], values) == ['run.py'], where
+  assert parsing.parse(['run.py', *args], values) == ['run.py'], where
 
 
 @pytest.mark.parametrize('page', doc_pages.pages())

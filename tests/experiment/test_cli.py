@@ -22,7 +22,7 @@ import helpers
 from fedjax_gel.algorithms import registry
 from fedjax_gel.core.backend import xla
 from fedjax_gel.data import registry as data_registry
-from fedjax_gel.experiment import cli
+from fedjax_gel.experiment import cli, parsing
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import report
 from fedjax_gel.experiment.sweep import Sweep, expand
@@ -43,7 +43,7 @@ def parsed(*args) -> list:
   """The validated configs of ``launch/run.py args``."""
   values = flags.FlagValues()
   cli.define_flags(values)
-  cli.parse(['run.py', *args], values)
+  parsing.parse(['run.py', *args], values)
   return expand(*cli.from_flags(values))
 
 
@@ -781,8 +781,8 @@ def test_the_command_presents_the_cores_as_devices(tiny_leaf_file, tmp_path):
 
 
 def test_help_flags_are_told_apart_from_other_flags():
-  assert cli.HELP.fullmatch('--helpfull') and cli.HELP.fullmatch('-?')
-  assert cli.HELP.fullmatch('--helpfull=1') and not cli.HELP.fullmatch('--helper')
+  assert parsing.HELP.fullmatch('--helpfull') and parsing.HELP.fullmatch('-?')
+  assert parsing.HELP.fullmatch('--helpfull=1') and not parsing.HELP.fullmatch('--helper')
 
 
 def test_help_lists_the_main_flags_by_section_one_line_each_with_defaults():

@@ -23,7 +23,7 @@ from absl import flags
 
 import helpers
 
-from fedjax_gel.experiment import api, cli
+from fedjax_gel.experiment import api, cli, parsing
 from fedjax_gel.experiment import callbacks as callbacks_lib
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import runtime as runtime_lib
@@ -337,7 +337,7 @@ def test_a_stop_signal_whose_keyboard_interrupt_was_lost_ends_the_command_as_int
   monkeypatch.setattr(api, 'run', lost_signal)
   values = flags.FlagValues()
   cli.define_flags(values)
-  rest = cli.parse(['run.py', '--num_rounds=2'], values)
+  rest = parsing.parse(['run.py', '--num_rounds=2'], values)
   err = io.StringIO()
   with contextlib.redirect_stderr(err):
     assert cli.execute(values, rest, runtime_lib.Runtime()) == 130

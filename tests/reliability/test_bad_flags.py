@@ -9,7 +9,7 @@ import pathlib
 import pytest
 from absl import flags
 
-from fedjax_gel.experiment import cli
+from fedjax_gel.experiment import cli, parsing
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BIG = 10**20   # beyond int64, let alone int32
@@ -70,12 +70,12 @@ def test_a_value_out_of_range_is_one_line_naming_the_flag(tmp_path, bad, name):
 def parsed(*args) -> flags.FlagValues:
   values = flags.FlagValues()
   cli.define_flags(values)
-  cli.parse(['run.py', *args], values)
+  parsing.parse(['run.py', *args], values)
   return values
 
 
 def test_path_flags_of_a_flag_file_are_expanded(tmp_path, monkeypatch):
-  """absl reads a flag file verbatim: ``~`` and ``$VAR`` are expanded by ``cli.parse``."""
+  """absl reads a flag file verbatim: ``~`` and ``$VAR`` are expanded by ``parsing.parse``."""
   home, data = tmp_path / 'home', tmp_path / 'data'
   monkeypatch.setenv('HOME', str(home))
   monkeypatch.setenv('FEDJAX_GEL_TEST_DATA', str(data))

@@ -9,7 +9,7 @@ lost, and nothing waits forever.
   over ``HANG_S`` into a failure (a blocked ``open`` is interrupted by the alarm).
 * ``python -m fedjax_gel.report`` checks the type of every field it reads of a run
   (``compare.SUMMARY_FIELDS``, ``RECORD_FIELDS``).
-* Flag files nest at most ``cli.FLAGFILE_DEPTH`` deep (2,000 ended in a RecursionError).
+* Flag files nest at most ``parsing.FLAGFILE_DEPTH`` deep (2,000 ended in a RecursionError).
 * A path with a line break is quoted (``'a\\nb'``), the error still one line.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from fedjax_gel import report as report_cli
 from fedjax_gel.core import paths
 from fedjax_gel.data import leaf_tasks
 from fedjax_gel.data.errors import DataError
-from fedjax_gel.experiment import cli, files
+from fedjax_gel.experiment import cli, files, parsing
 from fedjax_gel.experiment import workdir as workdir_lib
 
 QUICK = ('--flagfile=launch/configs/quickstart.flags', '--algorithm=fedavgcm',
@@ -191,17 +191,17 @@ def test_a_special_image_file_is_refused(tmp_path):
 def test_a_named_pipe_as_a_flag_file_is_read_when_written_and_refused_when_not(tmp_path,
                                                                               monkeypatch):
   """``--flagfile=PIPE`` stays a feature: a pipe a program writes is read; one nothing
-  writes to is one line after ``cli.PIPE_WAIT_S`` (it waited forever); a socket at once."""
+  writes to is one line after ``parsing.PIPE_WAIT_S`` (it waited forever); a socket at once."""
   fifo = tmp_path / 'flags'
   os.mkfifo(fifo)
   writer = threading.Thread(target=lambda: fifo.write_text('--seed=7\n--num_rounds=3\n'))
   writer.start()
   values = cli.flags.FlagValues()
   cli.define_flags(values)
-  cli.parse(['run.py', f'--flagfile={fifo}'], values)
+  parsing.parse(['run.py', f'--flagfile={fifo}'], values)
   writer.join()
   assert (values.seed, values.num_rounds) == (7, 3)
-  monkeypatch.setattr(cli, 'PIPE_WAIT_S', 0.2)
+  monkeypatch.setattr(parsing, 'PIPE_WAIT_S', 0.2)
   helpers.assert_one_line_error(helpers.cli_run(f'--flagfile={fifo}'), f'--flagfile={fifo}:',
                                 'not written to its end within 0.2 s')
   monkeypatch.chdir(tmp_path)
@@ -304,7 +304,7 @@ def chain(folder, count: int):
 
 def test_deeply_nested_flag_files_are_one_line(tmp_path):
   proc = helpers.cli_run(f'--flagfile={chain(tmp_path, 2000)}')
-  depth = cli.FLAGFILE_DEPTH
+  depth = parsing.FLAGFILE_DEPTH
   helpers.assert_one_line_error(proc, f'--flagfile={tmp_path / f"f{depth}.flags"}',
                                 f'(included by {tmp_path / f"f{depth - 1}.flags"})',
                                 f'nested more than {depth} deep')
@@ -312,18 +312,18 @@ def test_deeply_nested_flag_files_are_one_line(tmp_path):
   cli.define_flags(values)
   for f in tmp_path.iterdir():
     f.unlink()
-  cli.parse(['run.py', f'--flagfile={chain(tmp_path, depth)}'], values)
+  parsing.parse(['run.py', f'--flagfile={chain(tmp_path, depth)}'], values)
   assert values.seed == 5
 
 
 def test_flag_files_included_many_times_over_are_one_line(tmp_path):
   """Each of 30 files including the next twice: 2**30 reads, bounded by
-  ``cli.FLAGFILE_LINES``."""
+  ``parsing.FLAGFILE_LINES``."""
   for i in range(30):
     (tmp_path / f'f{i}.flags').write_text(f'--flagfile={tmp_path / f"f{i + 1}.flags"}\n' * 2)
   (tmp_path / 'f30.flags').write_text('--seed=5\n')
   proc = helpers.cli_run(f'--flagfile={tmp_path / "f0.flags"}')
-  helpers.assert_one_line_error(proc, f'over {cli.FLAGFILE_LINES:,} flag lines')
+  helpers.assert_one_line_error(proc, f'over {parsing.FLAGFILE_LINES:,} flag lines')
 
 
 @pytest.mark.parametrize('args, words', [

@@ -25,7 +25,7 @@ import pytest
 from absl import flags as absl_flags
 
 import helpers
-from fedjax_gel.experiment import api, checkpoint, cli, files
+from fedjax_gel.experiment import api, checkpoint, cli, files, parsing
 from fedjax_gel.experiment import runtime as runtime_lib
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import ConfigError
@@ -156,7 +156,7 @@ def config(workdir, **changes):
   cli.define_flags(values)
   args = [f'--{k}={v}' for k, v in changes.items()]
   with contextlib.chdir(helpers.REPO):
-    cli.parse(['run.py', *BASE, '--num_rounds=4', f'--workdir={workdir}', *args], values)
+    parsing.parse(['run.py', *BASE, '--num_rounds=4', f'--workdir={workdir}', *args], values)
     return cli.from_flags(values)
 
 
