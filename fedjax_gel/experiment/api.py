@@ -354,7 +354,7 @@ def train_all(p: Plan, vmap: bool, extra: list, err, phases, runtime) -> list[di
   for i, st in enumerate(p.status):
     if st == 'done':   # finished earlier: kept (checkpoints a kill left behind removed)
       name = 'summary.json' if p.grid is None else 'grid.json'
-      results[i] = workdir_lib.read_json_as(os.path.join(p.workdirs[i], name), dict,
+      results[i] = files.read_json_as(os.path.join(p.workdirs[i], name), dict,
                                             'is damaged; pass --overwrite to train it again')
       runtime.write(workdir_lib.remove_checkpoints, p.workdirs[i],   # the rounds it ran (a
                     keep=results[i].get('rounds', p.configs[i].run.num_rounds))   # DP budget's)

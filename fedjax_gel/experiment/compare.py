@@ -34,11 +34,11 @@ def find_runs(directory: str) -> list[str]:
     what = 'no such directory' if not os.path.exists(directory) else 'not a directory'
     raise ConfigError(f'{shown(directory)}: {what}')
   found = []
-  for root, dirs, files in os.walk(directory):
+  for root, dirs, names in os.walk(directory):
     dirs.sort()
-    if 'grid.json' in files:
+    if 'grid.json' in names:
       raise ConfigError(f'{root}: a learning-rate grid; its own report.md compares its cells')
-    if 'summary.json' in files and 'config.json' in files:
+    if 'summary.json' in names and 'config.json' in names:
       found.append(root)
   if not found:
     raise ConfigError(f'{directory}: no finished run (a folder with config.json and '
@@ -158,7 +158,7 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict], dict]:
     path = os.path.join(run_dir, name)
     try:
       parts[name] = (workdir_lib.read_metrics(run_dir) if name == 'metrics.jsonl' else
-                     workdir_lib.read_json(path))
+                     files.read_json(path))
     except OSError as e:
       raise ConfigError(f'{shown(path)}: cannot be read ({e.strerror})') from None
     except ConfigError:   # read_metrics': the line that is not a record

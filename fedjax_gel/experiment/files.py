@@ -20,6 +20,8 @@
   carry theirs, verified when they are read back); ``stamp``: what any write to a folder's
   files changes (their names, sizes, inodes and change times), so that a digest verified once
   need not be computed again while the stamp holds.
+* ``write_json`` / ``read_json`` / ``json_line``: JSON files and ``metrics.jsonl`` lines (NaN and
+  infinities written as null, ``finite``), read back only from regular files.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import re
 import resource
@@ -335,3 +338,45 @@ def _update(h, file: str, size: int | None = None):
         break
       h.update(block)
       left -= len(block) if left > 0 else 0
+
+
+def finite(obj):
+  """Replaces NaN and infinities (a diverged run) by None, so the JSON stays valid."""
+  if isinstance(obj, float) and not math.isfinite(obj):
+    return None
+  if isinstance(obj, dict):
+    return {k: finite(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [finite(v) for v in obj]
+  return obj
+
+
+def write_text(path: str, text: str):
+  """Writes ``path`` whole or not at all (``write_atomic``)."""
+  write_atomic(path, text.encode())
+
+
+def write_json(path: str, obj):
+  write_text(path, json.dumps(finite(obj), indent=2, allow_nan=False) + '\n')
+
+
+def read_json(path: str) -> dict:
+  with paths.open_regular(path, 'r') as f:
+    return json.load(f)
+
+
+def read_json_as(path: str, kind: type, problem: str):
+  """``path``'s JSON when it reads as a ``kind`` (``object``: any JSON); else a ConfigError:
+  ``path`` and ``problem``."""
+  try:
+    value = read_json(path)
+  except (OSError, ValueError, RecursionError):
+    raise ConfigError(f'{path} {problem}') from None
+  if not isinstance(value, kind):
+    raise ConfigError(f'{path} {problem}')
+  return value
+
+
+def json_line(record: dict) -> str:
+  """One ``metrics.jsonl`` line (NaN and infinities written as null)."""
+  return json.dumps(finite(record), allow_nan=False) + '\n'

@@ -28,7 +28,7 @@ import os
 import jax
 import numpy as np
 
-from fedjax_gel.experiment import callbacks, plots, report, workdir as workdir_lib
+from fedjax_gel.experiment import callbacks, files, plots, report, workdir as workdir_lib
 from fedjax_gel.experiment.callbacks import run_fields
 from fedjax_gel.experiment.config import Config, ConfigError
 from fedjax_gel.core.tasks import Metric
@@ -120,7 +120,7 @@ def write_grid(loop, idx, workdir: str, client_lrs, server_lrs, plot: bool = Tru
       'server_lrs': [float(x) for x in server_lrs], f'target_{metric.name}': c.run.target,
       'cells': cell_results}
   write = loop.runtime.write   # process 0's files (several processes)
-  write(workdir_lib.write_json, os.path.join(workdir, 'grid.json'), result)
+  write(files.write_json, os.path.join(workdir, 'grid.json'), result)
   shape = (len(client_lrs), len(server_lrs))
   final = np.array([np.nan if x[f'final_{metric.name}'] is None else x[f'final_{metric.name}']
                     for x in cell_results]).reshape(shape)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from fedjax_gel.experiment import factories, grid as grid_lib, plots, report
+from fedjax_gel.experiment import factories, files, grid as grid_lib, plots, report
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.core.tasks import Metric
 
@@ -100,7 +100,7 @@ def write_runs_report(configs, workdirs, results, tuned, report_dir: str,
   if plotted and tuned == 'client_lr':
     plotted.append(plots.lr_heatmap(results, os.path.join(report_dir, 'plots', 'lr_grid.png')))
   text = report.report_text(results, tuned)
-  workdir_lib.write_text(os.path.join(report_dir, 'report.md'),
+  files.write_text(os.path.join(report_dir, 'report.md'),
                          header(configs, workdirs, report_dir, plotted) + '\n\n' + text + '\n')
   return text, plotted
 
@@ -123,7 +123,7 @@ def write_report(p, workdir: str, summaries: list[dict], out):
           f'{target if target is not None else "not reached"}', file=out)
   tuned = 'client_lr' if p.levels[2] else p.levels[3]
   text, plotted = write_runs_report(p.configs, p.workdirs, results, tuned, workdir, p.plots)
-  workdir_lib.write_json(os.path.join(workdir, 'runs.json'),
+  files.write_json(os.path.join(workdir, 'runs.json'),
                          workdir_lib.run_names(workdir, p.workdirs))
   if len(results) > 1:
     print(text, file=out)
@@ -155,8 +155,8 @@ def write_grid_report(p, workdir: str, results: list[dict], out):
           file=out)
     tables.append(grid_lib.grid_table(result) + (
         f'\n\nHeat map: `{os.path.relpath(w, workdir)}/plots/grid.png`' if p.plots else ''))
-  workdir_lib.write_text(os.path.join(workdir, 'report.md'), '\n\n'.join(tables) + '\n')
-  workdir_lib.write_json(os.path.join(workdir, 'runs.json'),
+  files.write_text(os.path.join(workdir, 'report.md'), '\n\n'.join(tables) + '\n')
+  files.write_json(os.path.join(workdir, 'runs.json'),
                          workdir_lib.run_names(workdir, p.workdirs))
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, metrics.csv, '
         f'grid.json, summary.json{", plots/grid.png" if p.plots else ""} per grid; report.md)',

@@ -25,7 +25,7 @@ import socket
 import struct
 import time
 
-from fedjax_gel.experiment import callbacks, files, workdir as workdir_lib
+from fedjax_gel.experiment import callbacks, files
 
 
 def by_workdir(loop, records: dict) -> dict:
@@ -43,7 +43,7 @@ class JsonlWriter(callbacks.Callback):
   def on_evaluate(self, loop, done, records):
     for w, recs in by_workdir(loop, records).items():
       with files.open_append(os.path.join(w, 'metrics.jsonl')) as f:
-        f.write(''.join(workdir_lib.json_line(r) for r in recs))
+        f.write(''.join(files.json_line(r) for r in recs))
 
 
 class CsvWriter(callbacks.Callback):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import math
 import os
 import shutil
 
@@ -74,7 +73,7 @@ def check_top(workdir: str, workdirs, overwrite: bool):
   listed = os.path.join(workdir, 'runs.json')
   if not os.path.exists(listed):
     return
-  before = read_json_as(listed, list, 'is unreadable; choose another --workdir or pass '
+  before = files.read_json_as(listed, list, 'is unreadable; choose another --workdir or pass '
                         '--overwrite')
   left_out = sorted(set(map(str, before)) - set(names))
   if left_out:
@@ -94,7 +93,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   if overwrite or not os.path.exists(saved):
     check_workdir(workdir, overwrite)
     return 'new'
-  before = read_json_as(saved, object, 'is unreadable; choose another --workdir or pass '
+  before = files.read_json_as(saved, object, 'is unreadable; choose another --workdir or pass '
                         '--overwrite')
   unreadable = ConfigError(f'{saved} holds no configuration fedjax_gel can read; choose another '
                            '--workdir or pass --overwrite')
@@ -143,7 +142,7 @@ NOT_SETTINGS = (*PLACEMENT_FLAGS, 'tensorboard', 'checkpoint_every')
 def placement_notes(workdir: str, c: Config) -> list[str]:
   """A note for each ``PLACEMENT_FLAGS`` value of ``c`` that differs from the one the run in
   ``workdir`` recorded (an unfinished run about to resume, or a finished one extended)."""
-  before = read_json(os.path.join(workdir, 'config.json')).get('run', {})
+  before = files.read_json(os.path.join(workdir, 'config.json')).get('run', {})
   now = c.flags()
   return [f'{workdir}: resumed with --{k}={now[k]} (its rounds so far ran with --{k}={before[k]}); '
           'the rounds from here on sum the clients\' updates in another order, the same numbers '
@@ -186,7 +185,7 @@ def check_inputs(workdir: str, c: Config, digests: dict):
   the inputs of these ``digests``, else a ConfigError naming the first input's flag. A digest
   its ``config.json`` does not record (an earlier version) is taken as it is."""
   file = os.path.join(workdir, 'config.json')
-  saved = read_json(file)
+  saved = files.read_json(file)
   for field, digest in digests.items():
     before = saved.get(field)
     if before is None or before == digest:
@@ -205,11 +204,11 @@ def record_inputs(workdir: str, config: dict):
   fields it holds) where it lacks an input's digest (an earlier version) or recorded other
   ``PLACEMENT_FLAGS`` values; else left as it is."""
   file = os.path.join(workdir, 'config.json')
-  saved = read_json(file)
+  saved = files.read_json(file)
   placed = lambda record: {k: record.get('run', {}).get(k) for k in PLACEMENT_FLAGS}
   if (any(k in config and k not in saved for k in INPUT_FIELDS) or
       placed(saved) != placed(config)):
-    write_json(file, config)
+    files.write_json(file, config)
 
 
 # A finished run's outputs whose checksums its summary.json holds.
@@ -234,7 +233,7 @@ def settings_sha256(config) -> str:
 
 def summary_sha256(summary: dict) -> str:
   """SHA-256 of a ``summary.json``'s fields but ``summary_sha256`` itself, as JSON reads them."""
-  fields = {k: v for k, v in json.loads(json.dumps(finite(summary))).items()
+  fields = {k: v for k, v in json.loads(json.dumps(files.finite(summary))).items()
             if k != 'summary_sha256'}
   return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
@@ -244,9 +243,9 @@ def write_summary(workdir: str, summary: dict):
   checksums of its outputs (``outputs_sha256``), of its settings (``settings_sha256``) and of
   its own fields (``summary_sha256``)."""
   summary['outputs_sha256'] = outputs_sha256(workdir)
-  summary['settings_sha256'] = settings_sha256(read_json(os.path.join(workdir, 'config.json')))
+  summary['settings_sha256'] = settings_sha256(files.read_json(os.path.join(workdir, 'config.json')))
   summary['summary_sha256'] = summary_sha256(summary)
-  write_json(os.path.join(workdir, 'summary.json'), summary)
+  files.write_json(os.path.join(workdir, 'summary.json'), summary)
 
 
 RETRAIN = 'pass --overwrite to train the run again'
@@ -258,7 +257,7 @@ def check_finished(workdir: str, remedy: str = RETRAIN):
   the file and ending with ``remedy``. (Summaries of versions before these checksums have none
   of them: their ``outputs_sha256`` must still be a name-to-checksum table.)"""
   file = os.path.join(workdir, 'summary.json')
-  saved = read_json_as(file, dict, f'is damaged (unreadable or cut); {remedy}')
+  saved = files.read_json_as(file, dict, f'is damaged (unreadable or cut); {remedy}')
   own, outputs = saved.get('summary_sha256'), saved.get('outputs_sha256') or {}
   if own is not None and own != summary_sha256(saved) or not isinstance(outputs, dict):
     raise ConfigError(f'{file} changed since the run finished (its checksum does not match); '
@@ -276,7 +275,7 @@ def check_finished(workdir: str, remedy: str = RETRAIN):
   settings = saved.get('settings_sha256')
   file = os.path.join(workdir, 'config.json')
   if settings is not None and settings != settings_sha256(
-      read_json_as(file, object, f'is unreadable; {remedy}')):
+      files.read_json_as(file, object, f'is unreadable; {remedy}')):
     raise ConfigError(f'{file}: its settings changed since the run finished (their checksum in '
                       f'summary.json does not match); {remedy}')
 
@@ -303,7 +302,7 @@ def start(workdir: str, config_json: dict):
     if os.path.islink(folder):
       os.remove(folder)
     shutil.rmtree(folder, ignore_errors=True)
-  write_json(os.path.join(workdir, 'config.json'), config_json)
+  files.write_json(os.path.join(workdir, 'config.json'), config_json)
   with files.open_new(os.path.join(workdir, 'metrics.jsonl')):
     pass
 
@@ -315,7 +314,7 @@ def check_extend(workdir: str, rounds: int) -> str:
   summary = os.path.join(workdir, 'summary.json')
   if not os.path.exists(summary):
     return 'extend'
-  found = read_json_as(summary, dict, 'is unreadable; choose another --workdir or pass '
+  found = files.read_json_as(summary, dict, 'is unreadable; choose another --workdir or pass '
                        '--overwrite')
   status = found.get('status', 'finished')
   # the rounds it ran: fewer than asked where a privacy budget ended it (--dp_target_epsilon)
@@ -338,7 +337,7 @@ def extend(workdir: str, config: dict):
   summary = os.path.join(workdir, 'summary.json')
   if os.path.exists(summary):
     os.remove(summary)
-  write_json(os.path.join(workdir, 'config.json'), config)
+  files.write_json(os.path.join(workdir, 'config.json'), config)
 
 
 def remove_checkpoints(workdir: str, keep: int | None = None):
@@ -382,43 +381,6 @@ def remove_if_empty(created: list[str]):
       return
 
 
-def finite(obj):
-  """Replaces NaN and infinities (a diverged run) by None, so the JSON stays valid."""
-  if isinstance(obj, float) and not math.isfinite(obj):
-    return None
-  if isinstance(obj, dict):
-    return {k: finite(v) for k, v in obj.items()}
-  if isinstance(obj, (list, tuple)):
-    return [finite(v) for v in obj]
-  return obj
-
-
-def write_text(path: str, text: str):
-  """Writes ``path`` whole or not at all (``files.write_atomic``)."""
-  files.write_atomic(path, text.encode())
-
-
-def write_json(path: str, obj):
-  write_text(path, json.dumps(finite(obj), indent=2, allow_nan=False) + '\n')
-
-
-def read_json(path: str) -> dict:
-  with paths.open_regular(path, 'r') as f:
-    return json.load(f)
-
-
-def read_json_as(path: str, kind: type, problem: str):
-  """``path``'s JSON when it reads as a ``kind`` (``object``: any JSON); else a ConfigError:
-  ``path`` and ``problem``."""
-  try:
-    value = read_json(path)
-  except (OSError, ValueError, RecursionError):
-    raise ConfigError(f'{path} {problem}') from None
-  if not isinstance(value, kind):
-    raise ConfigError(f'{path} {problem}')
-  return value
-
-
 def read_metrics(workdir: str) -> list[dict]:
   """The records of ``workdir/metrics.jsonl``; a ConfigError naming the file and the first line
   that is not a JSON object."""
@@ -435,9 +397,3 @@ def read_metrics(workdir: str) -> list[dict]:
                           'to train the run again') from None
       records.append(record)
   return records
-
-
-def json_line(record: dict) -> str:
-  """One ``metrics.jsonl`` line (NaN and infinities written as null)."""
-  return json.dumps(finite(record), allow_nan=False) + '\n'
-

@@ -22,7 +22,7 @@ from fedjax_gel.experiment import checkpoint
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import loop as loop_lib
 from fedjax_gel.experiment import progress as progress_lib
-from fedjax_gel.experiment import api, callbacks, factories, planning, validation
+from fedjax_gel.experiment import api, callbacks, factories, files, planning, validation
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.experiment.config import CohortConfig, Config, ConfigError, make
 from fedjax_gel.experiment.sweep import Sweep, expand
@@ -477,7 +477,7 @@ def test_format_seconds():
 
 
 def test_diverged_values_are_written_as_null(tmp_path):
-  workdir_lib.write_json(str(tmp_path / 's.json'), {'loss': float('nan'), 'acc': 0.5,
+  files.write_json(str(tmp_path / 's.json'), {'loss': float('nan'), 'acc': 0.5,
                                               'best': float('inf')})
   assert json.loads((tmp_path / 's.json').read_text()) == {'loss': None, 'acc': 0.5, 'best': None}
 
@@ -888,9 +888,9 @@ def test_flags_a_run_does_not_read_are_not_compared_with_an_earlier_record(tmp_p
   under the same command: those flags were never read."""
   for recorded, now in ((make(algorithm='feddyn', server_lr=0.5), make(algorithm='feddyn')),
                         (make(image_dir='/img'), make())):
-    workdir_lib.write_json(str(tmp_path / 'config.json'), recorded.to_json())
+    files.write_json(str(tmp_path / 'config.json'), recorded.to_json())
     assert workdir_lib.run_status(str(tmp_path), now, False) == 'resume'
-  workdir_lib.write_json(str(tmp_path / 'config.json'),
+  files.write_json(str(tmp_path / 'config.json'),
                          make(algorithm='fedavgcm', server_lr=0.5).to_json())
   with pytest.raises(ConfigError, match='--server_lr=0.5 there, 1.0 now'):
     workdir_lib.run_status(str(tmp_path), make(algorithm='fedavgcm'), False)

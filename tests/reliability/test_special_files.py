@@ -128,7 +128,7 @@ def test_the_opens_of_outputs_and_inputs_never_wait_on_a_special_file(tmp_path, 
     monkeypatch.setattr(paths, 'not_regular', lambda *_, **__: None)
   os.mkfifo(tmp_path / 'metrics.jsonl')
   for use in (files.open_append, files.open_new, lambda p: files.truncate(p, 0),
-              paths.open_regular, files.digest, workdir_lib.read_json,
+              paths.open_regular, files.digest, files.read_json,
               lambda p: workdir_lib.read_metrics(os.path.dirname(p))):
     with pytest.raises(paths.NotRegularFile, match='not a regular file'):
       with contextlib.ExitStack() as stack:
