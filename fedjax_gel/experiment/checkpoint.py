@@ -39,7 +39,8 @@ from flax import serialization
 
 from fedjax_gel.core import paths
 from fedjax_gel.experiment import files
-from fedjax_gel.experiment.config import ConfigError, first_line
+from fedjax_gel.experiment.config import ConfigError
+from fedjax_gel.experiment.messages import first_line
 
 VERSION = 3
 KEEP = 2

@@ -27,14 +27,15 @@ from fedjax_gel.core.backend import compilation_cache
 from fedjax_gel.experiment import api, cluster, files, loop as loop_lib
 from fedjax_gel.experiment import runtime as runtime_lib
 from fedjax_gel.experiment import watchdog
-from fedjax_gel.experiment.parsing import one_line, parse, shorter
+from fedjax_gel.experiment.messages import first_line, one_line, shorter
+from fedjax_gel.experiment.parsing import parse
 from fedjax_gel.experiment import sweep as sweep_lib
 from fedjax_gel.algorithms import registry
 from fedjax_gel.data import registry as data_registry
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.core.paths import shown
 from fedjax_gel.spec import INT32_MAX, field_problem
-from fedjax_gel.experiment.config import Config, ConfigError, first_line, parse_budget_range
+from fedjax_gel.experiment.config import Config, ConfigError, parse_budget_range
 
 
 

@@ -28,7 +28,7 @@ import json
 import time
 
 from fedjax_gel.core.backend import jax_private
-from fedjax_gel.experiment.config import first_line
+from fedjax_gel.experiment.messages import first_line
 
 
 def initialize(coordinator_address: str, num_processes: int, process_id: int,

@@ -23,7 +23,8 @@ from fedjax_gel.core import paths
 from fedjax_gel.core.paths import shown
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment import files, outputs, validation, workdir as workdir_lib
-from fedjax_gel.experiment.config import Config, ConfigError, first_line
+from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.experiment.messages import first_line
 from fedjax_gel.experiment.report import CLIENT_SPREAD
 from fedjax_gel.core.tasks import Metric
 

@@ -50,13 +50,6 @@ class ConfigError(ValueError):
   """Raised for a user error in the configuration; its message is one line naming the flag."""
 
 
-def first_line(e: BaseException) -> str:
-  """The first line of ``e``'s message (its type's name when it has none), for one-line
-  errors that quote a library's reason."""
-  text = str(e).strip()
-  return text.splitlines()[0] if text else type(e).__name__
-
-
 # Seeds: jax.random.key keeps a seed's low 32 bits (others alias one of these), NumPy's
 # RandomState takes no other (``keys.SEED_MAX``).
 seed_range = int_range(0, SEED_MAX, ' (a 32-bit PRNG seed)')

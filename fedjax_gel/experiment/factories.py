@@ -23,7 +23,8 @@ from fedjax_gel.data import registry as data_registry
 from fedjax_gel.data.errors import DataError
 from fedjax_gel.experiment import config as config_lib, dp
 from fedjax_gel.experiment import planning
-from fedjax_gel.experiment.config import Config, ConfigError, first_line
+from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.experiment.messages import first_line, raised_at
 from fedjax_gel.experiment.validation import validate
 
 
@@ -95,15 +96,6 @@ def registered_split(d: config_lib.DataConfig) -> federated_data.FederatedSplit:
         raise DataError(f"{where}: the loader's {part} pool holds a feature {name!r} that is not "
                         'finite (NaN or infinity)')
   return split
-
-
-def raised_at(e: BaseException) -> str:
-  """``at FILE:LINE: Type: message`` of the innermost frame that raised ``e`` (code of the
-  user's own, a registered loader or model, whose failure is one line, not a traceback)."""
-  import traceback  # pylint: disable=g-import-not-at-top
-  frames = traceback.extract_tb(e.__traceback__)
-  at = f'at {frames[-1].filename}:{frames[-1].lineno}: ' if frames else ''
-  return f'{at}{type(e).__name__}: {first_line(e)}'
 
 
 def check_examples(c: Config, split: federated_data.FederatedSplit):

@@ -21,6 +21,7 @@ from fedjax_gel.core import paths
 from fedjax_gel.core.paths import shown
 from fedjax_gel.experiment import config as config_lib
 from fedjax_gel.experiment.config import ConfigError
+from fedjax_gel.experiment.messages import one_line, shorter
 
 # Flags that name a file or folder: ``~`` and ``$VARIABLES`` expanded (``expand_paths``).
 PATHS = ('workdir', 'compilation_cache', *(name for _, name in config_lib.PATH_FIELDS))
@@ -104,11 +105,6 @@ def check_flagfile(path: str, including: tuple = (), reals: tuple = ()
       raise ConfigError(f'{named} line {number}: over {FLAGFILE_LINES:,} flag lines with the '
                         'flag files it includes (one included many times over?)')
   return found
-
-
-def shorter(text: str, width: int = 80) -> str:
-  """``text`` cut to ``width`` characters (an error line quotes it)."""
-  return text if len(text) <= width else text[:width - 3] + '...'
 
 
 PIPE_WAIT_S = 10.   # seconds a flag file that is a pipe may take to be written whole
@@ -254,10 +250,3 @@ def expand_paths(values: flags.FlagValues):
   for name in PATHS:
     if name in values and values[name].value:
       values[name].value = expand_path(name, values[name].value)
-
-
-def one_line(message: str) -> str:
-  """``message`` with every character that is not printable (a line break, a tab, an escape)
-  written as its escape: an error is one line, whatever a user's path or value held (the
-  paths an error names are ``shown`` where it is made; this keeps any other text in line)."""
-  return ''.join(c if c.isprintable() else repr(c)[1:-1] for c in message)

@@ -28,7 +28,8 @@ import signal
 import sys
 
 from fedjax_gel.experiment import cluster
-from fedjax_gel.experiment.config import ConfigError, first_line
+from fedjax_gel.experiment.config import ConfigError
+from fedjax_gel.experiment.messages import first_line
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)   # Ctrl-C, and a scheduler's or kill's request
 INTERRUPTED = 'interrupted (Ctrl-C or a stop signal)'

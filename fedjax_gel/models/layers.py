@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from fedjax_gel.core.backend.conv import (  # pylint: disable=unused-import
