@@ -11,7 +11,7 @@ them). Bad input raises ``ConfigError`` (or ``DataError`` for data files) before
 written.
 
 ``experiment.sweep`` expands a config and a sweep into one config per run. Runs that differ
-only in the seed, the learning rates and other ``factories.batched_flags`` train as one program
+only in the seed, the learning rates and other ``config.batched_flags`` train as one program
 (``core.runs``) where they fit one device's memory (``vmap=False``: one by one); the numbers are
 those of their separate runs.
 """
@@ -43,7 +43,7 @@ def run_dir(workdir: str, c: Config, levels: tuple) -> str:
   seeds, names, lrs, flag = levels
   parts = [workdir] + ([f'seed{c.run.seed}'] if seeds else []) + (
       [c.run_name] if names else []) + ([f'lr{c.algorithm.client_lr:g}'] if lrs else []) + (
-      [f'{flag}{c.flags()[flag]:g}'] if flag in factories.tunable_flags(c) else [])
+      [f'{flag}{c.flags()[flag]:g}'] if flag in config_lib.tunable_flags(c) else [])
   return os.path.join(*parts)
 
 
@@ -337,7 +337,7 @@ def program_groups(p: Plan, vmap: bool) -> list[list[int]]:
     return [[i] for i in todo]
   by_key: dict = {}
   for i in todo:   # a run that resumes never shares a program with one that starts afresh
-    by_key.setdefault((factories.batch_key(p.configs[i]), p.status[i]), []).append(i)
+    by_key.setdefault((config_lib.batch_key(p.configs[i]), p.status[i]), []).append(i)
   out = []
   for group in by_key.values():
     exp = factories.with_config(p.base, p.configs[group[0]])
@@ -374,7 +374,7 @@ def train_group(p: Plan, group: list[int], extra: list, err, phases, runtime) ->
   if p.grid is None:
     configs = [p.configs[i] for i in group]
     flag = p.levels[3]
-    tags = [{flag: x.flags()[flag]} if flag in factories.tunable_flags(x) else {} for x in configs]
+    tags = [{flag: x.flags()[flag]} if flag in config_lib.tunable_flags(x) else {} for x in configs]
     summaries = train(exp, [p.workdirs[i] for i in group], configs, resume=resume,
                       callbacks=extra, err=err, phases=phases, tags=tags, runtime=runtime)
     return dict(zip(group, summaries))
@@ -394,7 +394,7 @@ def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
           tags: Sequence[dict] | None = None,
           runtime: runtime_lib.Runtime | None = None) -> list[dict]:
   """Trains ``configs`` (default ``[exp.config]``; they may differ only in the seed and the
-  ``factories.batched_flags``) on ``exp``'s data and model as one program, run ``i`` into
+  ``config.batched_flags``) on ``exp``'s data and model as one program, run ``i`` into
   ``workdirs[i]``; returns their summaries. ``resume``: continue from the work directories'
   last common checkpoint (else they are started afresh). What ``run`` does for each group of
   runs, for a caller that prepared the experiment itself (``factories.prepare``). ``tags``:

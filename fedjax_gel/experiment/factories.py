@@ -23,7 +23,7 @@ from fedjax_gel.data import registry as data_registry
 from fedjax_gel.data.errors import DataError
 from fedjax_gel.experiment import config as config_lib, dp
 from fedjax_gel.experiment import planning
-from fedjax_gel.experiment.config import Config, ConfigError
+from fedjax_gel.experiment.config import Config, ConfigError, batch_key, batched_flags
 from fedjax_gel.experiment.messages import first_line, raised_at
 from fedjax_gel.experiment.validation import validate
 
@@ -419,37 +419,6 @@ def make_sampler(exp: Experiment) -> Callable:
     return sampling.sample_cohort(root, r, exp.train.counts, spec, client_ids=ids,
                                   client_budgets=budgets)
   return sample
-
-
-# Float flags of the config's sections that runs of one program may differ in (besides the
-# seed), their values the program's data (``core.runs``): the learning rates and the clients'
-# momentum; ``batched_flags`` adds the algorithm's float hyper-parameters.
-BATCHED_FIELDS = ('client_lr', 'server_lr', 'client_momentum')
-
-
-def batched_flags(c: Config) -> tuple[str, ...]:
-  """The flags whose values runs of one program may differ in: the learning rates and the
-  algorithm's float hyper-parameters (but those its builder reads as Python numbers, declared
-  ``static`` in their metadata); each is tested against separate runs."""
-  return BATCHED_FIELDS + tuple(
-      spec_lib.flag_name(f) for f in dataclasses.fields(c.algorithm.hparams)
-      if f.type in ('float', float) and not f.metadata.get('static'))
-
-
-def tunable_flags(c: Config) -> tuple[str, ...]:
-  """The flags a ``hparam_grid`` may vary for ``c``: its algorithm's float hyper-parameters
-  that runs of one program may differ in, and the clients' momentum where its clients have
-  momentum (``AlgorithmSpec.momentum``); a hyper-parameter record may say which of its fields
-  its current settings read (``reads(flag)``, e.g. FedGBO's ``gbo_eps`` not with SGDm)."""
-  reads = getattr(c.algorithm.hparams, 'reads', lambda flag: True)
-  return tuple(f for f in batched_flags(c)
-               if f == 'client_momentum' and c.spec.momentum or
-               f not in BATCHED_FIELDS and reads(f))
-
-
-def batch_key(c: Config) -> Config:
-  """What runs of one program share: the config but its seed and ``batched_flags``."""
-  return c.replace(seed=0, **{f: 0. for f in batched_flags(c)})
 
 
 def make_runs(exp: Experiment, configs, chunk_size: int) -> tuple[runs_lib.RunsProgram, dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from fedjax_gel.experiment import factories, files, grid as grid_lib, plots, report
+from fedjax_gel.experiment import config as config_lib, files, grid as grid_lib, plots, report
 from fedjax_gel.experiment import workdir as workdir_lib
 from fedjax_gel.core.tasks import Metric
 
@@ -114,7 +114,7 @@ def write_report(p, workdir: str, summaries: list[dict], out):
     target = summary['rounds_to_target']
     final, best = summary[f'final_{m.name}'], summary[f'best_{m.name}']
     flag = p.levels[3]
-    value = f', {flag} {x.flags()[flag]:g}' if flag in factories.tunable_flags(x) else ''
+    value = f', {flag} {x.flags()[flag]:g}' if flag in config_lib.tunable_flags(x) else ''
     diverged = (f' (diverged after round {summary["diverged_round"]}: its last finite '
                 'evaluation)' if summary.get('status') == 'diverged' else '')
     print(f'{x.run_name} on {x.data.dataset}, seed {x.run.seed}, client lr '

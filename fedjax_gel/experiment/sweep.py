@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from fedjax_gel.core import checks
-from fedjax_gel.experiment import config as config_lib, factories, grid as grid_lib
+from fedjax_gel.experiment import config as config_lib, grid as grid_lib
 from fedjax_gel.experiment.config import Config, ConfigError, ServerConfig
 from fedjax_gel.experiment.validation import OWN_SERVER, unread_flags, validate
 
@@ -34,7 +34,7 @@ class Sweep:
     client_lrs: the clients' learning rates, one run each (a grid's rows with ``server_lrs``).
     server_lrs: the server's learning rates, a grid's columns.
     hparam_grid: ``(flag, values)``: a float hyper-parameter of the algorithms
-      (``factories.batched_flags``), one run per value for each algorithm that has it, the runs
+      (``config.batched_flags``), one run per value for each algorithm that has it, the runs
       of one algorithm one program where they fit; the report keeps each algorithm's best
       value, as with ``client_lrs``.
 
@@ -146,7 +146,7 @@ def read_variants(configs: list[Config]) -> list[Config]:
 
 def hparam_variants(c: Config, sweep: Sweep) -> list[Config]:
   """``c`` once per value of ``sweep.hparam_grid`` when its algorithm reads that flag."""
-  if not sweep.hparam_grid or sweep.hparam_grid[0] not in factories.tunable_flags(c):
+  if not sweep.hparam_grid or sweep.hparam_grid[0] not in config_lib.tunable_flags(c):
     return [c]
   flag, values = sweep.hparam_grid
   return [c.replace(**{flag: v}) for v in values]
@@ -172,7 +172,7 @@ def check_hparam_grid(sweep: Sweep, configs: list[Config]):
   if sweep.client_lrs or sweep.server_lrs:
     raise ConfigError('--hparam_grid: one grid at a time (not with --client_lr_grid or '
                       '--server_lr_grid)')
-  if not any(flag in factories.tunable_flags(x) for x in configs):
+  if not any(flag in config_lib.tunable_flags(x) for x in configs):
     names = ','.join(dict.fromkeys(x.algorithm.name for x in configs))
     raise ConfigError(f'--hparam_grid: --{flag} is no float hyper-parameter of '
                       f'--algorithm={names}')

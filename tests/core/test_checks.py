@@ -17,5 +17,5 @@ def test_whole_numbers_of_any_kind_are_taken_as_ints(value):
                                    jnp.asarray(True), '4', None, [3], np.array([3, 4]),
                                    float('nan'), float('inf'), 0, -1, np.int32(0)])
 def test_anything_else_is_one_line_naming_the_argument(value):
-  with pytest.raises(ValueError, match=rf'^f: n must be a positive integer, got '):
+  with pytest.raises(ValueError, match=r'^f: n must be a positive integer, got '):
     positive_int('f', 'n', value)

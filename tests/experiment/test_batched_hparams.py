@@ -1,5 +1,5 @@
 """Runs that differ in a float hyper-parameter of their algorithm train as one program
-(``factories.batched_flags``): every such hyper-parameter of every registered algorithm traces,
+(``config.batched_flags``): every such hyper-parameter of every registered algorithm traces,
 and a batch gives the numbers of its separate runs."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from fedjax_gel.algorithms import registry
 from fedjax_gel.core import keys
-from fedjax_gel.experiment import api, factories
+from fedjax_gel.experiment import api, config as config_lib, factories
 from fedjax_gel.experiment.config import make
 
 
@@ -36,7 +36,7 @@ def test_every_batched_hyper_parameter_of_every_algorithm_traces(base, experimen
     c = base.replace(algorithm=spec.name, model='mlp' if spec.name == 'fedmax' else 'logistic',
                      **({'dp_clip_norm': 1.} if spec.private else {}))
     exp = factories.with_config(experiments[c.model.name], c)
-    for flag in factories.batched_flags(c)[2:]:   # beyond the learning rates (test_grid)
+    for flag in config_lib.batched_flags(c)[2:]:   # beyond the learning rates (test_grid)
       value = c.flags()[flag]
       program, hparams = factories.make_runs(exp, [c, c.replace(**{flag: value / 2 or 0.1})], 3)
       assert list(hparams) == [flag]
