@@ -22,7 +22,7 @@ import optax
 from fedjax_gel.core import model_state
 from fedjax_gel.core.algorithm import ClientContext, FederatedAlgorithm, RoundInfo
 from fedjax_gel.spec import AlgorithmSpec
-from fedjax_gel.optim import guessed
+from fedjax_gel.optim import guessed, hyperparams
 
 
 class ServerState(NamedTuple):
@@ -51,16 +51,16 @@ MOMENTUM = (lambda m: 0 <= m < 1, 'in [0, 1)')
 def check(where: str, name: str, value, rule) -> None:
   """A known ``value`` outside ``rule`` (``POSITIVE``, ...) is a ValueError, a non-number a
   TypeError, each naming ``where`` and ``name``; schedules and traced values pass
-  (``guessed.check_hyperparameter``): a learning rate of -1 or NaN, or a string, failed deep
+  (``hyperparams.check_hyperparameter``): a learning rate of -1 or NaN, or a string, failed deep
   inside optax or trained a non-finite model."""
-  guessed.check_hyperparameter(f'{where}: {name}', value, *rule)
+  hyperparams.check_hyperparameter(f'{where}: {name}', value, *rule)
 
 
 def static_zero(value) -> bool:
   """Whether ``value`` is a known number 0 (Python, NumPy or a concrete JAX scalar: a term it
   weighs can be left out); a traced weight (runs batched over it, ``core.runs``) is never known
   to be 0."""
-  return guessed.concrete_scalar(value) == 0
+  return hyperparams.concrete_scalar(value) == 0
 
 
 def local_sgd(loss_fn: Callable, client_optimizer, server_optimizer=None, *,

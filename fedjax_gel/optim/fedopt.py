@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_gel.optim.guessed import check_hyperparameter
+from fedjax_gel.optim.hyperparams import check_hyperparameter, value_at
 
 
 class FedOptState(NamedTuple):
@@ -78,7 +78,7 @@ def _fedopt(learning_rate: optax.ScalarOrSchedule, b1: float, eps: float,
 
   def update_fn(updates, state: FedOptState, params=None, **extra_args):
     del params, extra_args
-    lr = learning_rate(state.count) if callable(learning_rate) else learning_rate
+    lr = value_at(learning_rate, state.count)
     m = jax.tree.map(lambda m, g: (b1 * m + (1 - b1) * g).astype(m.dtype), state.m, updates)
     v = jax.tree.map(lambda v, g: second_moment(v, g).astype(v.dtype), state.v, updates)
     out = jax.tree.map(lambda m, v: (-lr * m / (jnp.sqrt(v) + eps)).astype(m.dtype), m, v)

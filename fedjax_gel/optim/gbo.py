@@ -49,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from fedjax_gel.optim.guessed import check_hyperparameter
+from fedjax_gel.optim.hyperparams import check_hyperparameter, value_at
 
 KINDS = ('sgdm', 'rmsprop', 'adam')
 """The FedGBO optimisers by name (``gbo``'s ``kind``)."""
@@ -141,10 +141,6 @@ def _check_stats(name: str, stats, b1, b2):
                      f'got {have or "neither"}')
 
 
-def _lr(learning_rate, count):
-  return learning_rate(count) if callable(learning_rate) else learning_rate
-
-
 def gbo_client(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
                b2: float | None = None, eps: float = 1e-3
                ) -> optax.GradientTransformationExtraArgs:
@@ -181,7 +177,7 @@ def gbo_client(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
       raise ValueError('gbo_client: update needs the frozen global statistics: '
                        'update(grads, state, params, stats=GBOStats(m, v))')
     _check_stats('gbo_client', stats, b1, b2)
-    lr = _lr(learning_rate, state.count)
+    lr = value_at(learning_rate, state.count)
     updates = _zip(lambda g, m, v: (-lr * _direction(b1, eps, g, m, v)).astype(g.dtype), grads,
                    stats=stats)
     return updates, GBOCountState(optax.safe_increment(state.count))
@@ -254,7 +250,7 @@ def gbo_inverse(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
     _check_stats('gbo_inverse', stats, b1, b2)
     check_hyperparameter('gbo_inverse num_steps', num_steps, lambda k: k > 0, '> 0 (K, the '
                          'mean number of local steps)')
-    g = inverse_step(delta, stats, _lr(learning_rate, state.count), num_steps, b1, eps)
+    g = inverse_step(delta, stats, value_at(learning_rate, state.count), num_steps, b1, eps)
     return g, GBOCountState(optax.safe_increment(state.count))
 
   return optax.GradientTransformationExtraArgs(init, update)
@@ -321,7 +317,7 @@ def gbo_server(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
     if num_steps is None:
       raise ValueError('gbo_server: update needs num_steps=K (the mean number of local steps)')
     k = jnp.asarray(num_steps, jnp.float32)
-    g = inverse_step(delta, state.stats, _lr(learning_rate, state.count), jnp.maximum(k, 1e-30),
+    g = inverse_step(delta, state.stats, value_at(learning_rate, state.count), jnp.maximum(k, 1e-30),
                      b1, eps)
     new = track(state.stats, g, b1, b2)
     stats = jax.tree.map(lambda n, o: jnp.where(k > 0, n, o), new, state.stats)
@@ -360,7 +356,7 @@ def gbo_adaptive(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
   def update(grads, state, params=None, **extra_args):
     del params, extra_args
     new = track(state.stats, grads, b1, b2)
-    lr = _lr(learning_rate, state.count)
+    lr = value_at(learning_rate, state.count)
     updates = _zip(lambda g, m, v: (-lr * _direction(b1, eps, g, m, v)).astype(g.dtype), grads,
                    stats=GBOStats(state.stats.m, new.v))
     return updates, GBOAdaptiveState(optax.safe_increment(state.count), new)

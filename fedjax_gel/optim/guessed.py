@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import operator
 import re
 from typing import Any, NamedTuple
@@ -60,6 +59,7 @@ import optax
 from flax import serialization
 
 from fedjax_gel.optim import guess_wrappers
+from fedjax_gel.optim.hyperparams import check_hyperparameter, value_at
 from fedjax_gel.optim.guess_wrappers import GuessRefusedError
 
 PROXIES = ('zero', 'last_gradient')
@@ -71,40 +71,6 @@ ZERO_RUN = 128   # exact-zero steps in a row that settle an infinite count (see 
 
 class NoGuessStateError(ValueError):
   """Raised by ``guess`` for an optimiser state that holds no GeL state (a ``ValueError``)."""
-
-
-def concrete_values(value) -> np.ndarray | None:
-  """``value``'s numbers as a NumPy array when they are known (a Python number, a NumPy array
-  or scalar, a concrete JAX array); None for traced values (e.g. under ``inject_hyperparams``
-  inside ``jit``), schedules and anything else."""
-  concrete = isinstance(value, (numbers.Number, np.ndarray, np.generic)) or (
-      isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer))
-  return np.asarray(value) if concrete else None
-
-
-def concrete_scalar(value) -> float | None:
-  """``value`` as a float when it is one known number (``concrete_values`` of one element, a
-  shape ``()`` or ``(1,)`` array included); None otherwise."""
-  known = concrete_values(value)
-  return float(known.reshape(())) if known is not None and known.size == 1 else None
-
-
-def check_hyperparameter(name: str, value, ok, need: str) -> None:
-  """Raises ``ValueError`` when a known ``value`` (``concrete_values``) fails ``ok``,
-  ``TypeError`` when it is neither one number (a scalar, or an array of one element), a
-  schedule (callable) nor a traced value (e.g. a string, a list, ``None``, a bool, an array of
-  several numbers: it would have been applied element by element to the parameters it
-  broadcasts against)."""
-  if callable(value) or isinstance(value, jax.core.Tracer):
-    return
-  known = concrete_values(value)
-  if known is None or not (jnp.issubdtype(known.dtype, jnp.floating) or
-                           jnp.issubdtype(known.dtype, jnp.integer)):
-    raise TypeError(f'{name} must be a number, got {value!r}')
-  if known.size != 1:
-    raise TypeError(f'{name} must be one number, got an array of shape {known.shape}')
-  if not all(ok(float(x)) for x in known.reshape(-1)):
-    raise ValueError(f'{name} must be {need}, got {value}')
 
 
 def _f32(x) -> jax.Array:
@@ -175,18 +141,15 @@ def gel_sgdm(learning_rate: optax.ScalarOrSchedule, momentum: float = 0.9,
                        '>= 0 and finite')
   keep_last = proxy == 'last_gradient'
 
-  def lr_at(count):
-    return learning_rate(count) if callable(learning_rate) else learning_rate
-
   def init(params):
     zeros = optax.tree_utils.tree_zeros_like(params)
     count = jnp.zeros([], jnp.int32)
-    return GeLSGDMState(count, zeros, zeros if keep_last else None, _f32(lr_at(count)),
+    return GeLSGDMState(count, zeros, zeros if keep_last else None, _f32(value_at(learning_rate, count)),
                         _f32(momentum))
 
   def update(grads, state, params=None, **extra_args):
     del params, extra_args
-    lr = lr_at(state.count)
+    lr = value_at(learning_rate, state.count)
     v = jax.tree.map(lambda v, g: (momentum * v - lr * g).astype(v.dtype), state.velocity, grads)
     last = jax.tree.map(lambda l, g: jnp.asarray(g, l.dtype), state.last_grad, grads) if keep_last \
         else None
