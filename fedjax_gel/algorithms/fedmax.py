@@ -13,7 +13,8 @@ import optax
 from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.spec import AlgorithmSpec, at_least, hparam
 from fedjax_gel.algorithms.fedavg import AT_LEAST_ZERO, POSITIVE, check, local_sgd
-from fedjax_gel.models.base import Model, max_entropy_loss
+from fedjax_gel.models.base import Model
+from fedjax_gel.models.losses import max_entropy_loss
 
 
 def fedmax(model: Model, client_lr: float, beta: float = 1.0,

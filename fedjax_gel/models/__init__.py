@@ -11,9 +11,11 @@ import functools
 
 from fedjax_gel.core.checks import is_whole, positive_int
 from fedjax_gel.core import tasks
-from fedjax_gel.models.base import (Model, Variables, cross_entropy_loss, from_linen, from_nnx,
-                                    masked_mean, max_entropy_loss, num_params, per_example_loss,
-                                    task_loss)
+from fedjax_gel.core.model_state import Variables
+from fedjax_gel.models.adapters import from_linen, from_nnx
+from fedjax_gel.models.base import Model, num_params
+from fedjax_gel.models.losses import (cross_entropy_loss, masked_mean, max_entropy_loss,
+                                      per_example_loss, task_loss)
 from fedjax_gel.core.tasks import CLASSIFICATION, NEXT_TOKEN, REGRESSION, Task
 from fedjax_gel.models.cnn import (CelebACNN, TwoConvCNN, celeba_cnn, cifar_cnn, femnist_cnn,
                                    gel_femnist_cnn)

@@ -16,7 +16,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_gel.models.base import Model, from_linen
+from fedjax_gel.models.adapters import from_linen
+from fedjax_gel.models.base import Model
 from fedjax_gel.models.layers import conv_general_dilated, dropped, max_pool_2x2
 from fedjax_gel.spec.model import ModelSpec
 

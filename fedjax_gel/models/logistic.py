@@ -5,7 +5,8 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from fedjax_gel.models.base import Model, from_linen
+from fedjax_gel.models.adapters import from_linen
+from fedjax_gel.models.base import Model
 from fedjax_gel.models.layers import dropped
 from fedjax_gel.spec.model import ModelSpec
 

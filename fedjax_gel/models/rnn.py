@@ -12,7 +12,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from fedjax_gel.models import layers
-from fedjax_gel.models.base import Model, from_linen
+from fedjax_gel.models.adapters import from_linen
+from fedjax_gel.models.base import Model
 from fedjax_gel.spec.model import ModelSpec
 
 GATES = ('i', 'f', 'g', 'o')

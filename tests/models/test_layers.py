@@ -190,7 +190,8 @@ def test_lstm_equals_flax_lstm_cell_and_its_gradients(features=3, hidden=5):
 def test_stacked_lstm_fused_and_flax_cells_share_parameters_and_gradients():
   """The model's ``fused`` apply and Flax's cell: the same initial parameters, the same loss
   gradient (Sent140's shape: a dense after the LSTMs)."""
-  from fedjax_gel.models.base import from_linen, cross_entropy_loss
+  from fedjax_gel.models.adapters import from_linen
+  from fedjax_gel.models.losses import cross_entropy_loss
   from fedjax_gel.models.rnn import StackedLSTM
   fused, flax_cell = (from_linen('lstm', StackedLSTM(3, 12, embed_dim=4, hidden=6, dense=5,
                                                      fused=f), (9,), jnp.int32, 3)
