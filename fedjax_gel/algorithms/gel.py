@@ -30,7 +30,7 @@ from fedjax_gel.core import checks
 from fedjax_gel.core.algorithm import FederatedAlgorithm
 from fedjax_gel.spec import AlgorithmSpec, hparam, one_of, within
 from fedjax_gel.algorithms.fedavg import local_sgd, static_zero
-from fedjax_gel.optim.guessed import PROXIES, gel_sgdm
+from fedjax_gel.optim.guessed import PROXIES, check_proxy, gel_sgdm
 
 GUESS_POLICIES = ('none', 'remaining', 'cohort_max', 'inf', 'fixed', 'percent')
 """The kinds of ``GuessPolicy``."""
@@ -134,8 +134,7 @@ def checked_policy(name: str, policy: GuessPolicy, proxy: str, momentum: float) 
   """The policy, checked (``GuessPolicy.check``) and checked against the proxy
   (``guess_conflict``)."""
   policy = policy.check()
-  if proxy not in PROXIES:
-    raise ValueError(f'{name}: unknown guess proxy {proxy!r}; known: {", ".join(PROXIES)}')
+  check_proxy(proxy, f'{name}: ')
   conflict = guess_conflict(policy.kind, proxy, static_zero(momentum))
   if conflict:
     raise ValueError(f'{name}: {conflict}')

@@ -13,10 +13,11 @@ from fedjax_gel.optim.gbo import (KINDS as GBO_KINDS, GBOAdaptiveState, GBOCount
                                   GBOServerState, GBOStats, GlobalBiasedOptimizer, gbo, gbo_adam,
                                   gbo_adaptive, gbo_client, gbo_inverse, gbo_rmsprop, gbo_server,
                                   gbo_sgdm, gbo_track)
+from fedjax_gel.optim.guess_replay import MAX_INFINITE_GUESSES
 from fedjax_gel.optim.guess_wrappers import GuessRefusedError
-from fedjax_gel.optim.guessed import (MAX_INFINITE_GUESSES, PROXIES, GeLSGDMState,
-                                      GuessState, NoGuessStateError, check_guessable, gel_sgdm,
-                                      guess, guessing, has_guess_state, momentum_coefficients,
+from fedjax_gel.optim.guessed import (PROXIES, GeLSGDMState, GuessState, NoGuessStateError,
+                                      check_guessable, gel_sgdm, guess, guessing,
+                                      has_guess_state, momentum_coefficients,
                                       momentum_coefficients_l1)
 
 __all__ = [
