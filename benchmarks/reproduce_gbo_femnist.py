@@ -71,9 +71,14 @@ def kept_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
   best = report.best_values(results, 'client_lr')
   rows = ['| algorithm | client lr kept | max test accuracy here | paper\'s max (full FEMNIST) | '
           'verdict |', '|---|---:|---:|---:|---|']
-  for summary, _ in report.kept_runs(results, 'client_lr'):
-    name = summary['algorithm']
+  kept = {s['algorithm']: s for s, _ in report.kept_runs(results, 'client_lr')}
+  for name in ORDER:
     paper = f'{PAPER_MAX[name]:.1f}%' if name in PAPER_MAX else '-'
+    if name not in kept:   # the grid has not run it (at the current code) yet
+      rows.append(f'| {name} | - | - | {paper} | '
+                  f'{reproduction.NOT_RUN if name in PAPER_MAX else "-"} |')
+      continue
+    summary = kept[name]
     said = reproduction.INCONCLUSIVE if name in PAPER_MAX else '-'   # one seed: no interval
     rows.append(f'| {name} | {best[name]:g} | {100 * summary["best_accuracy"]:.1f}% | {paper} | '
                 f'{said} |')
@@ -130,10 +135,21 @@ def readme_table(out: str) -> list[str]:
 def summary_text(out: str, commands: list[str], minutes: float) -> str:
   results = grid(out)
   kept = report.kept_runs(results, 'client_lr')
-  target = kept[0][0]['target_accuracy']
-  plot_dir = os.path.join(reproduction.REPO, out, 'plots')
-  plots.lr_heatmap(results, os.path.join(plot_dir, 'lr_grid.png'))
-  plots.metric_plots(kept, plot_dir, target)
+  if kept:
+    plot_dir = os.path.join(reproduction.REPO, out, 'plots')
+    plots.lr_heatmap(results, os.path.join(plot_dir, 'lr_grid.png'))
+    plots.metric_plots(kept, plot_dir, kept[0][0]['target_accuracy'])
+    shown = ['![learning-rate grid](plots/lr_grid.png)', '']
+    curves = ['![accuracy against rounds](plots/accuracy_rounds.png)',
+              '![accuracy against uploaded MiB](plots/accuracy_upload.png)', '',
+              'Table 4\'s form at the kept rates (upload and gradient computations until each '
+              'algorithm\'s max accuracy, and until FedAvg\'s max):', '',
+              report.cost_table(kept)]
+  else:
+    shown = ['The grid has not run at the current code yet (its runs from older code are in '
+             'git history); the seeds run at the rates `KEPT` fixes, which the finished grid '
+             'must keep.', '']
+    curves = []
   verdicts = reproduction.no_verdicts()
   rows = kept_table(out, verdicts)
   return '\n'.join([
@@ -143,11 +159,7 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
       f'accelerator): {reproduction.wall_minutes(out, RUNS)}. The grid: one seed (0).', '',
       'Each algorithm ran every client learning rate of the grid; the kept rate is the one with '
       'the highest max test accuracy (evaluated every 5 rounds):', '',
-      '![learning-rate grid](plots/lr_grid.png)', '', *rows, '',
-      '![accuracy against rounds](plots/accuracy_rounds.png)',
-      '![accuracy against uploaded MiB](plots/accuracy_upload.png)', '',
-      'Table 4\'s form at the kept rates (upload and gradient computations until each '
-      'algorithm\'s max accuracy, and until FedAvg\'s max):', '', report.cost_table(kept), '',
+      *shown, *rows, '', *curves, '',
       f'## At the kept rates, 5 paired seeds, {LONG_ROUNDS} rounds', '',
       *seeds_table(out, verdicts), '',
       *reproduction.verdict_lines(verdicts, NOT_ATTEMPTED), '',
