@@ -355,7 +355,7 @@ def train_all(p: Plan, vmap: bool, extra: list, err, phases, runtime) -> list[di
     if st == 'done':   # finished earlier: kept (checkpoints a kill left behind removed)
       name = 'summary.json' if p.grid is None else 'grid.json'
       results[i] = files.read_json_as(os.path.join(p.workdirs[i], name), dict,
-                                            'is damaged; pass --overwrite to train it again')
+                                      'is damaged; pass --overwrite to train it again')
       runtime.write(workdir_lib.remove_checkpoints, p.workdirs[i],   # the rounds it ran (a
                     keep=results[i].get('rounds', p.configs[i].run.num_rounds))   # DP budget's)
       print(f'{p.configs[i].run_name}, seed {p.configs[i].run.seed}: finished earlier in '

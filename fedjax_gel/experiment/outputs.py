@@ -101,7 +101,7 @@ def write_runs_report(configs, workdirs, results, tuned, report_dir: str,
     plotted.append(plots.lr_heatmap(results, os.path.join(report_dir, 'plots', 'lr_grid.png')))
   text = report.report_text(results, tuned)
   files.write_text(os.path.join(report_dir, 'report.md'),
-                         header(configs, workdirs, report_dir, plotted) + '\n\n' + text + '\n')
+                   header(configs, workdirs, report_dir, plotted) + '\n\n' + text + '\n')
   return text, plotted
 
 
@@ -124,7 +124,7 @@ def write_report(p, workdir: str, summaries: list[dict], out):
   tuned = 'client_lr' if p.levels[2] else p.levels[3]
   text, plotted = write_runs_report(p.configs, p.workdirs, results, tuned, workdir, p.plots)
   files.write_json(os.path.join(workdir, 'runs.json'),
-                         workdir_lib.run_names(workdir, p.workdirs))
+                   workdir_lib.run_names(workdir, p.workdirs))
   if len(results) > 1:
     print(text, file=out)
   if not plotted and p.plots:   # (--noplots asked for none)
@@ -157,7 +157,7 @@ def write_grid_report(p, workdir: str, results: list[dict], out):
         f'\n\nHeat map: `{os.path.relpath(w, workdir)}/plots/grid.png`' if p.plots else ''))
   files.write_text(os.path.join(workdir, 'report.md'), '\n\n'.join(tables) + '\n')
   files.write_json(os.path.join(workdir, 'runs.json'),
-                         workdir_lib.run_names(workdir, p.workdirs))
+                   workdir_lib.run_names(workdir, p.workdirs))
   print(f'outputs: {os.path.abspath(workdir)} (config.json, metrics.jsonl, metrics.csv, '
         f'grid.json, summary.json{", plots/grid.png" if p.plots else ""} per grid; report.md)',
         file=out)

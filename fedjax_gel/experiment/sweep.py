@@ -122,13 +122,14 @@ def expand(c: Config, sweep: Sweep = Sweep()) -> list[Config]:
 
 
 def read_variants(configs: list[Config]) -> list[Config]:
-  """A setting away from its default that no run of the command reads (``validation.unread_flags``:
-  another dataset's, another server optimiser's, ...) is a ConfigError naming it: it would
-  change nothing, and the runs' records listed it as if it had. One flag file serves several
-  algorithms and datasets, so a setting one run reads is kept, and recorded as given by the
-  others (``--client_momentum=0`` for FedProx beside FedAvg); the server optimiser's flags go to
-  the algorithms that apply one, those with a server step of their own (FedDyn, AdaBest, FedExP,
-  the FedGBO family) run with the flags' defaults, which their ``config.json`` records."""
+  """A setting away from its default that no run of the command reads
+  (``validation.unread_flags``: another dataset's, another server optimiser's, ...) is a
+  ConfigError naming it: it would change nothing, and the runs' records listed it as if it had.
+  One flag file serves several algorithms and datasets, so a setting one run reads is kept, and
+  recorded as given by the others (``--client_momentum=0`` for FedProx beside FedAvg); the server
+  optimiser's flags go to the algorithms that apply one, those with a server step of their own
+  (FedDyn, AdaBest, FedExP, the FedGBO family) run with the flags' defaults, which their
+  ``config.json`` records."""
   unread = [unread_flags(x) for x in configs]
   first = configs[0]
   fields, values = config_lib.flag_fields(first), first.flags()

@@ -74,7 +74,7 @@ def check_top(workdir: str, workdirs, overwrite: bool):
   if not os.path.exists(listed):
     return
   before = files.read_json_as(listed, list, 'is unreadable; choose another --workdir or pass '
-                        '--overwrite')
+                              '--overwrite')
   left_out = sorted(set(map(str, before)) - set(names))
   if left_out:
     raise ConfigError(f'--workdir={workdir} holds the report of runs this command leaves out '
@@ -94,7 +94,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
     check_workdir(workdir, overwrite)
     return 'new'
   before = files.read_json_as(saved, object, 'is unreadable; choose another --workdir or pass '
-                        '--overwrite')
+                              '--overwrite')
   unreadable = ConfigError(f'{saved} holds no configuration fedjax_gel can read; choose another '
                            '--workdir or pass --overwrite')
   if not before:   # {} (or [], null): every flag at its default is no run's record
@@ -243,7 +243,8 @@ def write_summary(workdir: str, summary: dict):
   checksums of its outputs (``outputs_sha256``), of its settings (``settings_sha256``) and of
   its own fields (``summary_sha256``)."""
   summary['outputs_sha256'] = outputs_sha256(workdir)
-  summary['settings_sha256'] = settings_sha256(files.read_json(os.path.join(workdir, 'config.json')))
+  config = files.read_json(os.path.join(workdir, 'config.json'))
+  summary['settings_sha256'] = settings_sha256(config)
   summary['summary_sha256'] = summary_sha256(summary)
   files.write_json(os.path.join(workdir, 'summary.json'), summary)
 
@@ -315,7 +316,7 @@ def check_extend(workdir: str, rounds: int) -> str:
   if not os.path.exists(summary):
     return 'extend'
   found = files.read_json_as(summary, dict, 'is unreadable; choose another --workdir or pass '
-                       '--overwrite')
+                             '--overwrite')
   status = found.get('status', 'finished')
   # the rounds it ran: fewer than asked where a privacy budget ended it (--dp_target_epsilon)
   rounds = found.get('rounds', rounds) if isinstance(found.get('rounds'), int) else rounds

@@ -317,8 +317,8 @@ def gbo_server(learning_rate: optax.ScalarOrSchedule, b1: float | None = 0.9,
     if num_steps is None:
       raise ValueError('gbo_server: update needs num_steps=K (the mean number of local steps)')
     k = jnp.asarray(num_steps, jnp.float32)
-    g = inverse_step(delta, state.stats, value_at(learning_rate, state.count), jnp.maximum(k, 1e-30),
-                     b1, eps)
+    g = inverse_step(delta, state.stats, value_at(learning_rate, state.count),
+                     jnp.maximum(k, 1e-30), b1, eps)
     new = track(state.stats, g, b1, b2)
     stats = jax.tree.map(lambda n, o: jnp.where(k > 0, n, o), new, state.stats)
     return (jax.tree.map(jnp.negative, delta),

@@ -147,8 +147,8 @@ def gel_sgdm(learning_rate: optax.ScalarOrSchedule, momentum: float = 0.9,
   def init(params):
     zeros = optax.tree_utils.tree_zeros_like(params)
     count = jnp.zeros([], jnp.int32)
-    return GeLSGDMState(count, zeros, zeros if keep_last else None, _f32(value_at(learning_rate, count)),
-                        _f32(momentum))
+    return GeLSGDMState(count, zeros, zeros if keep_last else None,
+                        _f32(value_at(learning_rate, count)), _f32(momentum))
 
   def update(grads, state, params=None, **extra_args):
     del params, extra_args

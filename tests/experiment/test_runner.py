@@ -478,7 +478,7 @@ def test_format_seconds():
 
 def test_diverged_values_are_written_as_null(tmp_path):
   files.write_json(str(tmp_path / 's.json'), {'loss': float('nan'), 'acc': 0.5,
-                                              'best': float('inf')})
+                                        'best': float('inf')})
   assert json.loads((tmp_path / 's.json').read_text()) == {'loss': None, 'acc': 0.5, 'best': None}
 
 
@@ -891,7 +891,7 @@ def test_flags_a_run_does_not_read_are_not_compared_with_an_earlier_record(tmp_p
     files.write_json(str(tmp_path / 'config.json'), recorded.to_json())
     assert workdir_lib.run_status(str(tmp_path), now, False) == 'resume'
   files.write_json(str(tmp_path / 'config.json'),
-                         make(algorithm='fedavgcm', server_lr=0.5).to_json())
+                   make(algorithm='fedavgcm', server_lr=0.5).to_json())
   with pytest.raises(ConfigError, match='--server_lr=0.5 there, 1.0 now'):
     workdir_lib.run_status(str(tmp_path), make(algorithm='fedavgcm'), False)
 
