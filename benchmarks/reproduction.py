@@ -401,14 +401,19 @@ def speedup_table(out: str, pairs: list, paper: dict, target: float,
 
 
 def target_range(out: str, pilot: str = 'pilot', algorithm: Optional[str] = None) -> list[float]:
-  """The targets each speedup is shown across, by one rule for every reproduction: every half
-  point from 85% to 97.5% of the pilot's mean best accuracy (the runs in ``out/pilot``, which
-  fix the target at 95% of it, or those of ``algorithm`` in another run), rounded inwards."""
+  """``targets_around`` the pilot's mean best accuracy (the runs in ``out/pilot``, which fix the
+  target at 95% of it, or those of ``algorithm`` in another run)."""
   found = [s['best_accuracy'] for s, _ in _read(out, pilot)
            if algorithm in (None, s['algorithm'])]
   if not found:
     raise ValueError(f'{out}/{pilot} has no finished runs: the targets come from the pilot')
-  best = float(np.mean(found))
+  return targets_around(float(np.mean(found)))
+
+
+def targets_around(best: float) -> list[float]:
+  """The targets each speedup is shown across, by one rule for every reproduction: every half
+  point from 85% to 97.5% of a reference best accuracy fixed before the runs, rounded
+  inwards."""
   low, high = int(np.ceil(0.85 * best * 200)), int(np.floor(0.975 * best * 200))
   return [k / 200 for k in range(low, high + 1)]
 

@@ -17,6 +17,7 @@ from helpers import REPO
 
 sys.path.insert(0, str(REPO / 'benchmarks'))
 
+import reproduction  # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce_dp_femnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce_gel_femnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce_gel_shakespeare  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -120,24 +121,64 @@ def test_the_readme_tables_are_what_the_committed_results_give(name, pages):
     assert reproduction.readme_block(name, lines, page) == (REPO / page).read_text(), page
 
 
-def test_fedgbo_seeds_run_only_at_the_rates_the_finished_grid_keeps(tmp_path):
-  """The FedGBO script stops before its seeds (``grid_disagrees``) when the grid's best rate of
-  an algorithm is not the one its seeds were fixed at: here a made-up grid of two rates."""
+def made_up_grid(out, best_fedavg_lr: float, fedavg_best: float = 0.8) -> str:
+  """A FedGBO grid of two rates per algorithm under ``out`` (an absolute folder, as --out may
+  be), FedAvg best at ``best_fedavg_lr`` with max accuracy ``fedavg_best``, every other
+  algorithm at its kept rate."""
   import reproduce_gbo_femnist as gbo  # pylint: disable=g-import-not-at-top
+  (out / 'fig2_table4').mkdir(parents=True)
+  (out / 'fig2_table4' / 'report.md').write_text('')
+  for alg, name in gbo.NAMES.items():
+    for lr in {gbo.KEPT[alg], 0.03}:
+      best = lr == (best_fedavg_lr if alg == 'fedavg' else gbo.KEPT[alg])
+      run = out / 'fig2_table4' / name / f'lr{lr:g}'
+      run.mkdir(parents=True)
+      (run / 'summary.json').write_text(json.dumps(
+          {'algorithm': name, 'client_lr': lr,
+           'best_accuracy': (fedavg_best if alg == 'fedavg' else 0.8) if best else 0.5}))
+      (run / 'metrics.jsonl').write_text('{"round": 0}\n')
+  return str(out)
 
-  def grid(best_fedavg_lr):   # an absolute folder, as --out may be
-    out = tmp_path / f'best{best_fedavg_lr:g}'
-    (out / 'fig2_table4').mkdir(parents=True)
-    (out / 'fig2_table4' / 'report.md').write_text('')
-    for alg, name in gbo.NAMES.items():
-      for lr in {gbo.KEPT[alg], 0.03}:
-        best = lr == (best_fedavg_lr if alg == 'fedavg' else gbo.KEPT[alg])
-        run = out / 'fig2_table4' / name / f'lr{lr:g}'
-        run.mkdir(parents=True)
-        (run / 'summary.json').write_text(json.dumps(
-            {'algorithm': name, 'client_lr': lr, 'best_accuracy': 0.8 if best else 0.5}))
-        (run / 'metrics.jsonl').write_text('{"round": 0}\n')
-    return str(out)
-  assert gbo.grid_disagrees(grid(gbo.KEPT['fedavg'])) is None
-  said = gbo.grid_disagrees(grid(0.03))
+
+def test_fedgbo_seeds_run_only_at_the_rates_and_window_the_finished_grid_keeps(tmp_path):
+  """The FedGBO script stops before its seeds (``grid_disagrees``) when the grid's best rate of
+  an algorithm is not the one its seeds were fixed at, or when FedAvg's max there puts targets
+  beyond the seeds' every-round evaluation (``WINDOW``): here made-up grids of two rates."""
+  import reproduce_gbo_femnist as gbo  # pylint: disable=g-import-not-at-top
+  kept = gbo.KEPT['fedavg']
+  assert gbo.grid_disagrees(made_up_grid(tmp_path / 'kept', kept)) is None
+  said = gbo.grid_disagrees(made_up_grid(tmp_path / 'other', 0.03))
   assert said.startswith('error: the grid in ') and "'fedavg': 0.03" in said, said
+  # 97.5% of 0.86 is 83.85%: its targets' top, 83.5%, lies beyond the window's 83%
+  said = gbo.grid_disagrees(made_up_grid(tmp_path / 'high', kept, fedavg_best=0.86))
+  assert said.startswith('error: the grid in ') and 'targets up to 83.5%' in said, said
+  assert gbo.targets(str(tmp_path / 'kept')) == [k / 200 for k in range(136, 157)]   # 68%-78%
+
+
+def test_fedgbo_speedups_across_targets_pair_each_algorithm_with_fedavg(tmp_path):
+  """The FedGBO README's section across targets: before the seeds, one line saying so; with
+  them, a row per target of the grid's range and a column per algorithm against FedAvg, its
+  speedup over the paired seeds (made-up records evaluated every round: FedAvg climbs one
+  point a round, the others about twice as fast)."""
+  import reproduce_gbo_femnist as gbo  # pylint: disable=g-import-not-at-top
+  out = made_up_grid(tmp_path, gbo.KEPT['fedavg'])
+  assert reproduction.NOT_RUN in gbo.targets_section(out)[-1]
+  for alg, name in gbo.NAMES.items():
+    for seed in (0, 1):
+      folder = tmp_path / 'seeds' / alg / f'seed{seed}'
+      (folder / name).mkdir(parents=True)
+      (folder / 'report.md').write_text('')
+      per_round = (100 if alg == 'fedavg' else 50) + 10 * seed + len(name)
+      (folder / name / 'summary.json').write_text(json.dumps({'algorithm': name, 'seed': seed}))
+      (folder / name / 'metrics.jsonl').write_text(''.join(
+          json.dumps({'round': r, 'test_accuracy': r / per_round}) + '\n' for r in range(151)))
+  reproduction._read.cache_clear()   # pylint: disable=protected-access
+  lines = gbo.targets_section(out)
+  header = next(l for l in lines if l.startswith('| target |'))
+  assert header.count('seeds/fedavg fedavg -> ') == len(gbo.KEPT) - 1, header
+  rows = [l for l in lines if l.startswith('| ') and l[2].isdigit()]
+  assert [r.split(' | ')[0] for r in rows] == [f'| {k / 2:g}%' for k in range(136, 157)]
+  # 68%: FedAvg (r / 106, r / 116) at rounds 73 and 79, FedGBO (r / 61, r / 71) at 42 and 49
+  assert rows[0].split(' | ')[2].startswith(f'{76 / 45.5 - 1:+.1%} ('), rows[0]
+  assert 'inexact' not in ''.join(rows)
+  assert (tmp_path / 'plots' / 'speedup_vs_target.png').exists()
