@@ -78,6 +78,11 @@ def grid(out: str) -> list:
                 key=lambda r: (ORDER.index(r[0]['algorithm']), r[0]['client_lr']))
 
 
+def kept_by_name(out: str) -> dict:
+  """The summary of each algorithm's run at the rate the grid kept, by run name."""
+  return {s['algorithm']: s for s, _ in report.kept_runs(grid(out), 'client_lr')}
+
+
 def kept_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
   """Markdown lines: each algorithm's kept learning rate and max accuracy against the paper's,
   with the verdict (one seed: inconclusive), also docs/results.md's table; appends to
@@ -86,7 +91,7 @@ def kept_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
   best = report.best_values(results, 'client_lr')
   rows = ['| algorithm | client lr kept | max test accuracy here | paper\'s max (full FEMNIST) | '
           'verdict |', '|---|---:|---:|---:|---|']
-  kept = {s['algorithm']: s for s, _ in report.kept_runs(results, 'client_lr')}
+  kept = kept_by_name(out)
   for name in ORDER:
     paper = f'{PAPER_MAX[name]:.1f}%' if name in PAPER_MAX else '-'
     if name not in kept:   # the grid has not run it (at the current code) yet
@@ -189,7 +194,7 @@ def targets(out: str) -> Optional[list[float]]:
   """The targets the seeds' speedups over FedAvg are shown across: ``targets_around`` FedAvg's
   max test accuracy in the grid at its kept rate (seed 0, 150 rounds; fixed before the
   seeds); None before the grid has run it."""
-  kept = {s['algorithm']: s for s, _ in report.kept_runs(grid(out), 'client_lr')}
+  kept = kept_by_name(out)
   return (reproduction.targets_around(kept['fedavg']['best_accuracy']) if 'fedavg' in kept
           else None)
 
