@@ -31,7 +31,7 @@ from fedjax_gel.core import checks, keys
 from fedjax_gel.experiment import callbacks as callbacks_lib, factories, grid as grid_lib
 from fedjax_gel.experiment import files, loop as loop_lib, outputs, planning, sinks
 from fedjax_gel.experiment import runtime as runtime_lib
-from fedjax_gel.experiment import config as config_lib, workdir as workdir_lib
+from fedjax_gel.experiment import config as config_lib, config_json, workdir as workdir_lib
 from fedjax_gel.experiment.config import Config
 from fedjax_gel.experiment.progress import Progress
 from fedjax_gel.experiment.sweep import Sweep, checked_configs, expand, tuned_flag
@@ -55,13 +55,13 @@ NEWER_RUN_SETTINGS = ('fuse_small_dots', 'client_distance', 'eval_every_round_fr
 def settings_of_earlier_versions(c) -> dict:
   """``c.to_json()`` as earlier versions wrote it, so that the command of a run they wrote finds
   its folder: the data section flat, as before datasets had settings of their own
-  (``config.flat_data``), and without the newer run settings at their defaults nor the privacy
+  (``config_json.flat_data``), and without the newer run settings at their defaults nor the privacy
   section without differential privacy."""
   record = c.to_json()
   run = {k: v for k, v in record['run'].items() if k not in NEWER_RUN_SETTINGS or v}
   if not c.privacy.on:   # a section newer than them, read only with differential privacy
     record.pop('privacy')
-  return {**record, 'data': config_lib.flat_data(c.data), 'run': run}
+  return {**record, 'data': config_json.flat_data(c.data), 'run': run}
 
 
 def default_workdir(configs, sweep: Sweep = Sweep()) -> str:
@@ -309,7 +309,7 @@ def run_plan(p: 'Plan', workdir: str, vmap: bool, callbacks: Sequence, out, err,
       files.remove_temporaries(os.path.join(w, 'plots'))
   extra = None if p.grid is None else grid_lib.grid_fields(*p.grid)
   for i, (x, w) in enumerate(zip(p.configs, p.workdirs)):
-    record = workdir_lib.config_json(x, p.digests, extra)
+    record = workdir_lib.config_record(x, p.digests, extra)
     if p.status[i] == 'extend':   # --num_rounds raised: go on from the final state
       write(workdir_lib.extend, w, record)
       p.status[i] = 'resume'
@@ -406,7 +406,7 @@ def train(exp: factories.Experiment, workdirs: Sequence[str] | str,
     digests = workdir_lib.input_digests(exp)
     for x, w in zip(configs, workdirs):
       workdir_lib.make_workdir(w)
-      workdir_lib.start(w, workdir_lib.config_json(x, digests))
+      workdir_lib.start(w, workdir_lib.config_record(x, digests))
   first = configs[0]
   seeds = list(dict.fromkeys(x.run.seed for x in configs))
   label = f'{first.run_name}, seed{"s" if len(seeds) > 1 else ""} {", ".join(map(str, seeds))}'

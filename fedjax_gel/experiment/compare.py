@@ -21,7 +21,7 @@ import sys
 from fedjax_gel import spec as spec_lib
 from fedjax_gel.core import paths
 from fedjax_gel.core.paths import shown
-from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment import config as config_lib, config_json
 from fedjax_gel.experiment import files, outputs, validation, workdir as workdir_lib
 from fedjax_gel.experiment.config import Config, ConfigError
 from fedjax_gel.experiment.messages import first_line
@@ -167,7 +167,7 @@ def load_run(run_dir: str) -> tuple[Config, dict, list[dict], dict]:
     except (ValueError, RecursionError):
       raise ConfigError(f'{shown(path)}: not valid JSON (damaged?)') from None
   try:
-    config = Config.from_json(parts['config.json'])
+    config = config_json.read(parts['config.json'])
     found = [p for r in [*(getattr(config, s) for s in config_lib.SECTIONS),
                          config.data.hparams, config.algorithm.hparams]
              for p in spec_lib.problems(r, checks=False)]

@@ -103,7 +103,7 @@ class DataConfig:
   spec's defaults).
 
   A ``config.json`` of earlier versions held one flat ``data`` section of every dataset's
-  settings; ``Config.from_json`` reads it as these fields, the chosen dataset's own settings
+  settings; ``config_json.read`` reads it as these fields, the chosen dataset's own settings
   (its spec's ``hparams`` fields, by name) as ``hparams``, and drops the other datasets' (which
   its runs did not read)."""
   dataset: str = hparam('leaf_synthetic', f'One of {", ".join(DATASETS)}, or a dataset '
@@ -381,8 +381,8 @@ class Config:
 
   Defaults follow the GeL paper's Synthetic FedAvgCM setting (Boukhari et al. 2023, "Boosting
   Federated Learning in Resource-Constrained Networks", §4 and App. E). ``make(**flags)``
-  builds one from flag names, ``replace(**flags)`` changes some, ``to_json``/``from_json``
-  are ``config.json``.
+  builds one from flag names, ``replace(**flags)`` changes some, ``to_json`` is
+  ``config.json`` (read back by ``config_json.read``).
 
   Attributes:
     data: where the clients' data comes from and how it is split, with the dataset's own
@@ -451,79 +451,6 @@ class Config:
 
   def to_json(self) -> dict:
     return dataclasses.asdict(self)
-
-  @classmethod
-  def from_json(cls, d: dict) -> 'Config':
-    """The inverse of ``to_json`` (keys outside the sections are ignored). A flat record of
-    flags (``config.json`` of fedjax_gel before sections) is read too, and so is a flat
-    ``data`` section (before datasets had settings of their own: ``DataConfig``)."""
-    if 'data' not in d:
-      name = d.get('algorithm', AlgorithmConfig.name)
-      dataset = d.get('dataset', DataConfig.dataset)
-      keep = set(section_flag_names()) | set(hparam_flags(name)) | set(dataset_flags(dataset))
-      d = {('target' if k == 'target_accuracy' else k): v for k, v in d.items()}
-      return make(**{k: v for k, v in d.items() if k in keep})
-    sections = {k: dict(d.get(k, {})) for k in SECTIONS}
-    if 'target_accuracy' in sections['run']:   # config.json before --target_accuracy became --target
-      sections['run']['target'] = sections['run'].pop('target_accuracy')
-    algo = sections['algorithm']
-    hparams = algo.pop('hparams', None) or {}
-    algo['hparams'] = AlgorithmConfig(algo.get('name', AlgorithmConfig.name)).spec.hparams(
-        **hparams)
-    sections['data'] = data_section(sections['data'])
-    sections['cohort']['budget_range'] = tuple(sections['cohort'].get(
-        'budget_range', CohortConfig.budget_range))
-    return cls(**{k: SECTIONS[k](**v) for k, v in sections.items()})
-
-
-def data_section(data: dict) -> dict:
-  """The ``DataConfig`` fields of a ``config.json``'s ``data`` section: its common fields and
-  ``hparams``, the dataset's record. A flat section (earlier versions: every dataset's settings
-  side by side) gives the chosen dataset's own settings, by name, to ``hparams`` and drops the
-  others, which its runs did not read. A dataset this process does not know (registered by
-  the code that ran it) keeps the settings the file holds, read back as a record of them."""
-  common = {f.name for f in dataclasses.fields(DataConfig)} - {'hparams'}
-  name = data.get('dataset', DataConfig.dataset)
-  known = name in data_registry.names()
-  own = data.get('hparams')
-  if own is None:   # a flat section
-    names = {f.name for f in dataclasses.fields(data_registry.get(name).hparams)} if known else ()
-    own = {k: v for k, v in data.items() if k in names}
-  out = {k: v for k, v in data.items() if k in common}
-  out['hparams'] = (data_registry.get(name).hparams(**own) if known else read_back(own))
-  return out
-
-
-def read_back(values: dict):
-  """A frozen record of ``values`` (the settings of a dataset this process does not know), its
-  fields typed by the values (so that ``problems(checks=False)`` reads them)."""
-  fields = [(k, type(v).__name__ if v is not None else 'Optional[str]',
-             hparam(v, 'read back from a config.json')) for k, v in values.items()]
-  record = dataclasses.make_dataclass('ReadBack', fields, frozen=True)
-  return record()
-
-
-def flat_data(d: DataConfig) -> dict:
-  """The data section as ``config.json`` held it before datasets had settings of their own:
-  the common fields and every built-in dataset's settings, the chosen dataset's as set, the
-  others at their defaults (``api.default_workdir`` names a command's folder by it, so that a
-  command finds the runs an earlier version wrote)."""
-  defaults = {}
-  for spec in data_registry.BUILTIN:
-    for f in dataclasses.fields(spec.hparams):
-      defaults.setdefault(f.name, f.default)
-  common = section_flags(d)
-  return {**common, **defaults, **dataclasses.asdict(d.hparams)} if d.hparams is not None else {
-      **common, **defaults}
-
-
-def json_extras(d: dict) -> dict:
-  """The fields of a ``config.json`` that are not the Config's (a grid's, for example)."""
-  from fedjax_gel.algorithms import registry   # pylint: disable=g-import-not-at-top
-  known = set(SECTIONS) if 'data' in d else (
-      set(section_flag_names()) | set(registry.hparam_fields()) |
-      set(data_registry.hparam_fields()))
-  return {k: v for k, v in d.items() if k not in known}
 
 
 def section_flags(record) -> dict:

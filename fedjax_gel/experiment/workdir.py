@@ -22,8 +22,8 @@ import numpy as np
 
 from fedjax_gel.core import paths
 from fedjax_gel.experiment import checkpoint, files, validation
-from fedjax_gel.experiment import config as config_lib
-from fedjax_gel.experiment.config import Config, ConfigError, json_extras
+from fedjax_gel.experiment import config as config_lib, config_json
+from fedjax_gel.experiment.config import Config, ConfigError
 
 
 def check_folder(workdir: str):
@@ -100,7 +100,7 @@ def run_status(workdir: str, c: Config, overwrite: bool, extra: dict | None = No
   if not before:   # {} (or [], null): every flag at its default is no run's record
     raise unreadable
   try:
-    before = {**Config.from_json(before).flags(), **json_extras(before)}
+    before = {**config_json.read(before).flags(), **config_json.extras(before)}
   except (TypeError, ValueError, KeyError, AttributeError):   # AttributeError: not an object
     raise unreadable from None
   now = json.loads(json.dumps({**c.flags(), **(extra or {})}))
@@ -167,7 +167,7 @@ def input_digests(exp) -> dict:
   return digests
 
 
-def config_json(c: Config, digests: dict, extra: dict | None = None) -> dict:
+def config_record(c: Config, digests: dict, extra: dict | None = None) -> dict:
   """A run's ``config.json``: ``c``'s sections, the ``extra`` fields (a grid's) and the
   ``digests`` of its inputs (``input_digests``)."""
   return {**c.to_json(), **(extra or {}), **digests}

@@ -11,8 +11,8 @@ import pytest
 from fedjax_gel import report as report_cli
 from fedjax_gel.experiment import api, compare
 from fedjax_gel.experiment import workdir as workdir_lib
-from fedjax_gel.experiment import config as config_lib
-from fedjax_gel.experiment.config import Config, ConfigError, make
+from fedjax_gel.experiment import config_json
+from fedjax_gel.experiment.config import ConfigError, make
 from fedjax_gel.experiment.sweep import Sweep
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -229,11 +229,11 @@ def test_runs_of_a_dataset_this_process_does_not_know_are_read_back_and_compared
     saved = make(dataset='gone', spread=0.5).to_json()
   finally:
     data_registry.unregister('gone')
-  c = Config.from_json(saved)
+  c = config_json.read(saved)
   assert c.data.hparams.spread == 0.5 and c.flags()['spread'] == 0.5
   assert compare.comparable_flags(c)['spread'] == 0.5
   flat = {**saved, 'data': {k: v for k, v in saved['data'].items() if k != 'hparams'}}
-  assert Config.from_json(flat).data.dataset == 'gone'
+  assert config_json.read(flat).data.dataset == 'gone'
   compare.check_comparable([c, c], ['ra', 'rb'], [{}, {}])
 
 
@@ -242,7 +242,7 @@ def test_runs_compare_without_the_settings_they_do_not_read_and_by_path_without_
   version) does not keep them apart; a run of an earlier version, which records no digest of
   its data, is compared by its data path (other data was accepted)."""
   a = make(dataset='leaf_synthetic')   # an earlier version's flat data section held it
-  b = Config.from_json({**a.to_json(), 'data': {**config_lib.flat_data(a.data), 'split_gap': 5}})
+  b = config_json.read({**a.to_json(), 'data': {**config_json.flat_data(a.data), 'split_gap': 5}})
   compare.check_comparable([a, b], ['ra', 'rb'], [{'data_sha256': 'x'}, {'data_sha256': 'x'}])
   x = make(dataset='leaf', data_path='one.json')
   y = x.replace(data_path='two.json')

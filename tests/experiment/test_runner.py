@@ -19,12 +19,12 @@ from fedjax_gel.core.backend import xla
 from fedjax_gel.core.sampling import CohortSpec
 from fedjax_gel.spec import Setting
 from fedjax_gel.experiment import checkpoint
-from fedjax_gel.experiment import config as config_lib
+from fedjax_gel.experiment import config as config_lib, config_json
 from fedjax_gel.experiment import loop as loop_lib
 from fedjax_gel.experiment import progress as progress_lib
 from fedjax_gel.experiment import api, callbacks, factories, files, planning, validation
 from fedjax_gel.experiment import workdir as workdir_lib
-from fedjax_gel.experiment.config import CohortConfig, Config, ConfigError, make
+from fedjax_gel.experiment.config import CohortConfig, ConfigError, make
 from fedjax_gel.experiment.sweep import Sweep, expand
 
 import helpers
@@ -100,7 +100,7 @@ def test_config_json_round_trips(runs):
   assert loaded['data_sha256'] == federated_data.digest(*factories.load_split(c))
   assert loaded['algorithm']['name'] == c.algorithm.name
   assert loaded['cohort']['budget_range'] == list(c.cohort.budget_range)
-  assert Config.from_json(loaded) == c
+  assert config_json.read(loaded) == c
 
 
 def test_a_flat_config_json_of_earlier_versions_is_read():
@@ -108,15 +108,15 @@ def test_a_flat_config_json_of_earlier_versions_is_read():
   hyper-parameters; those of other algorithms are dropped."""
   flat = {'dataset': 'leaf', 'data_path': 'x.json', 'algorithm': 'gel', 'guess_tau': 20,
           'prox_mu': 0.5, 'client_lr': 0.1, 'budget_range': [2, 3], 'seed': 4}
-  c = Config.from_json(flat)
+  c = config_json.read(flat)
   assert c == make(dataset='leaf', data_path='x.json', algorithm='gel', guess_tau=20,
                    client_lr=0.1, budget_range=(2, 3), seed=4)
   assert c.algorithm.hparams.guess_tau == 20 and c.cohort.budget_range == (2, 3)
   # --target was --target_accuracy: both forms of such a config.json keep its target.
-  assert Config.from_json({**flat, 'target_accuracy': 0.7}).run.target == 0.7
+  assert config_json.read({**flat, 'target_accuracy': 0.7}).run.target == 0.7
   sections = make(target=0.6).to_json()
   sections['run']['target_accuracy'] = sections['run'].pop('target')
-  assert Config.from_json(sections) == make(target=0.6)
+  assert config_json.read(sections) == make(target=0.6)
 
 
 def test_a_flat_data_section_of_earlier_versions_is_read():
@@ -125,13 +125,13 @@ def test_a_flat_data_section_of_earlier_versions_is_read():
   default work directory's name is the one that version gave the same command."""
   c = make(dataset='sent140', data_path='x.json', vocab_size=500, leaf_sample='niid',
            train_fraction=0.8)
-  flat = {**c.to_json(), 'data': config_lib.flat_data(c.data)}
+  flat = {**c.to_json(), 'data': config_json.flat_data(c.data)}
   assert flat['data']['vocab_size'] == 500 and flat['data']['fedprox_iid'] is False
   assert len(flat['data']) == 23 and 'hparams' not in flat['data']   # as that version wrote it
-  assert Config.from_json(flat) == c
-  assert Config.from_json({**flat, 'data': {**flat['data'], 'num_clients': 7}}) == c
+  assert config_json.read(flat) == c
+  assert config_json.read({**flat, 'data': {**flat['data'], 'num_clients': 7}}) == c
   assert c.data.hparams.vocab_size == 500 and c.flags()['leaf_sample'] == 'niid'
-  assert 'num_clients' not in c.flags() and Config.from_json(c.to_json()) == c
+  assert 'num_clients' not in c.flags() and config_json.read(c.to_json()) == c
   # the names that version (6ea9724, before --fuse_small_dots too) gave these runs' folders:
   # the same command finds them again; the fused products, asked for, are other settings
   assert api.default_workdir([make()]) == 'runs/fedavgcm_leaf_synthetic_159f70e89431'
