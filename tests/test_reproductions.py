@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO / 'benchmarks'))
 
 import reproduction  # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce_dp_femnist  # pylint: disable=g-import-not-at-top,wrong-import-position
+import reproduce_gbo_femnist as gbo  # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce_gel_femnist  # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce_gel_shakespeare  # pylint: disable=g-import-not-at-top,wrong-import-position
 import reproduce_gel_synthetic  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -52,6 +53,8 @@ def records(path: pathlib.Path, last: int) -> list[dict]:
 SLICES = {
     'dp_femnist': (reproduce_dp_femnist.RUNS, 'z1/seed0',
                    ['--algorithm=dp_fedavg', '--num_rounds=5'], {'dp_fedavg': '.'}),
+    'gbo_femnist': (gbo.RUNS, 'fig2_table4', ['--algorithm=fedgbo', '--num_rounds=5'],
+                    {f'fedgbo_sgdm/lr{lr}': f'lr{lr}' for lr in ('0.01', '0.03', '0.1')}),
     'gel_femnist': (reproduce_gel_femnist.RUNS, 'table1/seed0',
                     ['--algorithm=gel', '--num_rounds=5'], {'gel': '.'}),
     'gel_shakespeare': (reproduce_gel_shakespeare.RUNS, 'table1/seed0',
@@ -125,7 +128,6 @@ def made_up_grid(out, best_fedavg_lr: float, fedavg_best: float = 0.8) -> str:
   """A FedGBO grid of two rates per algorithm under ``out`` (an absolute folder, as --out may
   be), FedAvg best at ``best_fedavg_lr`` with max accuracy ``fedavg_best``, every other
   algorithm at its kept rate."""
-  import reproduce_gbo_femnist as gbo  # pylint: disable=g-import-not-at-top
   (out / 'fig2_table4').mkdir(parents=True)
   (out / 'fig2_table4' / 'report.md').write_text('')
   for alg, name in gbo.NAMES.items():
@@ -144,7 +146,6 @@ def test_fedgbo_seeds_run_only_at_the_rates_and_window_the_finished_grid_keeps(t
   """The FedGBO script stops before its seeds (``grid_disagrees``) when the grid's best rate of
   an algorithm is not the one its seeds were fixed at, or when FedAvg's max there puts targets
   beyond the seeds' every-round evaluation (``WINDOW``): here made-up grids of two rates."""
-  import reproduce_gbo_femnist as gbo  # pylint: disable=g-import-not-at-top
   kept = gbo.KEPT['fedavg']
   assert gbo.grid_disagrees(made_up_grid(tmp_path / 'kept', kept)) is None
   said = gbo.grid_disagrees(made_up_grid(tmp_path / 'other', 0.03))
@@ -160,7 +161,6 @@ def test_fedgbo_speedups_across_targets_pair_each_algorithm_with_fedavg(tmp_path
   them, a row per target of the grid's range and a column per algorithm against FedAvg, its
   speedup over the paired seeds (made-up records evaluated every round: FedAvg climbs one
   point a round, the others about twice as fast)."""
-  import reproduce_gbo_femnist as gbo  # pylint: disable=g-import-not-at-top
   out = made_up_grid(tmp_path, gbo.KEPT['fedavg'])
   assert reproduction.NOT_RUN in gbo.targets_section(out)[-1]
   for alg, name in gbo.NAMES.items():
