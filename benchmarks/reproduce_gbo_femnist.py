@@ -10,8 +10,10 @@ rule: while an algorithm's best rate is the grid's largest, the grid is extended
 is the union. Then each algorithm at the rate the grid kept, 5 paired seeds over 300 rounds, a
 command per seed into ``seeds/<algorithm>/seed<S>`` (``reproduction.Run``); those rates are
 fixed in ``KEPT``, and the script stops before the seeds when the finished grid keeps others
-(or gives targets beyond the seeds' every-round evaluation, ``WINDOW``). A finished command
-is skipped, an interrupted one resumes. Then writes into ``--out``:
+(or gives targets beyond the seeds' every-round evaluation, ``WINDOW``). The seeds run seed
+after seed (every algorithm's seed 0, then every algorithm's seed 1, ...), so that a
+reproduction stopped half way has paired seeds of every algorithm. A finished command is
+skipped, an interrupted one resumes. Then writes into ``--out``:
 
 * ``plots/lr_grid.png``: every algorithm's best test accuracy per learning rate of the grid;
 * ``plots/accuracy_rounds.png``, ``plots/accuracy_upload.png``: test accuracy of each
@@ -243,7 +245,7 @@ def main(argv=None):
     reproduce(GRID)
     if (said := grid_disagrees(a.out)) is not None:
       sys.exit(said)
-  reproduce(RUNS)
+  reproduce(RUNS, by_seed=True)
 
 
 if __name__ == '__main__':
