@@ -50,7 +50,7 @@ GRID = [reproduction.Run('fig2_table4', [f'--flagfile={FLAGS}']),
 # to one accuracy as the paper finds after 5,000
 KEPT = {'fedavg': 0.1, 'fedprox': 0.1, 'fedgbo': 1, 'mfl': 1, 'mimelite': 0.1, 'mimexlite': 0.1}
 LONG_ROUNDS = 300
-LAST = 50   # the rounds whose mean accuracy is where a run settles (``last_accuracy``)
+LAST = 50   # the rounds whose mean accuracy is where a run settles (``settled_accuracy``)
 # The seeds evaluate every round from 65% test accuracy until 83% (fixed before they ran), so
 # that their rounds to every target of ``targets`` are exact: the targets come from the grid's
 # FedAvg (83.3% max in its older runs: targets 71% to 81%), and the accuracy climbs up to 6
@@ -157,49 +157,65 @@ def best_round(records: list) -> int:
   return next(r['round'] for r in records if r.get('test_accuracy') == best)
 
 
-def last_accuracy(records: list) -> float:
-  """A run's mean test accuracy over its last ``LAST`` rounds' evaluations (where it settles;
-  the max alone is one evaluation's noise above it)."""
-  end = records[-1]['round']
+def settled_accuracy(run: tuple) -> Optional[float]:
+  """A run's mean test accuracy over the evaluations of its last ``LAST`` rounds, where it
+  settles (the max alone is one evaluation's noise above it); None for a run that diverged
+  before ``LONG_ROUNDS`` (it settles nowhere)."""
+  summary, records = run
+  if summary['diverged_round'] is not None:
+    return None
   return float(np.mean([r['test_accuracy'] for r in records
-                        if 'test_accuracy' in r and r['round'] > end - LAST]))
+                        if 'test_accuracy' in r and r['round'] > LONG_ROUNDS - LAST]))
+
+
+def diverged_text(runs: dict) -> str:
+  """``1/5 (round 126)``: of a row's seeds, those that diverged and when."""
+  found = sorted(s['diverged_round'] for s, _ in runs.values() if s['diverged_round'] is not None)
+  rounds = f' (round {", ".join(map(str, found))})' if found else ''
+  return f'{len(found)}/{len(runs)}{rounds}'
 
 
 def against_fedavg_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
-  """Markdown lines: each algorithm's max test accuracy and its accuracy over the last ``LAST``
-  rounds minus FedAvg's on the same seed (points, mean +- 95% CI over the paired seeds), the
-  max's difference judged against the paper's (Table 4), and the round of each max; appends
-  to ``verdicts``. Paired differences answer the paper's question, whether the algorithms
+  """Markdown lines: each algorithm's max test accuracy, and its settled accuracy
+  (``settled_accuracy``, over the seeds neither diverged on), minus FedAvg's on the same seed
+  (points, mean +- 95% CI over the paired seeds), the max's difference judged against the
+  paper's (Table 4), the round of each max and the seeds that diverged; appends to
+  ``verdicts``. Paired differences answer the paper's question, whether the algorithms
   converge to one accuracy, more precisely than the max accuracies' own intervals."""
   runs = {alg: reproduction.load(out, f'seeds/{alg}', NAMES[alg]) for alg in KEPT}
   fedavg = runs['fedavg']
   rows = ['| algorithm | paired seeds | max accuracy - FedAvg\'s (points; mean +- 95% CI) | '
-          "paper's (Table 4) | verdict | last "
-          f'{LAST} rounds\' accuracy - FedAvg\'s (points) | round of the max (mean +- 95% CI) |',
-          '|---|---:|---:|---:|---|---:|---:|']
+          f"paper's (Table 4) | verdict | last {LAST} rounds' accuracy - FedAvg's (points; "
+          'seeds neither diverged on) | round of the max (mean +- 95% CI) | diverged |',
+          '|---|---:|---:|---:|---|---:|---:|---:|']
   for alg in KEPT:
-    name = NAMES[alg]
-    paired = [k for k in runs[alg] if k in fedavg]
+    name, own = NAMES[alg], runs[alg]
+    paired = [k for k in own if k in fedavg]
     paper = (PAPER_MAX[name] - PAPER_MAX['fedavg'] if name in PAPER_MAX and alg != 'fedavg'
              else None)
     paper_text = '-' if paper is None else f'{paper:+.1f}'
-    at_max = report.mean_ci_text([best_round(runs[alg][k][1]) for k in runs[alg]], 1)
+    tail = (f'{report.mean_ci_text([best_round(r) for _, r in own.values()], 1)} | '
+            f'{diverged_text(own)} |' if own else '- | - |')
     if alg == 'fedavg' or len(paired) < 2:
       said = '-' if paper is None else reproduction.INCONCLUSIVE if paired else reproduction.NOT_RUN
-      rows.append(f'| {name} | {len(paired)} | - | {paper_text} | {said} | - | '
-                  f'{at_max if runs[alg] else "-"} |')
+      rows.append(f'| {name} | {len(paired)} | - | {paper_text} | {said} | - | {tail}')
       continue
-    diff = lambda f: [100 * (f(runs[alg][k]) - f(fedavg[k])) for k in paired]
-    mean, half = report.mean_ci(diff(lambda run: run[0]['best_accuracy']))
-    last, last_half = report.mean_ci(diff(lambda run: last_accuracy(run[1])))
+    best = [100 * (own[k][0]['best_accuracy'] - fedavg[k][0]['best_accuracy']) for k in paired]
+    mean, half = report.mean_ci(best)
+    settled = [(settled_accuracy(own[k]), settled_accuracy(fedavg[k])) for k in paired]
+    settled = [100 * (a - b) for a, b in settled if a is not None and b is not None]
+    if len(settled) >= 2:
+      low, wide = report.mean_ci(settled)
+      settled_text = f'{low:+.1f} +- {wide:.1f} ({len(settled)}/{len(paired)})'
+    else:
+      settled_text = f'- ({len(settled)}/{len(paired)})'
     said = '-' if paper is None else reproduction.verdict(paper, mean - half, mean + half)
     if verdicts is not None and paper is not None:
       verdicts[said].append(f'{name}: max test accuracy {mean:+.1f} +- {half:.1f} points from '
                             f'FedAvg\'s over {len(paired)} paired seeds in {LONG_ROUNDS} rounds, '
                             f'the paper\'s {paper:+.1f} after 5,000 rounds')
     rows.append(f'| {name} | {len(paired)} | {mean:+.1f} +- {half:.1f} | {paper_text} | '
-                f'{"-" if said == "-" else reproduction.shown(said)} | '
-                f'{last:+.1f} +- {last_half:.1f} | {at_max} |')
+                f'{"-" if said == "-" else reproduction.shown(said)} | {settled_text} | {tail}')
   return rows
 
 
@@ -240,7 +256,8 @@ def summary_text(out: str, commands: list[str], minutes: float) -> str:
       f'## At the kept rates, 5 paired seeds, {LONG_ROUNDS} rounds', '',
       *seeds_table(out, verdicts), '',
       f'The same seeds against FedAvg on each seed (the last {LAST} rounds\' accuracy is the '
-      'mean of their evaluations, where a run settles):', '',
+      'mean of their evaluations, where a run settles; a seed that diverged settles nowhere and '
+      'is left out of it):', '',
       *against_fedavg_table(out, verdicts), '',
       *reproduction.verdict_lines(verdicts, NOT_ATTEMPTED), '',
       *targets_section(out), '',

@@ -159,15 +159,19 @@ def test_fedgbo_seeds_run_only_at_the_rates_and_window_the_finished_grid_keeps(t
 
 def made_up_seeds(out, seeds, accuracy) -> None:
   """Made-up FedGBO seeds under ``out``: each algorithm's run per seed, evaluated every round
-  from 0 to 150 at test accuracy ``accuracy(alg, name, seed, round)``."""
+  from 0 to ``gbo.LONG_ROUNDS`` at test accuracy ``accuracy(alg, name, seed, round)``, a run
+  diverged at the first round that gives None."""
   for alg, name in gbo.NAMES.items():
     for seed in seeds:
       folder = out / 'seeds' / alg / f'seed{seed}'
       (folder / name).mkdir(parents=True)
       (folder / 'report.md').write_text('')
-      curve = [accuracy(alg, name, seed, r) for r in range(151)]
+      curve = [accuracy(alg, name, seed, r) for r in range(gbo.LONG_ROUNDS + 1)]
+      diverged = curve.index(None) if None in curve else None
+      curve = curve[:diverged]
       (folder / name / 'summary.json').write_text(json.dumps(
-          {'algorithm': name, 'seed': seed, 'best_accuracy': max(curve)}))
+          {'algorithm': name, 'seed': seed, 'best_accuracy': max(curve),
+           'diverged_round': diverged}))
       (folder / name / 'metrics.jsonl').write_text(''.join(
           json.dumps({'round': r, 'test_accuracy': a}) + '\n' for r, a in enumerate(curve)))
   reproduction._read.cache_clear()   # pylint: disable=protected-access
@@ -176,21 +180,32 @@ def made_up_seeds(out, seeds, accuracy) -> None:
 def test_fedgbo_accuracy_against_fedavg_is_paired_by_seed(tmp_path):
   """The FedGBO README's table against FedAvg: per algorithm, its max and its last 50 rounds'
   accuracy minus FedAvg's on the same seed, with Student's 95% interval over the paired seeds
-  and the verdict against the paper's difference, and the round of each max (made-up seeds:
-  FedAvg levels off at 80% in round 80, FedGBO at 90%, 92% and 94% in rounds 45 to 47, every
-  other algorithm is FedAvg)."""
+  (the latter over those neither diverged on) and the verdict against the paper's difference,
+  the round of each max and the seeds that diverged (made-up seeds: FedAvg levels off at 80%
+  in round 80, FedGBO at 90%, 92% and 94% in rounds 45 to 47, MFL is FedAvg but diverges on
+  seed 2 in round 200 after 84% in round 150, every other algorithm is FedAvg)."""
   out = made_up_grid(tmp_path, gbo.KEPT['fedavg'])
-  made_up_seeds(tmp_path, (0, 1, 2), lambda alg, name, seed, r:
-                min(r, 45 + seed) / 50 if alg == 'fedgbo' else min(r, 80) / 100)
+  def accuracy(alg, name, seed, r):
+    if alg == 'fedgbo':
+      return min(r, 45 + seed) / 50
+    if alg == 'mfl' and seed == 2:
+      return None if r >= 200 else 0.84 if r >= 150 else min(r, 80) / 100
+    return min(r, 80) / 100
+  made_up_seeds(tmp_path, (0, 1, 2), accuracy)
   verdicts = reproduction.no_verdicts()
   rows = {l.split(' | ')[0][2:]: l.split(' | ') for l in gbo.against_fedavg_table(out, verdicts)}
   half = 4.303 * 2 / 3**0.5   # t_{0.975, 2} s / sqrt(3) of the differences 10, 12, 14
   assert rows['fedgbo_sgdm'][1:6] == ['3', f'+12.0 +- {half:.1f}', '-0.2', '**not reproduced**',
-                                      f'+12.0 +- {half:.1f}'], rows['fedgbo_sgdm']
-  assert rows['fedgbo_sgdm'][6] == f'46.0 +- {4.303 / 3**0.5:.1f} |'
+                                      f'+12.0 +- {half:.1f} (3/3)'], rows['fedgbo_sgdm']
+  assert rows['fedgbo_sgdm'][6:] == [f'46.0 +- {4.303 / 3**0.5:.1f}', '0/3 |']
   # FedProx is FedAvg: the paper's 0.0 inside an interval of width 0, which cannot exclude 0
   assert rows['fedprox'][2:5] == ['+0.0 +- 0.0', '+0.0', 'inconclusive'], rows['fedprox']
-  assert rows['fedavg'][1:] == ['3', '-', '-', '-', '-', '80.0 +- 0.0 |'], rows['fedavg']
+  assert rows['fedavg'][1:] == ['3', '-', '-', '-', '-', '80.0 +- 0.0', '0/3 |'], rows['fedavg']
+  # MFL's max is 4 points above FedAvg's on seed 2, its settled accuracy is over seeds 0 and 1
+  half = 4.303 * (16 / 3)**0.5 / 3**0.5   # the differences 0, 0, 4
+  at_max = 4.303 * (4900 / 3)**0.5 / 3**0.5   # the rounds 80, 80, 150
+  assert rows['mfl_sgdm'][2:] == [f'+1.3 +- {half:.1f}', '-', '-', '+0.0 +- 0.0 (2/3)',
+                                  f'103.3 +- {at_max:.1f}', '1/3 (round 200) |'], rows['mfl_sgdm']
   assert [len(verdicts[v]) for v in reproduction.VERDICTS] == [0, 1, 1]
 
 
