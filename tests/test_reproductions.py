@@ -53,9 +53,7 @@ def records(path: pathlib.Path, last: int) -> list[dict]:
 SLICES = {
     'dp_femnist': (reproduce_dp_femnist.RUNS, 'z1/seed0',
                    ['--algorithm=dp_fedavg', '--num_rounds=5'], {'dp_fedavg': '.'}),
-    'gbo_femnist': (gbo.RUNS, 'fig2_table4_upper',   # FedGBO at its kept rate, one cell of 2
-                    ['--algorithm=fedgbo', '--client_lr_grid=1', '--num_rounds=5'],
-                    {'fedgbo_sgdm/lr1': '.'}),
+    'gbo_femnist': (gbo.RUNS, 'seeds/fedgbo/seed1', ['--num_rounds=5'], {'.': '.'}),
     'gel_femnist': (reproduce_gel_femnist.RUNS, 'table1/seed0',
                     ['--algorithm=gel', '--num_rounds=5'], {'gel': '.'}),
     'gel_shakespeare': (reproduce_gel_shakespeare.RUNS, 'table1/seed0',
