@@ -115,12 +115,16 @@ def kept_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
   return rows
 
 
+def seed_runs(out: str) -> dict:
+  """``{algorithm: {seed: (summary, records)}}`` of the finished seeds at the kept rates."""
+  return {alg: reproduction.load(out, f'seeds/{alg}', NAMES[alg]) for alg in KEPT}
+
+
 def seeds_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
   """Markdown lines: each algorithm at its kept rate over the paired seeds, its max test
   accuracy (mean +- 95% CI, judged against the paper's) and its rounds to FedAvg's max accuracy
   on the same seed (mean +- 95% CI over the seeds that reached it); appends to ``verdicts``."""
-  runs = {run.name.split('/')[1]: {s['seed']: (s, r) for s, r in reproduction.load_all(out, run.name)}
-          for run in SEEDS}
+  runs = seed_runs(out)
   rows = [f'| algorithm | client lr | seeds | max test accuracy in {LONG_ROUNDS} rounds (mean +- '
           "95% CI) | paper's max (5,000 rounds) | verdict | rounds to FedAvg's max (mean +- 95% "
           'CI; seeds reaching) |', '|---|---:|---:|---:|---:|---|---:|']
@@ -151,12 +155,6 @@ def seeds_table(out: str, verdicts: Optional[dict] = None) -> list[str]:
   return rows
 
 
-def best_round(records: list) -> int:
-  """The first round a run's test accuracy is at its max."""
-  best = max(r['test_accuracy'] for r in records if 'test_accuracy' in r)
-  return next(r['round'] for r in records if r.get('test_accuracy') == best)
-
-
 def settled_accuracy(run: tuple) -> Optional[float]:
   """A run's mean test accuracy over the evaluations of its last ``LAST`` rounds, where it
   settles (the max alone is one evaluation's noise above it); None for a run that diverged
@@ -182,7 +180,7 @@ def against_fedavg_table(out: str, verdicts: Optional[dict] = None) -> list[str]
   paper's (Table 4), the round of each max and the seeds that diverged; appends to
   ``verdicts``. Paired differences answer the paper's question, whether the algorithms
   converge to one accuracy, more precisely than the max accuracies' own intervals."""
-  runs = {alg: reproduction.load(out, f'seeds/{alg}', NAMES[alg]) for alg in KEPT}
+  runs = seed_runs(out)
   fedavg = runs['fedavg']
   rows = ['| algorithm | paired seeds | max accuracy - FedAvg\'s (points; mean +- 95% CI) | '
           f"paper's (Table 4) | verdict | last {LAST} rounds' accuracy - FedAvg's (points; "
@@ -194,7 +192,7 @@ def against_fedavg_table(out: str, verdicts: Optional[dict] = None) -> list[str]
     paper = (PAPER_MAX[name] - PAPER_MAX['fedavg'] if name in PAPER_MAX and alg != 'fedavg'
              else None)
     paper_text = '-' if paper is None else f'{paper:+.1f}'
-    tail = (f'{report.mean_ci_text([best_round(r) for _, r in own.values()], 1)} | '
+    tail = (f'{report.mean_ci_text([report.best_record(r)["round"] for _, r in own.values()])} | '
             f'{diverged_text(own)} |' if own else '- | - |')
     if alg == 'fedavg' or len(paired) < 2:
       said = '-' if paper is None else reproduction.INCONCLUSIVE if paired else reproduction.NOT_RUN
@@ -204,18 +202,16 @@ def against_fedavg_table(out: str, verdicts: Optional[dict] = None) -> list[str]
     mean, half = report.mean_ci(best)
     settled = [(settled_accuracy(own[k]), settled_accuracy(fedavg[k])) for k in paired]
     settled = [100 * (a - b) for a, b in settled if a is not None and b is not None]
-    if len(settled) >= 2:
-      low, wide = report.mean_ci(settled)
-      settled_text = f'{low:+.1f} +- {wide:.1f} ({len(settled)}/{len(paired)})'
-    else:
-      settled_text = f'- ({len(settled)}/{len(paired)})'
+    settled_text = (f'{report.mean_ci_text(settled, signed=True) if len(settled) >= 2 else "-"} '
+                    f'({len(settled)}/{len(paired)})')
     said = '-' if paper is None else reproduction.verdict(paper, mean - half, mean + half)
     if verdicts is not None and paper is not None:
       verdicts[said].append(f'{name}: max test accuracy {mean:+.1f} +- {half:.1f} points from '
                             f'FedAvg\'s over {len(paired)} paired seeds in {LONG_ROUNDS} rounds, '
                             f'the paper\'s {paper:+.1f} after 5,000 rounds')
-    rows.append(f'| {name} | {len(paired)} | {mean:+.1f} +- {half:.1f} | {paper_text} | '
-                f'{"-" if said == "-" else reproduction.shown(said)} | {settled_text} | {tail}')
+    rows.append(f'| {name} | {len(paired)} | {report.mean_ci_text(best, signed=True)} | '
+                f'{paper_text} | {"-" if said == "-" else reproduction.shown(said)} | '
+                f'{settled_text} | {tail}')
   return rows
 
 

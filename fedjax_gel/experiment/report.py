@@ -147,6 +147,11 @@ def client_table(summaries: Sequence[dict]) -> str:
   return '\n'.join(lines)
 
 
+def best_record(records: Sequence[dict], metric: Metric = Metric()) -> dict:
+  """The first evaluation record at a run's best test ``metric`` (default accuracy)."""
+  return max(records, key=lambda r: metric.key(r[f'test_{metric.name}']))
+
+
 def first_reaching(records: Sequence[dict], target: float, metric: Metric = Metric()):
   """The first evaluation record whose test ``metric`` (default accuracy) reaches ``target``
   (``>=``, or ``<=`` for a lower-is-better metric), else None."""
@@ -194,7 +199,7 @@ def cost_table(runs: Sequence[tuple[dict, Sequence[dict]]], baseline: str = 'fed
            f'gradients to best | rounds to {target:.4f} ({baseline} best) | upload MiB to it | '
            'gradients to it |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|']
   for alg, group in by_alg.items():
-    at_max = [max(rec, key=lambda r: m.key(r[f'test_{m.name}'])) for _, rec in group]
+    at_max = [best_record(rec, m) for _, rec in group]
     last = [rec[-1] for _, rec in group]
     per_client = lambda key: statistics.mean(r[key] / max(r['client_rounds'], 1) for r in last)
     hits = [first_reaching(rec, target, m) for _, rec in group]
@@ -245,10 +250,12 @@ def best_values(results: Sequence[tuple[dict, Sequence[dict]]], key: str = 'clie
   return {name: value for name, (value, _) in best.items()}
 
 
-def mean_ci_text(values: Sequence[float], digits: int = 1) -> str:
-  """``mean +- half-width`` of the 95% interval (the mean alone for one value)."""
+def mean_ci_text(values: Sequence[float], digits: int = 1, signed: bool = False) -> str:
+  """``mean +- half-width`` of the 95% interval (the mean alone for one value); ``signed``
+  writes the mean's sign, as for a difference (``+0.5 +- 0.7``)."""
   mean, half = mean_ci(values)
-  return f'{mean:.{digits}f}' + ('' if math.isnan(half) else f' +- {half:.{digits}f}')
+  sign = '+' if signed else ''
+  return f'{mean:{sign}.{digits}f}' + ('' if math.isnan(half) else f' +- {half:.{digits}f}')
 
 
 def speedup_text(s: float, low: float, high: float, common: int, seeds: int) -> str:
